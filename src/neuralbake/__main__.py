@@ -1,0 +1,5 @@
+"""``python -m neuralbake`` runs the CLI."""
+
+from neuralbake.cli import main
+
+main()

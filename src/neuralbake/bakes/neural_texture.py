@@ -1,0 +1,344 @@
+"""The neural texture bake: an image learned by a frequency-encoded MLP (RTX Neural Shaders "simple training").
+
+The network maps a UV coordinate to the image's colour at that coordinate, optionally through a
+UV transform (identity, flip = swap u and v, zoom = the centre half of the image), exactly like the
+RTXNS sample: each step draws random UVs (32 x 32 by default), looks up the reference texel
+(nearest, as the sample's ``inputTexture[uv]`` load does) and minimises the L2 error. UV (0, 0) is
+the top-left corner of the image (row 0), u grows to the right, v downwards; a texel's centre sits
+at ``((x + 0.5) / width, (y + 0.5) / height)``.
+
+Outputs in ``--out``: ``network.safetensors`` + ``network.json`` (+ packed fp16/fp32 device
+layouts), ``output.png`` (the network rendered at the reference size), ``preview.png``
+(reference | network | error x10 around mid-grey), ``loss.png``, ``report.json``,
+``config.json``, ``events.jsonl`` and ``checkpoint.pt`` (for ``--resume``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from rich.console import Console
+
+from neuralbake.core.config import save_config
+from neuralbake.core.device import resolve_device, seed_everything
+from neuralbake.core.events import EventSink, EventWriter, JsonlSink, ProgressSink
+from neuralbake.core.metrics import psnr
+from neuralbake.core.report import plot_loss_curve, write_report
+from neuralbake.errors import ConfigError
+from neuralbake.io.files import prepare_output_dir
+from neuralbake.io.images import ImageInfo, load_image, resize_image, save_png
+from neuralbake.nn.mlp import CoordinateNetwork, CoordinateNetworkConfig
+from neuralbake.nn.precision import compute_dtype
+from neuralbake.nn.serialize import load_coordinate_network, save_coordinate_network
+from neuralbake.nn.trainer import Batch, Trainer, TrainerConfig, TrainResult, cast_model
+
+__all__ = [
+    "TRANSFORMS",
+    "ImageSampler",
+    "NeuralTextureConfig",
+    "bake_neural_texture",
+    "render_network",
+    "render_saved_network",
+    "texel_lookup",
+    "transform_uv",
+    "uv_grid",
+]
+
+TRANSFORMS = ("identity", "flip", "zoom")
+MAX_RENDER_SIDE = 16384
+
+
+def _default_train() -> TrainerConfig:
+    return TrainerConfig(steps=3000, learning_rate=0.01, eval_every=250, checkpoint_every=500)
+
+
+@dataclass
+class NeuralTextureConfig:
+    """Everything that determines a neural texture bake."""
+
+    image: str = ""
+    """Path of the reference image (PNG, JPEG, TGA, BMP, TIFF; 8 or 16 bits; grey, RGB or RGBA)."""
+    size: tuple[int, int] | None = None
+    """Resample the reference to (width, height) before training; None keeps its own size."""
+    transform: Literal["identity", "flip", "zoom"] = "identity"
+    """UV transform the network learns: identity, flip (swap u and v) or zoom (the centre half)."""
+    batch_size: int = 1024
+    """Random UV samples per step (the RTXNS sample uses 32 x 32)."""
+    device: str = "auto"
+    """auto, cpu, cuda or cuda:N (auto picks the GPU when there is one)."""
+    network: CoordinateNetworkConfig = field(default_factory=CoordinateNetworkConfig)
+    """The network: frequencies, hidden width, hidden layers, activations (outputs follow the image)."""
+    train: TrainerConfig = field(default_factory=_default_train)
+    """Optimisation: steps, learning rate, precision, loss scaling, seed, cadence of logs and checkpoints."""
+
+    def validate(self) -> None:
+        """Raise ConfigError on settings no bake can use (before any file is touched)."""
+        if not self.image:
+            raise ConfigError("no reference image given.", field="image", fix="pass the path of an image.")
+        if self.transform not in TRANSFORMS:
+            raise ConfigError(f"unknown transform {self.transform!r}.", field="transform", fix=f"use one of {', '.join(TRANSFORMS)}.")
+        if self.batch_size < 1:
+            raise ConfigError(f"must be >= 1, got {self.batch_size}.", field="batch_size", fix="use e.g. 1024.")
+        if self.size is not None:
+            _check_size(self.size, "size")
+        for name in ("frequencies", "hidden", "coordinates"):
+            if getattr(self.network, name) < 1:
+                raise ConfigError(f"must be >= 1, got {getattr(self.network, name)}.", field=f"network.{name}", fix=f"set {name} to 1 or more.")
+        if self.network.layers < 0:
+            raise ConfigError(f"must be >= 0, got {self.network.layers}.", field="network.layers", fix="set layers to 0 or more.")
+        if self.network.coordinates != 2:
+            raise ConfigError("a texture has 2 coordinates (u, v).", field="network.coordinates", fix="leave it at 2.")
+        try:
+            self.network.mlp_config().validate()
+        except ValueError as exc:
+            raise ConfigError(str(exc), field="network", fix="see `neuralbake texture bake --help` for valid values.") from exc
+        self.train.validate()
+
+
+def _check_size(size: tuple[int, int], name: str) -> None:
+    width, height = size
+    if not (1 <= width <= MAX_RENDER_SIDE and 1 <= height <= MAX_RENDER_SIDE):
+        raise ConfigError(f"{width}x{height} is out of range.", field=name, fix=f"use 1 to {MAX_RENDER_SIDE} pixels per side.")
+
+
+# -- sampling ---------------------------------------------------------------------------------
+
+
+def transform_uv(uv: torch.Tensor, transform: str) -> torch.Tensor:
+    """Map network UVs to the reference image's UVs: identity, flip (swap u, v) or zoom (centre half)."""
+    if transform == "identity":
+        return uv
+    if transform == "flip":
+        return uv.flip(-1)
+    if transform == "zoom":
+        return uv * 0.5 + 0.25
+    raise ValueError(f"unknown transform {transform!r}")
+
+
+def texel_lookup(image: torch.Tensor, uv: torch.Tensor) -> torch.Tensor:
+    """Nearest-texel fetch: ``image`` ``[H, W, C]``, ``uv`` ``[N, 2]`` in [0, 1] -> ``[N, C]``."""
+    height, width = image.shape[:2]
+    x = (uv[:, 0] * width).long().clamp_(0, width - 1)
+    y = (uv[:, 1] * height).long().clamp_(0, height - 1)
+    return image[y, x]
+
+
+def uv_grid(width: int, height: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Texel-centre UVs of a ``width x height`` image, row-major, shape ``[height * width, 2]``."""
+    u = (torch.arange(width, device=device, dtype=torch.float32) + 0.5) / width
+    v = (torch.arange(height, device=device, dtype=torch.float32) + 0.5) / height
+    vv, uu = torch.meshgrid(v, u, indexing="ij")
+    return torch.stack((uu, vv), dim=-1).reshape(-1, 2)
+
+
+class ImageSampler:
+    """Random-UV batches from a reference image (on the training device)."""
+
+    def __init__(self, image: torch.Tensor, transform: str, batch_size: int) -> None:
+        self.image = image
+        self.transform = transform
+        self.batch_size = batch_size
+
+    def sample(self, generator: torch.Generator) -> Batch:
+        uv = torch.rand(self.batch_size, 2, generator=generator, device=self.image.device)
+        return Batch(inputs=uv, targets=texel_lookup(self.image, transform_uv(uv, self.transform)))
+
+    def reference(self, width: int, height: int) -> torch.Tensor:
+        """The transformed reference at texel centres of a ``width x height`` grid, ``[H, W, C]``."""
+        uv = uv_grid(width, height, self.image.device)
+        return texel_lookup(self.image, transform_uv(uv, self.transform)).reshape(height, width, -1)
+
+
+def render_network(network: torch.nn.Module, width: int, height: int, *, chunk: int = 1 << 16) -> torch.Tensor:
+    """Evaluate a coordinate network at texel centres: ``[height, width, outputs]`` float32."""
+    param = next(network.parameters())
+    uv = uv_grid(width, height, param.device)
+    with torch.no_grad():
+        out = torch.cat([network(part).float() for part in uv.split(chunk)])
+    return out.reshape(height, width, -1)
+
+
+def mse_loss(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean squared error, the RTXNS sample's L2 loss."""
+    return F.mse_loss(prediction, target)
+
+
+# -- pictures ---------------------------------------------------------------------------------
+
+
+def _display(image: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Split ``[H, W, C]`` into an RGB picture and (if there is one) an alpha picture."""
+    channels = image.shape[2]
+    colour = image[..., :3] if channels >= 3 else np.repeat(image[..., :1], 3, axis=2)
+    alpha = image[..., -1:] if channels in (2, 4) else None
+    return colour, None if alpha is None else np.repeat(alpha, 3, axis=2)
+
+
+def preview_strip(reference: np.ndarray, output: np.ndarray, *, error_gain: float = 10.0) -> np.ndarray:
+    """``reference | output | (output - reference) * gain / 2 + 0.5``, with an alpha row below if any."""
+    delta = np.clip((output - reference) * 0.5 * error_gain + 0.5, 0.0, 1.0)
+    panels = [_display(part) for part in (reference, output, delta)]
+    gap = np.ones((reference.shape[0], 4, 3), dtype=np.float32)
+    rows = [np.concatenate([panels[0][0], gap, panels[1][0], gap, panels[2][0]], axis=1)]
+    if panels[0][1] is not None:
+        rows.append(np.ones((4, rows[0].shape[1], 3), dtype=np.float32))
+        rows.append(np.concatenate([panels[0][1], gap, panels[1][1], gap, panels[2][1]], axis=1))
+    strip = np.concatenate(rows, axis=0)
+    scale = max(1, 256 // max(reference.shape[0], 1))
+    return strip.repeat(scale, axis=0).repeat(scale, axis=1) if scale > 1 else strip
+
+
+# -- the bake ---------------------------------------------------------------------------------
+
+
+def _load_reference(config: NeuralTextureConfig) -> tuple[np.ndarray, ImageInfo, str]:
+    image, info = load_image(config.image)
+    digest = hashlib.sha256(np.ascontiguousarray(image).tobytes()).hexdigest()[:16]
+    if config.size is not None:
+        image = resize_image(image, *config.size)
+    return image, info, digest
+
+
+def bake_neural_texture(
+    config: NeuralTextureConfig,
+    out_dir: str | Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    sinks: list[EventSink] | None = None,
+    on_step: Any = None,
+) -> dict[str, Any]:
+    """Train a neural texture and write its bundle, pictures and report to ``out_dir``.
+
+    Everything is validated (config, device, image, output folder) before any training starts.
+    Returns the report as a dict. Raises :class:`~neuralbake.nn.trainer.TrainingInterrupted`
+    when stopped with Ctrl-C (a checkpoint is saved; ``resume=True`` continues it).
+    """
+    wall_start = time.perf_counter()
+    config.validate()
+    device = resolve_device(config.device)
+    image, info, digest = _load_reference(config)
+    out = prepare_output_dir(out_dir)
+    height, width, channels = image.shape
+
+    seed_everything(config.train.seed)
+    config.network.outputs = channels
+    network = CoordinateNetwork(config.network).to(device)
+    reference_image = torch.from_numpy(np.ascontiguousarray(image)).to(device)
+    sampler = ImageSampler(reference_image, config.transform, config.batch_size)
+    target = sampler.reference(width, height)
+    save_config(out / "config.json", config)
+
+    def evaluate(model: torch.nn.Module) -> dict[str, float]:
+        return {"psnr_db": psnr(render_network(model, width, height), target)}
+
+    log_path = out / "events.jsonl"
+    if not resume:
+        log_path.unlink(missing_ok=True)
+    all_sinks: list[EventSink] = [JsonlSink(log_path), *(sinks or [])]
+    if progress:
+        all_sinks.append(ProgressSink("neural texture", console=Console(stderr=True)))
+    with EventWriter(all_sinks) as events:
+        trainer = Trainer(
+            network,
+            sampler,
+            mse_loss,
+            config.train,
+            device=device,
+            checkpoint_path=out / "checkpoint.pt",
+            events=events,
+            evaluate=evaluate,
+            on_step=on_step,
+            compatibility={
+                "image_sha256": digest,
+                "size": [width, height],
+                "transform": config.transform,
+                "batch_size": config.batch_size,
+                "network": asdict(config.network),
+            },
+        )
+        result = trainer.fit(resume=resume)
+    return _write_outputs(out, config, network, result, image, target, info, device, wall_start)
+
+
+def _write_outputs(
+    out: Path,
+    config: NeuralTextureConfig,
+    network: CoordinateNetwork,
+    result: TrainResult,
+    image: np.ndarray,
+    target: torch.Tensor,
+    info: ImageInfo,
+    device: torch.device,
+    wall_start: float,
+) -> dict[str, Any]:
+    height, width, channels = image.shape
+    output = render_network(network, width, height)
+    psnr_fp32 = psnr(output, target)
+    low = compute_dtype(config.train.precision)
+    psnr_low = psnr(render_network(cast_model(network, low), width, height), target) if low != torch.float32 else psnr_fp32
+
+    manifest_path = save_coordinate_network(
+        out,
+        network,
+        training_precision=config.train.precision,
+        extra={"texture": {"width": width, "height": height, "channels": channels, "transform": config.transform, "uv_origin": "top-left"}},
+    )
+    output_np = output.cpu().numpy()
+    save_png(out / "output.png", output_np)
+    save_png(out / "preview.png", preview_strip(target.cpu().numpy(), output_np))
+    plot_loss_curve(out / "loss.png", result.history, title=f"neural texture: {Path(config.image).name}", quality_key="psnr_db")
+
+    bundle_bytes = sum(p.stat().st_size for p in out.glob("network.*"))
+    curve = [[e["train_seconds"], e["psnr_db"]] for e in result.history if e.get("event") == "eval"]
+    metrics = {"psnr_db": psnr_fp32, f"psnr_{config.train.precision}_db": psnr_low, "final_loss": result.final_loss}
+    return write_report(
+        out / "report.json",
+        bake="neural_texture",
+        device=device,
+        metrics=metrics,
+        steps=result.steps,
+        skipped_steps=result.skipped_steps,
+        samples_seen=result.samples_seen,
+        seconds=round(result.train_seconds, 3),
+        wall_seconds=round(time.perf_counter() - wall_start, 3),
+        samples_per_second=round(result.samples_seen / max(result.train_seconds, 1e-9)),
+        params=network.parameter_count(),
+        precision=config.train.precision,
+        loss_scale=result.loss_scale,
+        psnr_curve=curve,
+        image={"path": info.path, "width": info.width, "height": info.height, "channels": info.channels, "bit_depth": info.bit_depth, "mode": info.source_mode},
+        trained_size=[width, height],
+        bundle={"manifest": manifest_path.name, "bytes": bundle_bytes},
+        image_bytes_uncompressed=width * height * channels,
+    )
+
+
+def render_saved_network(
+    bundle_dir: str | Path,
+    width: int,
+    height: int,
+    out_png: str | Path,
+    *,
+    device: str = "auto",
+    precision: str = "fp32",
+) -> Path:
+    """Render a saved neural texture at ``width x height`` to a PNG (``neuralbake texture infer``)."""
+    _check_size((width, height), "size")
+    if precision not in ("fp32", "fp16", "bf16"):
+        raise ConfigError(f"unknown precision {precision!r}.", field="precision", fix="use fp32, fp16 or bf16.")
+    dtype = compute_dtype(precision)
+    torch_device = resolve_device(device)
+    network, _ = load_coordinate_network(bundle_dir, device=torch_device)
+    out_png = Path(out_png)
+    prepare_output_dir(out_png.parent if str(out_png.parent) else Path("."))
+    image = render_network(cast_model(network, dtype) if dtype != torch.float32 else network, width, height)
+    save_png(out_png, image.cpu().numpy())
+    return out_png

@@ -1,0 +1,177 @@
+"""The ``neuralbake`` command line: one command group per bake, built on the bakes' configs.
+
+Option help comes from the config fields' docstrings, so the CLI, the saved ``config.json`` and
+the docs say the same thing. Settings resolve as: built-in defaults, then ``--config FILE``
+(JSON or TOML), then the flags given on the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
+from neuralbake import __version__
+from neuralbake.bakes.neural_texture import TRANSFORMS, NeuralTextureConfig, bake_neural_texture, render_saved_network
+from neuralbake.core.config import field_docs, load_config
+from neuralbake.errors import NeuralbakeError
+from neuralbake.nn.mlp import CoordinateNetworkConfig
+from neuralbake.nn.trainer import TrainerConfig, TrainingInterrupted
+
+__all__ = ["app", "main", "parse_size"]
+
+_err = Console(stderr=True)
+_out = Console()
+
+
+class _DefaultSubcommandGroup(TyperGroup):
+    """A group that runs its ``bake`` subcommand when the first argument names no subcommand.
+
+    So ``neuralbake texture photo.png`` and ``neuralbake texture bake photo.png`` are the same,
+    while ``neuralbake texture infer DIR`` still reaches ``infer``.
+    """
+
+    default_command = "bake"
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = [self.default_command, *args]
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(
+    name="neuralbake",
+    help="Bake heavy graphics assets into compact ones that render fast (neural textures, materials, LODs).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+texture_app = typer.Typer(
+    cls=_DefaultSubcommandGroup,
+    help="Neural texture (RTX Neural Shaders simple training): learn an image as a tiny MLP of UV. "
+    "`neuralbake texture IMAGE --out DIR` is short for `neuralbake texture bake IMAGE --out DIR`.",
+    no_args_is_help=True,
+)
+app.add_typer(texture_app, name="texture")
+
+
+def _doc(cls: type, name: str, instance: Any | None = None) -> str:
+    text = field_docs(cls).get(name, "")
+    if instance is not None:
+        text += f" (default: {getattr(instance, name)})"
+    return text
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """Parse ``WxH`` (or ``N`` for N x N) into ``(width, height)``."""
+    parts = text.lower().replace("×", "x").split("x")
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        values = []
+    if len(values) == 1:
+        values = values * 2
+    if len(values) != 2 or min(values) < 1:
+        raise typer.BadParameter(f"{text!r} is not a size; write WIDTHxHEIGHT, e.g. 512x512.")
+    return values[0], values[1]
+
+
+def _run(action: Any) -> Any:
+    """Run ``action`` turning neuralbake errors into a one-line message and an exit code."""
+    try:
+        return action()
+    except TrainingInterrupted as exc:
+        _err.print(f"[yellow]stopped:[/] {exc}", highlight=False)
+        raise typer.Exit(130) from exc
+    except NeuralbakeError as exc:
+        _err.print(f"[red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2) from exc
+
+
+@app.command()
+def version() -> None:
+    """Print the neuralbake version and the versions it runs on."""
+    from neuralbake.core.device import versions
+
+    for name, value in versions().items():
+        _out.print(f"{name} {value}", highlight=False)
+
+
+_NET = CoordinateNetworkConfig()
+_TRAIN = NeuralTextureConfig().train
+_TEX = NeuralTextureConfig()
+
+
+@texture_app.command("bake")
+def texture_bake(
+    image: Annotated[Path, typer.Argument(help="Reference image (PNG, JPEG, TGA, BMP, TIFF; 8/16-bit; grey, RGB or RGBA).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for the bundle, pictures and report.")],
+    steps: Annotated[int | None, typer.Option(help=_doc(TrainerConfig, "steps", _TRAIN))] = None,
+    size: Annotated[str | None, typer.Option(help="Resample the reference to WxH before training (default: its own size).")] = None,
+    transform: Annotated[str | None, typer.Option(help=_doc(NeuralTextureConfig, "transform", _TEX))] = None,
+    seed: Annotated[int | None, typer.Option(help=_doc(TrainerConfig, "seed", _TRAIN))] = None,
+    device: Annotated[str | None, typer.Option(help=_doc(NeuralTextureConfig, "device", _TEX))] = None,
+    hidden: Annotated[int | None, typer.Option(help=_doc(CoordinateNetworkConfig, "hidden", _NET))] = None,
+    layers: Annotated[int | None, typer.Option(help=_doc(CoordinateNetworkConfig, "layers", _NET))] = None,
+    frequencies: Annotated[int | None, typer.Option(help=_doc(CoordinateNetworkConfig, "frequencies", _NET))] = None,
+    activation: Annotated[str | None, typer.Option(help=_doc(CoordinateNetworkConfig, "hidden_activation", _NET))] = None,
+    precision: Annotated[str | None, typer.Option(help=_doc(TrainerConfig, "precision", _TRAIN) + " On a CPU, fp32 runs about 10x faster than fp16.")] = None,
+    loss_scale: Annotated[str | None, typer.Option(help=_doc(TrainerConfig, "loss_scale", _TRAIN))] = None,
+    lr: Annotated[float | None, typer.Option(help=_doc(TrainerConfig, "learning_rate", _TRAIN))] = None,
+    schedule: Annotated[str | None, typer.Option(help=_doc(TrainerConfig, "schedule", _TRAIN))] = None,
+    batch_size: Annotated[int | None, typer.Option(help=_doc(NeuralTextureConfig, "batch_size", _TEX))] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="Load settings from a JSON or TOML file (flags given here win).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the interrupted bake in --out from its checkpoint.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Train a neural texture from IMAGE and write network, preview, loss curve and report to --out."""
+
+    def action() -> dict[str, Any]:
+        cfg = load_config(NeuralTextureConfig, config) if config else NeuralTextureConfig()
+        cfg.image = str(image)
+        top = {"transform": transform, "device": device, "batch_size": batch_size}
+        net = {"hidden": hidden, "layers": layers, "frequencies": frequencies, "hidden_activation": activation}
+        train = {"steps": steps, "seed": seed, "precision": precision, "loss_scale": loss_scale, "learning_rate": lr, "schedule": schedule}
+        cfg = dataclasses.replace(cfg, **{k: v for k, v in top.items() if v is not None})
+        cfg.network = dataclasses.replace(cfg.network, **{k: v for k, v in net.items() if v is not None})
+        cfg.train = dataclasses.replace(cfg.train, **{k: v for k, v in train.items() if v is not None})
+        if size is not None:
+            cfg.size = parse_size(size)
+        return bake_neural_texture(cfg, out, resume=resume, progress=not quiet)
+
+    report = _run(action)
+    low_key = f"psnr_{report['precision']}_db"
+    _out.print(
+        f"[bold green]done[/] {report['steps']} steps in {report['seconds']:.1f} s on {report['device']['name']} "
+        f"({report['device']['type']}): PSNR {report['psnr_db']:.2f} dB (fp32 weights), "
+        f"{report[low_key]:.2f} dB ({report['precision']}), {report['params']} parameters -> {out}",
+        highlight=False,
+    )
+
+
+@texture_app.command("infer")
+def texture_infer(
+    bundle: Annotated[Path, typer.Argument(help="Folder written by `neuralbake texture` (holds network.json).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="PNG file to write.")],
+    size: Annotated[str, typer.Option(help="Output size WxH.")] = "512x512",
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    precision: Annotated[str, typer.Option(help="Inference precision: fp32, fp16 (as a shader would run it) or bf16.")] = "fp32",
+) -> None:
+    """Render a saved neural texture at any size."""
+    width, height = parse_size(size)
+    path = _run(lambda: render_saved_network(bundle, width, height, out, device=device, precision=precision))
+    _out.print(f"wrote {path} ({width}x{height})", highlight=False)
+
+
+def main() -> None:
+    """Entry point of the ``neuralbake`` script."""
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""Metric events with swappable sinks: a terminal progress bar, a JSON-lines log, or both.
+
+A bake emits plain dicts (``{"event": "train", "step": 100, "loss": ...}``); sinks decide what to
+do with them. The trainer never talks to the terminal directly, so tests run silently and the
+asset service can forward the same events over HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Protocol
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+__all__ = ["EventSink", "EventWriter", "JsonlSink", "ListSink", "ProgressSink"]
+
+
+class EventSink(Protocol):
+    """Receives every event; closed once at the end."""
+
+    def write(self, event: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class EventWriter:
+    """Fans events out to sinks."""
+
+    def __init__(self, sinks: list[EventSink] | None = None) -> None:
+        self.sinks = list(sinks or [])
+
+    def emit(self, event: str, **fields: Any) -> None:
+        record = {"event": event, **fields}
+        for sink in self.sinks:
+            sink.write(record)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+    def __enter__(self) -> EventWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+class JsonlSink:
+    """Appends each event as one JSON line (appending keeps the log whole across ``--resume``)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._handle = open(self.path, "a", encoding="utf-8")
+
+    def write(self, event: dict[str, Any]) -> None:
+        self._handle.write(json.dumps({key: _json_safe(value) for key, value in event.items()}) + "\n")
+        self._handle.flush()
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+class ListSink:
+    """Keeps events in memory (tests, notebooks)."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def write(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+
+    def close(self) -> None:
+        pass
+
+
+class ProgressSink:
+    """A rich progress bar driven by ``start``/``train``/``eval``/``end`` events."""
+
+    def __init__(self, description: str = "training", console: Console | None = None) -> None:
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[metrics]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+        )
+        self._description = description
+        self._task: Any = None
+        self._metrics: dict[str, str] = {}
+
+    def write(self, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "start":
+            self._progress.start()
+            self._task = self._progress.add_task(
+                self._description, total=event["total_steps"], completed=event.get("step", 0), metrics=""
+            )
+            return
+        if self._task is None:
+            return
+        if kind == "train":
+            self._metrics["loss"] = f"loss {event['loss']:.2e}"
+            if event.get("loss_scale") is not None:
+                self._metrics["scale"] = f"scale {event['loss_scale']:g}"
+        elif kind == "eval":
+            self._metrics.update({key: f"{key} {value:.2f}" for key, value in event.items() if key.endswith("_db")})
+        self._progress.update(self._task, completed=event.get("step", 0), metrics="  ".join(self._metrics.values()))
+        if kind == "end":
+            self._progress.stop()
+
+    def close(self) -> None:
+        self._progress.stop()

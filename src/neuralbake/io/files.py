@@ -1,0 +1,107 @@
+"""Crash-safe file output.
+
+Every result neuralbake writes goes through these helpers: the bytes land in a temporary file in
+the target folder and are moved over the final name with ``os.replace``, which is atomic on POSIX
+and Windows. A crash or Ctrl-C therefore leaves either the old file or the new one, never half of
+one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from neuralbake.errors import InputError
+
+__all__ = [
+    "atomic_path",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "prepare_output_dir",
+]
+
+
+def _umask() -> int:
+    # os.umask can only be read by setting it; put the old value straight back.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; move it over ``path`` if the block succeeds.
+
+    For writers that insist on a file name (Pillow, matplotlib, ``torch.save``). On any exception
+    the temporary file is removed and ``path`` is left as it was.
+    """
+    path = Path(path)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def _atomic_open(path: str | Path, mode: str) -> Iterator[IO[Any]]:
+    with atomic_path(path) as tmp, open(tmp, mode) as handle:
+        yield handle
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically."""
+    with _atomic_open(path, "wb") as handle:
+        handle.write(data)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write UTF-8 ``text`` to ``path`` atomically."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON to ``path`` atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def prepare_output_dir(path: str | Path) -> Path:
+    """Create the output folder if needed and prove it is writable, before any work starts.
+
+    Raises
+    ------
+    InputError
+        If the folder cannot be created or written (names the folder and the fix).
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError(
+            "the output path exists and is a file, not a folder.",
+            path=path,
+            fix="pass a folder path with --out, or remove the file.",
+        )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-probe.", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise InputError(
+            f"the output folder cannot be written ({exc.strerror or exc}).",
+            path=path,
+            fix="choose a folder you can write to with --out, or fix its permissions.",
+        ) from exc
+    return path

@@ -1,0 +1,533 @@
+"""The one training loop every bake uses: sampler + model + loss -> steps.
+
+Each step: the learning rate for the step, a batch from the sampler, low-precision copies of the
+fp32 master weights, forward and backward through a :class:`ForwardBackward` (by default PyTorch
+autograd; a fused GPU kernel can stand in without the bake noticing), unscale and check the
+gradients, then an Adam step on the masters or a skipped step. Around it: metric events,
+periodic evaluation, checkpoints that resume bit-exactly, a guard that stops a diverged run, and
+Ctrl-C that stops at the next step boundary after saving a checkpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from neuralbake.core.events import EventWriter
+from neuralbake.errors import ConfigError, TrainingError
+from neuralbake.io.files import atomic_path
+from neuralbake.nn.precision import LossScaler, compute_dtype
+from neuralbake.nn.schedule import learning_rate_at
+
+__all__ = [
+    "AutogradForwardBackward",
+    "Batch",
+    "ForwardBackward",
+    "Sampler",
+    "TrainResult",
+    "Trainer",
+    "TrainerConfig",
+    "TrainingInterrupted",
+    "cast_model",
+]
+
+CHECKPOINT_FORMAT = "neuralbake.checkpoint"
+CHECKPOINT_VERSION = 1
+
+# Config fields that change only how a run is watched, not what it computes; a resumed run may
+# change these (and `steps`, which extends or shortens the run) without breaking bit-exactness.
+_RESUME_FREE_FIELDS = {"steps", "log_every", "eval_every", "checkpoint_every", "max_nonfinite_steps"}
+
+
+@dataclass
+class TrainerConfig:
+    """Optimisation settings shared by every bake."""
+
+    steps: int = 2000
+    """Number of optimiser steps."""
+    learning_rate: float = 0.01
+    """Peak Adam learning rate."""
+    schedule: Literal["constant", "cosine"] = "cosine"
+    """Learning-rate schedule after warm-up: constant, or cosine decay to final_lr_fraction."""
+    warmup_steps: int = 0
+    """Steps of linear learning-rate warm-up."""
+    final_lr_fraction: float = 0.05
+    """Cosine schedule: learning rate at the last step as a fraction of the peak."""
+    precision: Literal["fp32", "fp16", "bf16"] = "fp16"
+    """Forward/backward precision; weights and Adam moments stay fp32 either way."""
+    loss_scale: Literal["dynamic", "static", "none"] = "dynamic"
+    """Loss scaling: dynamic (backs off on overflow, grows back), static, or none."""
+    initial_loss_scale: float = 4096.0
+    """Starting (or, for static, fixed) loss scale."""
+    loss_scale_growth_interval: int = 500
+    """Dynamic scaling: clean steps before the scale doubles."""
+    adam_beta1: float = 0.9
+    """Adam first-moment decay."""
+    adam_beta2: float = 0.99
+    """Adam second-moment decay."""
+    adam_eps: float = 1e-10
+    """Adam epsilon (the update is m / (sqrt(v) + eps))."""
+    seed: int = 0
+    """Seed for weight initialisation and batch sampling."""
+    log_every: int = 25
+    """Emit a training-loss event every this many steps."""
+    eval_every: int = 250
+    """Run the bake's evaluation every this many steps (0: only at the end)."""
+    checkpoint_every: int = 500
+    """Save a resumable checkpoint every this many steps (0: only when stopped)."""
+    max_nonfinite_steps: int = 50
+    """Stop with an error after this many skipped steps in a row (the run has diverged)."""
+
+    def validate(self) -> None:
+        """Raise ConfigError on values no run can use."""
+        positive = {"steps": self.steps, "learning_rate": self.learning_rate, "initial_loss_scale": self.initial_loss_scale}
+        for name, value in positive.items():
+            if not (value > 0 and math.isfinite(value)):
+                raise ConfigError(f"must be a positive number, got {value}.", field=name, fix=f"set {name} > 0.")
+        for name in ("warmup_steps", "log_every", "eval_every", "checkpoint_every"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"must be >= 0, got {getattr(self, name)}.", field=name, fix=f"set {name} to 0 or more.")
+        for name in ("adam_beta1", "adam_beta2", "final_lr_fraction"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0 + (name == "final_lr_fraction"):
+                raise ConfigError(f"out of range, got {value}.", field=name, fix="use a value in [0, 1).")
+        if self.precision not in ("fp32", "fp16", "bf16"):
+            raise ConfigError(f"unknown precision {self.precision!r}.", field="precision", fix="use fp32, fp16 or bf16.")
+        if self.schedule not in ("constant", "cosine"):
+            raise ConfigError(f"unknown schedule {self.schedule!r}.", field="schedule", fix="use constant or cosine.")
+        if self.loss_scale not in ("dynamic", "static", "none"):
+            raise ConfigError(f"unknown loss scaling {self.loss_scale!r}.", field="loss_scale", fix="use dynamic, static or none.")
+
+
+@dataclass
+class Batch:
+    """One training batch: network inputs and the reference values they should produce."""
+
+    inputs: torch.Tensor
+    """Network inputs, ``[samples, input_dim]``."""
+    targets: torch.Tensor
+    """Reference outputs, ``[samples, output_dim]`` (fp32)."""
+
+
+class Sampler(Protocol):
+    """Draws training batches from the reference."""
+
+    batch_size: int
+    """Samples per batch (counted into ``samples_seen``)."""
+
+    def sample(self, generator: torch.Generator) -> Batch: ...
+
+
+class ForwardBackward(Protocol):
+    """Computes the loss and the gradients of ``loss * loss_scale`` for one batch.
+
+    ``params`` are the compute-precision weights (fp16/bf16 copies of the masters, refreshed
+    before every step), keyed like ``model.named_parameters()``. Returns the unscaled fp32 loss
+    (a 0-d tensor) and one gradient per parameter, in order, in the compute dtype, *scaled* by
+    ``loss_scale``; the trainer may modify the returned gradients in place. This is the seam
+    where a fused kernel replaces PyTorch autograd.
+    """
+
+    def __call__(self, params: dict[str, torch.Tensor], batch: Batch, loss_scale: float) -> tuple[torch.Tensor, list[torch.Tensor]]: ...
+
+
+class AutogradForwardBackward:
+    """The reference :class:`ForwardBackward`: a forward pass and ``torch.autograd.grad``.
+
+    When ``params`` are ``model``'s own parameters (the trainer's compute copy) the module runs
+    directly; any other tensors are swapped in with ``torch.func.functional_call``.
+    """
+
+    def __init__(self, model: nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+        self.model = model
+        self.loss_fn = loss_fn
+        self._own = dict(model.named_parameters())
+
+    def __call__(self, params: dict[str, torch.Tensor], batch: Batch, loss_scale: float) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        if params.keys() == self._own.keys() and all(params[k] is v for k, v in self._own.items()):
+            prediction = self.model(batch.inputs)
+        else:
+            prediction = functional_call(self.model, params, (batch.inputs,))
+        loss = self.loss_fn(prediction.float(), batch.targets)
+        grads = torch.autograd.grad(loss * loss_scale, list(params.values()), allow_unused=True)
+        grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params.values(), grads)]
+        return loss.detach(), grads
+
+
+@dataclass
+class TrainResult:
+    """What a finished run hands back to its bake."""
+
+    steps: int
+    """Steps completed (including skipped ones)."""
+    skipped_steps: int
+    """Steps skipped for inf/NaN gradients or loss."""
+    samples_seen: int
+    """Training samples drawn."""
+    train_seconds: float
+    """Time in training steps (evaluation and checkpoint time excluded)."""
+    final_loss: float
+    """Mean training loss over the last logged window."""
+    loss_scale: float
+    """Loss scale at the end."""
+    history: list[dict[str, Any]] = field(default_factory=list)
+    """Every train/eval event of the run (resumed runs included)."""
+
+
+class TrainingInterrupted(TrainingError):
+    """The run was stopped (Ctrl-C or a stop request) after saving a checkpoint."""
+
+
+def cast_model(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """A copy of ``model`` with floating-point parameters in ``dtype`` (for inference at that precision)."""
+    return copy.deepcopy(model).to(dtype)
+
+
+class Trainer:
+    """Runs a bake's optimisation (see the module docstring).
+
+    Parameters
+    ----------
+    model:
+        The module being trained; its parameters are the fp32 masters and must be on ``device``.
+    sampler:
+        Produces batches on ``device``.
+    loss_fn:
+        ``loss_fn(prediction_fp32, targets) -> scalar``; used by the default forward/backward.
+    config:
+        :class:`TrainerConfig`.
+    device:
+        Where training runs.
+    checkpoint_path:
+        File for resumable checkpoints (``None``: no checkpoints, no resume).
+    events:
+        Where metric events go.
+    evaluate:
+        Optional ``evaluate(model) -> {metric: value}`` run every ``eval_every`` steps and at the end.
+    forward_backward:
+        Replaces :class:`AutogradForwardBackward` (e.g. with a fused kernel).
+    on_step:
+        Called after every step with ``(trainer, step)``; tests use it to inject faults.
+    compatibility:
+        Extra JSON-able facts a checkpoint must share with the run that resumes it (e.g. the
+        bake's input size); a mismatch is an error naming the field.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        sampler: Sampler,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        config: TrainerConfig,
+        *,
+        device: torch.device,
+        checkpoint_path: str | Path | None = None,
+        events: EventWriter | None = None,
+        evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
+        forward_backward: ForwardBackward | None = None,
+        on_step: Callable[[Trainer, int], None] | None = None,
+        compatibility: dict[str, Any] | None = None,
+    ) -> None:
+        config.validate()
+        self.model = model
+        self.sampler = sampler
+        self.config = config
+        self.device = device
+        self.checkpoint_path = None if checkpoint_path is None else Path(checkpoint_path)
+        self.events = events or EventWriter()
+        self.evaluate = evaluate
+        self.on_step = on_step
+        self.compatibility = compatibility or {}
+        self.dtype = compute_dtype(config.precision)
+        self.master = dict(model.named_parameters())
+        for name, param in self.master.items():
+            if param.dtype != torch.float32:
+                raise TrainingError(f"master weight {name} is {param.dtype}; masters must be float32.", field=name)
+        # The compute copy lives for the whole run and is refreshed from the masters each step
+        # (one fused copy), as RTXNS keeps an fp16 parameter buffer beside the fp32 one.
+        self.compute_model = model if self.dtype == torch.float32 else cast_model(model, self.dtype)
+        self.compute_params = dict(self.compute_model.named_parameters())
+        self.forward_backward: ForwardBackward = forward_backward or AutogradForwardBackward(self.compute_model, loss_fn)
+        fused = device.type == "cuda"
+        self.optimizer = torch.optim.Adam(
+            self.master.values(),
+            lr=config.learning_rate,
+            betas=(config.adam_beta1, config.adam_beta2),
+            eps=config.adam_eps,
+            foreach=None if fused else True,
+            fused=fused or None,
+        )
+        self.scaler = LossScaler(
+            config.loss_scale, config.initial_loss_scale, growth_interval=config.loss_scale_growth_interval
+        )
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(config.seed)
+        self.step = 0
+        self.skipped_steps = 0
+        self.samples_seen = 0
+        self.train_seconds = 0.0
+        self.history: list[dict[str, Any]] = []
+        self._nonfinite_run = 0
+        self._window_loss = 0.0
+        self._window_count = 0
+        self._last_loss = math.nan
+        self._stop_requested = False
+        self._lr = config.learning_rate
+
+    # -- control ---------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Stop at the next step boundary, saving a checkpoint first."""
+        self._stop_requested = True
+
+    # -- one step ---------------------------------------------------------------------------
+    def train_step(self) -> bool:
+        """Run one step; return True if the weights were updated, False if it was skipped."""
+        lr = learning_rate_at(
+            self.step,
+            base=self.config.learning_rate,
+            total_steps=self.config.steps,
+            schedule=self.config.schedule,
+            warmup_steps=self.config.warmup_steps,
+            final_fraction=self.config.final_lr_fraction,
+        )
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        batch = self.sampler.sample(self.generator)
+        if self.compute_model is not self.model:
+            with torch.no_grad():
+                torch._foreach_copy_(list(self.compute_params.values()), list(self.master.values()))
+        loss, grads = self.forward_backward(self.compute_params, batch, self.scaler.scale)
+        grads32 = [g.float() for g in grads]
+        overflow = self.scaler.unscale_(grads32)
+        loss_value = float(loss)
+        nonfinite = overflow or not math.isfinite(loss_value)
+        self.step += 1
+        self.samples_seen += self.sampler.batch_size
+        self.scaler.update(nonfinite)
+        if nonfinite:
+            self.skipped_steps += 1
+            self._nonfinite_run += 1
+            return False
+        self._nonfinite_run = 0
+        for param, grad in zip(self.master.values(), grads32):
+            param.grad = grad
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self._window_loss += loss_value
+        self._window_count += 1
+        self._lr = lr
+        return True
+
+    # -- the loop ---------------------------------------------------------------------------
+    def fit(self, *, resume: bool = False) -> TrainResult:
+        """Train to ``config.steps`` (continuing from the checkpoint if ``resume``)."""
+        if resume:
+            self._load_checkpoint()
+        self.events.emit("start", step=self.step, total_steps=self.config.steps, resumed=resume)
+        if not resume and self.evaluate is not None:
+            self._run_eval()  # the starting point of every quality-versus-time curve
+        with _StopOnSigint(self):
+            self._loop()
+        if self.evaluate is not None:
+            self._run_eval()
+        self.events.emit("end", step=self.step, train_seconds=self.train_seconds, skipped_steps=self.skipped_steps)
+        return TrainResult(
+            steps=self.step,
+            skipped_steps=self.skipped_steps,
+            samples_seen=self.samples_seen,
+            train_seconds=self.train_seconds,
+            final_loss=self._last_loss,
+            loss_scale=self.scaler.scale,
+            history=list(self.history),
+        )
+
+    def _loop(self) -> None:
+        cfg = self.config
+        self._sync()
+        started = time.perf_counter()
+        while self.step < cfg.steps:
+            if self._stop_requested:
+                self.train_seconds += self._elapsed(started)
+                self._save_checkpoint()
+                self.events.emit("interrupted", step=self.step)
+                where = f" to {self.checkpoint_path}" if self.checkpoint_path else ""
+                raise TrainingInterrupted(
+                    f"stopped at step {self.step} of {cfg.steps}; checkpoint saved{where}.",
+                    fix="run the same command with --resume to continue." if self.checkpoint_path else None,
+                )
+            self.train_step()
+            if self._nonfinite_run >= cfg.max_nonfinite_steps:
+                self.train_seconds += self._elapsed(started)
+                raise TrainingError(
+                    f"{self._nonfinite_run} steps in a row produced inf/NaN loss or gradients (step {self.step}, loss scale {self.scaler.scale:g}); the run has diverged.",
+                    field="learning_rate",
+                    fix="lower --lr, or use --precision fp32 or bf16; check the reference data for NaN.",
+                )
+            if self.on_step is not None:
+                self.on_step(self, self.step)
+            at_end = self.step == cfg.steps
+            log_now = (cfg.log_every and self.step % cfg.log_every == 0) or at_end
+            eval_now = self.evaluate is not None and cfg.eval_every and self.step % cfg.eval_every == 0 and not at_end
+            ckpt_now = self.checkpoint_path is not None and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and not at_end
+            if log_now or eval_now or ckpt_now:
+                self.train_seconds += self._elapsed(started)
+                if log_now:
+                    self._log_train()
+                if eval_now:
+                    self._run_eval()
+                if ckpt_now:
+                    self._save_checkpoint()
+                self._sync()
+                started = time.perf_counter()
+        self.train_seconds += self._elapsed(started)
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _elapsed(self, started: float) -> float:
+        self._sync()
+        return time.perf_counter() - started
+
+    def _log_train(self) -> None:
+        if self._window_count:
+            self._last_loss = self._window_loss / self._window_count
+        self._window_loss, self._window_count = 0.0, 0
+        record = {
+            "event": "train",
+            "step": self.step,
+            "loss": self._last_loss,
+            "lr": self._lr,
+            "loss_scale": self.scaler.scale if self.config.loss_scale != "none" else None,
+            "skipped_steps": self.skipped_steps,
+            "samples_seen": self.samples_seen,
+            "train_seconds": round(self.train_seconds, 4),
+        }
+        self.history.append(record)
+        self.events.emit(**record)
+
+    def _run_eval(self) -> None:
+        assert self.evaluate is not None
+        with torch.no_grad():
+            metrics = self.evaluate(self.model)
+        record = {"event": "eval", "step": self.step, "train_seconds": round(self.train_seconds, 4), **metrics}
+        self.history.append(record)
+        self.events.emit(**record)
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def _state(self) -> dict[str, Any]:
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "version": CHECKPOINT_VERSION,
+            "step": self.step,
+            "skipped_steps": self.skipped_steps,
+            "samples_seen": self.samples_seen,
+            "train_seconds": self.train_seconds,
+            "nonfinite_run": self._nonfinite_run,
+            "last_loss": self._last_loss,
+            "window": [self._window_loss, self._window_count],
+            "model": {name: p.detach().clone() for name, p in self.master.items()},
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "generator": self.generator.get_state(),
+            "history": self.history,
+            "config": asdict(self.config),
+            "compatibility": self.compatibility,
+        }
+
+    def _save_checkpoint(self) -> None:
+        if self.checkpoint_path is None:
+            return
+        with atomic_path(self.checkpoint_path) as tmp:
+            torch.save(self._state(), tmp)
+        self.events.emit("checkpoint", step=self.step, path=str(self.checkpoint_path))
+
+    def _load_checkpoint(self) -> None:
+        path = self.checkpoint_path
+        if path is None or not path.is_file():
+            raise TrainingError(
+                "there is no checkpoint to resume from.",
+                path=path,
+                fix="run without --resume to start a new bake.",
+            )
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # torch raises many types for damaged pickles
+            raise TrainingError(f"the checkpoint cannot be read ({exc}).", path=path, fix="delete it and run without --resume.") from exc
+        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT or state.get("version") != CHECKPOINT_VERSION:
+            raise TrainingError("this is not a neuralbake checkpoint of a supported version.", path=path, fix="delete it and run without --resume.")
+        saved_config = state["config"]
+        current = asdict(self.config)
+        for key in sorted(set(saved_config) | set(current)):
+            if key in _RESUME_FREE_FIELDS:
+                continue
+            if saved_config.get(key) != current.get(key):
+                raise TrainingError(
+                    f"the checkpoint was made with {key}={saved_config.get(key)!r} but this run has {current.get(key)!r}.",
+                    path=path,
+                    field=key,
+                    fix=f"resume with the same {key}, or run without --resume to start over.",
+                )
+        for key in sorted(set(state["compatibility"]) | set(self.compatibility)):
+            if state["compatibility"].get(key) != self.compatibility.get(key):
+                raise TrainingError(
+                    f"the checkpoint was made with {key}={state['compatibility'].get(key)!r} but this run has {self.compatibility.get(key)!r}.",
+                    path=path,
+                    field=key,
+                    fix=f"resume with the same {key}, or run without --resume to start over.",
+                )
+        if state["step"] > self.config.steps:
+            raise TrainingError(
+                f"the checkpoint is at step {state['step']}, past this run's {self.config.steps} steps.",
+                path=path,
+                field="steps",
+                fix=f"pass --steps {state['step']} or more.",
+            )
+        with torch.no_grad():
+            for name, param in self.master.items():
+                param.copy_(state["model"][name].to(param.device))
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.generator.set_state(state["generator"])
+        self.step = state["step"]
+        self.skipped_steps = state["skipped_steps"]
+        self.samples_seen = state["samples_seen"]
+        self.train_seconds = state["train_seconds"]
+        self._nonfinite_run = state["nonfinite_run"]
+        self._last_loss = state["last_loss"]
+        self._window_loss, self._window_count = state["window"]
+        self.history = list(state["history"])
+
+
+class _StopOnSigint:
+    """While training in the main thread, the first Ctrl-C requests a clean stop; a second one aborts."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.previous: Any = None
+
+    def __enter__(self) -> _StopOnSigint:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.getsignal(signal.SIGINT)
+            signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.trainer._stop_requested:
+            raise KeyboardInterrupt
+        self.trainer.request_stop()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)

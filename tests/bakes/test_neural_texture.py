@@ -1,0 +1,174 @@
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from neuralbake.bakes.neural_texture import (
+    ImageSampler,
+    NeuralTextureConfig,
+    bake_neural_texture,
+    texel_lookup,
+    transform_uv,
+    uv_grid,
+)
+from neuralbake.cli import app
+from neuralbake.errors import InputError
+from neuralbake.io.images import load_image
+from neuralbake.nn.trainer import TrainingInterrupted
+
+from ..conftest import make_test_pattern
+
+runner = CliRunner()
+
+
+def tiny_config(image: Path, **train) -> NeuralTextureConfig:
+    config = NeuralTextureConfig(image=str(image), batch_size=256)
+    config.network.hidden = 16
+    config.network.layers = 2
+    config.train.steps = train.pop("steps", 40)
+    config.train.eval_every = 10
+    config.train.checkpoint_every = 0
+    for key, value in train.items():
+        setattr(config.train, key, value)
+    return config
+
+
+def test_transforms_and_lookup():
+    image = torch.arange(4 * 6 * 1, dtype=torch.float32).reshape(4, 6, 1)
+    uv = torch.tensor([[0.0, 0.0], [0.99, 0.99], [0.5, 0.25]])
+    assert texel_lookup(image, uv)[:, 0].tolist() == [0.0, 23.0, 9.0]
+    assert transform_uv(uv, "flip")[2].tolist() == [0.25, 0.5]
+    assert transform_uv(uv, "zoom")[0].tolist() == [0.25, 0.25]
+    grid = uv_grid(6, 4)
+    assert torch.equal(texel_lookup(image, grid).reshape(4, 6, 1), image)
+
+
+def test_sampler_is_seeded():
+    image = torch.rand(8, 8, 3)
+    sampler = ImageSampler(image, "identity", 16)
+    a = sampler.sample(torch.Generator().manual_seed(5))
+    b = sampler.sample(torch.Generator().manual_seed(5))
+    assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)
+
+
+def test_cli_smoke_psnr_rises(tiny_png, tmp_path):
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app,
+        ["texture", str(tiny_png), "--out", str(out), "--steps", "150", "--hidden", "32", "--layers", "2", "--lr", "0.01", "--device", "cpu", "--quiet"],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    first, last = report["psnr_curve"][0][1], report["psnr_curve"][-1][1]
+    assert last > first + 5.0, report["psnr_curve"]
+    assert report["steps"] == 150 and report["samples_seen"] == 150 * 1024 and report["params"] > 0
+    assert report["device"]["type"] == "cpu" and report["seconds"] > 0
+    for name in ["network.safetensors", "network.json", "network.fp16.bin", "network.fp32.bin", "preview.png", "loss.png", "config.json", "output.png"]:
+        assert (out / name).is_file(), name
+    preview = Image.open(out / "preview.png")
+    assert preview.width > 3 * 24
+    config = json.loads((out / "config.json").read_text())
+    assert config["train"]["steps"] == 150 and config["network"]["hidden"] == 32
+    assert not [p for p in os.listdir(out) if p.endswith(".partial")]
+
+    rendered = tmp_path / "big.png"
+    result = runner.invoke(app, ["texture", "infer", str(out), "--size", "48x40", "--out", str(rendered)])
+    assert result.exit_code == 0, result.output
+    assert Image.open(rendered).size == (48, 40)
+    result = runner.invoke(app, ["texture", "infer", str(out), "--size", "24x20", "--out", str(tmp_path / "same.png"), "--precision", "fp16"])
+    assert result.exit_code == 0, result.output
+    same, _ = load_image(tmp_path / "same.png")
+    reference, _ = load_image(out / "output.png")
+    assert np.abs(same - reference).max() < 0.02
+
+
+def test_channels_follow_the_image(tmp_path):
+    for channels, mode in [(1, "L"), (4, "RGBA")]:
+        data = (make_test_pattern(16, 12, channels) * 255).round().astype(np.uint8)
+        path = tmp_path / f"{mode}.png"
+        Image.fromarray(data[..., 0] if channels == 1 else data, mode=mode).save(path)
+        report = bake_neural_texture(tiny_config(path, steps=20), tmp_path / mode, progress=False)
+        assert report["image"]["channels"] == channels
+        assert load_image(tmp_path / mode / "output.png")[0].shape == (12, 16, channels)
+
+
+def test_size_option_resamples(tiny_png, tmp_path):
+    config = tiny_config(tiny_png, steps=10)
+    config.size = (12, 10)
+    report = bake_neural_texture(config, tmp_path / "o", progress=False)
+    assert report["trained_size"] == [12, 10]
+
+
+def test_interrupted_then_resumed_bake_matches_uninterrupted(tiny_png, tmp_path):
+    config = tiny_config(tiny_png, steps=30, precision="fp16")
+    bake_neural_texture(config, tmp_path / "full", progress=False)
+
+    def stop_at_12(trainer, step):
+        if step == 12:
+            trainer.request_stop()
+
+    with pytest.raises(TrainingInterrupted):
+        bake_neural_texture(tiny_config(tiny_png, steps=30, precision="fp16"), tmp_path / "split", progress=False, on_step=stop_at_12)
+    assert (tmp_path / "split" / "checkpoint.pt").is_file()
+    assert not (tmp_path / "split" / "network.json").exists()
+    bake_neural_texture(tiny_config(tiny_png, steps=30, precision="fp16"), tmp_path / "split", resume=True, progress=False)
+    full = load_file(tmp_path / "full" / "network.safetensors")
+    split = load_file(tmp_path / "split" / "network.safetensors")
+    assert full.keys() == split.keys()
+    for key in full:
+        assert torch.equal(full[key], split[key]), key
+
+
+@pytest.mark.parametrize(
+    "make_input, message",
+    [
+        (lambda d: d / "missing.png", "does not exist"),
+        (lambda d: (d / "text.png").write_text("not an image") and d / "text.png", "not an image"),
+        (lambda d: Image.new("RGB", (1, 1)).save(d / "dot.png") or d / "dot.png", "at least 2x2"),
+        (lambda d: Image.new("L", (16385, 2)).save(d / "wide.png") or d / "wide.png", "at most 16384"),
+    ],
+)
+def test_bad_inputs_fail_before_writing(tmp_path, make_input, message):
+    image = make_input(tmp_path)
+    out = tmp_path / "never"
+    result = runner.invoke(app, ["texture", str(image), "--out", str(out), "--steps", "5", "--quiet"])
+    assert result.exit_code == 2
+    assert message in result.output and "Fix:" in result.output
+    assert not out.exists()
+
+
+def test_unwritable_output_folder(tiny_png, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = runner.invoke(app, ["texture", str(tiny_png), "--out", str(blocker / "sub"), "--steps", "5", "--quiet"])
+    assert result.exit_code == 2 and "cannot be written" in result.output
+    with pytest.raises(InputError, match="is a file"):
+        bake_neural_texture(tiny_config(tiny_png), blocker, progress=False)
+
+
+def test_bad_options_are_clear(tiny_png, tmp_path):
+    result = runner.invoke(app, ["texture", str(tiny_png), "--out", str(tmp_path / "o"), "--size", "big"])
+    assert result.exit_code != 0 and "WIDTHxHEIGHT" in result.output
+    result = runner.invoke(app, ["texture", str(tiny_png), "--out", str(tmp_path / "o"), "--precision", "fp8"])
+    assert result.exit_code == 2 and "precision" in result.output
+    assert not (tmp_path / "o").exists()
+    if not torch.cuda.is_available():
+        result = runner.invoke(app, ["texture", str(tiny_png), "--out", str(tmp_path / "o"), "--device", "cuda"])
+        assert result.exit_code == 2 and "no GPU" in result.output
+
+
+@pytest.mark.parametrize("args", [[], ["texture"], ["texture", "bake"], ["texture", "infer"], ["version"]])
+def test_every_command_has_help(args):
+    result = runner.invoke(app, [*args, "--help"])
+    assert result.exit_code == 0 and "Usage" in result.output
+
+
+def test_infer_errors(tmp_path):
+    result = runner.invoke(app, ["texture", "infer", str(tmp_path), "--out", str(tmp_path / "x.png")])
+    assert result.exit_code == 2 and "no bundle manifest" in result.output

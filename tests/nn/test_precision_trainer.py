@@ -1,0 +1,197 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from neuralbake.core.events import EventWriter, ListSink
+from neuralbake.errors import TrainingError
+from neuralbake.nn.mlp import CoordinateNetwork, CoordinateNetworkConfig
+from neuralbake.nn.precision import LossScaler
+from neuralbake.nn.schedule import learning_rate_at
+from neuralbake.nn.trainer import AutogradForwardBackward, Batch, Trainer, TrainerConfig, TrainingInterrupted
+
+
+class WaveSampler:
+    """Targets from a fixed smooth function of two coordinates."""
+
+    batch_size = 64
+
+    def __init__(self, device):
+        self.device = device
+
+    def sample(self, generator):
+        uv = torch.rand(self.batch_size, 2, generator=generator, device=self.device)
+        target = torch.stack([0.5 + 0.4 * torch.sin(6 * uv[:, 0]), 0.5 + 0.4 * torch.cos(5 * uv[:, 1] * uv[:, 0])], dim=-1)
+        return Batch(uv, target)
+
+
+def make_trainer(device, tmp_path=None, **overrides):
+    torch.manual_seed(0)
+    network = CoordinateNetwork(CoordinateNetworkConfig(frequencies=2, hidden=16, layers=2, outputs=2)).to(device)
+    settings = dict(steps=40, learning_rate=0.01, log_every=5, eval_every=0, checkpoint_every=0)
+    config = TrainerConfig(**{**settings, **overrides})
+    sinks = ListSink()
+    trainer = Trainer(
+        network,
+        WaveSampler(device),
+        F.mse_loss,
+        config,
+        device=device,
+        checkpoint_path=None if tmp_path is None else tmp_path / "ckpt.pt",
+        events=EventWriter([sinks]),
+    )
+    return trainer, sinks
+
+
+def test_dynamic_loss_scale_backs_off_and_grows():
+    scaler = LossScaler("dynamic", 1024.0, growth_interval=3)
+    scaler.update(overflow=True)
+    assert scaler.scale == 512.0
+    for _ in range(3):
+        scaler.update(overflow=False)
+    assert scaler.scale == 1024.0
+    static = LossScaler("static", 1024.0)
+    static.update(overflow=True)
+    assert static.scale == 1024.0
+    assert LossScaler("none", 1024.0).scale == 1.0
+
+
+def test_unscale_detects_inf_and_nan():
+    scaler = LossScaler("dynamic", 4.0)
+    grads = [torch.tensor([4.0, 8.0])]
+    assert scaler.unscale_(grads) is False
+    torch.testing.assert_close(grads[0], torch.tensor([1.0, 2.0]))
+    assert scaler.unscale_([torch.tensor([1.0, math.inf])]) is True
+    assert scaler.unscale_([torch.tensor([math.nan])]) is True
+
+
+def test_injected_inf_gradient_skips_step_and_halves_scale(device):
+    trainer, _ = make_trainer(device, precision="fp16", loss_scale="dynamic", initial_loss_scale=1024.0)
+    reference = trainer.forward_backward
+
+    def poisoned(params, batch, loss_scale):
+        loss, grads = reference(params, batch, loss_scale)
+        grads[1] = grads[1].clone()
+        grads[1].view(-1)[0] = math.inf
+        return loss, grads
+
+    assert trainer.train_step() is True
+    before = {name: p.detach().clone() for name, p in trainer.master.items()}
+    moments_before = [trainer.optimizer.state[p]["exp_avg"].clone() for p in trainer.master.values()]
+    trainer.forward_backward = poisoned
+    assert trainer.train_step() is False
+    assert trainer.skipped_steps == 1
+    assert trainer.scaler.scale == 512.0
+    for name, p in trainer.master.items():
+        assert torch.equal(p, before[name]), f"{name} changed on a skipped step"
+    for m_before, p in zip(moments_before, trainer.master.values()):
+        assert torch.equal(trainer.optimizer.state[p]["exp_avg"], m_before)
+    trainer.forward_backward = reference
+    assert trainer.train_step() is True
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.master.items())
+
+
+def test_fp16_step_uses_half_compute_and_fp32_masters(device):
+    trainer, _ = make_trainer(device, precision="fp16")
+    seen = {}
+    reference = trainer.forward_backward
+
+    def spy(params, batch, loss_scale):
+        seen["dtypes"] = {p.dtype for p in params.values()}
+        seen["scale"] = loss_scale
+        loss, grads = reference(params, batch, loss_scale)
+        seen["grad_dtypes"] = {g.dtype for g in grads}
+        return loss, grads
+
+    trainer.forward_backward = spy
+    trainer.train_step()
+    assert seen["dtypes"] == {torch.float16} and seen["grad_dtypes"] == {torch.float16}
+    assert seen["scale"] == trainer.config.initial_loss_scale
+    assert {p.dtype for p in trainer.master.values()} == {torch.float32}
+    state = trainer.optimizer.state[next(iter(trainer.master.values()))]
+    assert state["exp_avg"].dtype == torch.float32 and state["exp_avg_sq"].dtype == torch.float32
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
+def test_training_lowers_loss(device, precision):
+    trainer, sink = make_trainer(device, precision=precision, steps=150)
+    trainer.fit()
+    losses = [e["loss"] for e in sink.events if e["event"] == "train"]
+    assert losses[-1] < 0.3 * losses[0]
+
+
+def test_nan_guard_stops_a_diverged_run(device):
+    trainer, _ = make_trainer(device, precision="fp32", loss_scale="none", max_nonfinite_steps=5)
+
+    def always_nan(params, batch, loss_scale):
+        return torch.tensor(math.nan), [torch.full_like(p, math.nan) for p in params.values()]
+
+    trainer.forward_backward = always_nan
+    with pytest.raises(TrainingError, match="5 steps in a row"):
+        trainer.fit()
+    assert trainer.step == 5 and trainer.skipped_steps == 5
+
+
+def test_resume_is_bit_exact(tmp_path, device):
+    full, _ = make_trainer(device, precision="fp16", checkpoint_every=7)
+    full.fit()
+
+    stopped, _ = make_trainer(device, tmp_path, precision="fp16", checkpoint_every=7)
+    stopped.on_step = lambda trainer, step: trainer.request_stop() if step == 18 else None
+    with pytest.raises(TrainingInterrupted, match="step 18"):
+        stopped.fit()
+
+    resumed, _ = make_trainer(device, tmp_path, precision="fp16", checkpoint_every=7)
+    torch.manual_seed(123)  # a different global RNG state must not matter
+    with torch.no_grad():
+        for p in resumed.master.values():
+            p.add_(1.0)  # weights come from the checkpoint, not from construction
+    result = resumed.fit(resume=True)
+    assert result.steps == 40 and result.samples_seen == full.samples_seen
+    for name, p in full.master.items():
+        assert torch.equal(p, resumed.master[name]), name
+    assert resumed.scaler.scale == full.scaler.scale
+    assert [e["loss"] for e in resumed.history if e["event"] == "train"] == [e["loss"] for e in full.history if e["event"] == "train"]
+
+
+def test_resume_checks_config(tmp_path):
+    trainer, _ = make_trainer(torch.device("cpu"), tmp_path)
+    trainer.on_step = lambda t, step: t.request_stop() if step == 3 else None
+    with pytest.raises(TrainingInterrupted):
+        trainer.fit()
+    other, _ = make_trainer(torch.device("cpu"), tmp_path, learning_rate=0.5)
+    with pytest.raises(TrainingError, match="learning_rate"):
+        other.fit(resume=True)
+    fresh, _ = make_trainer(torch.device("cpu"), tmp_path / "nowhere")
+    with pytest.raises(TrainingError, match="no checkpoint"):
+        fresh.fit(resume=True)
+
+
+def test_damaged_checkpoint_is_a_clear_error(tmp_path):
+    (tmp_path / "ckpt.pt").write_bytes(b"not a checkpoint")
+    trainer, _ = make_trainer(torch.device("cpu"), tmp_path)
+    with pytest.raises(TrainingError, match="cannot be read"):
+        trainer.fit(resume=True)
+
+
+def test_learning_rate_schedules():
+    assert learning_rate_at(0, base=1.0, total_steps=100, schedule="constant") == 1.0
+    assert learning_rate_at(0, base=1.0, total_steps=101, schedule="cosine", final_fraction=0.1) == pytest.approx(1.0)
+    assert learning_rate_at(50, base=1.0, total_steps=101, schedule="cosine", final_fraction=0.1) == pytest.approx(0.55)
+    assert learning_rate_at(100, base=1.0, total_steps=101, schedule="cosine", final_fraction=0.1) == pytest.approx(0.1)
+    assert learning_rate_at(1, base=1.0, total_steps=100, warmup_steps=4) == pytest.approx(0.5)
+
+
+def test_autograd_forward_backward_accepts_foreign_params():
+    torch.manual_seed(0)
+    network = CoordinateNetwork(CoordinateNetworkConfig(frequencies=2, hidden=8, layers=1, outputs=2))
+    fb = AutogradForwardBackward(network, F.mse_loss)
+    batch = WaveSampler("cpu").sample(torch.Generator().manual_seed(0))
+    own = dict(network.named_parameters())
+    copies = {k: v.detach().clone().requires_grad_(True) for k, v in own.items()}
+    loss_a, grads_a = fb(own, batch, 8.0)
+    loss_b, grads_b = fb(copies, batch, 8.0)
+    assert torch.equal(loss_a, loss_b)
+    for a, b in zip(grads_a, grads_b):
+        torch.testing.assert_close(a, b)
