@@ -18,6 +18,7 @@ e.g. ``4x64f3b1024`` is the RTXNS default (4 hidden layers of 64, 2 x 6 = 12 enc
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import re
 import resource
@@ -80,11 +81,14 @@ def run(args: argparse.Namespace) -> list[dict]:
     rows = []
     for text in args.networks:
         spec = parse_spec(text)
-        # Calibrate: time a short run, then size the real run to the time budget.
-        probe = bake_neural_texture(make_config(prepared, spec, args.device, 60, args.lr, 0), out / "probe", progress=False)
-        seconds_per_step = probe["seconds"] / probe["steps"]
+        # Calibrate: the difference of two short runs gives the steady time per step (start-up
+        # and CUDA-graph capture cancel out); size the real run to the time budget with it.
+        probes = [bake_neural_texture(make_config(prepared, spec, args.device, n, args.lr, 0), out / "probe", progress=False) for n in (50, 550)]
+        seconds_per_step = max(probes[1]["seconds"] - probes[0]["seconds"], 1e-6) / 500
         steps = max(200, int(args.seconds / seconds_per_step))
+        gc.collect()
         if device.type == "cuda":
+            torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
         started = time.perf_counter()
         report = bake_neural_texture(

@@ -16,14 +16,16 @@ class WaveSampler:
     """Targets from a fixed smooth function of two coordinates."""
 
     batch_size = 64
+    capturable = True
 
     def __init__(self, device):
         self.device = device
+        self.poison = torch.ones((), device=device)  # set to inf to poison the targets, even inside a CUDA graph
 
     def sample(self, generator):
         uv = torch.rand(self.batch_size, 2, generator=generator, device=self.device)
         target = torch.stack([0.5 + 0.4 * torch.sin(6 * uv[:, 0]), 0.5 + 0.4 * torch.cos(5 * uv[:, 1] * uv[:, 0])], dim=-1)
-        return Batch(uv, target)
+        return Batch(uv, target * self.poison)
 
 
 def make_trainer(device, tmp_path=None, **overrides):
@@ -46,24 +48,26 @@ def make_trainer(device, tmp_path=None, **overrides):
 
 def test_dynamic_loss_scale_backs_off_and_grows():
     scaler = LossScaler("dynamic", 1024.0, growth_interval=3)
-    scaler.update(overflow=True)
+    scaler.update(True)
+    assert scaler.scale == 512.0 and scaler.overflows == 1
+    for _ in range(2):
+        scaler.update(False)
     assert scaler.scale == 512.0
-    for _ in range(3):
-        scaler.update(overflow=False)
+    scaler.update(torch.tensor(0.0))
     assert scaler.scale == 1024.0
     static = LossScaler("static", 1024.0)
-    static.update(overflow=True)
-    assert static.scale == 1024.0
+    static.update(True)
+    assert static.scale == 1024.0 and static.overflows == 1
     assert LossScaler("none", 1024.0).scale == 1.0
 
 
 def test_unscale_detects_inf_and_nan():
     scaler = LossScaler("dynamic", 4.0)
     grads = [torch.tensor([4.0, 8.0])]
-    assert scaler.unscale_(grads) is False
+    assert not scaler.unscale_(grads)
     torch.testing.assert_close(grads[0], torch.tensor([1.0, 2.0]))
-    assert scaler.unscale_([torch.tensor([1.0, math.inf])]) is True
-    assert scaler.unscale_([torch.tensor([math.nan])]) is True
+    assert scaler.unscale_([torch.tensor([1.0, math.inf])])
+    assert scaler.unscale_([torch.tensor([math.nan])])
 
 
 def test_injected_inf_gradient_skips_step_and_halves_scale(device):
@@ -125,7 +129,7 @@ def test_nan_guard_stops_a_diverged_run(device):
     trainer, _ = make_trainer(device, precision="fp32", loss_scale="none", max_nonfinite_steps=5)
 
     def always_nan(params, batch, loss_scale):
-        return torch.tensor(math.nan), [torch.full_like(p, math.nan) for p in params.values()]
+        return torch.full((), math.nan, device=device), [torch.full_like(p, math.nan) for p in params.values()]
 
     trainer.forward_backward = always_nan
     with pytest.raises(TrainingError, match="5 steps in a row"):
@@ -195,3 +199,49 @@ def test_autograd_forward_backward_accepts_foreign_params():
     assert torch.equal(loss_a, loss_b)
     for a, b in zip(grads_a, grads_b):
         torch.testing.assert_close(a, b)
+
+
+cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the CUDA-graph fast path)")
+
+
+@cuda_only
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_cuda_graph_step_matches_eager_steps(precision):
+    device = torch.device("cuda")
+    graphed, _ = make_trainer(device, precision=precision, cuda_graph=True)
+    eager, _ = make_trainer(device, precision=precision, cuda_graph=False)
+    assert graphed.use_cuda_graph and not eager.use_cuda_graph
+    graphed.fit()
+    eager.fit()
+    assert graphed._graph is not None
+    for name, p in eager.master.items():
+        torch.testing.assert_close(graphed.master[name], p, rtol=0, atol=0, msg=name)
+    assert graphed.scaler.scale == eager.scaler.scale
+
+
+@cuda_only
+def test_cuda_graph_overflow_skips_and_backs_off():
+    device = torch.device("cuda")
+    trainer, _ = make_trainer(device, precision="fp16", initial_loss_scale=1024.0, steps=20, log_every=1)
+    poisoned_steps = {8, 9}
+
+    def poison(t, step):
+        t.sampler.poison.fill_(math.inf if step + 1 in poisoned_steps else 1.0)
+
+    trainer.on_step = poison
+    trainer.sampler.poison.fill_(1.0)
+    before = {}
+
+    def snapshot(t, step):
+        poison(t, step)
+        if step == 7:
+            before.update({n: p.detach().clone() for n, p in t.master.items()})
+        if step == 9:
+            for n, p in t.master.items():
+                assert torch.equal(p, before[n]), f"{n} changed on a skipped step"
+
+    trainer.on_step = snapshot
+    trainer.fit()
+    assert trainer._graph is not None
+    assert trainer.skipped_steps == 2
+    assert trainer.scaler.scale == 256.0

@@ -141,6 +141,9 @@ def uv_grid(width: int, height: int, device: torch.device | str = "cpu") -> torc
 class ImageSampler:
     """Random-UV batches from a reference image (on the training device)."""
 
+    capturable = True
+    """Sampling is pure device work (no host sync), so the trainer may capture it in a CUDA graph."""
+
     def __init__(self, image: torch.Tensor, transform: str, batch_size: int) -> None:
         self.image = image
         self.transform = transform

@@ -15,7 +15,6 @@ divided by it again before the optimiser sees them. :class:`LossScaler` owns tha
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -34,7 +33,11 @@ def compute_dtype(precision: str) -> torch.dtype:
 
 
 class LossScaler:
-    """Loss scale bookkeeping (see the module docstring)."""
+    """Loss scale bookkeeping on the training device (see the module docstring).
+
+    The scale, the count of clean steps and the overflow count are device tensors updated without
+    host synchronisation, so a whole training step can be captured in a CUDA graph.
+    """
 
     def __init__(
         self,
@@ -44,8 +47,7 @@ class LossScaler:
         growth_factor: float = 2.0,
         backoff_factor: float = 0.5,
         growth_interval: int = 500,
-        min_scale: float = 2.0**-14,
-        max_scale: float = 2.0**24,
+        device: torch.device | str = "cpu",
     ) -> None:
         if mode not in LOSS_SCALE_MODES:
             raise ValueError(f"loss scale mode must be one of {LOSS_SCALE_MODES}, got {mode!r}")
@@ -56,42 +58,47 @@ class LossScaler:
         if growth_interval < 1:
             raise ValueError(f"growth_interval must be >= 1, got {growth_interval}")
         self.mode = mode
-        self.scale = 1.0 if mode == "none" else float(init_scale)
         self.growth_factor = growth_factor
         self.backoff_factor = backoff_factor
         self.growth_interval = growth_interval
-        self.min_scale = min_scale
-        self.max_scale = max_scale
-        self.clean_steps = 0
-        self.overflows = 0
+        self.scale_tensor = torch.tensor(1.0 if mode == "none" else float(init_scale), device=device)
+        self.clean_steps_tensor = torch.zeros((), dtype=torch.int32, device=device)
+        self.overflows_tensor = torch.zeros((), device=device)
 
-    def unscale_(self, grads: Iterable[torch.Tensor]) -> bool:
-        """Divide fp32 gradients by the scale in place; return True if any is inf or NaN."""
-        grads = [g for g in grads if g is not None]
-        if not grads:
-            return False
-        inverse = 1.0 / self.scale
-        torch._foreach_mul_(grads, inverse)
-        norms = torch._foreach_norm(grads, ord=float("inf"))
-        return not bool(torch.isfinite(torch.stack(norms)).all())
+    @property
+    def scale(self) -> float:
+        """The current scale (reads the device: a synchronisation point)."""
+        return float(self.scale_tensor)
 
-    def update(self, overflow: bool) -> None:
-        """Adjust the scale after a step: back off on overflow, grow after a clean run."""
-        if overflow:
-            self.overflows += 1
-            self.clean_steps = 0
-            if self.mode == "dynamic":
-                self.scale = max(self.scale * self.backoff_factor, self.min_scale)
-            return
-        self.clean_steps += 1
-        if self.mode == "dynamic" and self.clean_steps >= self.growth_interval:
-            self.scale = min(self.scale * self.growth_factor, self.max_scale)
-            self.clean_steps = 0
+    @property
+    def overflows(self) -> int:
+        """Steps that overflowed so far."""
+        return int(self.overflows_tensor)
+
+    def unscale_(self, grads: list[torch.Tensor], found_inf: torch.Tensor | None = None) -> torch.Tensor:
+        """Divide fp32 gradients by the scale in place; return a 0-d tensor, 1.0 if any is inf/NaN."""
+        if found_inf is None:
+            found_inf = torch.zeros((), device=self.scale_tensor.device)
+        else:
+            found_inf.zero_()
+        if grads:
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, self.scale_tensor.reciprocal())
+        return found_inf
+
+    def update(self, found_inf: torch.Tensor | bool) -> None:
+        """After a step: back off on overflow (dynamic), grow after ``growth_interval`` clean steps."""
+        if not isinstance(found_inf, torch.Tensor):
+            found_inf = torch.tensor(float(found_inf), device=self.scale_tensor.device)
+        self.overflows_tensor.add_(found_inf)
+        if self.mode == "dynamic":
+            torch._amp_update_scale_(
+                self.scale_tensor, self.clean_steps_tensor, found_inf, self.growth_factor, self.backoff_factor, self.growth_interval
+            )
 
     def state_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "scale": self.scale, "clean_steps": self.clean_steps, "overflows": self.overflows}
+        return {"mode": self.mode, "scale": self.scale, "clean_steps": int(self.clean_steps_tensor), "overflows": self.overflows}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.scale = float(state["scale"])
-        self.clean_steps = int(state["clean_steps"])
-        self.overflows = int(state["overflows"])
+        self.scale_tensor.fill_(float(state["scale"]))
+        self.clean_steps_tensor.fill_(int(state["clean_steps"]))
+        self.overflows_tensor.fill_(float(state["overflows"]))
