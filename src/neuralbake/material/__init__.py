@@ -1,0 +1,85 @@
+"""Differentiable BSDF lobes for layered materials (the antique-copper family: metal base, patina,
+varnish, dust), written as small batched PyTorch ops that run on any device in float32 or float64.
+
+Conventions shared by every lobe:
+
+* Directions are unit vectors in the local shading frame: normal = +z, tangent = +x (the axis of
+  ``alpha_x``), bitangent = +y; tensors of shape ``[N, 3]``. ``wi`` is the light direction and
+  ``wo`` the view direction, both pointing away from the surface. (Mitsuba's ``si.wi`` is our
+  ``wo`` and its ``wo`` is our ``wi``.)
+* ``eval(wi, wo, params) -> [N, 3]`` is the RGB cosine-weighted BSDF ``f(wi, wo) * cos(theta_i)``.
+  All lobes are reflection-only: the value is 0 when either direction is below the surface.
+* ``sample(wo, u, params) -> (wi [N, 3], pdf [N])`` turns uniforms ``u`` ``[N, 2]`` into light
+  directions; ``pdf(wi, wo, params) -> [N]`` is the solid-angle density of ``wi`` given ``wo``
+  for that sampler, and equals the ``pdf`` that ``sample`` returns. A sample with ``pdf == 0``
+  (below the surface, or ``wo`` below it) is invalid and must get weight 0.
+* Parameters are tensors (or floats) broadcastable to ``[N, 3]`` (RGB ones) or ``[N]``
+  (one-channel ones), so they can vary per sample or per texel; gradients flow to all of them.
+
+Lobes (see :data:`LOBES`): ``lambert`` (albedo); ``conductor`` (anisotropic GGX, exact complex
+Fresnel, separable Smith, as Mitsuba 3's ``roughconductor``; presets in :data:`CONDUCTOR_IOR`);
+``coating`` (GGX with dielectric Fresnel, the reflection of a varnish); ``sheen`` (glTF
+KHR_materials_sheen "Charlie"); ``gltf`` (the glTF 2.0 Appendix B metal/rough BRDF).
+"""
+
+from neuralbake.material.frame import square_to_cosine_hemisphere
+from neuralbake.material.fresnel import CONDUCTOR_IOR, conductor_ior, fresnel_conductor, fresnel_dielectric, fresnel_schlick
+from neuralbake.material.gltf import gltf_eval, gltf_pdf, gltf_sample
+from neuralbake.material.lobes import (
+    LOBES,
+    Lobe,
+    coating_eval,
+    coating_pdf,
+    coating_sample,
+    conductor_eval,
+    conductor_pdf,
+    conductor_sample,
+    lambert_eval,
+    lambert_pdf,
+    lambert_sample,
+)
+from neuralbake.material.microfacet import (
+    ggx_d,
+    ggx_g1,
+    ggx_reflection,
+    ggx_reflection_pdf,
+    ggx_reflection_sample,
+    ggx_sample_visible_normal,
+    smith_g_height_correlated,
+    smith_g_separable,
+)
+from neuralbake.material.sheen import sheen_eval, sheen_pdf, sheen_sample
+
+__all__ = [
+    "CONDUCTOR_IOR",
+    "LOBES",
+    "Lobe",
+    "coating_eval",
+    "coating_pdf",
+    "coating_sample",
+    "conductor_eval",
+    "conductor_ior",
+    "conductor_pdf",
+    "conductor_sample",
+    "fresnel_conductor",
+    "fresnel_dielectric",
+    "fresnel_schlick",
+    "ggx_d",
+    "ggx_g1",
+    "ggx_reflection",
+    "ggx_reflection_pdf",
+    "ggx_reflection_sample",
+    "ggx_sample_visible_normal",
+    "gltf_eval",
+    "gltf_pdf",
+    "gltf_sample",
+    "lambert_eval",
+    "lambert_pdf",
+    "lambert_sample",
+    "sheen_eval",
+    "sheen_pdf",
+    "sheen_sample",
+    "smith_g_height_correlated",
+    "smith_g_separable",
+    "square_to_cosine_hemisphere",
+]

@@ -1,0 +1,128 @@
+"""The glTF 2.0 metallic-roughness BRDF exactly as the specification's Appendix B writes it.
+
+From "Appendix B: BRDF Implementation" (Specification.adoc, section "Metal BRDF and Dielectric
+BRDF", the "full code"), with ``V = wo`` (view), ``L = wi`` (light), ``H = normalize(L + V)``::
+
+    alpha           = roughness^2
+    fresnel_w       = (1 - |V.H|)^5
+    specular_brdf   = D(alpha) * Vis(alpha)          # GGX D, height-correlated Smith Vis
+    diffuse_brdf    = baseColor / pi
+    dielectric_brdf = mix(diffuse_brdf, specular_brdf, 0.04 + 0.96 * fresnel_w)   # fresnel_mix, ior 1.5
+    metal_brdf      = (baseColor + (1 - baseColor) * fresnel_w) * specular_brdf   # conductor_fresnel
+    f               = mix(dielectric_brdf, metal_brdf, metallic)
+
+so the diffuse term is ``(1 - metallic) (1 - F_dielectric(V.H)) baseColor / pi``: the
+``mix(baseColor, black, metallic) / pi`` of the spec, weighted by ``fresnel_mix``. This is *not*
+the shorter ``(1 - F) c_diff / pi`` with ``F = mix(0.04, baseColor, metallic)`` Schlick that some
+renderers use; the two differ when ``0 < metallic < 1``. ``Vis`` is the spec's height-correlated
+``1 / (2 (|N.V| sqrt(a^2 + (1 - a^2)(N.L)^2) + |N.L| sqrt(a^2 + (1 - a^2)(N.V)^2)))``.
+``alpha`` is clamped to at least ``1e-4`` (the spec's ``D`` is undefined at ``alpha = 0``).
+
+As the spec itself notes, ``fresnel_mix`` is not energy conserving: it dims the diffuse lobe by
+``1 - F(V.H)`` per light direction, which is small away from the mirror direction, instead of by
+the specular lobe's whole albedo, so a bright dielectric seen at oblique angles (where the
+specular albedo is large) reflects more than it receives (white base colour: directional
+albedo 1.13 at ``cos_o = 0.05`` for roughness 0.5, 1.30 at ``cos_o = 0.2`` and 1.68 at 0.05 for
+roughness 0.1). Metals (``metallic = 1``) stay below 1. Sampling mixes visible-normal
+GGX (probability ``(1 + metallic) / 2``) with cosine-weighted hemisphere sampling; ``pdf`` is the
+mixture density.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from neuralbake.material.frame import (
+    as_colour,
+    as_scalar,
+    check_direction_pair,
+    check_directions,
+    check_uniforms,
+    cos_theta,
+    cosine_hemisphere_pdf,
+    dot,
+    half_vector,
+    safe_sqrt,
+    square_to_cosine_hemisphere,
+    upper_pair,
+)
+from neuralbake.material.fresnel import fresnel_schlick
+from neuralbake.material.microfacet import clamp_alpha, ggx_d, ggx_reflection_pdf, ggx_reflection_sample
+
+__all__ = ["DIELECTRIC_F0", "gltf_eval", "gltf_pdf", "gltf_sample", "gltf_visibility"]
+
+DIELECTRIC_F0 = 0.04
+"""Normal-incidence reflectance of the spec's fixed dielectric ``ior = 1.5``: ``((1 - 1.5) / (1 + 1.5))^2``."""
+
+Param = torch.Tensor | float
+
+
+def gltf_visibility(cos_i: torch.Tensor, cos_o: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """The spec's height-correlated ``Vis = G / (4 |N.L| |N.V|)`` for GGX, shape of the inputs."""
+    a2 = alpha * alpha
+    lam_i = safe_sqrt(a2 + (1.0 - a2) * cos_i * cos_i)
+    lam_o = safe_sqrt(a2 + (1.0 - a2) * cos_o * cos_o)
+    return 1.0 / (2.0 * (torch.abs(cos_o) * lam_i + torch.abs(cos_i) * lam_o))
+
+
+def _alpha(roughness: Param, like: torch.Tensor) -> torch.Tensor:
+    r = as_scalar("roughness", roughness, like)
+    return clamp_alpha(r * r)
+
+
+def gltf_eval(wi: torch.Tensor, wo: torch.Tensor, *, base_color: Param, metallic: Param, roughness: Param) -> torch.Tensor:
+    """Cosine-weighted glTF metal/rough BRDF ``f(wi, wo) cos_i``, ``[N, 3]``.
+
+    ``base_color``: linear RGB, broadcastable to ``[N, 3]``; ``metallic``, ``roughness``
+    (perceptual, ``alpha = roughness^2``): broadcastable to ``[N]``. Zero unless both directions
+    are above the surface.
+    """
+    wi, wo = check_direction_pair(wi, wo)
+    base = as_colour("base_color", base_color, wi)
+    metallic = as_scalar("metallic", metallic, wi)[:, None]
+    alpha = _alpha(roughness, wi)
+    valid, wi_s, wo_s = upper_pair(wi, wo)
+    cos_i, cos_o = cos_theta(wi_s), cos_theta(wo_s)
+    h = half_vector(wi_s, wo_s)
+    specular = (ggx_d(h, alpha, alpha) * gltf_visibility(cos_i, cos_o, alpha))[:, None]
+    v_dot_h = dot(wo_s, h)[:, None]
+    dielectric_fresnel = fresnel_schlick(v_dot_h, torch.full_like(v_dot_h, DIELECTRIC_F0))
+    dielectric = torch.lerp(base / math.pi, specular.expand_as(base), dielectric_fresnel)
+    metal = fresnel_schlick(v_dot_h, base) * specular
+    f = dielectric + (metal - dielectric) * metallic
+    return f * torch.where(valid, cos_i, torch.zeros_like(cos_i))[:, None]
+
+
+def _specular_probability(metallic: Param, like: torch.Tensor) -> torch.Tensor:
+    # A metal has no diffuse term, so it samples GGX only; a dielectric splits evenly.
+    return 0.5 * (1.0 + torch.clamp(as_scalar("metallic", metallic, like), 0.0, 1.0))
+
+
+def gltf_pdf(wi: torch.Tensor, wo: torch.Tensor, *, base_color: Param | None = None, metallic: Param, roughness: Param) -> torch.Tensor:
+    """Mixture density ``p_spec * pdf_GGX + (1 - p_spec) * cos_i / pi``, ``[N]``."""
+    wi, wo = check_direction_pair(wi, wo)
+    p_spec = _specular_probability(metallic, wi)
+    alpha = _alpha(roughness, wi)
+    diffuse = torch.where(cos_theta(wo) > 0.0, cosine_hemisphere_pdf(wi), torch.zeros_like(p_spec))
+    return p_spec * ggx_reflection_pdf(wi, wo, alpha, alpha) + (1.0 - p_spec) * diffuse
+
+
+def gltf_sample(
+    wo: torch.Tensor, u: torch.Tensor, *, base_color: Param | None = None, metallic: Param, roughness: Param
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick GGX or cosine sampling with ``u[:, 0]``, reuse it rescaled; ``(wi [N, 3], pdf [N])``."""
+    wo = check_directions("wo", wo)
+    u = check_uniforms(u, wo)
+    # The lobe choice is discrete, so it carries no gradient; detaching also keeps the rescaling's
+    # division away from autograd where p_spec = 1.
+    p = _specular_probability(metallic, wo).detach()
+    use_specular = u[:, 0] < p
+    u0 = torch.where(use_specular, u[:, 0] / p, (u[:, 0] - p) / torch.clamp(1.0 - p, min=torch.finfo(wo.dtype).eps))
+    u_rescaled = torch.stack((torch.clamp(u0, 0.0, 1.0), u[:, 1]), dim=-1)
+    alpha = _alpha(roughness, wo)
+    wi_specular, _ = ggx_reflection_sample(wo, u_rescaled, alpha, alpha)
+    wi_diffuse = square_to_cosine_hemisphere(u_rescaled)
+    wi = torch.where(use_specular[:, None], wi_specular, wi_diffuse)
+    return wi, gltf_pdf(wi, wo, metallic=metallic, roughness=roughness)

@@ -1,0 +1,206 @@
+"""Pointwise properties of the lobes: reciprocity, hemisphere masking, sample/pdf agreement,
+parameter broadcasting, dtypes and devices, error messages, and closed forms of the pieces."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from neuralbake.errors import InputError
+from neuralbake.material import (
+    CONDUCTOR_IOR,
+    LOBES,
+    conductor_eval,
+    conductor_ior,
+    fresnel_conductor,
+    fresnel_dielectric,
+    fresnel_schlick,
+    ggx_d,
+    ggx_reflection_pdf,
+    gltf_eval,
+    lambert_eval,
+    smith_g_height_correlated,
+)
+from neuralbake.material.gltf import gltf_visibility
+from neuralbake.material.sheen import charlie_d
+
+from ._support import direction, hemisphere_directions, lobe_cases
+
+CASES = lobe_cases()
+IDS = [case[0] for case in CASES]
+
+
+@pytest.mark.parametrize(("case", "lobe", "params"), CASES, ids=IDS)
+def test_reciprocity(case: str, lobe: str, params: dict) -> None:
+    wi = hemisphere_directions(64, seed=1)
+    wo = hemisphere_directions(64, seed=2)
+    forward = LOBES[lobe].eval(wi, wo, params) / wi[:, 2:]
+    backward = LOBES[lobe].eval(wo, wi, params) / wo[:, 2:]
+    torch.testing.assert_close(forward, backward, rtol=1e-9, atol=1e-12)
+    assert (forward > 0).all()
+
+
+@pytest.mark.parametrize(("case", "lobe", "params"), CASES, ids=IDS)
+def test_zero_below_surface(case: str, lobe: str, params: dict) -> None:
+    up = hemisphere_directions(16, seed=3)
+    down = up * torch.tensor([1.0, 1.0, -1.0], dtype=up.dtype)
+    for wi, wo in ((down, up), (up, down), (down, down)):
+        assert (LOBES[lobe].eval(wi, wo, params) == 0).all()
+        assert (LOBES[lobe].pdf(wi, wo, params) == 0).all()
+    u = torch.rand(16, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    _, pdf = LOBES[lobe].sample(down, u, params)
+    assert (pdf == 0).all()
+
+
+@pytest.mark.parametrize(("case", "lobe", "params"), CASES, ids=IDS)
+def test_sample_returns_its_pdf(case: str, lobe: str, params: dict) -> None:
+    wo = hemisphere_directions(512, seed=4)
+    u = torch.rand(512, 2, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    wi, pdf = LOBES[lobe].sample(wo, u, params)
+    torch.testing.assert_close(wi.norm(dim=-1), torch.ones(512, dtype=torch.float64))
+    torch.testing.assert_close(pdf, LOBES[lobe].pdf(wi, wo, params), rtol=1e-7, atol=1e-12)
+    valid = pdf > 0
+    assert valid.float().mean() > 0.5
+    assert (LOBES[lobe].eval(wi[valid], wo[valid], params).sum(dim=-1) > 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("case", "lobe", "params"), CASES, ids=IDS)
+def test_dtype_and_device(case: str, lobe: str, params: dict, dtype: torch.dtype, device: torch.device) -> None:
+    params = {key: value.to(device=device, dtype=dtype) if isinstance(value, torch.Tensor) else value for key, value in params.items()}
+    wi = hemisphere_directions(8, seed=6, dtype=dtype).to(device)
+    wo = hemisphere_directions(8, seed=7, dtype=dtype).to(device)
+    u = torch.rand(8, 2, dtype=dtype, device=device)
+    value = LOBES[lobe].eval(wi, wo, params)
+    sampled, pdf = LOBES[lobe].sample(wo, u, params)
+    density = LOBES[lobe].pdf(wi, wo, params)
+    assert value.shape == (8, 3) and value.dtype == dtype and value.device.type == device.type
+    assert sampled.shape == (8, 3) and sampled.dtype == dtype and pdf.shape == (8,) and density.shape == (8,)
+    assert torch.isfinite(value).all() and torch.isfinite(pdf).all()
+    reference = LOBES[lobe].eval(wi.double().cpu(), wo.double().cpu(), lobe_params_double(params))
+    tolerance = 1e-4 if dtype == torch.float32 else 1e-10
+    torch.testing.assert_close(value.double().cpu(), reference, rtol=tolerance, atol=tolerance)
+
+
+def lobe_params_double(params: dict) -> dict:
+    return {key: value.double().cpu() if isinstance(value, torch.Tensor) else value for key, value in params.items()}
+
+
+def test_per_sample_parameters_match_one_at_a_time() -> None:
+    n = 5
+    wi, wo = hemisphere_directions(n, seed=8), hemisphere_directions(n, seed=9)
+    g = torch.Generator().manual_seed(10)
+    eta = 0.2 + 2.0 * torch.rand(n, 3, generator=g, dtype=torch.float64)
+    k = 1.0 + 3.0 * torch.rand(n, 3, generator=g, dtype=torch.float64)
+    alpha_x = 0.1 + 0.6 * torch.rand(n, generator=g, dtype=torch.float64)
+    alpha_y = 0.1 + 0.6 * torch.rand(n, 1, generator=g, dtype=torch.float64)  # [N, 1] is accepted too
+    batched = conductor_eval(wi, wo, eta=eta, k=k, alpha_x=alpha_x, alpha_y=alpha_y)
+    for j in range(n):
+        single = conductor_eval(wi[j : j + 1], wo[j : j + 1], eta=eta[j], k=k[j], alpha_x=float(alpha_x[j]), alpha_y=alpha_y[j, 0])
+        torch.testing.assert_close(batched[j : j + 1], single)
+
+
+def test_bad_inputs_name_the_field() -> None:
+    wi, wo = hemisphere_directions(4, seed=11), hemisphere_directions(4, seed=12)
+    with pytest.raises(InputError, match="albedo"):
+        lambert_eval(wi, wo, albedo=torch.ones(4, 2))
+    with pytest.raises(InputError, match="wi.*\\[N, 3\\]"):
+        lambert_eval(wi[:, :2], wo, albedo=1.0)
+    with pytest.raises(InputError, match="wo.*one wo per wi"):
+        lambert_eval(wi, wo[:3], albedo=1.0)
+    with pytest.raises(InputError, match="alpha_x"):
+        conductor_eval(wi, wo, eta=1.0, k=1.0, alpha_x=torch.ones(3))
+    with pytest.raises(InputError, match="roughnes.*Fix"):
+        LOBES["gltf"].eval(wi, wo, {"base_color": 1.0, "metallic": 0.0, "roughnes": 0.5})
+    with pytest.raises(InputError, match="alpha_x.*Fix"):
+        LOBES["conductor"].sample(wo, torch.rand(4, 2, dtype=torch.float64), {"eta": 1.0, "k": 1.0})
+    with pytest.raises(InputError, match="u"):
+        LOBES["lambert"].sample(wo, torch.rand(3, 2), {"albedo": 1.0})
+    with pytest.raises(InputError, match="Fe"):
+        conductor_ior("Steel")
+
+
+def test_fresnel_closed_forms() -> None:
+    one = torch.ones(1, 1, dtype=torch.float64)
+    for eta, k in CONDUCTOR_IOR.values():
+        eta_t, k_t = torch.tensor([eta], dtype=torch.float64), torch.tensor([k], dtype=torch.float64)
+        normal = ((eta_t - 1) ** 2 + k_t**2) / ((eta_t + 1) ** 2 + k_t**2)
+        torch.testing.assert_close(fresnel_conductor(one, eta_t, k_t), normal)
+        torch.testing.assert_close(fresnel_conductor(0 * one, eta_t, k_t), torch.ones_like(normal))
+    cos = torch.linspace(0.01, 1.0, 50, dtype=torch.float64)
+    eta = torch.full_like(cos, 1.5)
+    torch.testing.assert_close(fresnel_conductor(cos, eta, torch.zeros_like(cos)), fresnel_dielectric(cos, eta))
+    torch.testing.assert_close(fresnel_dielectric(one, torch.tensor(1.5, dtype=torch.float64)), torch.tensor([[0.04]], dtype=torch.float64))
+    # From the dense side (relative index < 1) beyond the critical angle: total internal reflection.
+    assert fresnel_dielectric(torch.tensor(0.5), torch.tensor(1 / 1.5)).item() == 1.0
+    torch.testing.assert_close(fresnel_schlick(torch.tensor(0.5), torch.tensor(0.04)), torch.tensor(0.04 + 0.96 * 0.5**5))
+
+
+def test_ggx_distribution_is_normalised() -> None:
+    # Projected-area normalisation: integral of D(m) cos(theta_m) over the hemisphere is 1.
+    n = 400_000
+    u = torch.rand(n, 2, generator=torch.Generator().manual_seed(13), dtype=torch.float64)
+    z, phi = u[:, 0], 2 * math.pi * u[:, 1]
+    m = torch.stack((torch.sqrt(1 - z * z) * torch.cos(phi), torch.sqrt(1 - z * z) * torch.sin(phi), z), dim=-1)
+    for ax, ay in ((0.5, 0.5), (0.6, 0.3)):
+        d = ggx_d(m, torch.full((n,), ax, dtype=torch.float64), torch.full((n,), ay, dtype=torch.float64))
+        assert abs((d * z).mean().item() * 2 * math.pi - 1.0) < 0.01
+
+
+def test_gltf_visibility_is_height_correlated_smith() -> None:
+    wi, wo = hemisphere_directions(32, seed=14), hemisphere_directions(32, seed=15)
+    alpha = torch.full((32,), 0.3, dtype=torch.float64)
+    expected = smith_g_height_correlated(wi, wo, alpha, alpha) / (4 * wi[:, 2] * wo[:, 2])
+    torch.testing.assert_close(gltf_visibility(wi[:, 2], wo[:, 2], alpha), expected)
+
+
+def test_gltf_matches_spec_full_code_at_one_point() -> None:
+    # The "full code" of glTF 2.0 Appendix B, written out in scalar Python for one direction pair.
+    wi, wo = direction(0.8, 0.1), direction(0.6, 2.5)
+    base, metallic, roughness = (0.9, 0.5, 0.2), 0.3, 0.6
+    n_dot_l, n_dot_v = 0.8, 0.6
+    h = (wi + wo)[0] / (wi + wo)[0].norm()
+    n_dot_h, v_dot_h = h[2].item(), (wo[0] @ h).item()
+    a = roughness**2
+    d = a * a / (math.pi * (n_dot_h**2 * (a * a - 1) + 1) ** 2)
+    vis = 1 / (2 * (n_dot_v * math.sqrt(a * a + (1 - a * a) * n_dot_l**2) + n_dot_l * math.sqrt(a * a + (1 - a * a) * n_dot_v**2)))
+    fresnel_w = (1 - abs(v_dot_h)) ** 5
+    expected = []
+    for c in base:
+        specular = d * vis
+        dielectric = c / math.pi + (specular - c / math.pi) * (0.04 + 0.96 * fresnel_w)
+        metal = (c + (1 - c) * fresnel_w) * specular
+        expected.append((dielectric + (metal - dielectric) * metallic) * n_dot_l)
+    ours = gltf_eval(wi, wo, base_color=torch.tensor(base, dtype=torch.float64), metallic=metallic, roughness=roughness)
+    torch.testing.assert_close(ours, torch.tensor([expected], dtype=torch.float64))
+
+
+def test_pdf_integrates_to_valid_fraction() -> None:
+    # The GGX reflection pdf integrates to at most 1 (the rest lands below the surface).
+    n = 400_000
+    u = torch.rand(n, 2, generator=torch.Generator().manual_seed(16), dtype=torch.float64)
+    z, phi = u[:, 0], 2 * math.pi * u[:, 1]
+    wi = torch.stack((torch.sqrt(1 - z * z) * torch.cos(phi), torch.sqrt(1 - z * z) * torch.sin(phi), z), dim=-1)
+    wo = direction(0.7).expand(n, 3)
+    for alpha in (0.05, 0.3):
+        a = torch.full((n,), alpha, dtype=torch.float64)
+        total = ggx_reflection_pdf(wi, wo, a, a).mean().item() * 2 * math.pi
+        assert total <= 1.0 + 0.02
+        if alpha == 0.3:
+            assert total > 0.9
+
+
+def test_charlie_distribution_is_normalised() -> None:
+    # Projected-area normalisation of the sheen distribution: integral of D cos(theta_h) is 1.
+    cos_h = torch.linspace(0.0, 1.0, 200_001, dtype=torch.float64)
+    for alpha in (0.05, 0.3, 1.0):
+        d = charlie_d(cos_h, torch.tensor(alpha, dtype=torch.float64))
+        integral = 2 * math.pi * torch.trapezoid(d * cos_h, cos_h).item()
+        assert abs(integral - 1.0) < 1e-3
+
+
+def test_lobe_parameters_come_from_eval() -> None:
+    assert LOBES["conductor"].parameters == ("eta", "k", "alpha_x", "alpha_y")
+    assert LOBES["gltf"].parameters == ("base_color", "metallic", "roughness")
