@@ -370,6 +370,10 @@ class Trainer:
         """Train to ``config.steps`` (continuing from the checkpoint if ``resume``)."""
         if resume:
             self._load_checkpoint()
+        elif self.step == 0:
+            # Re-seed here too: on CUDA the generator is the device's shared default one, which
+            # another trainer built since this one may have advanced.
+            self.generator.manual_seed(self.config.seed)
         self.events.emit("start", step=self.step, total_steps=self.config.steps, resumed=resume)
         if not resume and self.evaluate is not None:
             self._run_eval()  # the starting point of every quality-versus-time curve
