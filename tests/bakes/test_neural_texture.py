@@ -98,6 +98,19 @@ def test_channels_follow_the_image(tmp_path):
         assert load_image(tmp_path / mode / "output.png")[0].shape == (12, 16, channels)
 
 
+def test_16bit_rgb_png_bakes(tmp_path):
+    import png
+
+    data = (make_test_pattern(16, 12, 3) * 65535).round().astype(np.uint16)
+    path = tmp_path / "deep.png"
+    with open(path, "wb") as handle:
+        png.Writer(width=16, height=12, bitdepth=16, greyscale=False).write(handle, data.reshape(12, -1).tolist())
+    config = tiny_config(path, steps=20)
+    config.transform = "zoom"
+    report = bake_neural_texture(config, tmp_path / "deep", progress=False)
+    assert report["image"]["bit_depth"] == 16 and report["image"]["channels"] == 3
+
+
 def test_size_option_resamples(tiny_png, tmp_path):
     config = tiny_config(tiny_png, steps=10)
     config.size = (12, 10)

@@ -59,7 +59,8 @@ def plot_loss_curve(
     if evals and quality_key:
         twin = axis.twinx()
         twin.plot([e["step"] for e in evals], [e[quality_key] for e in evals], color="tab:red", marker="o", ms=3, lw=1.2)
-        twin.set_ylabel(quality_key.replace("_", " "), color="tab:red")
+        label = quality_key[:-3].upper() + " (dB)" if quality_key.endswith("_db") else quality_key.replace("_", " ")
+        twin.set_ylabel(label, color="tab:red")
     axis.set_title(title)
     figure.tight_layout()
     with atomic_path(path) as tmp:
