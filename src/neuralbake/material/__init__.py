@@ -20,11 +20,30 @@ Lobes (see :data:`LOBES`): ``lambert`` (albedo); ``conductor`` (anisotropic GGX,
 Fresnel, separable Smith, as Mitsuba 3's ``roughconductor``; presets in :data:`CONDUCTOR_IOR`);
 ``coating`` (GGX with dielectric Fresnel, the reflection of a varnish); ``sheen`` (glTF
 KHR_materials_sheen "Charlie"); ``gltf`` (the glTF 2.0 Appendix B metal/rough BRDF).
+
+Layers (:mod:`~neuralbake.material.layering`): :func:`layer` binds a lobe to its parameters,
+:func:`coat` puts an absorbing rough dielectric coat over a layer (albedo scaling from a table of
+the coat's directional albedo, Beer-Lambert absorption), :func:`mix` blends two layers by a mask.
+Nodes for masks and colours: :mod:`~neuralbake.material.texture` (bilinear textures, sRGB, normal
+maps, height to normal), :mod:`~neuralbake.material.noise` (value, Perlin, Worley, fBm) and
+:mod:`~neuralbake.material.nodes` (ramp, lerp, math, up-facing).
 """
 
 from neuralbake.material.frame import square_to_cosine_hemisphere
 from neuralbake.material.fresnel import CONDUCTOR_IOR, conductor_ior, fresnel_conductor, fresnel_dielectric, fresnel_schlick
 from neuralbake.material.gltf import gltf_eval, gltf_pdf, gltf_sample
+from neuralbake.material.layering import (
+    CoatLayer,
+    Layer,
+    LobeLayer,
+    MixLayer,
+    coat,
+    coat_albedo,
+    coat_albedo_table,
+    coat_transmittance,
+    layer,
+    mix,
+)
 from neuralbake.material.lobes import (
     LOBES,
     Lobe,
@@ -48,12 +67,34 @@ from neuralbake.material.microfacet import (
     smith_g_height_correlated,
     smith_g_separable,
 )
+from neuralbake.material.nodes import MATH_NODES, clamp, invert, lerp, math_node, power, ramp, remap, smoothstep, up_facing
+from neuralbake.material.noise import fbm, perlin_noise, value_noise, worley_noise
 from neuralbake.material.sheen import sheen_eval, sheen_pdf, sheen_sample
+from neuralbake.material.texture import (
+    WRAP_MODES,
+    decode_normal_map,
+    height_to_normal,
+    linear_to_srgb,
+    load_texture,
+    sample_texture,
+    srgb_to_linear,
+)
 
 __all__ = [
     "CONDUCTOR_IOR",
     "LOBES",
+    "MATH_NODES",
+    "WRAP_MODES",
+    "CoatLayer",
+    "Layer",
     "Lobe",
+    "LobeLayer",
+    "MixLayer",
+    "clamp",
+    "coat",
+    "coat_albedo",
+    "coat_albedo_table",
+    "coat_transmittance",
     "coating_eval",
     "coating_pdf",
     "coating_sample",
@@ -61,6 +102,8 @@ __all__ = [
     "conductor_ior",
     "conductor_pdf",
     "conductor_sample",
+    "decode_normal_map",
+    "fbm",
     "fresnel_conductor",
     "fresnel_dielectric",
     "fresnel_schlick",
@@ -73,13 +116,31 @@ __all__ = [
     "gltf_eval",
     "gltf_pdf",
     "gltf_sample",
+    "height_to_normal",
+    "invert",
     "lambert_eval",
     "lambert_pdf",
     "lambert_sample",
+    "layer",
+    "lerp",
+    "linear_to_srgb",
+    "load_texture",
+    "math_node",
+    "mix",
+    "perlin_noise",
+    "power",
+    "ramp",
+    "remap",
+    "sample_texture",
     "sheen_eval",
     "sheen_pdf",
     "sheen_sample",
     "smith_g_height_correlated",
     "smith_g_separable",
+    "smoothstep",
     "square_to_cosine_hemisphere",
+    "srgb_to_linear",
+    "up_facing",
+    "value_noise",
+    "worley_noise",
 ]
