@@ -149,3 +149,29 @@ def test_bad_json_and_format(tmp_path):
     document = dict(BASE, format="something.else")
     with pytest.raises(InputError, match="format"):
         compile_dict(tmp_path, document)
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.mtlx")), ids=lambda p: p.stem)
+def test_example_mtlx_materials_compile_through_the_loader(path):
+    from neuralbake.material.loader import load_material
+
+    material = load_material(path)
+    uv, normal, wo, u = points(4096)
+    bsdf = material(uv, normal)
+    wi, pdf = bsdf.sample(wo, u)
+    value = bsdf.eval(wi, wo)
+    assert torch.isfinite(value).all() and (value >= 0).all()
+    valid = pdf > 0
+    assert ((value[valid] / pdf[valid, None]).sum(0) / len(pdf) <= 1.03).all()
+
+
+def test_loader_rejects_unknown_suffix(tmp_path):
+    from neuralbake.material.loader import load_material
+
+    (tmp_path / "m.yaml").write_text("x: 1")
+    with pytest.raises(InputError, match="unknown material file type"):
+        load_material(tmp_path / "m.yaml")
+
+
+def test_examples_include_two_mtlx_and_five_in_all():
+    assert len(list(EXAMPLES.glob("*.mtlx"))) >= 2 and len(list(EXAMPLES.glob("*.json")) + list(EXAMPLES.glob("*.mtlx"))) >= 5

@@ -27,11 +27,16 @@ the coat's directional albedo, Beer-Lambert absorption), :func:`mix` blends two 
 Nodes for masks and colours: :mod:`~neuralbake.material.texture` (bilinear textures, sRGB, normal
 maps, height to normal), :mod:`~neuralbake.material.noise` (value, Perlin, Worley, fBm) and
 :mod:`~neuralbake.material.nodes` (ramp, lerp, math, up-facing).
+
+MaterialX: :func:`compile_materialx` turns a standard_surface / open_pbr_surface document (with
+its node graphs) into a :class:`CompiledMaterial`, a differentiable function from shading points
+to a layer tree (:mod:`~neuralbake.material.mtlx_compiler`, :mod:`~neuralbake.material.mtlx_nodes`).
 """
 
 from neuralbake.material.frame import square_to_cosine_hemisphere
 from neuralbake.material.fresnel import CONDUCTOR_IOR, conductor_ior, fresnel_conductor, fresnel_dielectric, fresnel_schlick
 from neuralbake.material.gltf import gltf_eval, gltf_pdf, gltf_sample
+from neuralbake.material.graph import MaterialGraph, compile_material
 from neuralbake.material.layering import (
     CoatLayer,
     Layer,
@@ -44,6 +49,7 @@ from neuralbake.material.layering import (
     layer,
     mix,
 )
+from neuralbake.material.loader import load_material
 from neuralbake.material.lobes import (
     LOBES,
     Lobe,
@@ -67,6 +73,7 @@ from neuralbake.material.microfacet import (
     smith_g_height_correlated,
     smith_g_separable,
 )
+from neuralbake.material.mtlx_compiler import CompiledMaterial, SheenLayer, artistic_ior, compile_materialx
 from neuralbake.material.nodes import MATH_NODES, clamp, invert, lerp, math_node, power, ramp, remap, smoothstep, up_facing
 from neuralbake.material.noise import fbm, perlin_noise, value_noise, worley_noise
 from neuralbake.material.sheen import sheen_eval, sheen_pdf, sheen_sample
@@ -86,10 +93,16 @@ __all__ = [
     "MATH_NODES",
     "WRAP_MODES",
     "CoatLayer",
+    "CompiledMaterial",
+    "MaterialGraph",
+    "compile_material",
+    "load_material",
     "Layer",
     "Lobe",
     "LobeLayer",
     "MixLayer",
+    "SheenLayer",
+    "artistic_ior",
     "clamp",
     "coat",
     "coat_albedo",
@@ -98,6 +111,7 @@ __all__ = [
     "coating_eval",
     "coating_pdf",
     "coating_sample",
+    "compile_materialx",
     "conductor_eval",
     "conductor_ior",
     "conductor_pdf",
