@@ -58,6 +58,11 @@ texture_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(texture_app, name="texture")
+material_app = typer.Typer(
+    help="Layered materials: preview a neuralbake material (.json) or a MaterialX document (.mtlx).",
+    no_args_is_help=True,
+)
+app.add_typer(material_app, name="material")
 
 
 def _doc(cls: type, name: str, instance: Any | None = None) -> str:
@@ -166,6 +171,51 @@ def texture_infer(
     width, height = parse_size(size)
     path = _run(lambda: render_saved_network(bundle, width, height, out, device=device, precision=precision))
     _out.print(f"wrote {path} ({width}x{height})", highlight=False)
+
+
+@material_app.command("preview")
+def material_preview(
+    material: Annotated[Path, typer.Argument(help="A neuralbake material (.json, docs/material-format.md) or a MaterialX document (.mtlx).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for the PNG and EXR previews and report.json.")],
+    size: Annotated[int, typer.Option(help="Image side in pixels.")] = 256,
+    spp: Annotated[int, typer.Option(help="Camera samples per pixel (each with a light and a BSDF sample).")] = 64,
+    light: Annotated[str, typer.Option(help="both, directional or environment.")] = "both",
+    environment: Annotated[Path | None, typer.Option(help="Equirectangular HDR map (.exr, .hdr or PNG); default: a procedural sky with a sun.")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+) -> None:
+    """Render a material on a sphere and a tile under a directional light and an HDR environment."""
+
+    def action() -> dict[str, Any]:
+        from neuralbake.core.device import resolve_device
+        from neuralbake.core.report import write_report
+        from neuralbake.io.files import prepare_output_dir
+        from neuralbake.material.loader import load_material
+        from neuralbake.render.preview import render_preview, write_preview
+
+        torch_device = resolve_device(device)
+        compiled = load_material(material, device=torch_device)
+        folder = prepare_output_dir(out)
+        images = render_preview(compiled, size=size, spp=spp, light=light, environment=environment, device=torch_device, seed=seed)
+        files = write_preview(images, folder)
+        stats = dict(images.stats)
+        write_report(
+            folder / "report.json",
+            bake="material_preview",
+            device=torch_device,
+            metrics={"bsdf_evaluations_per_second": stats.get("bsdf_evaluations_per_second")},
+            material=str(material),
+            render=stats,
+            files={name: Path(path).name for name, path in files.items()},
+        )
+        return stats
+
+    stats = _run(action)
+    _out.print(
+        f"[bold green]done[/] {stats['size']}x{stats['size']} at {stats['spp']} spp in {stats['seconds']:.1f} s: "
+        f"{stats['bsdf_evaluations_per_second'] / 1e6:.3f} M BSDF samples/s -> {out}",
+        highlight=False,
+    )
 
 
 def main() -> None:
