@@ -37,3 +37,30 @@ def test_material_preview_help():
     for args in (["material", "--help"], ["material", "preview", "--help"]):
         result = runner.invoke(app, args)
         assert result.exit_code == 0 and "Usage" in result.output
+
+
+SHARED_MTLX = Path(__file__).resolve().parents[2].parent / "shared" / "materialx"
+
+
+def test_every_shared_materialx_document_previews():
+    import pytest
+    import torch
+
+    from neuralbake.errors import InputError
+    from neuralbake.material.loader import load_material
+    from neuralbake.render.preview import render_preview
+
+    if not SHARED_MTLX.is_dir():
+        pytest.skip(f"{SHARED_MTLX} is absent (the team's shared MaterialX examples)")
+    rendered, refused = [], []
+    for path in sorted(SHARED_MTLX.glob("*.mtlx")):
+        try:
+            material = load_material(path)
+        except InputError as exc:
+            assert "transmission" in str(exc), f"{path.name}: {exc}"
+            refused.append(path.name)
+            continue
+        images = render_preview(material, size=6, spp=2, device="cpu")
+        assert all(torch.isfinite(image).all() and image.min() >= 0 for image in images.values()), path.name
+        rendered.append(path.name)
+    assert len(rendered) == 10 and refused == ["open_pbr_glass.mtlx"]
