@@ -1,0 +1,442 @@
+"""The neural material bake: a layered material becomes a latent texture plus a tiny decoder MLP.
+
+After Zeltner et al. 2024, "Real-Time Neural Appearance Models": during training an *encoder* MLP
+maps the material's per-texel inputs (every layer parameter and mask at ``uv``, see
+``MaterialGraph.texel_inputs``) to a latent vector of ``latent`` channels, and a *decoder* MLP
+maps ``(latent, wi, wo)`` (local shading frame, normal +z) to the cosine-weighted BSDF value
+``f(wi, wo) cos(theta_i)``, RGB. Both train jointly with the shared trainer on random
+``(uv, wi, wo)``: ``wo`` cosine-distributed, ``wi`` half cosine-distributed and half drawn by the
+reference material's own sampler, so highlights are learned. The decoder predicts
+``log(1 + f cos)`` and the loss is L1 in that space, which keeps HDR peaks from dominating; a
+shader undoes it with ``exp(y) - 1`` (clamped at 0).
+
+After training, the encoder is run once per texel to bake the latent texture (``resolution``
+squared, with a mip pyramid whose lower levels come from the encoder applied to box-filtered
+inputs, as the paper prescribes) and is then dropped: what ships is the latent texture (fp16, and
+8-bit with a per-channel scale and offset) and the decoder in the network bundle format with its
+packed device layouts.
+
+Masks that depend on the world orientation (dust on up-facing areas) are baked for the surface
+normal given in the config (default: facing up, +y), since a texture has no orientation of its
+own.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from rich.console import Console
+from safetensors.torch import load_file, save
+
+from neuralbake.core.config import save_config
+from neuralbake.core.device import resolve_device, seed_everything
+from neuralbake.core.events import EventSink, EventWriter, JsonlSink, ProgressSink
+from neuralbake.core.metrics import psnr
+from neuralbake.core.report import plot_loss_curve, write_report
+from neuralbake.errors import ConfigError, InputError, TrainingError
+from neuralbake.io.bundle import LayerTensors, read_bundle, sha256_file, write_bundle
+from neuralbake.io.files import atomic_write_bytes, prepare_output_dir
+from neuralbake.io.images import save_png
+from neuralbake.material.frame import cosine_hemisphere_pdf, square_to_cosine_hemisphere
+from neuralbake.material.loader import load_material
+from neuralbake.material.texture import sample_texture
+from neuralbake.nn.mlp import MLP, MLPConfig
+from neuralbake.nn.trainer import Batch, Trainer, TrainerConfig
+
+__all__ = [
+    "NeuralMaterial",
+    "NeuralMaterialConfig",
+    "NeuralMaterialLayer",
+    "NeuralMaterialModel",
+    "ReferenceSampler",
+    "bake_neural_material",
+    "load_neural_material",
+    "texel_features",
+]
+
+BUNDLE_KIND = "neural_material"
+
+
+def _default_train() -> TrainerConfig:
+    return TrainerConfig(steps=2000, learning_rate=0.005, precision="fp32", eval_every=500, checkpoint_every=500)
+
+
+@dataclass
+class NeuralMaterialConfig:
+    """Everything that determines a neural material bake."""
+
+    material: str = ""
+    """The layered material to bake: a neuralbake material (.json) or a MaterialX document (.mtlx)."""
+    latent: int = 8
+    """Latent channels per texel (the paper uses 8; 4, 8 or 16)."""
+    resolution: int = 256
+    """Side of the baked latent texture (mip 0), in texels."""
+    decoder_hidden: int = 64
+    """Neurons per hidden layer of the decoder."""
+    decoder_layers: int = 3
+    """Hidden layers of the decoder (the paper: about 3 x 64)."""
+    encoder_hidden: int = 64
+    """Neurons per hidden layer of the encoder (training only)."""
+    encoder_layers: int = 2
+    """Hidden layers of the encoder (training only)."""
+    batch_size: int = 4096
+    """(uv, wi, wo) samples per training step."""
+    material_sampling: float = 0.5
+    """Fraction of light directions drawn by the reference material's own sampler (the rest cosine)."""
+    normal: tuple[float, float, float] = (0.0, 1.0, 0.0)
+    """World-space surface normal the material's orientation masks are baked for (default: facing up)."""
+    device: str = "auto"
+    """auto, cpu, cuda or cuda:N."""
+    train: TrainerConfig = field(default_factory=_default_train)
+    """Optimisation settings (trained in fp32 by default, as in the paper)."""
+
+    def validate(self) -> None:
+        if not self.material:
+            raise ConfigError("no material given.", field="material", fix="pass a .json or .mtlx material.")
+        if self.latent < 1:
+            raise ConfigError(f"latent size must be at least 1, got {self.latent}.", field="latent", fix="use 4, 8 or 16.")
+        if not 1 <= self.resolution <= 8192:
+            raise ConfigError(f"resolution {self.resolution} is out of range.", field="resolution", fix="use 1 to 8192 texels.")
+        for name in ("decoder_hidden", "encoder_hidden", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"must be >= 1, got {getattr(self, name)}.", field=name, fix=f"set {name} to 1 or more.")
+        for name in ("decoder_layers", "encoder_layers"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"must be >= 0, got {getattr(self, name)}.", field=name, fix=f"set {name} to 0 or more.")
+        if not 0.0 <= self.material_sampling <= 1.0:
+            raise ConfigError(f"must be in [0, 1], got {self.material_sampling}.", field="material_sampling", fix="use e.g. 0.5.")
+        self.train.validate()
+
+
+def texel_features(material: Any, uv: torch.Tensor, normal: torch.Tensor) -> torch.Tensor:
+    """Every per-texel input of a compiled material at ``uv``: ``[N, K]``."""
+    if hasattr(material, "texel_inputs"):
+        return material.texel_inputs(uv, normal)
+    inputs = material.shader_inputs(uv, normal)
+    return torch.cat([value.reshape(uv.shape[0], -1) for _, value in sorted(inputs.items())], dim=1)
+
+
+class NeuralMaterialModel(torch.nn.Module):
+    """Encoder (texel inputs -> latent) and decoder (latent, wi, wo -> log(1 + f cos)), trained jointly.
+
+    ``forward(inputs [N, K + 6])`` takes the texel inputs followed by ``wi`` and ``wo`` and returns
+    the decoder's ``[N, 3]`` prediction of ``log(1 + f cos)``.
+    """
+
+    def __init__(self, features: int, config: NeuralMaterialConfig) -> None:
+        super().__init__()
+        self.features = features
+        self.latent = config.latent
+        self.encoder = MLP(MLPConfig(features, config.encoder_hidden, config.encoder_layers, config.latent, "relu", "none"))
+        self.decoder = MLP(MLPConfig(config.latent + 6, config.decoder_hidden, config.decoder_layers, 3, "relu", "none"))
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        latent = self.encoder(inputs[:, : self.features])
+        return self.decoder(torch.cat([latent.to(inputs.dtype), inputs[:, self.features :]], dim=1))
+
+
+def _directions_above(n: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    return square_to_cosine_hemisphere(torch.rand(n, 2, generator=generator, device=device))
+
+
+class ReferenceSampler:
+    """Training batches from the reference material: inputs ``[texel inputs, wi, wo]``, targets ``log(1 + f cos)``."""
+
+    capturable = False  # the material graph syncs with the host (noise tables, masks)
+
+    def __init__(self, material: Any, normal: torch.Tensor, batch_size: int, material_sampling: float, device: torch.device) -> None:
+        self.material, self.normal, self.batch_size = material, normal, batch_size
+        self.material_sampling, self.device = material_sampling, device
+
+    def sample(self, generator: torch.Generator) -> Batch:
+        n = self.batch_size
+        uv = torch.rand(n, 2, generator=generator, device=self.device)
+        normal = self.normal.expand(n, 3)
+        wo = _directions_above(n, generator, self.device)
+        with torch.no_grad():
+            bsdf = self.material(uv, normal)
+            wi_material, pdf = bsdf.sample(wo, torch.rand(n, 2, generator=generator, device=self.device))
+            wi_cosine = _directions_above(n, generator, self.device)
+            use_material = (torch.rand(n, generator=generator, device=self.device) < self.material_sampling) & (pdf > 0)
+            wi = torch.where(use_material[:, None], wi_material, wi_cosine)
+            value = bsdf.eval(wi, wo)
+            features = texel_features(self.material, uv, normal)
+        if not torch.isfinite(value).all():
+            bad = (~torch.isfinite(value)).any(dim=1).nonzero()[0, 0]
+            raise TrainingError(
+                f"the reference material gave a non-finite value at uv={uv[bad].tolist()}, wi={wi[bad].tolist()}, wo={wo[bad].tolist()}.",
+                field="material",
+                fix="check the material's parameters and node graph at that uv.",
+            )
+        return Batch(inputs=torch.cat([features, wi, wo], dim=1), targets=torch.log1p(value.clamp(min=0.0)))
+
+
+def _l1(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return F.l1_loss(prediction, target)
+
+
+# -- the baked, shippable material -----------------------------------------------------------------
+
+
+class NeuralMaterial:
+    """A baked neural material: latent mip pyramid + decoder. ``material(uv, normal) -> NeuralMaterialLayer``."""
+
+    def __init__(self, latents: list[torch.Tensor], decoder: MLP) -> None:
+        self.latents = latents
+        self.decoder = decoder
+
+    def latent_at(self, uv: torch.Tensor, level: int = 0) -> torch.Tensor:
+        """Bilinear (repeat-wrapped) latent lookup at ``uv`` from mip ``level``: ``[N, latent]``."""
+        return sample_texture(self.latents[level], uv, wrap="repeat")
+
+    def evaluate(self, latent: torch.Tensor, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
+        """``f(wi, wo) cos`` from latents and local directions, ``[N, 3]``."""
+        dtype = next(self.decoder.parameters()).dtype
+        y = self.decoder(torch.cat([latent, wi, wo], dim=1).to(dtype)).float()
+        valid = ((wi[:, 2] > 0) & (wo[:, 2] > 0)).float()[:, None]
+        return torch.expm1(torch.clamp(y, min=0.0)) * valid
+
+    def __call__(self, uv: torch.Tensor, normal: torch.Tensor | None = None) -> NeuralMaterialLayer:
+        return NeuralMaterialLayer(self, self.latent_at(uv))
+
+    def to(self, dtype: torch.dtype) -> NeuralMaterial:
+        """A copy whose decoder and latents run in ``dtype`` (e.g. fp16, as a shader would)."""
+        decoder = MLP(self.decoder.config).to(next(self.decoder.parameters()).device)
+        decoder.load_state_dict(self.decoder.state_dict())
+        return NeuralMaterial([latent.to(dtype).float() for latent in self.latents], decoder.to(dtype))
+
+
+class NeuralMaterialLayer:
+    """The :class:`~neuralbake.material.layering.Layer` interface over a neural material.
+
+    ``eval`` is the decoder; ``sample``/``pdf`` are cosine-weighted (any density is valid for an
+    unbiased estimate; the decoder has no sampler of its own yet).
+    """
+
+    def __init__(self, material: NeuralMaterial, latent: torch.Tensor) -> None:
+        self.material, self.latent = material, latent
+
+    def eval(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
+        return self.material.evaluate(self.latent, wi, wo)
+
+    def sample(self, wo: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        wi = square_to_cosine_hemisphere(u)
+        return wi, cosine_hemisphere_pdf(wi) * (wo[:, 2] > 0)
+
+    def pdf(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
+        return cosine_hemisphere_pdf(wi) * (wo[:, 2] > 0)
+
+
+def _uv_grid(resolution: int, device: torch.device) -> torch.Tensor:
+    centres = (torch.arange(resolution, device=device, dtype=torch.float32) + 0.5) / resolution
+    v, u = torch.meshgrid(centres, centres, indexing="ij")
+    return torch.stack([u, v], dim=-1).reshape(-1, 2)
+
+
+def bake_latent_pyramid(model: NeuralMaterialModel, material: Any, normal: torch.Tensor, resolution: int, *, chunk: int = 1 << 15) -> list[torch.Tensor]:
+    """Run the encoder per texel: mip 0 from the inputs at texel centres, each lower mip from the
+    encoder applied to 2x2 box-filtered inputs of the level above. Returns ``[R_k, R_k, latent]`` per level."""
+    device = normal.device
+    uv = _uv_grid(resolution, device)
+    with torch.no_grad():
+        features = torch.cat([texel_features(material, part, normal.expand(len(part), 3)) for part in uv.split(chunk)])
+        grid = features.reshape(resolution, resolution, -1)
+        levels = []
+        while True:
+            flat = grid.reshape(-1, grid.shape[-1])
+            latent = torch.cat([model.encoder(part) for part in flat.split(chunk)])
+            levels.append(latent.reshape(grid.shape[0], grid.shape[1], -1).float())
+            if min(grid.shape[:2]) == 1:
+                break
+            grid = F.avg_pool2d(grid.permute(2, 0, 1)[None], 2, ceil_mode=True)[0].permute(1, 2, 0)
+    return levels
+
+
+def quantize_latents(latent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """8-bit latents with a per-channel affine map: ``(codes uint8 [H, W, C], scale [C], offset [C])``.
+
+    ``latent ~= codes * scale + offset``; the error is at most ``scale / 2`` per channel.
+    """
+    low = latent.amin(dim=(0, 1))
+    high = latent.amax(dim=(0, 1))
+    scale = torch.clamp((high - low) / 255.0, min=1e-12)
+    codes = torch.round((latent - low) / scale).clamp(0, 255).to(torch.uint8)
+    return codes, scale, low
+
+
+def dequantize_latents(codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+    return codes.float() * scale + offset
+
+
+# -- the bake ------------------------------------------------------------------------------------
+
+
+def _render_directional(material: Any, normal: torch.Tensor, light: torch.Tensor, resolution: int, view: torch.Tensor) -> torch.Tensor:
+    """A flat, noise-free comparison image: ``f(wi, wo) cos * E`` at texel centres for one light and view."""
+    uv = _uv_grid(resolution, normal.device)
+    n = len(uv)
+    with torch.no_grad():
+        value = material(uv, normal.expand(n, 3)).eval(light.expand(n, 3), view.expand(n, 3))
+    return value.reshape(resolution, resolution, 3)
+
+
+def _held_out_directions(device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(12345)
+    pairs = []
+    for _ in range(4):
+        wi = square_to_cosine_hemisphere(torch.rand(1, 2, generator=generator))
+        wo = square_to_cosine_hemisphere(torch.rand(1, 2, generator=generator))
+        pairs.append((wi.to(device), wo.to(device)))
+    # and the mirror configuration, where the highlights are
+    wo = torch.nn.functional.normalize(torch.tensor([[0.3, 0.1, 0.9]]), dim=1).to(device)
+    pairs.append((wo * torch.tensor([-1.0, -1.0, 1.0], device=device), wo))
+    return pairs
+
+
+def _tone(x: torch.Tensor) -> torch.Tensor:
+    return (x / (1.0 + x)) ** (1 / 2.2)
+
+
+def bake_neural_material(
+    config: NeuralMaterialConfig,
+    out_dir: str | Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    sinks: list[EventSink] | None = None,
+) -> dict[str, Any]:
+    """Train, bake and write a neural material (see the module docstring); returns the report."""
+    wall = time.perf_counter()
+    config.validate()
+    device = resolve_device(config.device)
+    material = load_material(config.material, device=device)
+    out = prepare_output_dir(out_dir)
+    normal = torch.nn.functional.normalize(torch.tensor(config.normal, dtype=torch.float32, device=device), dim=0)[None]
+    seed_everything(config.train.seed)
+    features = texel_features(material, torch.full((1, 2), 0.5, device=device), normal).shape[1]
+    model = NeuralMaterialModel(features, config).to(device)
+    sampler = ReferenceSampler(material, normal, config.batch_size, config.material_sampling, device)
+    save_config(out / "config.json", config)
+    log = out / "events.jsonl"
+    if not resume:
+        log.unlink(missing_ok=True)
+    all_sinks: list[EventSink] = [JsonlSink(log), *(sinks or [])]
+    if progress:
+        all_sinks.append(ProgressSink("neural material", console=Console(stderr=True)))
+    with EventWriter(all_sinks) as events:
+        trainer = Trainer(
+            model, sampler, _l1, config.train, device=device, checkpoint_path=out / "checkpoint.pt", events=events,
+            compatibility={"material": sha256_file(config.material), "features": features, "latent": config.latent},
+        )
+        result = trainer.fit(resume=resume)
+
+    levels = bake_latent_pyramid(model, material, normal, config.resolution)
+    neural = NeuralMaterial(levels, model.decoder)
+    manifest = _write_bundle(out, neural, config, features)
+    report_fields = _compare(out, material, neural, normal, config)
+    source_bytes = sum(t.numel() * t.element_size() for t in getattr(material, "parameters", {}).values())
+    plot_loss_curve(out / "loss.png", result.history, title=f"neural material: {Path(config.material).name}")
+    return write_report(
+        out / "report.json",
+        bake="neural_material",
+        device=device,
+        metrics={"final_loss": result.final_loss},
+        **report_fields,
+        steps=result.steps,
+        samples_seen=result.samples_seen,
+        seconds=round(result.train_seconds, 3),
+        wall_seconds=round(time.perf_counter() - wall, 3),
+        decoder_params=model.decoder.parameter_count(),
+        encoder_params=model.encoder.parameter_count(),
+        texel_inputs=features,
+        latent=config.latent,
+        resolution=config.resolution,
+        mip_levels=len(levels),
+        bundle=manifest,
+        source_material_parameter_bytes=source_bytes,
+    )
+
+
+def _write_bundle(out: Path, neural: NeuralMaterial, config: NeuralMaterialConfig, features: int) -> dict[str, Any]:
+    latents = {f"latent.mip{k}": level for k, level in enumerate(neural.latents)}
+    atomic_write_bytes(out / "latents.fp16.safetensors", save({k: v.detach().cpu().half().contiguous() for k, v in latents.items()}))
+    quantized: dict[str, torch.Tensor] = {}
+    for key, level in latents.items():
+        codes, scale, offset = quantize_latents(level.detach().cpu())
+        quantized.update({f"{key}.codes": codes, f"{key}.scale": scale, f"{key}.offset": offset})
+    atomic_write_bytes(out / "latents.u8.safetensors", save(quantized))
+    decoder = neural.decoder
+    layers = [LayerTensors(f"decoder.layers.{i}", layer.weight, layer.bias) for i, layer in enumerate(decoder.layers)]
+    write_bundle(
+        out,
+        {f"decoder.{k}": v for k, v in decoder.state_dict().items()},
+        kind=BUNDLE_KIND,
+        metadata={
+            "architecture": {**asdict(decoder.config), "inputs_layout": "latent (L), wi (3), wo (3): local frame, normal +z", "output": "log(1 + f cos); f cos = max(exp(y) - 1, 0)"},
+            "latent": {"channels": config.latent, "resolution": config.resolution, "mip_levels": len(neural.latents),
+                       "fp16": "latents.fp16.safetensors", "u8": "latents.u8.safetensors", "wrap": "repeat", "filter": "bilinear",
+                       "u8_decode": "latent = codes * scale + offset (per channel)"},
+            "precision": {"training": "fp32", "inference": "fp16 or fp32"},
+            "material": {"source": str(config.material), "texel_inputs": features, "baked_normal": list(config.normal)},
+        },
+        layers=layers,
+    )
+    files = ["network.json", "network.safetensors", "network.fp16.bin", "network.fp32.bin", "latents.fp16.safetensors", "latents.u8.safetensors"]
+    return {"files": files, "bytes": {name: (out / name).stat().st_size for name in files}}
+
+
+def _compare(out: Path, reference: Any, neural: NeuralMaterial, normal: torch.Tensor, config: NeuralMaterialConfig) -> dict[str, Any]:
+    size = min(config.resolution, 128)
+    rows, scores, scores_fp16, scores_u8 = [], [], [], []
+    half = neural.to(torch.float16)
+    u8 = NeuralMaterial([dequantize_latents(*quantize_latents(level)) for level in neural.latents], neural.decoder)
+    views = _held_out_directions(normal.device)
+    references = [_render_directional(reference, normal, wi, size, wo) for wi, wo in views]
+    # One exposure for all views (their common peak), as one lit scene would be shown.
+    peak = float(torch.stack([r.max() for r in references]).max().clamp(min=1e-6))
+    for (wi, wo), ref in zip(views, references):
+        net = _render_directional(neural, normal, wi, size, wo)
+        scores.append(psnr(net / peak, ref / peak))
+        scores_u8.append(psnr(_render_directional(u8, normal, wi, size, wo) / peak, ref / peak))
+        if half is not None:
+            scores_fp16.append(psnr(_render_directional(half, normal, wi, size, wo) / peak, ref / peak))
+        error = (net - ref).abs().mean(dim=2, keepdim=True) / peak
+        heat = torch.cat([error.clamp(0, 1) * 4, (1 - error * 4).clamp(0, 1) * 0.2, torch.zeros_like(error)], dim=2).clamp(0, 1)
+        gap = torch.ones(size, 2, 3, device=ref.device)
+        rows.append(torch.cat([_tone(ref / peak * 4), gap, _tone(net / peak * 4), gap, heat], dim=1))
+    strip = torch.cat([torch.cat([row, torch.ones(2, row.shape[1], 3, device=row.device)]) for row in rows])
+    save_png(out / "comparison.png", strip.cpu().numpy())
+    fields = {
+        "psnr_db": float(np.mean(scores)),
+        "psnr_per_view_db": [round(s, 3) for s in scores],
+        "psnr_u8_latents_db": float(np.mean(scores_u8)),
+        "comparison": "comparison.png: rows = held-out (light, view) pairs; reference | neural | |error| x4 heat; PSNR against the views' common peak",
+    }
+    if scores_fp16:
+        fields["psnr_fp16_db"] = float(np.mean(scores_fp16))
+    return fields
+
+
+def load_neural_material(bundle_dir: str | Path, *, device: torch.device | str = "cpu", quantized: bool = False) -> NeuralMaterial:
+    """Read a baked neural material (decoder bundle + fp16 or 8-bit latents)."""
+    bundle = read_bundle(bundle_dir, kind=BUNDLE_KIND)
+    arch = bundle.manifest["architecture"]
+    decoder = MLP(MLPConfig(**{k: arch[k] for k in ("inputs", "hidden", "layers", "outputs", "hidden_activation", "output_activation", "leak")}))
+    decoder.load_state_dict({k.removeprefix("decoder."): v for k, v in bundle.tensors.items()})
+    info = bundle.manifest["latent"]
+    path = Path(bundle_dir) / (info["u8"] if quantized else info["fp16"])
+    if not path.is_file():
+        raise InputError("the latent texture file is missing.", path=path, fix="copy the whole bake folder.")
+    tensors = load_file(str(path))
+    levels = []
+    for k in range(info["mip_levels"]):
+        key = f"latent.mip{k}"
+        levels.append(dequantize_latents(tensors[f"{key}.codes"], tensors[f"{key}.scale"], tensors[f"{key}.offset"]) if quantized else tensors[key].float())
+    device = torch.device(device)
+    return NeuralMaterial([level.to(device) for level in levels], decoder.to(device))
