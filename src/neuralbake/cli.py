@@ -243,8 +243,9 @@ def material_bake(
 
     report = _run(action)
     _out.print(
-        f"[bold green]done[/] {report['steps']} steps in {report['seconds']:.1f} s: PSNR {report['psnr_db']:.2f} dB on held-out views "
-        f"(8-bit latents {report['psnr_u8_latents_db']:.2f} dB), decoder {report['decoder_params']} parameters -> {out}",
+        f"[bold green]done[/] {report['steps']} steps in {report['seconds']:.1f} s: PSNR {report['psnr_db']:.2f} dB, FLIP {report['flip']:.3f} "
+        f"on preview renders vs the reference (8-bit latents on texture views: {report['texture_views']['psnr_u8_latents_db']:.2f} dB "
+        f"vs {report['texture_views']['psnr_db']:.2f} dB), decoder {report['decoder_params']} parameters -> {out}",
         highlight=False,
     )
 

