@@ -59,10 +59,13 @@ texture_app = typer.Typer(
 )
 app.add_typer(texture_app, name="texture")
 material_app = typer.Typer(
-    help="Layered materials: preview a neuralbake material (.json) or a MaterialX document (.mtlx).",
+    help="Layered materials (.json or MaterialX .mtlx): preview them, bake them into neural materials, render, export and pack those as shaders.",
     no_args_is_help=True,
 )
 app.add_typer(material_app, name="material")
+from neuralbake.cli_export import register as _register_material_export  # noqa: E402
+
+_register_material_export(material_app)
 
 
 def _doc(cls: type, name: str, instance: Any | None = None) -> str:
@@ -229,6 +232,9 @@ def material_bake(
     lr: Annotated[float, typer.Option(help="Peak Adam learning rate.")] = 0.005,
     seed: Annotated[int, typer.Option(help="Seed for initialisation and sampling.")] = 0,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    compare_size: Annotated[int, typer.Option(help="Side of the reference-vs-neural preview renders that score the bake.")] = 128,
+    compare_spp: Annotated[int, typer.Option(help="Samples per pixel of those renders.")] = 32,
+    shared_decoder: Annotated[Path | None, typer.Option(help="A baked neural material whose first decoder layer(s) this bake reuses, frozen.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted bake in --out.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
@@ -237,7 +243,10 @@ def material_bake(
     def action() -> dict[str, Any]:
         from neuralbake.bakes.neural_material import NeuralMaterialConfig, bake_neural_material
 
-        config = NeuralMaterialConfig(material=str(material), latent=latent, resolution=resolution, batch_size=batch_size, device=device)
+        config = NeuralMaterialConfig(
+            material=str(material), latent=latent, resolution=resolution, batch_size=batch_size, device=device,
+            compare_size=compare_size, compare_spp=compare_spp, shared_decoder=str(shared_decoder or ""),
+        )
         config.train = dataclasses.replace(config.train, steps=steps, learning_rate=lr, seed=seed)
         return bake_neural_material(config, out, resume=resume, progress=not quiet)
 
@@ -248,6 +257,33 @@ def material_bake(
         f"vs {report['texture_views']['psnr_db']:.2f} dB), decoder {report['decoder_params']} parameters -> {out}",
         highlight=False,
     )
+
+
+@material_app.command("render")
+def material_render(
+    bundle: Annotated[Path, typer.Argument(help="A neural material folder written by `neuralbake material bake`.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for comparison.png, the EXRs and report.json.")],
+    material: Annotated[Path | None, typer.Option(help="The reference material, if not at the path the bundle recorded.")] = None,
+    size: Annotated[int, typer.Option(help="Image side in pixels.")] = 256,
+    spp: Annotated[int, typer.Option(help="Camera samples per pixel (the same directions for both materials).")] = 64,
+    precision: Annotated[str, typer.Option(help="Decoder and latent precision: fp16 (as shipped) or fp32.")] = "fp16",
+    u8: Annotated[bool, typer.Option("--u8", help="Use the 8-bit latent texture.")] = False,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+) -> None:
+    """Render a neural material and its reference on the preview scenes: reference | neural | FLIP error."""
+
+    def action() -> dict[str, Any]:
+        from neuralbake.bakes.neural_material import render_neural_material
+
+        if precision not in ("fp16", "fp32"):
+            from neuralbake.errors import ConfigError
+
+            raise ConfigError(f"unknown precision {precision!r}.", field="--precision", fix="use fp16 or fp32.")
+        return render_neural_material(bundle, out, material=material, size=size, spp=spp, precision=precision, quantized=u8, device=device)  # type: ignore[arg-type]
+
+    report = _run(action)
+    scenes = ", ".join(f"{name} {s['psnr_db']:.2f} dB / FLIP {s['flip']:.3f}" for name, s in report["scenes"].items())
+    _out.print(f"[bold green]done[/] {scenes} -> {out / 'comparison.png'}", highlight=False)
 
 
 def main() -> None:

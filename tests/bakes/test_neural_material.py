@@ -116,9 +116,53 @@ def test_cli_material_bake(tmp_path):
     result = CliRunner().invoke(
         app,
         ["material", "bake", str(EXAMPLES / "velvet.json"), "--out", str(tmp_path / "v"), "--steps", "20", "--resolution", "8",
-         "--batch-size", "256", "--device", "cpu", "--quiet"],
+         "--batch-size", "256", "--device", "cpu", "--compare-size", "16", "--compare-spp", "2", "--quiet"],
     )
     assert result.exit_code == 0, result.output
     assert "PSNR" in result.output and (tmp_path / "v" / "network.json").is_file()
     result = CliRunner().invoke(app, ["material", "bake", str(EXAMPLES / "velvet.json"), "--out", str(tmp_path / "w"), "--latent", "0"])
     assert result.exit_code == 2 and "latent" in result.output
+
+
+def test_render_compares_with_the_reference(tmp_path):
+    bake_neural_material(tiny(steps=20), tmp_path / "nm", progress=False)
+    result = CliRunner().invoke(app, ["material", "render", str(tmp_path / "nm"), "--out", str(tmp_path / "r"), "--size", "16", "--spp", "2", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert set(report["scenes"]) == {"sphere", "tile"} and report["precision"] == "fp16"
+    assert 5 < report["psnr_db"] < 80 and 0 < report["flip"] < 1
+    assert (tmp_path / "r" / "comparison.png").is_file() and (tmp_path / "r" / "tile_neural.exr").is_file()
+    missing = CliRunner().invoke(app, ["material", "render", str(tmp_path / "nm"), "--out", str(tmp_path / "s"), "--material", str(tmp_path / "gone.json")])
+    assert missing.exit_code != 0 and "gone.json" in missing.output and "--material" in missing.output
+
+
+def test_shared_decoder_keeps_the_first_layer_and_trains_the_rest(tmp_path):
+    first = tmp_path / "first"
+    bake_neural_material(tiny(steps=20), first, progress=False)
+    config = tiny("velvet.json", steps=20)
+    config.shared_decoder = str(first)
+    report = bake_neural_material(config, tmp_path / "second", progress=False)
+    a, b = load_neural_material(first), load_neural_material(tmp_path / "second")
+    assert torch.equal(a.decoder.layers[0].weight, b.decoder.layers[0].weight)
+    assert torch.equal(a.decoder.layers[0].bias, b.decoder.layers[0].bias)
+    assert not torch.equal(a.decoder.layers[1].weight, b.decoder.layers[1].weight)
+    assert report["decoder_trained_params"] < report["decoder_params"] and report["shared_decoder"]["layers"] == 1
+    bad = tiny(steps=5)
+    bad.shared_decoder, bad.decoder_hidden = str(first), 32
+    with pytest.raises(ConfigError, match="shared_decoder"):
+        bake_neural_material(bad, tmp_path / "third", progress=False)
+
+
+def test_cli_pack_bakes_materials_with_a_shared_first_layer(tmp_path):
+    args = ["material", "pack", str(EXAMPLES / "rusty_iron_nail.json"), str(EXAMPLES / "velvet.json"), "--out", str(tmp_path / "scene"),
+            "--steps", "10", "--resolution", "8", "--batch-size", "256", "--device", "cpu", "--compare-size", "12", "--compare-spp", "2", "--quiet"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "id 0: rusty_iron_nail" in result.output and "id 1: velvet" in result.output
+    pack = json.loads((tmp_path / "scene" / "pack.json").read_text())
+    assert pack["shared_first_layers"] == 1 and set(pack["bakes"]) == {"rusty_iron_nail", "velvet"}
+    shader = json.loads((tmp_path / "scene" / "shader" / "material_pack.json").read_text())
+    first, second = (load_neural_material(tmp_path / "scene" / "materials" / n) for n in ("rusty_iron_nail", "velvet"))
+    assert torch.equal(first.decoder.layers[0].weight, second.decoder.layers[0].weight)
+    separate = sum((tmp_path / "scene" / "materials" / n / "network.fp16.bin").stat().st_size for n in ("rusty_iron_nail", "velvet"))
+    assert (tmp_path / "scene" / "shader" / "material_pack.weights.fp16.bin").stat().st_size < separate, shader

@@ -59,6 +59,7 @@ __all__ = [
     "ReferenceSampler",
     "bake_neural_material",
     "load_neural_material",
+    "render_neural_material",
     "texel_features",
 ]
 
@@ -105,6 +106,12 @@ class NeuralMaterialConfig:
     """Fraction of light directions drawn by the reference material's own sampler (the rest cosine)."""
     direction_inputs: tuple[str, ...] = ("wi", "wo", "half")
     """Direction features the decoder reads after the latent, each a local-frame 3-vector: wi, wo, half (normalize(wi + wo))."""
+    shared_decoder: str = ""
+    """A baked neural material folder whose decoder this bake starts from, keeping its first
+    ``shared_layers`` layers (the part that interprets the directions) fixed, so several materials
+    share them; only the rest of the decoder, the encoder and the latents are trained."""
+    shared_layers: int = 1
+    """With ``shared_decoder``: how many leading decoder layers are shared (frozen)."""
     reference_chunk: int = 0
     """Reference samples evaluated per call of the material graph (the graph's thousands of small ops run once per
     chunk, not per step); batches are then served from the chunk. 0: 2^18 on CPU, 2^20 on a GPU."""
@@ -135,6 +142,12 @@ class NeuralMaterialConfig:
         unknown = [name for name in self.direction_inputs if name not in DIRECTION_FEATURES]
         if unknown or not self.direction_inputs:
             raise ConfigError(f"unknown or no direction inputs {list(self.direction_inputs)}.", field="direction_inputs", fix=f"use some of {sorted(DIRECTION_FEATURES)}.")
+        if self.shared_decoder and not 1 <= self.shared_layers <= self.decoder_layers:
+            raise ConfigError(
+                f"shared_layers must be 1 to {self.decoder_layers} (the decoder's hidden layers), got {self.shared_layers}.",
+                field="shared_layers",
+                fix="share 1 layer (the first, direction-interpreting one) or a few more.",
+            )
         if self.reference_chunk < 0:
             raise ConfigError(f"must be >= 0, got {self.reference_chunk}.", field="reference_chunk", fix="use 0 (automatic) or a sample count.")
         if not 0.0 <= self.material_sampling <= 1.0:
@@ -162,6 +175,25 @@ class NeuralMaterialModel(torch.nn.Module):
         self.direction_inputs = tuple(config.direction_inputs)
         inputs = config.latent + 3 * len(self.direction_inputs)
         self.decoder = MLP(MLPConfig(inputs, config.decoder_hidden, config.decoder_layers, 3, "relu", "none"))
+
+    def share_decoder(self, decoder: MLP, layers: int) -> None:
+        """Start from ``decoder``'s weights and freeze its first ``layers`` layers.
+
+        The frozen weights become buffers, so the trainer (which optimises ``named_parameters``)
+        leaves them alone while checkpoints and the bundle still carry them under the same names.
+        """
+        if decoder.config != self.decoder.config:
+            raise ConfigError(
+                f"the shared decoder's architecture {decoder.config} differs from this bake's {self.decoder.config}.",
+                field="shared_decoder",
+                fix="bake with the same --latent, decoder size and direction inputs as the shared bundle.",
+            )
+        self.decoder.load_state_dict(decoder.state_dict())
+        for layer in self.decoder.layers[:layers]:
+            for name in ("weight", "bias"):
+                value = getattr(layer, name).detach().clone()
+                delattr(layer, name)
+                layer.register_buffer(name, value)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         latent = self.encoder(inputs[:, : self.features])
@@ -376,6 +408,18 @@ def bake_neural_material(
     seed_everything(config.train.seed)
     features = texel_features(material, torch.full((1, 2), 0.5, device=device), normal).shape[1]
     model = NeuralMaterialModel(features, config).to(device)
+    shared: dict[str, Any] | None = None
+    if config.shared_decoder:
+        source = load_neural_material(config.shared_decoder, device=device)
+        if tuple(source.direction_inputs) != tuple(config.direction_inputs):
+            raise ConfigError(
+                f"the shared decoder reads directions {list(source.direction_inputs)}, this bake {list(config.direction_inputs)}.",
+                field="direction_inputs",
+                fix="use the shared bundle's direction inputs.",
+            )
+        model.share_decoder(source.decoder, config.shared_layers)
+        shared = {"bundle": str(Path(config.shared_decoder).resolve()), "layers": config.shared_layers,
+                  "sha256": [sha256_file(Path(config.shared_decoder) / "network.safetensors")]}
     sampler = ReferenceSampler(material, normal, config.batch_size, config.material_sampling, device, chunk=config.reference_chunk)
     save_config(out / "config.json", config)
     log = out / "events.jsonl"
@@ -387,13 +431,13 @@ def bake_neural_material(
     with EventWriter(all_sinks) as events:
         trainer = Trainer(
             model, sampler, _l1, config.train, device=device, checkpoint_path=out / "checkpoint.pt", events=events,
-            compatibility={"material": sha256_file(config.material), "features": features, "latent": config.latent},
+            compatibility={"material": sha256_file(config.material), "features": features, "latent": config.latent, "shared": shared},
         )
         result = trainer.fit(resume=resume)
 
     levels = bake_latent_pyramid(model, material, normal, config.resolution)
     neural = NeuralMaterial(levels, model.decoder, config.direction_inputs)
-    manifest = _write_bundle(out, neural, config, features)
+    manifest = _write_bundle(out, neural, config, features, shared)
     report_fields = _compare(out, material, neural, normal, config)
     source_bytes = sum(t.numel() * t.element_size() for t in getattr(material, "parameters", {}).values())
     plot_loss_curve(out / "loss.png", result.history, title=f"neural material: {Path(config.material).name}")
@@ -407,7 +451,9 @@ def bake_neural_material(
         samples_seen=result.samples_seen,
         seconds=round(result.train_seconds, 3),
         wall_seconds=round(time.perf_counter() - wall, 3),
-        decoder_params=model.decoder.parameter_count(),
+        decoder_params=sum(layer.weight.numel() + layer.bias.numel() for layer in model.decoder.layers),
+        decoder_trained_params=model.decoder.parameter_count(),
+        shared_decoder=shared,
         encoder_params=model.encoder.parameter_count(),
         texel_inputs=features,
         latent=config.latent,
@@ -418,7 +464,7 @@ def bake_neural_material(
     )
 
 
-def _write_bundle(out: Path, neural: NeuralMaterial, config: NeuralMaterialConfig, features: int) -> dict[str, Any]:
+def _write_bundle(out: Path, neural: NeuralMaterial, config: NeuralMaterialConfig, features: int, shared: dict[str, Any] | None = None) -> dict[str, Any]:
     latents = {f"latent.mip{k}": level for k, level in enumerate(neural.latents)}
     atomic_write_bytes(out / "latents.fp16.safetensors", save({k: v.detach().cpu().half().contiguous() for k, v in latents.items()}))
     quantized: dict[str, torch.Tensor] = {}
@@ -439,7 +485,8 @@ def _write_bundle(out: Path, neural: NeuralMaterial, config: NeuralMaterialConfi
                        "fp16": "latents.fp16.safetensors", "u8": "latents.u8.safetensors", "wrap": "repeat", "filter": "bilinear",
                        "u8_decode": "latent = codes * scale + offset (per channel)"},
             "precision": {"training": "fp32", "inference": "fp16 or fp32"},
-            "material": {"source": str(config.material), "texel_inputs": features, "baked_normal": list(config.normal)},
+            "shared_decoder": shared,
+            "material": {"source": str(Path(config.material).resolve()), "texel_inputs": features, "baked_normal": list(config.normal)},
         },
         layers=layers,
     )
@@ -514,3 +561,57 @@ def load_neural_material(bundle_dir: str | Path, *, device: torch.device | str =
         levels.append(dequantize_latents(tensors[f"{key}.codes"], tensors[f"{key}.scale"], tensors[f"{key}.offset"]) if quantized else tensors[key].float())
     device = torch.device(device)
     return NeuralMaterial([level.to(device) for level in levels], decoder.to(device), arch.get("direction_inputs", ["wi", "wo"]))
+
+
+def render_neural_material(
+    bundle_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    material: str | Path | None = None,
+    size: int = 256,
+    spp: int = 64,
+    precision: Literal["fp32", "fp16"] = "fp16",
+    quantized: bool = False,
+    device: str = "auto",
+    seed: int = 7,
+) -> dict[str, Any]:
+    """Render a baked neural material and its reference on the preview scenes, side by side.
+
+    Writes ``comparison.png`` (per scene: reference | neural | FLIP error), linear EXRs and
+    ``report.json`` (tone-mapped PSNR and HDR FLIP per scene). The reference is the material the
+    bundle was baked from (its manifest records the path) unless ``material`` names another copy;
+    it is evaluated for the baked normal, as the neural material was. ``precision`` and
+    ``quantized`` choose what the shipped shader would run: fp16 decoder and latents by default,
+    8-bit latents with ``quantized``.
+    """
+    torch_device = resolve_device(device)
+    bundle = read_bundle(bundle_dir, kind=BUNDLE_KIND)
+    info = bundle.manifest["material"]
+    source = Path(material) if material is not None else Path(info["source"])
+    if not source.is_file():
+        raise InputError(
+            "the reference material the bundle was baked from is not there.",
+            path=source,
+            field="material.source",
+            fix="pass --material with the .json or .mtlx file it was baked from.",
+        )
+    reference = load_material(source, device=torch_device)
+    neural = load_neural_material(bundle_dir, device=torch_device, quantized=quantized)
+    if precision == "fp16":
+        neural = neural.to(torch.float16)
+    normal = F.normalize(torch.tensor(info["baked_normal"], dtype=torch.float32, device=torch_device), dim=0)[None]
+    out = prepare_output_dir(out_dir)
+    result = compare_materials(
+        _as_baked(reference, normal), neural, out, size=size, spp=spp, device=torch_device, seed=seed, labels=("reference", "neural")
+    )
+    return write_report(
+        out / "report.json",
+        bake="neural_material_render",
+        device=torch_device,
+        metrics={"psnr_db": result["psnr_db"], "flip": result["flip"]},
+        bundle=str(bundle_dir),
+        reference=str(source),
+        precision=precision,
+        latents="u8" if quantized else "fp16",
+        **result,
+    )

@@ -1,0 +1,111 @@
+"""Several neural materials for one scene: one decoder architecture, a shared first decoder part.
+
+Seed 000's three ways to scale a neural material system to many materials, as they map here:
+
+1. *one architecture for all*: every material of a pack is baked with the same latent size,
+   decoder width/depth and direction inputs, so one shader function shape serves them all;
+2. *share the direction-interpreting part*: the first material is baked in full; every other one
+   starts from its decoder, keeps the first ``shared_layers`` layers fixed and trains only the
+   rest of the decoder, its encoder and its latents (``NeuralMaterialConfig.shared_decoder``), so
+   the shared layers are stored once in the pack's weight buffer;
+3. *scene-specific compilation*: the pack's shader contains exactly the given materials, with a
+   material-id switch (``neuralbake.export.neural_material.export_material_pack_shader``).
+
+Inputs may be materials (``.json``/``.mtlx``, baked here into ``<out>/materials/<name>``) or
+folders baked before (used as they are; they must share the architecture, which the shader
+export checks).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from neuralbake.bakes.neural_material import NeuralMaterialConfig, bake_neural_material
+from neuralbake.errors import ConfigError, InputError
+from neuralbake.io.files import atomic_write_json, prepare_output_dir
+
+__all__ = ["pack_materials"]
+
+
+def _is_bundle(path: Path) -> bool:
+    return path.is_dir() and (path / "network.json").is_file()
+
+
+def _bundle_name(path: Path) -> str:
+    """The baked material's file name (as the shader export names it), else the folder's name."""
+    try:
+        return Path(json.loads((path / "network.json").read_text())["material"]["source"]).stem
+    except (OSError, ValueError, KeyError, TypeError):
+        return path.name
+
+
+def pack_materials(
+    inputs: list[str | Path],
+    out_dir: str | Path,
+    template: NeuralMaterialConfig,
+    *,
+    share: bool = True,
+    progress: bool = True,
+    precision: str = "fp16",
+    latent_format: str = "fp16",
+    name: str = "material_pack",
+) -> dict[str, Any]:
+    """Bake (where needed) and pack ``inputs`` into ``out_dir``; returns the pack summary.
+
+    ``template`` holds the settings every bake uses (its ``material`` is replaced per input). With
+    ``share``, the second and later materials share the first one's leading decoder layers
+    (``template.shared_layers`` of them). Writes ``<out>/materials/<name>/`` per baked material,
+    ``<out>/shader/`` (the pack's Slang and HLSL modules and buffers) and ``<out>/pack.json``.
+    """
+    from neuralbake.export.neural_material import export_material_pack_shader
+
+    if len(inputs) < 1:
+        raise ConfigError("no materials to pack.", field="materials", fix="pass one or more .json/.mtlx materials or baked folders.")
+    paths = [Path(p) for p in inputs]
+    for path in paths:
+        if not path.exists():
+            raise InputError("no such material or baked folder.", path=path, fix="check the path.")
+        if not _is_bundle(path) and path.suffix.lower() not in (".json", ".mtlx"):
+            raise InputError(
+                "neither a material (.json, .mtlx) nor a baked neural material folder.", path=path, fix="pass a material file or a bake folder."
+            )
+    names = [_bundle_name(path) if _is_bundle(path) else path.stem for path in paths]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"two inputs have the same name: {names}.", field="materials", fix="rename one of the files or folders.")
+    out = prepare_output_dir(out_dir)
+    bundles: list[Path] = []
+    reports: dict[str, Any] = {}
+    first: Path | None = None
+    for path, material_name in zip(paths, names):
+        if _is_bundle(path):
+            bundles.append(path)
+            first = first or path
+            continue
+        config = copy.deepcopy(template)
+        config.material = str(path)
+        if share and first is not None:
+            config.shared_decoder = str(first)
+        folder = out / "materials" / material_name
+        report = bake_neural_material(config, folder, progress=progress)
+        reports[material_name] = {k: report[k] for k in ("psnr_db", "flip", "seconds", "decoder_params", "decoder_trained_params")}
+        bundles.append(folder)
+        first = first or folder
+    export = export_material_pack_shader(bundles, out / "shader", precision=precision, latent_format=latent_format, name=name)
+    summary = {
+        "materials": [{"id": i, "name": n, "bundle": str(bundle)} for i, (n, bundle) in enumerate(zip(names, bundles))],
+        "shared_first_layers": template.shared_layers if share else 0,
+        "bakes": reports,
+        "shader": {key: str(value) for key, value in _files(export).items()},
+    }
+    atomic_write_json(out / "pack.json", summary)
+    return summary
+
+
+def _files(export: Any) -> dict[str, Any]:
+    if isinstance(export, dict):
+        return export
+    fields = getattr(export, "__dataclass_fields__", None)
+    return {key: getattr(export, key) for key in fields} if fields else {"export": export}

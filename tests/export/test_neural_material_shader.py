@@ -1,0 +1,416 @@
+"""Exported neural material shaders against the PyTorch material they came from.
+
+Two tiny real bakes (copper tray, velvet) are made once per module. The shaders are compiled with
+slangpy's CPU device (Slang -> C++ -> host compiler) and their compute entry point is dispatched
+over random (uv, wi, wo, mip): uv outside [0, 1] (repeat wrap), every mip level, some directions
+below the horizon. The reference is ``NeuralMaterial.latent_at`` + ``evaluate`` on the same data
+the shader reads: fp16 or 8-bit latents as loaded by ``load_neural_material``, and for fp16
+weights a decoder whose weights are rounded through fp16. With identical data both sides compute
+in fp32, so fp32 weights and fp16 latents must agree to 1e-4 absolute; the quantised formats get
+the stated looser bound QUANTISED_TOLERANCE (relative part for the larger values fp16 weights can
+give; measured: at most 6e-6 at values up to 7.4 in every format, 4000 points).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import typer
+from safetensors.torch import load_file, save_file
+from typer.testing import CliRunner
+
+from neuralbake.bakes.neural_material import NeuralMaterial, NeuralMaterialConfig, bake_neural_material, load_neural_material, quantize_latents
+from neuralbake.cli_export import register
+from neuralbake.errors import BundleError, ConfigError
+from neuralbake.export.neural_material import POINT_FLOATS, export_material_pack_shader, export_neural_material_shader
+from neuralbake.io.bundle import LayerTensors, read_bundle, write_bundle
+from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
+from neuralbake.nn.serialize import save_coordinate_network
+from neuralbake.nn.trainer import TrainerConfig
+
+try:
+    import slangpy
+except ImportError:  # pragma: no cover - depends on the environment
+    slangpy = None
+
+needs_slangpy = pytest.mark.skipif(slangpy is None, reason="slangpy is not installed (pip install slangpy); it compiles and runs the shaders")
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "materials"
+FP32_TOLERANCE = 1e-4
+QUANTISED_TOLERANCE = (2e-4, 1e-5)
+"""(absolute, relative) bound for fp16 weights or u8 latents against PyTorch run on the same quantised data."""
+_module_ids = itertools.count()
+_MANIFEST_KEYS_WRITTEN_BY_WRITE_BUNDLE = ("format", "format_version", "kind", "files", "tensors", "device_layouts")
+
+
+# -- fixtures and helpers ---------------------------------------------------------------------------
+
+
+def _bake(material: str, out: Path) -> Path:
+    config = NeuralMaterialConfig(
+        material=str(EXAMPLES / material), resolution=8, batch_size=256, device="cpu", decoder_hidden=16, encoder_hidden=16,
+        compare_size=8, compare_spp=1, reference_chunk=256 * 20,
+        train=TrainerConfig(steps=20, precision="fp32", log_every=10, checkpoint_every=0, eval_every=0),
+    )
+    bake_neural_material(config, out, progress=False)
+    return out
+
+
+def derived_bundle(source: Path, out: Path, *, decoder: MLP | None = None, latents: list[torch.Tensor] | None = None, drop_direction_inputs: bool = False) -> Path:
+    """A neural material bundle made from ``source`` with another decoder and/or other latents (same manifest otherwise)."""
+    bundle = read_bundle(source)
+    metadata = {key: value for key, value in bundle.manifest.items() if key not in _MANIFEST_KEYS_WRITTEN_BY_WRITE_BUNDLE}
+    if decoder is None:
+        decoder = load_neural_material(source).decoder
+    metadata["architecture"] = {**metadata["architecture"], "inputs": decoder.config.inputs, "hidden": decoder.config.hidden, "layers": decoder.config.layers}
+    if drop_direction_inputs:
+        del metadata["architecture"]["direction_inputs"]
+    out.mkdir(parents=True)
+    if latents is None:
+        for name in ("latents.fp16.safetensors", "latents.u8.safetensors"):
+            shutil.copy(source / name, out / name)
+    else:
+        metadata["latent"] = {**metadata["latent"], "channels": latents[0].shape[2], "mip_levels": len(latents)}
+        save_file({f"latent.mip{k}": level.half().contiguous() for k, level in enumerate(latents)}, str(out / "latents.fp16.safetensors"))
+        quantised = {}
+        for k, level in enumerate(latents):
+            codes, scale, offset = quantize_latents(level)
+            quantised.update({f"latent.mip{k}.codes": codes, f"latent.mip{k}.scale": scale, f"latent.mip{k}.offset": offset})
+        save_file(quantised, str(out / "latents.u8.safetensors"))
+    layers = [LayerTensors(f"decoder.layers.{i}", layer.weight, layer.bias) for i, layer in enumerate(decoder.layers)]
+    write_bundle(out, {f"decoder.{k}": v for k, v in decoder.state_dict().items()}, kind="neural_material", metadata=metadata, layers=layers)
+    return out
+
+
+@pytest.fixture(scope="module")
+def bakes(tmp_path_factory) -> dict[str, Path]:
+    """Two tiny real bakes, and bundles derived from them (see each entry)."""
+    root = tmp_path_factory.mktemp("neural_materials")
+    copper = _bake("antique_copper_tray.json", root / "copper")
+    velvet = _bake("velvet.json", root / "velvet")
+    torch.manual_seed(0)
+    # copper with its output bias raised, so f cos reaches ~10 and the tolerance is tested on large values too
+    bright = load_neural_material(copper).decoder
+    with torch.no_grad():
+        bright.layers[-1].bias.add_(2.0)
+    # velvet's decoder fine-tuned from copper's: its first two layers are copper's, byte for byte
+    shared = load_neural_material(velvet).decoder
+    with torch.no_grad():
+        for index in (0, 1):
+            shared.layers[index].load_state_dict(load_neural_material(copper).decoder.layers[index].state_dict())
+    # copper with its first weight matrix and its last bias changed: layers 1 and 2 are shared, and a
+    # weight matrix or a bias alone does not make a layer shared
+    tweaked = load_neural_material(copper).decoder
+    with torch.no_grad():
+        tweaked.layers[0].weight.mul_(1.25)
+        tweaked.layers[-1].bias.add_(0.5)
+    # a decoder of another width (16 -> 8 hidden) and latents of another size (8 -> 4 channels)
+    config = load_neural_material(copper).decoder.config
+    narrow = MLP(MLPConfig(config.inputs, 8, config.layers, 3, "relu", "none"))
+    four = MLP(MLPConfig(4 + 9, config.hidden, config.layers, 3, "relu", "none"))
+    # an older bundle without direction_inputs in its manifest: the decoder reads [latent, wi, wo]
+    old = MLP(MLPConfig(8 + 6, config.hidden, config.layers, 3, "relu", "none"))
+    return {
+        "copper": copper,
+        "velvet": velvet,
+        "bright": derived_bundle(copper, root / "bright", decoder=bright),
+        "shared": derived_bundle(velvet, root / "shared", decoder=shared),
+        "tweaked": derived_bundle(copper, root / "tweaked", decoder=tweaked),
+        "narrow": derived_bundle(copper, root / "narrow", decoder=narrow),
+        "latent4": derived_bundle(copper, root / "latent4", decoder=four, latents=[level[..., :4] for level in load_neural_material(copper).latents]),
+        "old": derived_bundle(copper, root / "old", decoder=old, drop_direction_inputs=True),
+    }
+
+
+@pytest.fixture(scope="module")
+def slang_device():
+    """slangpy's CPU device: Slang compiles to C++ and the host compiler builds the kernel."""
+    return slangpy.create_device(type=slangpy.DeviceType.cpu)
+
+
+def random_queries(n: int, mip_levels: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """uv in [-1.5, 2.5) (wrapping), unit wi/wo mostly above the horizon, every mip level."""
+    generator = torch.Generator().manual_seed(seed)
+    uv = torch.rand(n, 2, generator=generator) * 4.0 - 1.5
+    up = torch.tensor([0.0, 0.0, 0.7])
+    wi = torch.nn.functional.normalize(torch.randn(n, 3, generator=generator) + up, dim=1)
+    wo = torch.nn.functional.normalize(torch.randn(n, 3, generator=generator) + up, dim=1)
+    mips = torch.randint(0, mip_levels, (n,), generator=generator)
+    return uv, wi, wo, mips
+
+
+def pytorch_reference(material: NeuralMaterial, uv: torch.Tensor, wi: torch.Tensor, wo: torch.Tensor, mips: torch.Tensor) -> np.ndarray:
+    expected = torch.zeros(len(uv), 3)
+    with torch.no_grad():
+        for level in mips.unique().tolist():
+            rows = mips == level
+            expected[rows] = material.evaluate(material.latent_at(uv[rows], level), wi[rows], wo[rows])
+    return expected.numpy()
+
+
+def reference_material(bundle: Path, precision: str, latent_format: str) -> NeuralMaterial:
+    """The PyTorch material on the data the shader reads: fp16/u8 latents, weights rounded as stored."""
+    material = load_neural_material(bundle, quantized=latent_format == "u8")
+    if precision == "fp16":
+        with torch.no_grad():
+            for parameter in material.decoder.parameters():
+                parameter.copy_(parameter.half().float())
+    return material
+
+
+def run_shader(device, written, source: str, uv, wi, wo, mips, material_ids=None) -> np.ndarray:
+    """Dispatch ``nb_<module>_kernel`` over the queries; returns f cos ``[N, 3]``."""
+    module = device.load_module_from_source(f"nb_material_test_{next(_module_ids)}", source)
+    kernel = device.create_compute_kernel(device.link_program([module], [module.entry_point(f"nb_{written.module}_kernel")]))
+    usage = slangpy.BufferUsage.shader_resource
+    n = len(uv)
+
+    def raw(path: Path):
+        return device.create_buffer(data=np.frombuffer(path.read_bytes(), dtype=np.uint8).copy(), usage=usage)
+
+    def structured(array: np.ndarray):
+        return device.create_buffer(data=np.ascontiguousarray(array).reshape(-1), struct_size=4, usage=usage)
+
+    points = torch.cat([uv, wi, wo], dim=1).numpy().astype(np.float32)
+    assert points.shape[1] == POINT_FLOATS
+    values = device.create_buffer(data=np.full(n * 3, np.nan, dtype=np.float32), struct_size=4, usage=slangpy.BufferUsage.unordered_access)
+    m = written.module
+    bindings = {
+        f"nb_{m}_weights": raw(written.weights),
+        f"nb_{m}_latents": raw(written.latents),
+        f"nb_{m}_points": structured(points),
+        f"nb_{m}_mips": structured(mips.numpy().astype(np.uint32)),
+        f"nb_{m}_values": values,
+        f"nb_{m}_constants": {f"nb_{m}_point_count": n},
+    }
+    if material_ids is not None:
+        bindings[f"nb_{m}_material_ids"] = structured(np.asarray(material_ids, dtype=np.uint32))
+    kernel.dispatch(thread_count=[n, 1, 1], vars=bindings)
+    return values.to_numpy().view(np.float32).reshape(n, 3)
+
+
+def assert_close(actual: np.ndarray, expected: np.ndarray, quantised: bool) -> None:
+    assert np.isfinite(actual).all()
+    error = np.abs(actual - expected)
+    if quantised:
+        absolute, relative = QUANTISED_TOLERANCE
+        assert (error <= absolute + relative * np.abs(expected)).all(), error.max()
+    else:
+        assert error.max() < FP32_TOLERANCE, error.max()
+
+
+# -- single material --------------------------------------------------------------------------------
+
+
+@needs_slangpy
+@pytest.mark.parametrize(("bundle", "precision", "latent_format"), [
+    ("copper", "fp32", "fp16"),
+    ("bright", "fp32", "fp16"),
+    ("bright", "fp16", "fp16"),
+    ("bright", "fp32", "u8"),
+    ("bright", "fp16", "u8"),
+    ("old", "fp32", "fp16"),
+])
+def test_exported_slang_matches_pytorch(tmp_path, bakes, slang_device, bundle, precision, latent_format):
+    written = export_neural_material_shader(bakes[bundle], tmp_path, precision=precision, latent_format=latent_format)
+    material = reference_material(bakes[bundle], precision, latent_format)
+    uv, wi, wo, mips = random_queries(400, len(material.latents), seed=1)
+    expected = pytorch_reference(material, uv, wi, wo, mips)
+    assert (expected == 0).all(axis=1).sum() > 20 and (expected > 0).any(axis=1).sum() > 200  # both branches exercised
+    if bundle == "bright":
+        assert expected.max() > 3.0
+    actual = run_shader(slang_device, written, written.slang.read_text(), uv, wi, wo, mips)
+    assert_close(actual, expected, quantised=(precision, latent_format) != ("fp32", "fp16"))
+
+
+@needs_slangpy
+def test_hlsl_matches_pytorch_and_mips_past_the_last_clamp(tmp_path, bakes, slang_device):
+    written = export_neural_material_shader(bakes["velvet"], tmp_path, precision="fp32", latent_format="u8", name="velvet_u8")
+    assert written.hlsl.name == "velvet_u8.hlsl" and written.materials == ("velvet_u8",)
+    material = reference_material(bakes["velvet"], "fp32", "u8")
+    uv, wi, wo, mips = random_queries(200, len(material.latents), seed=2)
+    expected = pytorch_reference(material, uv, wi, wo, mips)
+    actual = run_shader(slang_device, written, written.hlsl.read_text(), uv, wi, wo, mips + len(material.latents) * (mips == len(material.latents) - 1))
+    assert_close(actual, expected, quantised=True)
+
+
+def test_slang_and_hlsl_differ_only_in_entry_point_attribute(tmp_path, bakes):
+    written = export_neural_material_shader(bakes["copper"], tmp_path)
+    slang = written.slang.read_text().replace("(slang)", "").splitlines()
+    hlsl = written.hlsl.read_text().replace("(hlsl)", "").splitlines()
+    assert [line for line in slang if line != '[shader("compute")]'] == hlsl
+
+
+def test_manifest_describes_the_buffers(tmp_path, bakes):
+    written = export_neural_material_shader(bakes["copper"], tmp_path, precision="fp16", latent_format="u8")
+    manifest = json.loads(written.manifest.read_text())
+    assert manifest["module"] == written.module == "antique_copper_tray"
+    assert manifest["files"]["weights"]["bytes"] == written.weights.stat().st_size
+    entry = manifest["materials"][0]
+    levels = load_file(str(bakes["copper"] / "latents.u8.safetensors"))
+    latents = written.latents.read_bytes()
+    for k, mip in enumerate(entry["mips"]):
+        codes = levels[f"latent.mip{k}.codes"]
+        assert (mip["height"], mip["width"]) == tuple(codes.shape[:2])
+        assert latents[mip["offset"] : mip["offset"] + codes.numel()] == codes.numpy().tobytes()
+        scale = np.frombuffer(latents, dtype="<f4", count=8, offset=mip["scale_offset"])
+        assert np.array_equal(scale, levels[f"latent.mip{k}.scale"].numpy())
+        assert f"NB_ANTIQUE_COPPER_TRAY_MIP_OFFSET[{len(entry['mips'])}]" in written.slang.read_text()
+    stored = (bakes["copper"] / "network.fp16.bin").read_bytes()
+    assert written.weights.read_bytes() == stored  # one decoder: the bundle's own device layout
+    for index, layer in enumerate(entry["decoder_layers"]):
+        assert f"NB_ANTIQUE_COPPER_TRAY_DECODER_L{index}_WEIGHT_OFFSET = {layer['weight_offset']};" in written.slang.read_text()
+
+
+# -- packs ------------------------------------------------------------------------------------------
+
+
+@needs_slangpy
+def test_pack_of_two_materials_matches_each_material(tmp_path, bakes, slang_device):
+    written = export_material_pack_shader([bakes["copper"], bakes["velvet"]], tmp_path, name="scene")
+    assert written.materials == ("antique_copper_tray", "velvet")
+    source = written.slang.read_text()
+    assert "switch (material_id)" in source and "nb_velvet_eval" in source and "nb_rusty" not in source
+    copper, velvet = (reference_material(bakes[name], "fp32", "fp16") for name in ("copper", "velvet"))
+    uv, wi, wo, mips = random_queries(400, len(copper.latents), seed=3)
+    ids = torch.randint(0, 3, (400,), generator=torch.Generator().manual_seed(4))  # id 2 is no material: black
+    expected = np.zeros((400, 3), dtype=np.float32)
+    for index, material in enumerate((copper, velvet)):
+        rows = ids == index
+        expected[rows.numpy()] = pytorch_reference(material, uv[rows], wi[rows], wo[rows], mips[rows])
+    actual = run_shader(slang_device, written, source, uv, wi, wo, mips, material_ids=ids.numpy())
+    assert_close(actual, expected, quantised=False)
+    assert (actual[(ids == 2).numpy()] == 0).all()
+    manifest = json.loads(written.manifest.read_text())
+    assert manifest["weights"]["layers_stored"] == manifest["weights"]["layers_referenced"] == 8
+    fp16_latents = sum((bakes[name] / "latents.fp16.safetensors").stat().st_size for name in ("copper", "velvet"))
+    assert written.latents.stat().st_size < fp16_latents  # the raw halfs, without the safetensors headers
+
+
+@needs_slangpy
+def test_pack_stores_shared_layers_once(tmp_path, bakes, slang_device):
+    written = export_material_pack_shader([bakes["copper"], bakes["shared"]], tmp_path, precision="fp16", latent_format="u8")
+    manifest = json.loads(written.manifest.read_text())
+    assert manifest["weights"]["layers_stored"] == 6 and manifest["weights"]["layers_referenced"] == 8
+    first, second = (entry["decoder_layers"] for entry in manifest["materials"])
+    assert [layer["weight_offset"] for layer in first[:2]] == [layer["weight_offset"] for layer in second[:2]]
+    assert first[2]["weight_offset"] != second[2]["weight_offset"]
+    separate = sum((bakes[name] / "network.fp16.bin").stat().st_size for name in ("copper", "shared"))
+    assert written.weights.stat().st_size < separate
+    materials = [reference_material(bakes[name], "fp16", "u8") for name in ("copper", "shared")]
+    uv, wi, wo, mips = random_queries(300, 4, seed=5)
+    ids = torch.arange(300) % 2
+    expected = np.zeros((300, 3), dtype=np.float32)
+    for index, material in enumerate(materials):
+        rows = ids == index
+        expected[rows.numpy()] = pytorch_reference(material, uv[rows], wi[rows], wo[rows], mips[rows])
+    actual = run_shader(slang_device, written, written.hlsl.read_text(), uv, wi, wo, mips, material_ids=ids.numpy())
+    assert_close(actual, expected, quantised=True)
+
+
+@needs_slangpy
+def test_pack_shares_only_whole_identical_layers(tmp_path, bakes, slang_device):
+    written = export_material_pack_shader([bakes["copper"], bakes["tweaked"]], tmp_path)
+    manifest = json.loads(written.manifest.read_text())
+    assert manifest["weights"]["layers_stored"] == 6  # first layers differ in their weights only, last layers in their biases only
+    uv, wi, wo, mips = random_queries(200, 4, seed=6)
+    material = reference_material(bakes["tweaked"], "fp32", "fp16")
+    actual = run_shader(slang_device, written, written.slang.read_text(), uv, wi, wo, mips, material_ids=np.ones(200))
+    assert_close(actual, pytorch_reference(material, uv, wi, wo, mips), quantised=False)
+
+
+def test_pack_names_clashing_materials_apart(tmp_path, bakes):
+    written = export_material_pack_shader([bakes["copper"], bakes["bright"]], tmp_path)
+    assert written.materials == ("antique_copper_tray", "antique_copper_tray_2")
+    assert "case 1: return nb_antique_copper_tray_2_eval(uv, wi, wo, mip);" in written.slang.read_text()
+
+
+@pytest.mark.parametrize(("other", "field"), [("latent4", "latent.channels"), ("narrow", "architecture.hidden"), ("old", "architecture.direction_inputs")])
+def test_pack_refuses_incompatible_bundles(tmp_path, bakes, other, field):
+    with pytest.raises(BundleError) as caught:
+        export_material_pack_shader([bakes["copper"], bakes[other]], tmp_path / "out")
+    assert caught.value.field == field
+    assert caught.value.path == str(bakes[other] / "network.json")
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+# -- errors -----------------------------------------------------------------------------------------
+
+
+def test_missing_bundle_names_the_folder(tmp_path, bakes):
+    with pytest.raises(BundleError) as caught:
+        export_material_pack_shader([bakes["copper"], tmp_path / "nowhere"], tmp_path / "out")
+    assert caught.value.path == str(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BundleError, match="network.json"):
+        export_neural_material_shader(tmp_path / "empty", tmp_path / "out")
+
+
+def test_a_bundle_of_another_kind_is_refused(tmp_path):
+    torch.manual_seed(0)
+    save_coordinate_network(tmp_path / "texture", CoordinateNetwork(CoordinateNetworkConfig(hidden=8, layers=1)), training_precision="fp32")
+    with pytest.raises(BundleError) as caught:
+        export_neural_material_shader(tmp_path / "texture", tmp_path / "out")
+    assert caught.value.field == "kind"
+
+
+def test_missing_or_mismatched_latents_name_the_file(tmp_path, bakes):
+    broken = tmp_path / "broken"
+    shutil.copytree(bakes["copper"], broken)
+    (broken / "latents.u8.safetensors").unlink()
+    with pytest.raises(BundleError) as caught:
+        export_neural_material_shader(broken, tmp_path / "out", latent_format="u8")
+    assert caught.value.field == "latent.u8" and caught.value.path.endswith("latents.u8.safetensors")
+    shutil.copy(bakes["latent4"] / "latents.fp16.safetensors", broken / "latents.fp16.safetensors")
+    with pytest.raises(BundleError) as caught:
+        export_neural_material_shader(broken, tmp_path / "out")
+    assert caught.value.field == "latent.mip0" and "[height, width, 8]" in str(caught.value)
+
+
+@pytest.mark.parametrize(("options", "field"), [({"precision": "bf16"}, "precision"), ({"latent_format": "bc7"}, "latent_format"), ({"name": "2 bad"}, "name")])
+def test_bad_options_name_the_field(tmp_path, bakes, options, field):
+    with pytest.raises(ConfigError) as caught:
+        export_neural_material_shader(bakes["copper"], tmp_path, **options)
+    assert caught.value.field == field
+
+
+def test_a_bundle_given_twice_or_none_is_refused(tmp_path, bakes):
+    with pytest.raises(ConfigError, match="twice"):
+        export_material_pack_shader([bakes["copper"], bakes["velvet"], bakes["copper"]], tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        export_material_pack_shader([], tmp_path)
+    assert caught.value.field == "bundle_dirs"
+
+
+# -- command line -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cli() -> typer.Typer:
+    """The ``material`` group with the export commands registered, as ``neuralbake.cli`` does it."""
+    app = typer.Typer()
+    material_app = typer.Typer()
+    register(material_app)
+    app.add_typer(material_app, name="material")
+    return app
+
+
+def test_cli_export_and_pack(tmp_path, bakes, cli):
+    runner = CliRunner()
+    result = runner.invoke(cli, ["material", "export", str(bakes["copper"]), "--out", str(tmp_path / "one"), "--latents", "u8"])
+    assert result.exit_code == 0, result.output
+    assert sorted(path.name for path in (tmp_path / "one").iterdir()) == [
+        "antique_copper_tray.hlsl", "antique_copper_tray.json", "antique_copper_tray.latents.u8.bin",
+        "antique_copper_tray.slang", "antique_copper_tray.weights.fp16.bin",
+    ]
+    result = runner.invoke(cli, ["material", "pack", str(bakes["copper"]), str(bakes["velvet"]), "--out", str(tmp_path / "scene")])
+    assert result.exit_code == 0, result.output
+    assert "id 1: velvet" in result.output and (tmp_path / "scene" / "shader" / "material_pack.slang").is_file()
+    result = runner.invoke(cli, ["material", "pack", str(bakes["copper"]), str(bakes["latent4"]), "--out", str(tmp_path / "bad")])
+    assert result.exit_code == 2 and "latent.channels" in result.output
