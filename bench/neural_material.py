@@ -12,7 +12,7 @@ quality (tone-mapped PSNR and HDR FLIP of preview renders against the reference)
 Times with device synchronisation after a warm-up, median of several repeats, all in one run.
 
     python bench/neural_material.py --device cpu --steps 300 --resolution 64
-    python bench/neural_material.py --device cuda --steps 12000 --batch-size 16384 --out docs/results/neural_material_h100.json
+    python bench/neural_material.py --device cuda --compile --steps 10000 --batch-size 16384 --out docs/results/neural_material_h100.json
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _rate(run, batch: int, repeats: int, device: torch.device) -> float:
     return batch / statistics.median(times)
 
 
-def measure(path: Path, bake_dir: Path, device: torch.device, batch: int, repeats: int) -> dict:
+def measure(path: Path, bake_dir: Path, device: torch.device, batch: int, repeats: int, compile_neural: bool = False) -> dict:
     reference = load_material(path, device=device)
     neural = load_neural_material(bake_dir, device=device)
     if device.type == "cuda":
@@ -69,12 +69,18 @@ def measure(path: Path, bake_dir: Path, device: torch.device, batch: int, repeat
     wi, wo = _directions(batch, generator, device), _directions(batch, generator, device)
     ref_rate = _rate(lambda: reference(uv, normal).eval(wi, wo), batch, repeats, device)
     neural_rate = _rate(lambda: neural.evaluate(neural.latent_at(uv), wi, wo), batch, repeats, device)
+    compiled_rate = None
+    if compile_neural:
+        fused = torch.compile(lambda uv, wi, wo: neural.evaluate(neural.latent_at(uv), wi, wo), dynamic=False)
+        compiled_rate = _rate(lambda: fused(uv, wi, wo), batch, repeats, device)
     report = json.loads((bake_dir / "report.json").read_text())
     return {
         "material": path.name,
         "reference_samples_per_second": ref_rate,
         "neural_samples_per_second": neural_rate,
         "speedup": neural_rate / ref_rate,
+        "neural_compiled_samples_per_second": compiled_rate,
+        "speedup_compiled": None if compiled_rate is None else compiled_rate / ref_rate,
         "neural_precision": "fp16" if device.type == "cuda" else "fp32",
         "psnr_db": report["psnr_db"],
         "flip": report["flip"],
@@ -95,6 +101,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1 << 18, help="evaluation batch for the throughput measurement")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--work", type=Path, default=Path("out/bench_neural_material"), help="bake folders (reused when present)")
+    parser.add_argument("--compile", action="store_true", help="also time the neural path under torch.compile (fused kernels)")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args()
     device = resolve_device(args.device)
@@ -107,14 +114,14 @@ def main() -> None:
                 config = NeuralMaterialConfig(material=str(path), resolution=args.resolution, batch_size=args.batch_size, device=str(device))
                 config.train = dataclasses.replace(config.train, steps=args.steps, checkpoint_every=0)
                 bake_neural_material(config, bake_dir, progress=False)
-            row = measure(path, bake_dir, device, args.batch, args.repeats)
+            row = measure(path, bake_dir, device, args.batch, args.repeats, args.compile)
         except NeuralbakeError as exc:
             print(f"{path.name}: skipped ({exc})")
             continue
         rows.append(row)
         print(
             f"{path.name:28s} reference {row['reference_samples_per_second'] / 1e6:9.3f} M/s  neural {row['neural_samples_per_second'] / 1e6:9.3f} M/s"
-            f"  x{row['speedup']:6.1f}   PSNR {row['psnr_db']:.2f} dB  FLIP {row['flip']:.3f}",
+            f"  x{row['speedup']:6.1f}" + (f"  compiled {row['neural_compiled_samples_per_second'] / 1e6:9.3f} M/s x{row['speedup_compiled']:6.1f}" if args.compile else "") + f"   PSNR {row['psnr_db']:.2f} dB  FLIP {row['flip']:.3f}",
             flush=True,
         )
     name = describe_device(device)["name"]

@@ -1,0 +1,283 @@
+"""The visibility buffer: which triangle each pixel sees, where on it, and how far away, found
+by casting one ray per pixel through a BVH (NVIDIA Warp's ``wp.Mesh`` / ``wp.mesh_query_ray``).
+
+This pass is deliberately not differentiable: it only decides *which* triangle a pixel sees.
+Everything continuous (barycentrics as a function of vertex positions, attribute interpolation,
+shading) is recomputed from its output in PyTorch by :mod:`neuralbake.render.deferred`, so
+gradients reach vertex attributes, textures and, through :func:`ray_triangle_barycentrics`,
+vertex positions inside triangles. Silhouette gradients (edge sampling or antialiasing of
+triangle ids) are the piece left for the mesh-simplification work; they need exactly the
+triangle ids and depths this buffer holds.
+
+Warp runs the same kernel on the CPU (compiled once, cached under ``~/.cache/warp``) and on CUDA;
+the BVH lives on the device of the positions tensor and tensors cross over without copies
+(``wp.from_torch``). Barycentrics follow the Moller-Trumbore convention:
+``p = (1 - b1 - b2) p0 + b1 p1 + b2 p2`` for a triangle ``(p0, p1, p2)``; depth is the distance
+along the unit ray direction (not camera-space z).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from neuralbake.errors import InputError
+from neuralbake.render.camera import Camera
+
+__all__ = [
+    "RayCaster",
+    "VisibilityBuffer",
+    "ray_triangle_barycentrics",
+    "visibility_buffer",
+]
+
+_WARP = None
+
+
+def _warp():
+    """Import and initialise Warp once, quietly (its banner would land in every CLI run)."""
+    global _WARP
+    if _WARP is None:
+        import warp as wp
+
+        if hasattr(wp, "LOG_WARNING"):  # warp >= 1.10: levels; older: a quiet flag
+            wp.config.log_level = max(wp.config.log_level, wp.LOG_WARNING)
+        else:
+            wp.config.quiet = True
+        wp.init()
+        _WARP = (wp, _build_kernels(wp))
+    return _WARP
+
+
+def _build_kernels(wp):
+    @wp.kernel
+    def closest_hit(
+        mesh: wp.uint64,
+        origins: wp.array(dtype=wp.vec3),
+        directions: wp.array(dtype=wp.vec3),
+        max_t: float,
+        triangle: wp.array(dtype=wp.int32),
+        barycentric: wp.array(dtype=wp.vec2),
+        depth: wp.array(dtype=float),
+    ):
+        i = wp.tid()
+        q = wp.mesh_query_ray(mesh, origins[i], directions[i], max_t)
+        if q.result:
+            triangle[i] = q.face
+            # Warp reports the weights of p0 and p1; Moller-Trumbore's (b1, b2) weigh p1 and p2.
+            barycentric[i] = wp.vec2(q.v, 1.0 - q.u - q.v)
+            depth[i] = q.t
+        else:
+            triangle[i] = -1
+            barycentric[i] = wp.vec2(0.0, 0.0)
+            depth[i] = wp.inf
+
+    @wp.kernel
+    def any_hit(
+        mesh: wp.uint64,
+        origins: wp.array(dtype=wp.vec3),
+        directions: wp.array(dtype=wp.vec3),
+        max_t: wp.array(dtype=float),
+        occluded: wp.array(dtype=wp.int32),
+    ):
+        i = wp.tid()
+        q = wp.mesh_query_ray(mesh, origins[i], directions[i], max_t[i])
+        occluded[i] = wp.where(q.result, 1, 0)
+
+    return {"closest_hit": closest_hit, "any_hit": any_hit}
+
+
+def _warp_device(device: torch.device) -> str:
+    if device.type == "cpu":
+        return "cpu"
+    if device.type == "cuda":
+        return f"cuda:{device.index if device.index is not None else torch.cuda.current_device()}"
+    raise InputError(f"ray casting runs on cpu or cuda, not {device}.", field="device", fix="move the scene to 'cpu' or 'cuda'.")
+
+
+def _torch_stream(device: torch.device) -> contextlib.AbstractContextManager:
+    """Run Warp work on PyTorch's current CUDA stream, so no extra synchronisation is needed."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    wp, _ = _warp()
+    return wp.ScopedStream(wp.stream_from_torch(device))
+
+
+class RayCaster:
+    """A BVH over a triangle mesh that answers closest-hit and any-hit ray queries.
+
+    ``positions``: float ``[V, 3]`` (any float dtype; cast to float32 for the BVH) on cpu or
+    cuda; ``faces``: integer ``[F, 3]``. After moving vertices call :meth:`refit` (cheap; keeps
+    the tree topology) or build a new caster when they moved a lot.
+    """
+
+    def __init__(self, positions: torch.Tensor, faces: torch.Tensor) -> None:
+        if positions.dim() != 2 or positions.shape[1] != 3 or faces.dim() != 2 or faces.shape[1] != 3:
+            raise InputError(
+                f"expected positions [V, 3] and faces [F, 3], got {tuple(positions.shape)} and {tuple(faces.shape)}.",
+                field="positions/faces",
+                fix="pass a triangle mesh.",
+            )
+        if faces.shape[0] == 0:
+            raise InputError("the mesh has no triangles.", field="faces", fix="pass at least one triangle.")
+        wp, _ = _warp()
+        self.device = positions.device
+        self._wp_device = _warp_device(self.device)
+        self._points = positions.detach().to(torch.float32).contiguous().clone()
+        self._indices = faces.detach().to(device=self.device, dtype=torch.int32).reshape(-1).contiguous()
+        with _torch_stream(self.device):
+            self.mesh = wp.Mesh(
+                points=wp.from_torch(self._points, dtype=wp.vec3),
+                indices=wp.from_torch(self._indices, dtype=wp.int32),
+            )
+
+    @property
+    def num_triangles(self) -> int:
+        """``F``."""
+        return self._indices.shape[0] // 3
+
+    def refit(self, positions: torch.Tensor) -> None:
+        """Move the vertices to ``positions`` ``[V, 3]`` (same count) and refit the BVH."""
+        if positions.shape != self._points.shape:
+            raise InputError(
+                f"refit needs {tuple(self._points.shape)} positions, got {tuple(positions.shape)}.",
+                field="positions",
+                fix="build a new RayCaster when the vertex count changes.",
+            )
+        self._points.copy_(positions.detach().to(self._points))
+        with _torch_stream(self.device):
+            self.mesh.refit()
+
+    def _rays(self, origins: torch.Tensor, directions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        o = origins.detach().reshape(-1, 3).to(device=self.device, dtype=torch.float32).contiguous()
+        d = directions.detach().reshape(-1, 3).to(device=self.device, dtype=torch.float32).contiguous()
+        if o.shape != d.shape:
+            raise InputError(f"{o.shape[0]} origins but {d.shape[0]} directions.", field="directions", fix="pass one origin per ray.")
+        return o, d
+
+    def closest_hit(
+        self, origins: torch.Tensor, directions: torch.Tensor, *, max_t: float = 1e30
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """First hits of rays ``[..., 3]``.
+
+        Returns ``(triangle, barycentrics, t)``: int64 ``[...]`` (-1 on a miss), float32 ``[..., 2]``
+        and float32 ``[...]`` (inf on a miss).
+        """
+        wp, kernels = _warp()
+        shape = origins.shape[:-1]
+        o, d = self._rays(origins, directions)
+        n = o.shape[0]
+        tri = torch.empty(n, dtype=torch.int32, device=self.device)
+        bary = torch.empty(n, 2, dtype=torch.float32, device=self.device)
+        t = torch.empty(n, dtype=torch.float32, device=self.device)
+        if n:
+            with _torch_stream(self.device):
+                wp.launch(
+                    kernels["closest_hit"],
+                    dim=n,
+                    inputs=[self.mesh.id, wp.from_torch(o, dtype=wp.vec3), wp.from_torch(d, dtype=wp.vec3), float(max_t)],
+                    outputs=[wp.from_torch(tri), wp.from_torch(bary, dtype=wp.vec2), wp.from_torch(t)],
+                    device=self._wp_device,
+                )
+        return tri.to(torch.int64).reshape(shape), bary.reshape(*shape, 2), t.reshape(shape)
+
+    def occluded(self, origins: torch.Tensor, directions: torch.Tensor, max_t: torch.Tensor | float = 1e30) -> torch.Tensor:
+        """Whether anything lies along each ray before ``max_t`` (``[...]`` or a float): bool ``[...]``."""
+        wp, kernels = _warp()
+        shape = origins.shape[:-1]
+        o, d = self._rays(origins, directions)
+        n = o.shape[0]
+        limit = torch.as_tensor(max_t, dtype=torch.float32, device=self.device).expand(shape).reshape(-1).contiguous()
+        hit = torch.empty(n, dtype=torch.int32, device=self.device)
+        if n:
+            with _torch_stream(self.device):
+                wp.launch(
+                    kernels["any_hit"],
+                    dim=n,
+                    inputs=[self.mesh.id, wp.from_torch(o, dtype=wp.vec3), wp.from_torch(d, dtype=wp.vec3), wp.from_torch(limit)],
+                    outputs=[wp.from_torch(hit)],
+                    device=self._wp_device,
+                )
+        return hit.bool().reshape(shape)
+
+
+@dataclass
+class VisibilityBuffer:
+    """What each pixel of a ``height x width`` image sees (all tensors on the scene's device)."""
+
+    triangle_id: torch.Tensor
+    """int64 ``[H, W]``: index into the faces, -1 for background."""
+    barycentrics: torch.Tensor
+    """float32 ``[H, W, 2]``: ``(b1, b2)`` weights of the triangle's second and third vertex (0 on background)."""
+    depth: torch.Tensor
+    """float32 ``[H, W]``: distance along the unit ray (inf on background)."""
+    material_id: torch.Tensor
+    """int64 ``[H, W]``: the triangle's material, -1 on background."""
+    ray_origin: torch.Tensor
+    """``[H, W, 3]`` camera ray origins (the pixel centres' rays)."""
+    ray_direction: torch.Tensor
+    """``[H, W, 3]`` unit camera ray directions."""
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """bool ``[H, W]``: pixels that hit the mesh."""
+        return self.triangle_id >= 0
+
+    @property
+    def coverage(self) -> float:
+        """Fraction of pixels that hit the mesh."""
+        return float(self.mask.float().mean())
+
+
+def visibility_buffer(
+    caster: RayCaster,
+    camera: Camera,
+    width: int,
+    height: int,
+    *,
+    material_ids: torch.Tensor | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> VisibilityBuffer:
+    """Cast one ray through every pixel centre of ``camera``; see :class:`VisibilityBuffer`.
+
+    ``material_ids``: int ``[F]`` per-triangle materials (all 0 when ``None``). ``dtype`` is the
+    float type of the returned rays (the hit data are always float32 from the BVH).
+    """
+    origins, directions = camera.generate_rays(width, height, device=caster.device, dtype=dtype)
+    tri, bary, t = caster.closest_hit(origins, directions)
+    hit = tri >= 0
+    if material_ids is None:
+        mat = torch.where(hit, 0, -1)
+    else:
+        mat = torch.where(hit, material_ids.to(caster.device)[tri.clamp(min=0)], -1)
+    return VisibilityBuffer(tri, bary, t, mat, origins, directions)
+
+
+def ray_triangle_barycentrics(
+    positions: torch.Tensor, faces: torch.Tensor, triangle_id: torch.Tensor, origins: torch.Tensor, directions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Differentiable ray / triangle-plane intersection (Moller-Trumbore without the inside test).
+
+    For each ray ``[N, 3]`` and its triangle ``triangle_id`` ``[N]`` (must be >= 0) returns
+    barycentrics ``(b1, b2)`` ``[N, 2]`` and distance ``t`` ``[N]`` of the point where the ray meets the
+    triangle's plane, as smooth functions of ``positions`` ``[V, 3]`` and the rays, so gradients
+    flow to vertex positions. For the pixel's own ray this reproduces the visibility buffer's
+    barycentrics; for a neighbouring pixel's ray it gives the ray differential on the same plane.
+    """
+    f = faces[triangle_id]
+    p0, p1, p2 = positions[f[:, 0]], positions[f[:, 1]], positions[f[:, 2]]
+    e1, e2 = p1 - p0, p2 - p0
+    d = directions.to(positions.dtype)
+    s = origins.to(positions.dtype) - p0
+    pvec = torch.cross(d, e2, dim=-1)
+    det = (e1 * pvec).sum(-1)
+    tiny = torch.finfo(positions.dtype).tiny
+    det = torch.where(det.abs() > tiny, det, torch.full_like(det, tiny))  # ray parallel to the plane
+    inv = 1.0 / det
+    qvec = torch.cross(s, e1, dim=-1)
+    b1 = (s * pvec).sum(-1) * inv
+    b2 = (d * qvec).sum(-1) * inv
+    t = (e2 * qvec).sum(-1) * inv
+    return torch.stack((b1, b2), dim=-1), t

@@ -1,0 +1,275 @@
+"""glTF reading and writing: an exact write -> read round trip, node transforms, generated normals
+and tangents, embedded (.glb) data, and a clear error for every bad input the loader refuses."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pygltflib
+import pytest
+
+from neuralbake.errors import InputError
+from neuralbake.io.gltf import Material, Mesh, Scene, TextureRef, generate_tangents, load_gltf, write_gltf
+
+
+def quantised(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Texels that survive 8-bit PNG exactly."""
+    return (rng.integers(0, 256, shape) / 255.0).astype(np.float32)
+
+
+def two_material_scene(seed: int = 0) -> Scene:
+    rng = np.random.default_rng(seed)
+    quad = np.array([[-1, -1, 0], [1, -1, 0], [1, 1, 0], [-1, 1, 0]], np.float32)
+    faces = np.array([[0, 1, 2], [0, 2, 3]], np.int64)
+    uv = np.array([[0, 1], [1, 1], [1, 0], [0, 0]], np.float32)
+    base = quantised(rng, (4, 6, 4))
+    rough = quantised(rng, (3, 5, 3))
+    normal = quantised(rng, (4, 4, 3))
+    mats = [
+        Material(
+            name="painted",
+            base_color_factor=(0.9, 0.8, 0.7, 1.0),
+            base_color_texture=TextureRef(base, 0, "repeat", "clamp", "paint.png"),
+            metallic_factor=0.25,
+            roughness_factor=0.5,
+            metallic_roughness_texture=TextureRef(rough, 1, "mirror", "repeat", "orm.png"),
+            normal_texture=TextureRef(normal, 0, name="normal.png"),
+            normal_scale=0.5,
+            occlusion_texture=TextureRef(rough, 1, "mirror", "repeat", "orm.png"),
+            occlusion_strength=0.75,
+            emissive_factor=(0.1, 0.2, 0.3),
+            double_sided=True,
+        ),
+        Material(name="flat", base_color_factor=(0.2, 0.4, 0.6, 1.0), unlit=True),
+    ]
+    colors = rng.random((4, 4)).astype(np.float32)
+    tangents = np.tile(np.array([1, 0, 0, 1], np.float32), (4, 1))
+    meshes = [
+        Mesh(quad, faces, np.tile([0, 0, 1], (4, 1)).astype(np.float32), tangents, uv, uv * 0.5 + 0.25, colors, 0, "front"),
+        Mesh(quad + [0, 0, -1], faces, np.tile([0, 0, 1], (4, 1)).astype(np.float32), None, uv, None, None, 1, "back"),
+    ]
+    return Scene(meshes=meshes, materials=mats)
+
+
+def test_write_read_round_trip_is_exact(tmp_path: Path) -> None:
+    scene = two_material_scene()
+    path = write_gltf(tmp_path / "out.gltf", scene)
+    assert {p.name for p in tmp_path.iterdir()} >= {"out.gltf", "out.bin"}
+    back = load_gltf(path)
+    assert len(back.meshes) == 2 and len(back.materials) == 2
+    for a, b in zip(scene.meshes, back.meshes):
+        np.testing.assert_array_equal(a.positions, b.positions)
+        np.testing.assert_array_equal(a.indices, b.indices)
+        for attr in ("normals", "tangents", "uv0", "uv1", "colors"):
+            x, y = getattr(a, attr), getattr(b, attr)
+            assert (x is None) == (y is None), attr
+            if x is not None:
+                np.testing.assert_array_equal(x, y)
+        assert a.material == b.material
+    for a, b in zip(scene.materials, back.materials):
+        for attr in (
+            "name",
+            "metallic_factor",
+            "roughness_factor",
+            "normal_scale",
+            "occlusion_strength",
+            "double_sided",
+            "unlit",
+            "alpha_mode",
+        ):
+            assert (
+                getattr(a, attr) == pytest.approx(getattr(b, attr))
+                if isinstance(getattr(a, attr), float)
+                else getattr(a, attr) == getattr(b, attr)
+            )
+        np.testing.assert_allclose(a.base_color_factor, b.base_color_factor, rtol=0, atol=1e-7)
+        np.testing.assert_allclose(a.emissive_factor, b.emissive_factor, rtol=0, atol=1e-7)
+        assert a.textures().keys() == b.textures().keys()
+        for slot, ref in a.textures().items():
+            got = b.textures()[slot]
+            np.testing.assert_array_equal(ref.image, got.image)
+            assert (ref.texcoord, ref.wrap_s, ref.wrap_t) == (got.texcoord, got.wrap_s, got.wrap_t)
+    doc = json.loads(path.read_text())
+    assert "KHR_materials_unlit" in doc["extensionsUsed"] and "KHR_materials_unlit" in doc["materials"][1]["extensions"]
+    assert len(doc["images"]) == 3  # the shared ORM image is written once
+
+
+def test_write_sixteen_bit_textures_keep_precision(tmp_path: Path) -> None:
+    scene = two_material_scene()
+    image = np.linspace(0, 1, 4 * 4 * 3, dtype=np.float32).reshape(4, 4, 3)
+    scene.materials[0].base_color_texture = TextureRef(image, 0, name="fine")
+    back = load_gltf(write_gltf(tmp_path / "fine.gltf", scene, texture_bits=16))
+    np.testing.assert_allclose(back.materials[0].base_color_texture.image, image, atol=0.5 / 65535)
+
+
+def test_node_transforms_are_flattened(tmp_path: Path) -> None:
+    path = write_gltf(tmp_path / "t.gltf", two_material_scene())
+    doc = json.loads(path.read_text())
+    # Parent: translate +x by 2; child: 90 degrees about +z then the front quad; the back quad is mirrored.
+    s = math.sqrt(0.5)
+    doc["nodes"] = [
+        {"translation": [2, 0, 0], "children": [1, 2]},
+        {"rotation": [0, 0, s, s], "mesh": 0},
+        {"scale": [-1, 1, 1], "mesh": 1},
+    ]
+    doc["scenes"] = [{"nodes": [0]}]
+    path.write_text(json.dumps(doc))
+    scene = load_gltf(path)
+    front = scene.meshes[0]
+    # (1, -1, 0) rotated by 90 degrees about z is (1, 1, 0); then +2 in x.
+    np.testing.assert_allclose(front.positions[1], [3, 1, 0], atol=1e-6)
+    np.testing.assert_allclose(front.tangents[0], [0, 1, 0, 1], atol=1e-6)
+    back = scene.meshes[1]
+    np.testing.assert_allclose(back.positions[1], [1, -1, -1], atol=1e-6)
+    # Mirroring flips the winding so the face normal still agrees with the vertex normal.
+    p = back.positions[back.indices[0]]
+    face = np.cross(p[1] - p[0], p[2] - p[0])
+    assert np.dot(face, back.normals[0]) > 0
+
+
+def test_glb_with_embedded_textures(tmp_path: Path) -> None:
+    scene = two_material_scene()
+    gltf_path = write_gltf(tmp_path / "e.gltf", scene)
+    gltf = pygltflib.GLTF2().load(str(gltf_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pygltflib warns that e.bin is left behind
+        gltf.convert_images(pygltflib.ImageFormat.DATAURI)
+        gltf.convert_buffers(pygltflib.BufferFormat.BINARYBLOB)
+    glb = tmp_path / "e.glb"
+    gltf.save_binary(str(glb))
+    back = load_gltf(glb)
+    np.testing.assert_array_equal(back.meshes[0].colors, scene.meshes[0].colors)
+    np.testing.assert_array_equal(back.materials[0].base_color_texture.image, scene.materials[0].base_color_texture.image)
+
+
+def test_missing_normals_are_generated_with_a_warning(tmp_path: Path) -> None:
+    scene = two_material_scene()
+    for m in scene.meshes:
+        m.normals = None
+    path = write_gltf(tmp_path / "n.gltf", scene)
+    with pytest.warns(UserWarning, match="no normals; generating smooth"):
+        smooth = load_gltf(path)
+    np.testing.assert_allclose(smooth.meshes[0].normals, np.tile([0, 0, 1], (4, 1)), atol=1e-6)
+    with pytest.warns(UserWarning, match="generating flat"):
+        flat = load_gltf(path, generate_normals_mode="flat")
+    assert flat.meshes[0].positions.shape == (6, 3) and flat.meshes[0].uv0.shape == (6, 2)
+
+
+def test_generated_tangents_follow_u_and_glTF_handedness() -> None:
+    quad = np.array([[-1, -1, 0], [1, -1, 0], [1, 1, 0], [-1, 1, 0]], np.float32)
+    faces = np.array([[0, 1, 2], [0, 2, 3]])
+    normals = np.tile(np.array([0, 0, 1], np.float32), (4, 1))
+    uv = np.array([[0, 1], [1, 1], [1, 0], [0, 0]], np.float32)  # v down the image, as glTF stores it
+    np.testing.assert_allclose(generate_tangents(quad, normals, uv, faces), np.tile([1, 0, 0, 1], (4, 1)), atol=1e-6)
+    mirrored = uv.copy()
+    mirrored[:, 1] = 1 - mirrored[:, 1]
+    np.testing.assert_allclose(generate_tangents(quad, normals, mirrored, faces)[:, 3], -1)
+
+
+def test_degenerate_triangles_are_dropped_and_counted(tmp_path: Path) -> None:
+    scene = two_material_scene()
+    mesh = scene.meshes[0]
+    mesh.indices = np.concatenate([mesh.indices, [[0, 0, 1], [0, 1, 1]]])
+    mesh.positions = mesh.positions.copy()
+    path = write_gltf(tmp_path / "d.gltf", scene)
+    with pytest.warns(UserWarning, match="dropped 2 degenerate"):
+        back = load_gltf(path)
+    assert back.meshes[0].num_triangles == 2
+
+
+# --- refused inputs ------------------------------------------------------------------------------------
+
+
+def edit(path: Path, change) -> Path:
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.fixture
+def written(tmp_path: Path) -> Path:
+    return write_gltf(tmp_path / "s.gltf", two_material_scene())
+
+
+def test_missing_texture_file_names_image_and_material(written: Path) -> None:
+    (written.parent / "s_paint.png").unlink()
+    with pytest.raises(InputError, match=r"s_paint\.png.*painted") as err:
+        load_gltf(written)
+    assert "images[" in str(err.value) and "Fix:" in str(err.value)
+
+
+def test_missing_buffer_file(written: Path) -> None:
+    (written.parent / "s.bin").unlink()
+    with pytest.raises(InputError, match=r"buffers\[0\].*s\.bin"):
+        load_gltf(written)
+
+
+def test_draco_is_refused_with_the_fix(written: Path) -> None:
+    def add_draco(doc: dict) -> None:
+        doc["extensionsUsed"] = ["KHR_draco_mesh_compression"]
+        doc["extensionsRequired"] = ["KHR_draco_mesh_compression"]
+        doc["meshes"][0]["primitives"][0]["extensions"] = {"KHR_draco_mesh_compression": {"bufferView": 0, "attributes": {"POSITION": 0}}}
+
+    with pytest.raises(InputError, match="KHR_draco_mesh_compression.*gltf-transform"):
+        load_gltf(edit(written, add_draco))
+
+
+def test_texture_without_its_uv_set(written: Path) -> None:
+    with pytest.raises(InputError, match=r"TEXCOORD_1.*painted|painted.*TEXCOORD_1"):
+        load_gltf(edit(written, lambda d: d["meshes"][0]["primitives"][0]["attributes"].pop("TEXCOORD_1")))
+
+
+def test_lines_are_refused(written: Path) -> None:
+    def lines(doc: dict) -> None:
+        doc["meshes"][0]["primitives"][0]["mode"] = 1
+
+    with pytest.raises(InputError, match="LINES.*TRIANGLES"):
+        load_gltf(edit(written, lines))
+
+
+def test_triangle_budget(written: Path) -> None:
+    with pytest.raises(InputError, match="4 triangles, over the budget of 3"):
+        load_gltf(written, max_triangles=3)
+
+
+def test_not_a_gltf(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gltf"
+    bad.write_text("{ not json")
+    with pytest.raises(InputError, match="not a readable glTF"):
+        load_gltf(bad)
+    with pytest.raises(InputError, match="does not exist"):
+        load_gltf(tmp_path / "absent.glb")
+
+
+def test_writer_rejects_inconsistent_meshes(tmp_path: Path) -> None:
+    scene = two_material_scene()
+    scene.meshes[0].uv0 = scene.meshes[0].uv0[:3]
+    with pytest.raises(InputError, match="uv0"):
+        write_gltf(tmp_path / "x.gltf", scene)
+    assert not (tmp_path / "x.gltf").exists()
+
+
+@pytest.mark.needs_shared
+def test_shared_assets(shared_dir: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        helmet = load_gltf(shared_dir / "assets/DamagedHelmet/DamagedHelmet.gltf")
+    mesh = helmet.meshes[0]
+    assert mesh.num_triangles == 46356 // 3 and mesh.tangents is not None
+    assert set(helmet.materials[0].textures()) == {
+        "base_color_texture",
+        "metallic_roughness_texture",
+        "normal_texture",
+        "occlusion_texture",
+        "emissive_texture",
+    }
+    # The node rotates +90 degrees about x: the source's y range becomes the z range.
+    lo, hi = helmet.bounds()
+    assert lo[2] == pytest.approx(-1.18715500831604, abs=1e-5) and hi[2] == pytest.approx(0.8128451108932495, abs=1e-5)
+    with pytest.raises(InputError, match="Draco"):
+        load_gltf(shared_dir / "assets/BrainStem/BrainStem.glb")
