@@ -67,6 +67,10 @@ from neuralbake.cli_export import register as _register_material_export  # noqa:
 
 _register_material_export(material_app)
 
+from neuralbake.cli_mipmap import mipmap as _mipmap  # noqa: E402
+
+app.command("mipmap")(_mipmap)
+
 
 def _doc(cls: type, name: str, instance: Any | None = None) -> str:
     text = field_docs(cls).get(name, "")
@@ -254,7 +258,8 @@ def material_bake(
     _out.print(
         f"[bold green]done[/] {report['steps']} steps in {report['seconds']:.1f} s: PSNR {report['psnr_db']:.2f} dB, FLIP {report['flip']:.3f} "
         f"on preview renders vs the reference (8-bit latents on texture views: {report['texture_views']['psnr_u8_latents_db']:.2f} dB "
-        f"vs {report['texture_views']['psnr_db']:.2f} dB), decoder {report['decoder_params']} parameters -> {out}",
+        f"vs {report['texture_views']['psnr_db']:.2f} dB), decoder {report['decoder_params']} parameters, "
+        f"{report['throughput']['speedup']:.1f}x the reference's samples/s on {report['device']['type']} -> {out}",
         highlight=False,
     )
 

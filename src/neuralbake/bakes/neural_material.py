@@ -23,6 +23,7 @@ own.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -439,6 +440,7 @@ def bake_neural_material(
     neural = NeuralMaterial(levels, model.decoder, config.direction_inputs)
     manifest = _write_bundle(out, neural, config, features, shared)
     report_fields = _compare(out, material, neural, normal, config)
+    report_fields["throughput"] = _throughput(material, neural, normal)
     source_bytes = sum(t.numel() * t.element_size() for t in getattr(material, "parameters", {}).values())
     plot_loss_curve(out / "loss.png", result.history, title=f"neural material: {Path(config.material).name}")
     return write_report(
@@ -532,6 +534,45 @@ def _compare(out: Path, reference: Any, neural: NeuralMaterial, normal: torch.Te
             "puts the reference's mean at 0.18; texture_views.png: reference | neural | |error| x4",
         },
         "comparison": "renders/comparison.png: sphere and tile, reference | neural | FLIP error",
+    }
+
+
+def _throughput(reference: Any, neural: NeuralMaterial, normal: torch.Tensor, samples: int = 1 << 16, repeats: int = 3) -> dict[str, Any]:
+    """Samples/s of the reference graph and of the neural material (PyTorch, eager) on the bake's device.
+
+    The neural path runs in fp16 on a GPU (as shipped) and fp32 on a CPU; ``bench/neural_material.py``
+    measures larger batches and the torch.compile path.
+    """
+    device = normal.device
+    generator = torch.Generator(device=device).manual_seed(1)
+    uv = torch.rand(samples, 2, generator=generator, device=device)
+    wi = _directions_above(samples, generator, device)
+    wo = _directions_above(samples, generator, device)
+    normals = normal.expand(samples, 3)
+    shipped = neural.to(torch.float16) if device.type == "cuda" else neural
+
+    def rate(run: Any) -> float:
+        best = math.inf
+        with torch.no_grad():
+            for _ in range(repeats + 1):
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                start = time.perf_counter()
+                run()
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                best = min(best, time.perf_counter() - start)
+        return samples / best
+
+    reference_rate = rate(lambda: reference(uv, normals).eval(wi, wo))
+    neural_rate = rate(lambda: shipped.evaluate(shipped.latent_at(uv), wi, wo))
+    return {
+        "reference_samples_per_second": round(reference_rate),
+        "neural_samples_per_second": round(neural_rate),
+        "speedup": round(neural_rate / reference_rate, 2),
+        "samples": samples,
+        "neural_precision": "fp16" if device.type == "cuda" else "fp32",
+        "method": "best of several eager PyTorch runs on the bake's device; bench/neural_material.py for large batches and torch.compile",
     }
 
 

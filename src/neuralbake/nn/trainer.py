@@ -321,7 +321,9 @@ class Trainer:
             with torch.no_grad():
                 torch._foreach_copy_(list(self.compute_params.values()), list(self.master.values()))
         loss, grads = self.forward_backward(self.compute_params, batch, self.scaler.scale_tensor)
-        grads32 = [g.float() for g in grads]
+        # Fused Adam assumes each gradient has its parameter's memory layout; autograd can return
+        # another (e.g. for a parameter used through a slice or a cat), so match it explicitly.
+        grads32 = [g.float() if g.stride() == p.stride() else torch.empty_like(p).copy_(g) for g, p in zip(grads, self.master.values())]
         found = self.scaler.unscale_(grads32, self._found_inf)
         torch.maximum(found, (~torch.isfinite(loss)).float(), out=found)
         for param, grad in zip(self.master.values(), grads32):
