@@ -71,6 +71,10 @@ from neuralbake.cli_mipmap import mipmap as _mipmap  # noqa: E402
 
 app.command("mipmap")(_mipmap)
 
+from neuralbake.cli_ntc import ntc_app as _ntc_app  # noqa: E402
+
+app.add_typer(_ntc_app, name="ntc")
+
 
 def _doc(cls: type, name: str, instance: Any | None = None) -> str:
     text = field_docs(cls).get(name, "")

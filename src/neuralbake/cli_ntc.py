@@ -1,0 +1,138 @@
+"""``neuralbake ntc``: neural texture compression of a material's texture set.
+
+``compress`` takes images (``PATH`` or ``NAME=PATH``) or one glTF file and one or more ``--bpp``
+values: one value writes ``texture.ntc`` + ``manifest.json`` + ``report.json`` into ``--out``;
+several write one folder per rate (``--out/bpp_<X>/``) plus ``rd.json`` and ``rd.png`` (the
+rate-distortion curve with the BC1 and BC7 sets as points). ``decompress`` decodes every group
+and mip level of a compressed folder to PNG or EXR.
+
+This module is a self-contained ``typer.Typer()`` sub-app (``ntc_app``) and does not import
+``neuralbake.cli``; register it there with ``app.add_typer(ntc_app, name="ntc")``. It has its
+own copy of the CLI's error handling: a neuralbake error is one red line and exit code 2, Ctrl-C
+during training exits 130 after saving a checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from neuralbake.core.config import field_docs, load_config
+from neuralbake.errors import ConfigError, NeuralbakeError
+from neuralbake.nn.trainer import TrainingInterrupted
+
+__all__ = ["ntc_app", "ntc_compress", "ntc_decompress"]
+
+_err = Console(stderr=True)
+_out = Console()
+
+ntc_app = typer.Typer(
+    help="Neural texture compression: a material's textures (up to 16 channels) as quantised latent grids + a tiny decoder.",
+    no_args_is_help=True,
+)
+
+
+def _run(action: Any) -> Any:
+    try:
+        return action()
+    except TrainingInterrupted as exc:
+        _err.print(f"[yellow]stopped:[/] {exc}", highlight=False)
+        raise typer.Exit(130) from exc
+    except NeuralbakeError as exc:
+        _err.print(f"[red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2) from exc
+
+
+def _doc(name: str) -> str:
+    from neuralbake.bakes.ntc import NTCConfig
+
+    return field_docs(NTCConfig).get(name, "")
+
+
+def _parse_hidden(text: str) -> tuple[int, ...]:
+    try:
+        widths = tuple(int(part) for part in text.replace("x", ",").split(",") if part.strip())
+    except ValueError:
+        widths = ()
+    if not widths:
+        raise ConfigError(f"{text!r} is not a list of layer widths.", field="hidden", fix="write e.g. 64,48,32.")
+    return widths
+
+
+@ntc_app.command("compress")
+def ntc_compress(
+    sources: Annotated[list[str], typer.Argument(help="Texture images (PATH or NAME=PATH; a group named normal keeps X and Y) or one .gltf file.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder (one rate), or parent of bpp_<X>/ folders (several rates).")],
+    bpp: Annotated[list[float], typer.Option(help="Target bits per texel of mip 0 for the whole set, 0.5-20; repeat for a rate-distortion curve.")] = [4.0],  # noqa: B006
+    material: Annotated[str, typer.Option(help=_doc("material"))] = "0",
+    size: Annotated[int | None, typer.Option(help=_doc("size"))] = None,
+    steps: Annotated[int | None, typer.Option(help="Steps of the main (noise-quantised) phase.")] = None,
+    finetune_steps: Annotated[int | None, typer.Option(help=_doc("finetune_steps"))] = None,
+    lr: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
+    batch_size: Annotated[int | None, typer.Option(help=_doc("batch_size"))] = None,
+    hidden: Annotated[str | None, typer.Option(help="Decoder hidden widths, e.g. 64,48,32.")] = None,
+    pe_frequencies: Annotated[int | None, typer.Option(help=_doc("pe_frequencies"))] = None,
+    precision: Annotated[str | None, typer.Option(help="fp32, fp16 or bf16 forward/backward (fp32 masters either way).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed for initialisation and texel sampling.")] = None,
+    baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Report BC1 / BC7 (+BC5 normals) round trips.")] = True,
+    device: Annotated[str | None, typer.Option(help=_doc("device"))] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="Load settings from a JSON or TOML file (flags given here win).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted single-rate compression in --out.")] = False,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress bars.")] = True,
+) -> None:
+    """Compress a texture set to texture.ntc at one or several bit rates."""
+
+    def action() -> Any:
+        from neuralbake.bakes.ntc import NTCConfig, compress_rate_distortion, compress_texture_set
+
+        cfg = load_config(NTCConfig, config) if config else NTCConfig()
+        cfg.sources = list(sources)
+        top = {"material": material, "size": size, "finetune_steps": finetune_steps, "batch_size": batch_size, "pe_frequencies": pe_frequencies, "device": device}
+        cfg = dataclasses.replace(cfg, **{k: v for k, v in top.items() if v is not None}, baselines=baselines)
+        if hidden is not None:
+            cfg.hidden = _parse_hidden(hidden)
+        train = {"steps": steps, "learning_rate": lr, "precision": precision, "seed": seed}
+        cfg.train = dataclasses.replace(cfg.train, **{k: v for k, v in train.items() if v is not None})
+        if len(bpp) == 1:
+            cfg.bpp = float(bpp[0])
+            return [compress_texture_set(cfg, out, resume=resume, progress=progress)]
+        if resume:
+            raise ConfigError("--resume works with one --bpp at a time.", field="resume", fix="resume each bpp_<X> folder with its own --bpp.")
+        return compress_rate_distortion(cfg, bpp, out, progress=progress)
+
+    result = _run(action)
+    if isinstance(result, list):
+        report = result[0]
+        bc = report.get("bcn", {})
+        extra = "".join(f", {k.upper()} set {v['bpp']:.2f} bpp {v['quality']['overall_db']:.2f} dB" for k, v in bc.items())
+        _out.print(
+            f"[bold green]done[/] {report['bpp_measured']:.3f} bpp ({report['bytes']} B, {report['latent_shape']['name']}): "
+            f"PSNR {report['ntc']['overall_db']:.2f} dB at mip 0{extra} -> {out}",
+            highlight=False,
+        )
+    else:
+        points = ", ".join(f"{p['bpp']:.2f} bpp {p['psnr_db']:.2f} dB" for p in result["ntc"])
+        _out.print(f"[bold green]done[/] NTC {points}; rd.json + rd.png -> {out}", highlight=False)
+
+
+@ntc_app.command("decompress")
+def ntc_decompress(
+    folder: Annotated[Path, typer.Argument(help="A folder written by `neuralbake ntc compress` (texture.ntc + manifest.json).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for <group>_mip<k>.png/.exr.")],
+    image_format: Annotated[str, typer.Option("--format", help="png (8-bit RGB; normal Z rebuilt) or exr (float32, stored channels).")] = "png",
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+) -> None:
+    """Decode every channel group at every mip level from texture.ntc alone."""
+
+    def action() -> Any:
+        from neuralbake.bakes.ntc import decompress
+
+        return decompress(folder, out, image_format=image_format, device=device)
+
+    written = _run(action)
+    _out.print(f"[bold green]done[/] {len(written)} images -> {out}", highlight=False)
+

@@ -1,0 +1,456 @@
+"""Neural texture compression: container bytes = reported bpp, random access = full decode, determinism, QAT maths, inputs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from neuralbake.bakes.ntc import (
+    BPP_RANGE,
+    CONTAINER_NAME,
+    LATENT_SHAPES,
+    ChannelGroup,
+    GridTables,
+    NTCConfig,
+    NTCLayout,
+    NTCModel,
+    LatentShape,
+    TexelSampler,
+    bc_baselines,
+    build_mip_chain,
+    choose_layout,
+    compress_rate_distortion,
+    compress_texture_set,
+    decode_all_levels,
+    decode_texel,
+    decode_texels,
+    decompress,
+    fake_quantise_int8,
+    load_texture_set,
+    open_container,
+    pack_container,
+    quantise_latents,
+    read_container,
+    sample_features,
+    set_quality,
+)
+from neuralbake.errors import BundleError, ConfigError, InputError
+from neuralbake.nn.trainer import TrainerConfig
+
+from ..conftest import make_test_pattern
+
+SIZE = 32
+
+
+def _save(path: Path, image: np.ndarray) -> Path:
+    data = (np.clip(image, 0, 1) * 255).round().astype(np.uint8)
+    Image.fromarray(data if data.shape[2] > 1 else data[..., 0]).save(path)
+    return path
+
+
+@pytest.fixture
+def tiny_set(tmp_path: Path) -> list[str]:
+    """base colour RGB + normal (XY kept) + roughness grey, 32x32: 6 channels."""
+    folder = tmp_path / "textures"
+    folder.mkdir()
+    base = _save(folder / "base.png", make_test_pattern(SIZE, SIZE, 3, seed=1))
+    normal = make_test_pattern(SIZE, SIZE, 3, seed=2)
+    normal[..., 2] = 1.0
+    normal_path = _save(folder / "normal.png", normal)
+    rough = _save(folder / "rough.png", make_test_pattern(SIZE, SIZE, 1, seed=3))
+    return [f"base_color={base}", f"normal={normal_path}", f"roughness={rough}"]
+
+
+def _config(sources: list[str], *, bpp: float = 16.0, steps: int = 40, finetune: int = 10, seed: int = 0) -> NTCConfig:
+    return NTCConfig(
+        sources=sources,
+        bpp=bpp,
+        hidden=(16,),
+        pe_frequencies=2,
+        batch_size=512,
+        finetune_steps=finetune,
+        baselines=False,
+        device="cpu",
+        train=TrainerConfig(steps=steps, learning_rate=0.03, precision="fp32", eval_every=0, checkpoint_every=0, log_every=10, seed=seed),
+    )
+
+
+@pytest.fixture(scope="module")
+def compressed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """One tiny compression shared by the read-only tests."""
+    tmp = tmp_path_factory.mktemp("ntc")
+    folder = tmp / "textures"
+    folder.mkdir()
+    sources = [
+        f"base_color={_save(folder / 'base.png', make_test_pattern(SIZE, SIZE, 3, seed=1))}",
+        f"roughness={_save(folder / 'rough.png', make_test_pattern(SIZE, SIZE, 1, seed=3))}",
+    ]
+    out = tmp / "out"
+    report = compress_texture_set(_config(sources), out, progress=False)
+    return out, report
+
+
+# -- the file -----------------------------------------------------------------------------------
+
+
+def test_measured_bpp_equals_reported(compressed: tuple[Path, dict]) -> None:
+    out, report = compressed
+    size = (out / CONTAINER_NAME).stat().st_size
+    assert report["bytes"] == size
+    assert report["bpp_measured"] == pytest.approx(8.0 * size / (SIZE * SIZE), rel=0, abs=1e-12)
+    assert report["bpp_measured"] <= report["bpp_target"]
+    assert sum(report["sections"].values()) == size
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["bytes"] == size
+    saved = json.loads((out / "report.json").read_text())
+    assert saved["bpp_measured"] == report["bpp_measured"]
+
+
+def test_one_texel_equals_full_decode(compressed: tuple[Path, dict]) -> None:
+    container = open_container(compressed[0])
+    levels = decode_all_levels(container)
+    rng = np.random.default_rng(0)
+    for mip, level in enumerate(levels):
+        height, width = level.shape[:2]
+        for _ in range(3):
+            x, y = int(rng.integers(width)), int(rng.integers(height))
+            np.testing.assert_allclose(decode_texel(container, mip, x, y), level[y, x], rtol=0, atol=1e-6)
+
+
+def test_decoded_file_matches_trained_model_quality(compressed: tuple[Path, dict]) -> None:
+    """The report's PSNR comes from decoding the file; it must beat the flat mean-colour image."""
+    out, report = compressed
+    texture_set = load_texture_set(json.loads((out / "config.json").read_text())["sources"])
+    reference = build_mip_chain(texture_set.stacked())
+    flat = [np.broadcast_to(level.mean(axis=(0, 1), keepdims=True), level.shape).copy() for level in reference]
+    trivial = set_quality(flat, reference, texture_set.groups)
+    assert report["ntc"]["overall_db"] > trivial["overall_db"] + 3.0
+    assert len(report["ntc"]["per_mip_db"]) == int(math.log2(SIZE)) + 1
+
+
+def test_truncated_or_tampered_files_are_refused(compressed: tuple[Path, dict], tmp_path: Path) -> None:
+    data = (compressed[0] / CONTAINER_NAME).read_bytes()
+    with pytest.raises(BundleError, match="truncated or padded"):
+        read_container(data[:-3])
+    with pytest.raises(BundleError, match="magic"):
+        read_container(b"XXXXXXXX" + data[8:])
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / CONTAINER_NAME).write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    (copy / "manifest.json").write_text((compressed[0] / "manifest.json").read_text())
+    with pytest.raises(BundleError, match="sha256"):
+        open_container(copy)
+    with pytest.raises(BundleError, match="does not exist"):
+        open_container(tmp_path / "nowhere")
+
+
+def test_decompress_writes_every_group_and_mip(compressed: tuple[Path, dict], tmp_path: Path) -> None:
+    written = decompress(compressed[0], tmp_path / "png", device="cpu")
+    levels = int(math.log2(SIZE)) + 1
+    assert len(written) == 2 * levels
+    assert Image.open(tmp_path / "png" / "base_color_mip0.png").size == (SIZE, SIZE)
+    assert Image.open(tmp_path / "png" / f"roughness_mip{levels - 1}.png").size == (1, 1)
+    exr = decompress(compressed[0], tmp_path / "exr", image_format="exr", device="cpu")
+    import OpenEXR
+
+    with OpenEXR.File(str(exr[0]), separate_channels=True) as handle:
+        assert sorted(handle.channels()) == ["B", "G", "R"]
+    with pytest.raises(ConfigError, match="format"):
+        decompress(compressed[0], tmp_path / "x", image_format="tga")
+
+
+# -- determinism ----------------------------------------------------------------------------------
+
+
+def test_quantisation_is_deterministic(tiny_set: list[str], tmp_path: Path) -> None:
+    config = _config(tiny_set, steps=15, finetune=5)
+    compress_texture_set(config, tmp_path / "a", progress=False)
+    compress_texture_set(config, tmp_path / "b", progress=False)
+    assert (tmp_path / "a" / CONTAINER_NAME).read_bytes() == (tmp_path / "b" / CONTAINER_NAME).read_bytes()
+
+
+def test_pack_is_deterministic_and_round_trips() -> None:
+    groups = (ChannelGroup("c", ("R", "G", "B")),)
+    for shape in (LatentShape(4, 8, 2), LatentShape(4, 3, 5), LatentShape(2, 4, 8)):
+        layout = NTCLayout(16, 16, groups, shape, hidden=(8,), pe_frequencies=1)
+        model = NTCModel(layout, generator=torch.Generator().manual_seed(3))
+        with torch.no_grad():
+            model.latents_high.uniform_(-1.3, 1.3)  # some clamp
+        first, second = pack_container(model), pack_container(model)
+        assert first == second
+        container = read_container(first)
+        model.quant_mode = "round"
+        grid = quantise_latents(model.latents_high, shape.bits, "round").detach()
+        torch.testing.assert_close(container.latents_high, grid, rtol=0, atol=1e-6)
+        torch.testing.assert_close(container.weights()[0], fake_quantise_int8(model.layers[0].weight).detach(), rtol=0, atol=0)
+        # the file decodes exactly what the hard-quantised model computes
+        coords = torch.tensor([[0, 3, 5], [1, 7, 2], [4, 0, 0]], dtype=torch.float32)
+        expected = model(coords).clamp(0, 1).detach()
+        got = decode_texels(container, coords[:, 0].long(), coords[:, 1].long(), coords[:, 2].long())
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+
+
+# -- training -------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_psnr_rises_over_training_and_beats_trivial_baseline(tiny_set: list[str], tmp_path: Path) -> None:
+    config = _config(tiny_set, steps=300, finetune=50)
+    config.train.eval_every = 100
+    report = compress_texture_set(config, tmp_path / "out", progress=False)
+    history = [json.loads(line) for line in (tmp_path / "out" / "events.jsonl").read_text().splitlines()]
+    evals = [e["psnr_db"] for e in history if e["event"] == "eval"]
+    assert evals[-1] > evals[0] + 6.0
+    texture_set = load_texture_set(tiny_set)
+    reference = build_mip_chain(texture_set.stacked())
+    flat = [np.broadcast_to(level.mean(axis=(0, 1), keepdims=True), level.shape).copy() for level in reference]
+    assert report["ntc"]["overall_db"] > set_quality(flat, reference, texture_set.groups)["overall_db"] + 6.0
+
+
+def test_sampler_covers_every_level_and_targets_match(tiny_set: list[str]) -> None:
+    texture_set = load_texture_set(tiny_set)
+    layout = choose_layout(SIZE, SIZE, texture_set.groups, 16.0, hidden=(16,), pe_frequencies=2)
+    reference = build_mip_chain(texture_set.stacked())
+    sampler = TexelSampler(layout, reference, 4096, torch.device("cpu"))
+    batch = sampler.sample(torch.Generator().manual_seed(0))
+    coords = batch.inputs.long()
+    assert set(coords[:, 0].tolist()) == set(range(layout.levels))
+    for row, (level, x, y) in enumerate(coords[:50].tolist()):
+        np.testing.assert_allclose(batch.targets[row].numpy(), reference[level][y, x])
+
+
+def test_mip_chain_is_a_box_filter() -> None:
+    image = make_test_pattern(8, 4, 3)
+    chain = build_mip_chain(image)
+    assert [level.shape[:2] for level in chain] == [(4, 8), (2, 4), (1, 2), (1, 1)]
+    np.testing.assert_allclose(chain[1][0, 0], image[:2, :2].mean(axis=(0, 1)), atol=1e-6)
+    np.testing.assert_allclose(chain[3][0, 0], image.mean(axis=(0, 1)), atol=1e-6)
+
+
+# -- rate control -----------------------------------------------------------------------------------
+
+
+def test_rate_controller_fits_the_budget_and_grows_with_it() -> None:
+    groups = (ChannelGroup("c", ("R", "G", "B")), ChannelGroup("n", ("X", "Y"), "normal_xy"))
+    assert [s.nominal_bpp for s in LATENT_SHAPES] == sorted(s.nominal_bpp for s in LATENT_SHAPES)
+    previous = 0.0
+    for bpp in (0.5, 1, 2, 4, 8, 12, 20):
+        layout = choose_layout(1024, 1024, groups, bpp)
+        assert layout.bpp() <= bpp
+        assert layout.bpp() >= previous
+        previous = layout.bpp()
+    assert choose_layout(1024, 1024, groups, 20).bpp() > 15  # large textures use nearly all of it
+
+
+# -- differentiable ops ------------------------------------------------------------------------------
+
+
+def _tiny_layout() -> NTCLayout:
+    return NTCLayout(8, 8, (ChannelGroup("c", ("R", "G")),), LatentShape(2, 2, 4), hidden=(4,), pe_frequencies=1)
+
+
+def test_gradcheck_sample_features() -> None:
+    layout = _tiny_layout()
+    tables = GridTables.from_layout(layout)
+    high_cells, low_cells = layout.latent_cells()
+    gen = torch.Generator().manual_seed(0)
+    high = torch.rand(high_cells, 2, generator=gen, dtype=torch.float64, requires_grad=True)
+    low = torch.rand(low_cells, 2, generator=gen, dtype=torch.float64, requires_grad=True)
+    level = torch.tensor([0, 0, 1, 2, 3])
+    x = torch.tensor([0, 5, 3, 1, 0])
+    y = torch.tensor([7, 2, 1, 0, 0])
+    assert torch.autograd.gradcheck(lambda h, lo: sample_features(h, lo, tables, level, x, y, 1), (high, low))
+
+
+def test_gradcheck_noise_quantisation_and_whole_model() -> None:
+    gen = torch.Generator().manual_seed(1)
+    latents = (torch.rand(6, 3, generator=gen, dtype=torch.float64) * 1.6 - 0.8).requires_grad_()
+    noise = torch.rand(6, 3, generator=gen, dtype=torch.float64) - 0.5
+    assert torch.autograd.gradcheck(lambda t: quantise_latents(t, 3, "noise", noise=noise), (latents,))
+    model = NTCModel(_tiny_layout(), generator=gen).double()
+    model.quant_mode, model.quantise_weights = "none", False
+    coords = torch.tensor([[0, 1, 2], [1, 3, 0], [2, 1, 1]], dtype=torch.float64)
+    names = [name for name, _ in model.named_parameters()]
+    params = tuple(p.detach().clone().requires_grad_() for p in model.parameters())
+
+    def run(*tensors: torch.Tensor) -> torch.Tensor:
+        return torch.func.functional_call(model, dict(zip(names, tensors)), (coords,))
+
+    assert torch.autograd.gradcheck(run, params)
+
+
+def test_straight_through_gradients_are_identity() -> None:
+    """Rounding has no useful derivative; its straight-through gradient is the identity (inside the clamp)."""
+    latents = torch.tensor([-0.9, -0.2, 0.33, 0.7, 1.5], requires_grad=True)
+    out = quantise_latents(latents, 2, "round")
+    assert set(torch.round((out.detach() + 1) * 1.5).tolist()) <= {0.0, 1.0, 2.0, 3.0}
+    out.sum().backward()
+    assert latents.grad.tolist() == [1.0, 1.0, 1.0, 1.0, 0.0]
+    weight = torch.randn(4, 3, requires_grad=True)
+    quantised = fake_quantise_int8(weight)
+    assert torch.allclose(quantised, weight, atol=weight.abs().max().item() / 127)
+    codes = quantised.detach() / (weight.detach().abs().max() / 127)
+    torch.testing.assert_close(codes, codes.round())
+    quantised.sum().backward()
+    assert torch.equal(weight.grad, torch.ones_like(weight))
+
+
+# -- baselines -----------------------------------------------------------------------------------
+
+
+def test_bc_baselines_count_the_full_chain(tiny_set: list[str]) -> None:
+    texture_set = load_texture_set(tiny_set)
+    reference = build_mip_chain(texture_set.stacked())
+    result = bc_baselines(reference, texture_set.groups, SIZE, SIZE)
+    assert result["bc1"]["formats"] == {"base_color": "bc1", "normal": "bc5", "roughness": "bc1"}
+    assert result["bc7"]["formats"] == {"base_color": "bc7", "normal": "bc5", "roughness": "bc7"}
+    # 32, 16, 8, 4 are whole blocks; 2 and 1 are padded to one block each
+    blocks = (64 + 16 + 4 + 1 + 1 + 1)
+    assert result["bc1"]["bytes"] == blocks * (8 + 16 + 8)
+    assert result["bc7"]["bpp"] == pytest.approx(8 * blocks * (16 + 16 + 16) / SIZE**2)
+    assert result["bc7"]["quality"]["overall_db"] > result["bc1"]["quality"]["overall_db"] > 20
+
+
+# -- bad inputs ----------------------------------------------------------------------------------
+
+
+def test_mismatched_sizes(tmp_path: Path) -> None:
+    a = _save(tmp_path / "a.png", make_test_pattern(32, 32, 3))
+    b = _save(tmp_path / "b.png", make_test_pattern(16, 16, 3))
+    with pytest.raises(InputError, match="same size") as info:
+        load_texture_set([a, b])
+    assert "b.png" in str(info.value) and "Fix:" in str(info.value)
+
+
+def test_non_power_of_two(tmp_path: Path) -> None:
+    a = _save(tmp_path / "a.png", make_test_pattern(24, 24, 3))
+    with pytest.raises(InputError, match="power-of-two"):
+        load_texture_set([a])
+
+
+def test_more_than_16_channels(tmp_path: Path) -> None:
+    paths = [f"t{i}={_save(tmp_path / f't{i}.png', make_test_pattern(16, 16, 4, seed=i))}" for i in range(5)]
+    with pytest.raises(InputError, match="20 channels"):
+        load_texture_set(paths)
+
+
+@pytest.mark.parametrize("bpp", [0.1, 0.49, 20.5, 64.0, float("nan")])
+def test_bpp_out_of_range(tiny_set: list[str], tmp_path: Path, bpp: float) -> None:
+    with pytest.raises(ConfigError, match="bpp") as info:
+        compress_texture_set(_config(tiny_set, bpp=bpp), tmp_path / "out", progress=False)
+    assert f"{BPP_RANGE[0]:g} to {BPP_RANGE[1]:g}" in str(info.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_bpp_too_low_for_small_texture_names_the_decoder(tiny_set: list[str], tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="decoder's weights"):
+        compress_texture_set(_config(tiny_set, bpp=1.0), tmp_path / "out", progress=False)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="does not exist") as info:
+        load_texture_set([tmp_path / "nope.png"])
+    assert "nope.png" in str(info.value)
+    with pytest.raises(InputError, match="does not exist"):
+        load_texture_set([tmp_path / "nope.gltf"])
+
+
+def test_gltf_material_channels(tmp_path: Path) -> None:
+    """A hand-made glTF: base colour, normal XY, occlusion R + roughness G + metallic B, emissive."""
+    images = {name: make_test_pattern(16, 16, 3, seed=i) for i, name in enumerate(["albedo", "mr", "ao", "nrm", "emit"])}
+    for name, image in images.items():
+        _save(tmp_path / f"{name}.png", image)
+    names = list(images)
+    gltf = {
+        "asset": {"version": "2.0"},
+        "images": [{"uri": f"{n}.png"} for n in names],
+        "textures": [{"source": i} for i in range(len(names))],
+        "materials": [
+            {
+                "name": "mat",
+                "pbrMetallicRoughness": {"baseColorTexture": {"index": 0}, "metallicRoughnessTexture": {"index": 1}},
+                "occlusionTexture": {"index": 2},
+                "normalTexture": {"index": 3},
+                "emissiveTexture": {"index": 4},
+            }
+        ],
+    }
+    path = tmp_path / "m.gltf"
+    path.write_text(json.dumps(gltf))
+    texture_set = load_texture_set([path], material="mat")
+    assert [g.name for g in texture_set.groups] == ["base_color", "normal", "orm", "emissive"]
+    assert texture_set.channels == 11
+    loaded = {name: np.asarray(Image.open(tmp_path / f"{name}.png"), dtype=np.float32) / 255 for name in names}
+    orm = texture_set.images[2]
+    np.testing.assert_allclose(orm[..., 0], loaded["ao"][..., 0])
+    np.testing.assert_allclose(orm[..., 1:], loaded["mr"][..., 1:])
+    np.testing.assert_allclose(texture_set.images[1], loaded["nrm"][..., :2])
+    with pytest.raises(InputError, match="material 'other'"):
+        load_texture_set([path], material="other")
+
+
+# -- CLI and the rate-distortion run ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_cli_compress_rd_and_decompress(tiny_set: list[str], tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from neuralbake.cli_ntc import ntc_app
+
+    runner = CliRunner()
+    common = ["--steps", "20", "--finetune-steps", "5", "--batch-size", "256", "--hidden", "16", "--pe-frequencies", "2", "--device", "cpu", "--no-progress"]
+    result = runner.invoke(ntc_app, ["compress", *tiny_set, "--bpp", "12", "--bpp", "18", "--out", str(tmp_path / "rd"), *common])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "rd" / "rd.json").read_text())
+    assert [p["bpp_target"] for p in summary["ntc"]] == [12.0, 18.0]
+    assert set(summary["bcn"]) == {"bc1", "bc7"}
+    assert (tmp_path / "rd" / "rd.png").is_file()
+    result = runner.invoke(ntc_app, ["decompress", str(tmp_path / "rd" / "bpp_12"), "--out", str(tmp_path / "dec"), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "dec" / "normal_mip0.png").is_file()
+    result = runner.invoke(ntc_app, ["compress", *tiny_set, "--bpp", "30", "--out", str(tmp_path / "bad"), *common])
+    assert result.exit_code == 2
+    assert "bpp" in result.output
+
+
+def test_rate_distortion_rejects_an_impossible_rate_before_training(tiny_set: list[str], tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="decoder's weights"):
+        compress_rate_distortion(_config(tiny_set), [16.0, 1.0], tmp_path / "rd", progress=False)
+    assert not (tmp_path / "rd").exists()
+
+
+# -- the real asset ----------------------------------------------------------------------------------
+
+
+@pytest.mark.needs_shared
+@pytest.mark.slow
+def test_damaged_helmet_at_64(shared_dir: Path, tmp_path: Path) -> None:
+    gltf = shared_dir / "assets" / "DamagedHelmet" / "DamagedHelmet.gltf"
+    if not gltf.is_file():
+        pytest.skip(f"{gltf} is absent")
+    config = _config([str(gltf)], bpp=20.0, steps=150, finetune=30)
+    config.size = 64
+    config.baselines = True
+    report = compress_texture_set(config, tmp_path / "helmet", progress=False)
+    assert [g["name"] for g in report["groups"]] == ["base_color", "normal", "orm", "emissive"]
+    assert report["size"] == [64, 64]
+    assert report["bpp_measured"] == pytest.approx(8 * (tmp_path / "helmet" / CONTAINER_NAME).stat().st_size / 64**2)
+    assert report["ntc"]["overall_db"] > 18.0
+    assert report["bcn"]["bc7"]["formats"]["normal"] == "bc5"
+    container = open_container(tmp_path / "helmet")
+    levels = decode_all_levels(container)
+    np.testing.assert_allclose(decode_texel(container, 2, 5, 9), levels[2][9, 5], atol=1e-6)
+
+
+def test_resume_without_checkpoint_is_an_error(tiny_set: list[str], tmp_path: Path) -> None:
+    from neuralbake.errors import TrainingError
+
+    with pytest.raises(TrainingError, match="no checkpoint"):
+        compress_texture_set(_config(tiny_set), tmp_path / "out", resume=True, progress=False)
