@@ -648,6 +648,14 @@ def _direction(theta: float, phi: float, device: torch.device) -> torch.Tensor:
     return torch.tensor([[math.sin(t) * math.cos(p), math.sin(t) * math.sin(p), math.cos(t)]], device=device)
 
 
+def _fit_panel(image: torch.Tensor, panel: int) -> torch.Tensor:
+    """``[H, W, 3]`` shown at ``panel`` x ``panel``: enlarged by pixel repetition, or area-averaged when larger."""
+    if image.shape[0] == panel:
+        return image
+    mode = "nearest" if image.shape[0] < panel else "area"
+    return torch.nn.functional.interpolate(image.permute(2, 0, 1)[None], size=(panel, panel), mode=mode)[0].permute(1, 2, 0)
+
+
 def _comparison_image(maps: MaterialMaps, chains: dict[str, list[MaterialMaps]], light_intensity: float, panel: int) -> np.ndarray:
     """Rows per level; per light/view pair of ``COMPARISON_PAIRS``: reference | box | toksvig | learned."""
     device = maps.base_color.device
@@ -662,8 +670,7 @@ def _comparison_image(maps: MaterialMaps, chains: dict[str, list[MaterialMaps]],
                 panels = [reference] + [
                     shade_maps(chains[name][k], wi, wo, light_intensity=light_intensity)[0] for name in ("box", "toksvig", "learned")
                 ]
-                scale = max(1, panel // reference.shape[0])
-                shown = [tone_map(p, curve="reinhard").repeat_interleave(scale, 0).repeat_interleave(scale, 1) for p in panels]
+                shown = [_fit_panel(tone_map(p, curve="reinhard"), panel) for p in panels]
                 gap = torch.ones(shown[0].shape[0], 4, 3, device=device)
                 rows.append(torch.cat([x for p in shown for x in (p, gap)][:-1], dim=1))
                 rows.append(torch.ones(4, rows[-1].shape[1], 3, device=device))
