@@ -14,11 +14,19 @@ the BVH lives on the device of the positions tensor and tensors cross over witho
 (``wp.from_torch``). Barycentrics follow the Moller-Trumbore convention:
 ``p = (1 - b1 - b2) p0 + b1 p1 + b2 p2`` for a triangle ``(p0, p1, p2)``; depth is the distance
 along the unit ray direction (not camera-space z).
+
+Without Warp (its CUDA wheel is ~150 MB and cannot go everywhere) primary visibility falls back
+to a rasterizer written in PyTorch (:func:`rasterize_triangle_ids`): every triangle's pixel
+bounding box is expanded into candidate pixels, tested with edge functions and resolved with a
+``scatter_reduce(amin)`` on packed ``(depth, triangle)`` keys, which runs on any device; the
+barycentrics and distance of each pixel are then computed from its own ray exactly as above.
+Shadow and other secondary rays need Warp.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 
 import torch
@@ -34,6 +42,15 @@ __all__ = [
 ]
 
 _WARP = None
+
+
+def warp_available() -> bool:
+    """Whether NVIDIA Warp can be imported (else primary visibility is rasterised in PyTorch)."""
+    try:
+        import warp  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _warp():
@@ -122,11 +139,14 @@ class RayCaster:
             )
         if faces.shape[0] == 0:
             raise InputError("the mesh has no triangles.", field="faces", fix="pass at least one triangle.")
-        wp, _ = _warp()
         self.device = positions.device
-        self._wp_device = _warp_device(self.device)
         self._points = positions.detach().to(torch.float32).contiguous().clone()
         self._indices = faces.detach().to(device=self.device, dtype=torch.int32).reshape(-1).contiguous()
+        self.mesh = None
+        if not warp_available():
+            return  # primary visibility by rasterisation only (see the module docstring)
+        wp, _ = _warp()
+        self._wp_device = _warp_device(self.device)
         with _torch_stream(self.device):
             self.mesh = wp.Mesh(
                 points=wp.from_torch(self._points, dtype=wp.vec3),
@@ -147,8 +167,28 @@ class RayCaster:
                 fix="build a new RayCaster when the vertex count changes.",
             )
         self._points.copy_(positions.detach().to(self._points))
+        if self.mesh is None:
+            return
         with _torch_stream(self.device):
             self.mesh.refit()
+
+    @property
+    def faces(self) -> torch.Tensor:
+        """int64 ``[F, 3]``."""
+        return self._indices.reshape(-1, 3).long()
+
+    @property
+    def points(self) -> torch.Tensor:
+        """float32 ``[V, 3]`` (the positions the BVH was built or refitted with)."""
+        return self._points
+
+    def _need_warp(self) -> None:
+        if self.mesh is None:
+            raise InputError(
+                "ray queries other than primary visibility need NVIDIA Warp, which is not installed.",
+                field="warp-lang",
+                fix="pip install warp-lang==1.19.0, or render without shadows.",
+            )
 
     def _rays(self, origins: torch.Tensor, directions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         o = origins.detach().reshape(-1, 3).to(device=self.device, dtype=torch.float32).contiguous()
@@ -165,6 +205,7 @@ class RayCaster:
         Returns ``(triangle, barycentrics, t)``: int64 ``[...]`` (-1 on a miss), float32 ``[..., 2]``
         and float32 ``[...]`` (inf on a miss).
         """
+        self._need_warp()
         wp, kernels = _warp()
         shape = origins.shape[:-1]
         o, d = self._rays(origins, directions)
@@ -185,6 +226,7 @@ class RayCaster:
 
     def occluded(self, origins: torch.Tensor, directions: torch.Tensor, max_t: torch.Tensor | float = 1e30) -> torch.Tensor:
         """Whether anything lies along each ray before ``max_t`` (``[...]`` or a float): bool ``[...]``."""
+        self._need_warp()
         wp, kernels = _warp()
         shape = origins.shape[:-1]
         o, d = self._rays(origins, directions)
@@ -239,14 +281,28 @@ def visibility_buffer(
     *,
     material_ids: torch.Tensor | None = None,
     dtype: torch.dtype = torch.float32,
+    backend: str = "auto",
 ) -> VisibilityBuffer:
     """Cast one ray through every pixel centre of ``camera``; see :class:`VisibilityBuffer`.
 
     ``material_ids``: int ``[F]`` per-triangle materials (all 0 when ``None``). ``dtype`` is the
     float type of the returned rays (the hit data are always float32 from the BVH).
+    ``backend``: ``"warp"`` (BVH ray casts), ``"raster"`` (:func:`rasterize_triangle_ids`, then
+    the pixel's ray against that triangle) or ``"auto"`` (Warp when the caster has a BVH).
     """
+    if backend not in ("auto", "warp", "raster"):
+        raise InputError(f"unknown visibility backend {backend!r}.", field="backend", fix="use auto, warp or raster.")
     origins, directions = camera.generate_rays(width, height, device=caster.device, dtype=dtype)
-    tri, bary, t = caster.closest_hit(origins, directions)
+    if backend == "raster" or (backend == "auto" and caster.mesh is None):
+        tri = rasterize_triangle_ids(caster.points, caster.faces, camera, width, height)
+        hit = tri >= 0
+        bary = torch.zeros(height, width, 2, dtype=torch.float32, device=caster.device)
+        t = torch.full((height, width), float("inf"), dtype=torch.float32, device=caster.device)
+        if bool(hit.any()):
+            b, dist = ray_triangle_barycentrics(caster.points, caster.faces, tri[hit], origins[hit].float(), directions[hit].float())
+            bary[hit], t[hit] = b.float(), dist.float()
+    else:
+        tri, bary, t = caster.closest_hit(origins, directions)
     hit = tri >= 0
     if material_ids is None:
         mat = torch.where(hit, 0, -1)
@@ -281,3 +337,71 @@ def ray_triangle_barycentrics(
     b2 = (d * qvec).sum(-1) * inv
     t = (e2 * qvec).sum(-1) * inv
     return torch.stack((b1, b2), dim=-1), t
+
+
+def rasterize_triangle_ids(
+    positions: torch.Tensor, faces: torch.Tensor, camera: Camera, width: int, height: int, *, max_candidates: int = 1 << 24
+) -> torch.Tensor:
+    """The nearest triangle at every pixel centre of ``camera``: int64 ``[H, W]``, -1 for background.
+
+    Pure PyTorch (any device): project the vertices, expand each triangle's pixel bounding box into
+    candidate pixels (in chunks of at most ``max_candidates``), keep those inside the triangle (edge
+    functions, either winding), and keep per pixel the candidate of least view depth with one
+    ``scatter_reduce("amin")`` over ``(depth bits << 32) | triangle`` keys. Triangles with a vertex
+    behind the camera plane are skipped (no near-plane clipping; the orbit cameras of the fitting
+    bakes never need it). Pixel centres are those of :meth:`Camera.generate_rays`.
+    """
+    device = positions.device
+    right, up, forward = (torch.as_tensor(v, dtype=torch.float64, device=device) for v in camera.basis())
+    rel = positions.detach().double() - torch.as_tensor(camera.position, dtype=torch.float64, device=device)
+    z = rel @ forward
+    tan_half = math.tan(math.radians(camera.fov_y_deg) / 2.0)
+    aspect = width / height
+    safe_z = torch.where(z > 1e-9, z, torch.ones_like(z))
+    # generate_rays: pixel i's centre is x = (i + 0.5) * 2 / W - 1, so i = (x + 1) W / 2 - 0.5
+    px = ((rel @ right) / (safe_z * tan_half * aspect) + 1.0) * (width / 2.0) - 0.5
+    py = (1.0 - (rel @ up) / (safe_z * tan_half)) * (height / 2.0) - 0.5
+    f = faces.to(device=device, dtype=torch.int64)
+    fx, fy, fz = px[f], py[f], z[f]
+    in_front = (fz > 1e-9).all(dim=1)
+    x0 = torch.ceil(fx.min(dim=1).values).clamp(0, width - 1)
+    x1 = torch.floor(fx.max(dim=1).values).clamp(-1, width - 1)
+    y0 = torch.ceil(fy.min(dim=1).values).clamp(0, height - 1)
+    y1 = torch.floor(fy.max(dim=1).values).clamp(-1, height - 1)
+    bw, bh = (x1 - x0 + 1).clamp(min=0), (y1 - y0 + 1).clamp(min=0)
+    counts = (bw * bh * in_front).long()
+    empty = torch.iinfo(torch.int64).max
+    keys = torch.full((height * width,), empty, dtype=torch.int64, device=device)
+    tris = torch.nonzero(counts > 0).flatten()
+    start = 0
+    cumulative = torch.cumsum(counts[tris], 0)
+    while start < len(tris):
+        base = int(cumulative[start - 1]) if start else 0
+        stop = int(torch.searchsorted(cumulative, base + max_candidates, right=True))
+        stop = max(stop, start + 1)
+        chunk = tris[start:stop]
+        n = counts[chunk]
+        which = torch.repeat_interleave(chunk, n)
+        offsets = torch.cumsum(n, 0) - n
+        k = torch.arange(int(n.sum()), device=device) - torch.repeat_interleave(offsets, n)
+        width_t = bw[which].long()
+        ix = x0[which] + (k % width_t).double()
+        iy = y0[which] + (k // width_t).double()
+        ax, ay = fx[which, 0], fy[which, 0]
+        bx, by = fx[which, 1], fy[which, 1]
+        cx, cy = fx[which, 2], fy[which, 2]
+        w0 = (bx - ix) * (cy - iy) - (by - iy) * (cx - ix)
+        w1 = (cx - ix) * (ay - iy) - (cy - iy) * (ax - ix)
+        w2 = (ax - ix) * (by - iy) - (ay - iy) * (bx - ix)
+        area = w0 + w1 + w2
+        inside = (((w0 >= 0) & (w1 >= 0) & (w2 >= 0)) | ((w0 <= 0) & (w1 <= 0) & (w2 <= 0))) & (area.abs() > 0)
+        # perspective-correct view depth: 1/z interpolates linearly in screen space
+        safe_area = torch.where(area == 0, torch.ones_like(area), area)
+        inv_z = (w0 / fz[which, 0] + w1 / fz[which, 1] + w2 / fz[which, 2]) / safe_area
+        depth = (1.0 / inv_z.clamp(min=1e-30)).float()
+        pixel = (iy * width + ix).long()
+        key = (depth.view(torch.int32).long() << 32) | which
+        keys.scatter_reduce_(0, pixel[inside], key[inside], reduce="amin")
+        start = stop
+    tri = torch.where(keys == empty, -1, keys & 0xFFFFFFFF)
+    return tri.reshape(height, width)
