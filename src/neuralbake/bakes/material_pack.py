@@ -72,9 +72,15 @@ def pack_materials(
             raise InputError(
                 "neither a material (.json, .mtlx) nor a baked neural material folder.", path=path, fix="pass a material file or a bake folder."
             )
-    names = [_bundle_name(path) if _is_bundle(path) else path.stem for path in paths]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"two inputs have the same name: {names}.", field="materials", fix="rename one of the files or folders.")
+    if len({path.resolve() for path in paths}) != len(paths):
+        raise ConfigError("the same material or folder is given twice.", field="materials", fix="pass each material once.")
+    names: list[str] = []
+    for path in paths:  # same names (two copper trays from different folders) get _2, _3, as in the shader
+        base = _bundle_name(path) if _is_bundle(path) else path.stem
+        unique, k = base, 2
+        while unique in names:
+            unique, k = f"{base}_{k}", k + 1
+        names.append(unique)
     out = prepare_output_dir(out_dir)
     bundles: list[Path] = []
     reports: dict[str, Any] = {}
