@@ -75,6 +75,10 @@ from neuralbake.cli_ntc import ntc_app as _ntc_app  # noqa: E402
 
 app.add_typer(_ntc_app, name="ntc")
 
+from neuralbake.cli_fit import register as _register_fit  # noqa: E402
+
+_register_fit(app)
+
 
 def _doc(cls: type, name: str, instance: Any | None = None) -> str:
     text = field_docs(cls).get(name, "")

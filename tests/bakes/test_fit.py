@@ -1,0 +1,312 @@
+"""The PBR-to-LOD fit: building blocks (quantisers, inverse tone maps, SSIM, uv rasterisation) and
+small end-to-end fits on a procedural sphere written as glTF, plus DamagedHelmet when present."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from neuralbake.bakes.fit import (
+    FitConfig,
+    InverseToneMap,
+    fit_lod,
+    generate_uv1_atlas,
+    inverse_tone_map_first_order,
+    inverse_tone_map_second_order,
+    quantize_hard,
+    quantize_soft,
+    quantize_ste,
+    rasterize_uv,
+    ssim,
+    tone_map_first_order,
+    tone_map_second_order,
+)
+from neuralbake.errors import ConfigError, InputError
+from neuralbake.io.gltf import Material, Mesh, Scene, TextureRef, load_gltf, write_gltf
+
+
+def _sphere(rows: int = 12, cols: int = 16) -> Mesh:
+    """A UV sphere with equirectangular uv0 (a seam column of duplicated vertices)."""
+    theta = np.linspace(0.0, math.pi, rows + 1)
+    phi = np.linspace(0.0, 2.0 * math.pi, cols + 1)
+    t, p = np.meshgrid(theta, phi, indexing="ij")
+    normals = np.stack((np.sin(t) * np.sin(p), np.cos(t), np.sin(t) * np.cos(p)), -1).reshape(-1, 3).astype(np.float32)
+    uv = np.stack((p / (2 * math.pi), t / math.pi), -1).reshape(-1, 2).astype(np.float32)
+    faces = []
+    for r in range(rows):
+        for c in range(cols):
+            a, b = r * (cols + 1) + c, r * (cols + 1) + c + 1
+            d, e = a + cols + 1, b + cols + 1
+            if r > 0:
+                faces.append((a, d, b))
+            if r < rows - 1:
+                faces.append((b, d, e))
+    return Mesh(positions=normals.copy(), indices=np.asarray(faces, np.int64), normals=normals, uv0=uv, name="sphere")
+
+
+def _write_asset(folder: Path, *, uv: bool = True) -> Path:
+    """A shiny, procedurally textured sphere (checker base colour, half metal) as glTF."""
+    y, x = np.mgrid[0:32, 0:32].astype(np.float32)
+    checker = ((x // 8 + y // 8) % 2)[..., None]
+    base = np.concatenate((0.2 + 0.6 * checker, 0.3 + 0.4 * (x / 31)[..., None], 0.7 - 0.5 * checker), -1).astype(np.float32)
+    mr = np.stack((np.zeros_like(x), np.full_like(x, 0.55), 0.8 * (x > 24).astype(np.float32)), -1)
+    material = Material(
+        name="shiny",
+        base_color_texture=TextureRef(base, name="base"),
+        metallic_roughness_texture=TextureRef(mr, name="mr"),
+        metallic_factor=1.0,
+        roughness_factor=1.0,
+    )
+    mesh = _sphere()
+    if not uv:
+        material = Material(name="plain", base_color_factor=(0.7, 0.3, 0.2, 1.0), metallic_factor=0.0, roughness_factor=0.4)
+        mesh.uv0 = None
+    folder.mkdir(parents=True, exist_ok=True)
+    return write_gltf(folder / "sphere.gltf", Scene(meshes=[mesh], materials=[material]))
+
+
+def _config(model: Path, **kw) -> FitConfig:
+    base = dict(
+        model=str(model),
+        texture_size=32,
+        render_size=32,
+        views=6,
+        held_out_views=2,
+        epochs=6,
+        environment=False,  # a noise-free reference: the fit's ceiling is the view dependence only
+        learning_rate=0.03,
+        device="cpu",
+        fov_y_deg=30.0,
+    )
+    base.update(kw)
+    return FitConfig(**base)
+
+
+# --- quantisers ---------------------------------------------------------------------------------------
+
+
+def test_quantizers_are_deterministic_and_store_exact_codes() -> None:
+    x = torch.rand(257, generator=torch.Generator().manual_seed(1))
+    for fn in (lambda t: quantize_ste(t, 8), lambda t: quantize_soft(t, 8, 20.0)):
+        assert torch.equal(fn(x), fn(x.clone()))
+    hard = quantize_hard(x, 8)
+    codes = hard * 255.0
+    assert torch.equal(codes, torch.round(codes)) and bool((codes >= 0).all() and (codes <= 255).all())
+    assert torch.equal(quantize_ste(x, 8), hard)  # STE forward is the hard rounding
+    at_codes = torch.arange(256, dtype=torch.float64) / 255.0
+    torch.testing.assert_close(quantize_soft(at_codes, 8, 5.0), at_codes)  # exact at the codes
+    away = (torch.frac(x.double() * 255.0) - 0.5).abs() > 0.05  # not at a step's midpoint
+    sharp = quantize_soft(x.double(), 8, 400.0)
+    assert (sharp - hard.double())[away].abs().max() < 1e-6  # sharp -> hard rounding
+
+
+def test_ste_gradient_is_identity_and_soft_quantizer_gradcheck() -> None:
+    x = torch.rand(9, dtype=torch.float64, requires_grad=True)
+    quantize_ste(x, 8).sum().backward()
+    torch.testing.assert_close(x.grad, torch.ones_like(x))
+    # keep the points away from code midpoints/boundaries where the finite differences straddle a floor()
+    y = ((torch.arange(7, dtype=torch.float64) * 31 + 10 + torch.linspace(0.2, 0.8, 7)) / 255.0).requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: quantize_soft(t, 8, 3.0), (y,), eps=1e-7, atol=1e-5)
+
+
+# --- inverse tone maps --------------------------------------------------------------------------------
+
+
+def test_inverse_tone_maps_invert_the_forward_curves() -> None:
+    h = torch.linspace(0.0, 8.0, 50, dtype=torch.float64)
+    beta, gamma = torch.tensor(0.9, dtype=torch.float64), torch.tensor(0.12, dtype=torch.float64)
+    torch.testing.assert_close(inverse_tone_map_first_order(tone_map_first_order(h, beta, gamma), beta, gamma), h)
+    a, b, c, d = (torch.tensor(v / 2.51, dtype=torch.float64) for v in (0.03, 2.43, 0.59, 0.14))  # ACES (Narkowicz)
+    cl = tone_map_second_order(h, a, b, c, d)
+    torch.testing.assert_close(inverse_tone_map_second_order(cl, a, b, c, d), h)
+    # the seed's closed-form ACES inverse is the special case
+    x = torch.linspace(0.0, 0.95, 20, dtype=torch.float64)
+    aces_inverse = (0.0062 - 0.1213 * x - 0.0021 * torch.sqrt(9 + 13702 * x - 10127 * x * x)) / (x - 1.03292)
+    exact = (0.03 - 0.59 * x - torch.sqrt(0.0009 + 1.3702 * x - 1.0127 * x * x)) / (2.0 * (2.43 * x - 2.51))
+    torch.testing.assert_close(inverse_tone_map_second_order(x, a, b, c, d), exact)
+    torch.testing.assert_close(exact, aces_inverse, atol=1e-3, rtol=3e-2)  # the slide rounds its constants
+
+
+def test_inverse_tone_map_gradcheck() -> None:
+    cl = torch.linspace(0.02, 0.97, 6, dtype=torch.float64).requires_grad_()
+    p1 = tuple(torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in (0.9, 0.2))
+    assert torch.autograd.gradcheck(inverse_tone_map_first_order, (cl, *p1))
+    p2 = tuple(torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in (0.05, 0.9, 0.3, 0.06))
+    assert torch.autograd.gradcheck(inverse_tone_map_second_order, (cl, *p2))
+    for order in (1, 2):
+        tm = InverseToneMap(order)
+        assert torch.autograd.gradcheck(lambda raw, c: _with_raw(tm, raw, c), (tm.raw.detach().clone().requires_grad_(), cl))
+        codes = torch.linspace(0.0, 1.0, 11, dtype=torch.float64)
+        torch.testing.assert_close(tm.encode(tm(codes[:-1])), codes[:-1], atol=1e-9, rtol=1e-9)
+
+
+def _with_raw(tm: InverseToneMap, raw: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    saved = tm.raw
+    try:
+        del tm.raw
+        tm.raw = raw  # plain tensor attribute so gradcheck can perturb it
+        return tm(c)
+    finally:
+        del tm.raw
+        tm.raw = saved
+
+
+# --- SSIM and uv rasterisation ------------------------------------------------------------------------
+
+
+def test_ssim_identity_ordering_and_gradcheck() -> None:
+    g = torch.Generator().manual_seed(3)
+    a = torch.rand(24, 24, 3, generator=g)
+    assert float(ssim(a, a)) == pytest.approx(1.0, abs=1e-6)
+    slightly = torch.clamp(a + 0.03 * torch.randn(24, 24, 3, generator=g), 0, 1)
+    very = torch.clamp(a + 0.3 * torch.randn(24, 24, 3, generator=g), 0, 1)
+    assert float(ssim(slightly, a)) > float(ssim(very, a))
+    x = torch.rand(12, 12, 1, dtype=torch.float64, generator=g).requires_grad_()
+    y = torch.rand(12, 12, 1, dtype=torch.float64, generator=g)
+    assert torch.autograd.gradcheck(lambda t: ssim(t, y, window=5), (x,))
+
+
+def test_rasterize_uv_covers_triangles_exactly() -> None:
+    uv = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=torch.float64)
+    faces = torch.tensor([[0, 1, 2], [1, 3, 2]])
+    tri, bary = rasterize_uv(uv, faces, 8, dilate=0)
+    assert bool((tri >= 0).all())  # the two triangles tile the square
+    ys, xs = torch.meshgrid(torch.arange(8), torch.arange(8), indexing="ij")
+    centres = torch.stack(((xs + 0.5) / 8, (ys + 0.5) / 8), -1).double()
+    f = faces[tri]
+    b1, b2 = bary[..., 0:1], bary[..., 1:2]
+    back = (1 - b1 - b2) * uv[f[..., 0]] + b1 * uv[f[..., 1]] + b2 * uv[f[..., 2]]
+    torch.testing.assert_close(back, centres)
+
+
+# --- end-to-end fits -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["unlit", "vertex-color"])
+def test_fit_raises_psnr_and_writes_an_unlit_gltf(tmp_path: Path, target: str) -> None:
+    model = _write_asset(tmp_path / "asset")
+    report = fit_lod(_config(model, target=target), tmp_path / "out", progress=False)
+    assert report["psnr_db"] > report["initial_psnr_db"] + 0.5
+    assert report["psnr_db"] > 18.0
+    for name in ("lod.gltf", "triptych.png", "loss.png", "report.json", "config.json"):
+        assert (tmp_path / "out" / name).is_file()
+    saved = json.loads((tmp_path / "out/report.json").read_text())
+    for key in ("psnr_db", "ssim", "views", "epochs", "seconds", "ms_per_epoch", "texture_size", "bytes", "epochs_to_converge"):
+        assert key in saved
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lod = load_gltf(tmp_path / "out/lod.gltf")
+    assert lod.materials[0].unlit
+    if target == "unlit":
+        assert lod.materials[0].base_color_texture.texcoord == 1 and all(m.uv1 is not None for m in lod.meshes)
+    else:
+        assert all(m.colors is not None for m in lod.meshes)
+
+
+@pytest.mark.slow
+def test_fit_luma_chroma_quantized_tonemap_and_weights(tmp_path: Path) -> None:
+    model = _write_asset(tmp_path / "asset")
+    mask = np.zeros((16, 16), np.float32)
+    mask[:, :8] = 1.0
+    from neuralbake.io.images import save_png
+
+    save_png(tmp_path / "mask.png", mask)
+    cfg = _config(model, target="luma-chroma", quantize=8, quantizer="soft", tonemap="fit", weights=str(tmp_path / "mask.png"), epochs=4)
+    report = fit_lod(cfg, tmp_path / "out", progress=False)
+    assert report["psnr_db"] > report["initial_psnr_db"]
+    assert (tmp_path / "out/luma_uv0.png").is_file() and (tmp_path / "out/chroma_uv1.png").is_file()
+    assert report["tonemap"]["hdr_max"] > 0
+    from neuralbake.io.images import load_image
+
+    luma, _ = load_image(tmp_path / "out/luma_uv0.png")
+    assert np.allclose(luma * 255, np.round(luma * 255), atol=1e-4)
+
+
+def test_generated_atlas_keeps_triangle_order(tmp_path: Path) -> None:
+    mesh = _sphere(6, 8)
+    scene = Scene(meshes=[mesh], materials=[Material()])
+    out = generate_uv1_atlas(scene, resolution=64)
+    m = out.meshes[0]
+    torch.testing.assert_close(torch.from_numpy(m.positions[m.indices]), torch.from_numpy(mesh.positions[mesh.indices]))
+    assert m.uv1.min() >= 0.0 and m.uv1.max() <= 1.0
+
+
+# --- bad inputs ---------------------------------------------------------------------------------------
+
+
+def test_bad_config_and_inputs(tmp_path: Path) -> None:
+    model = _write_asset(tmp_path / "asset")
+    with pytest.raises(ConfigError, match="quantize"):
+        _config(model, quantize=5).validate()
+    with pytest.raises(ConfigError, match="target"):
+        _config(model, target="lightmap").validate()
+    with pytest.raises(InputError, match="does not exist"):
+        fit_lod(_config(tmp_path / "missing.gltf"), tmp_path / "o1", progress=False)
+    with pytest.raises(InputError, match="weights"):
+        fit_lod(_config(model, weights=str(tmp_path / "nope.png")), tmp_path / "o2", progress=False)
+    with pytest.raises(InputError, match="budget"):
+        fit_lod(_config(model, max_triangles=10), tmp_path / "o3", progress=False)
+    (tmp_path / "asset" / "sphere_base.png").unlink()
+    with pytest.raises(InputError):
+        fit_lod(_config(model), tmp_path / "o4", progress=False)
+
+
+def test_asset_without_uvs_gets_an_atlas_but_luma_chroma_refuses(tmp_path: Path) -> None:
+    model = _write_asset(tmp_path / "plain", uv=False)
+    report = fit_lod(_config(model, epochs=2, views=3), tmp_path / "out", progress=False)
+    assert math.isfinite(report["psnr_db"])
+    with pytest.raises(InputError, match="uv0"):
+        fit_lod(_config(model, target="luma-chroma"), tmp_path / "o2", progress=False)
+
+
+@pytest.mark.needs_shared
+@pytest.mark.slow
+def test_damaged_helmet_unlit_tiny(shared_dir: Path, tmp_path: Path) -> None:
+    model = shared_dir / "assets/DamagedHelmet/DamagedHelmet.gltf"
+    cfg = _config(model, texture_size=64, render_size=48, views=4, held_out_views=1, epochs=3, environment=True, environment_samples=1, fov_y_deg=40.0)
+    report = fit_lod(cfg, tmp_path / "out", progress=False)
+    assert report["psnr_db"] >= report["initial_psnr_db"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lod = load_gltf(tmp_path / "out/lod.gltf")
+    assert lod.materials[0].unlit and lod.materials[0].base_color_texture is not None
+    assert sum(m.num_triangles for m in lod.meshes) == report["triangles"]
+
+
+def test_draco_and_degenerate_triangles(tmp_path: Path) -> None:
+    model = _write_asset(tmp_path / "asset")
+    doc = json.loads(model.read_text())
+    doc["extensionsUsed"] = doc["extensionsRequired"] = ["KHR_draco_mesh_compression"]
+    draco = tmp_path / "asset" / "draco.gltf"
+    draco.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="(?i)draco"):
+        fit_lod(_config(draco), tmp_path / "o1", progress=False)
+    mesh = _sphere()
+    mesh.indices = np.concatenate((mesh.indices, [[0, 0, 1], [5, 6, 5]]))  # two zero-area triangles
+    folder = tmp_path / "degenerate"
+    folder.mkdir()
+    path = write_gltf(folder / "d.gltf", Scene(meshes=[mesh], materials=[Material(roughness_factor=0.6, metallic_factor=0.0)]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = fit_lod(_config(path, epochs=2, views=3), tmp_path / "o2", progress=False)
+    assert report["triangles"] == len(_sphere().indices) and math.isfinite(report["psnr_db"])
+
+
+def test_cli_fit_command(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from neuralbake.cli_fit import app
+
+    model = _write_asset(tmp_path / "asset")
+    args = [str(model), "--out", str(tmp_path / "out"), "--size", "16", "--render-size", "24", "--views", "3", "--held-out", "1"]
+    result = CliRunner().invoke(app, [*args, "--epochs", "2", "--no-environment", "--device", "cpu", "-q", "--quantize", "8"])
+    assert result.exit_code == 0, result.output
+    assert "PSNR" in result.output and (tmp_path / "out/lod.gltf").is_file()
+    bad = CliRunner().invoke(app, [str(tmp_path / "missing.gltf"), "--out", str(tmp_path / "o2"), "-q"])
+    assert bad.exit_code == 2 and "does not exist" in bad.output
