@@ -29,6 +29,7 @@ KEYS = (
     "psnr_db",
     "ssim",
     "initial_psnr_db",
+    "psnr_frame_db",
     "ms_per_epoch",
     "epochs_to_converge",
     "seconds_to_converge",
@@ -46,6 +47,23 @@ KEYS = (
 )
 
 
+def _dielectric_copy(model: Path, folder: Path) -> Path:
+    """A copy of a .gltf whose materials have metallicFactor 0 (textures referenced from the original folder)."""
+    if model.suffix.lower() != ".gltf":
+        raise SystemExit("--dielectric needs a .gltf (JSON) asset")
+    document = json.loads(model.read_text())
+    for material in document.get("materials", []):
+        material.setdefault("pbrMetallicRoughness", {})["metallicFactor"] = 0.0
+    base = model.resolve().parent
+    for entry in document.get("buffers", []) + document.get("images", []):
+        if "uri" in entry and not entry["uri"].startswith("data:"):
+            entry["uri"] = str(base / entry["uri"])
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / model.name
+    path.write_text(json.dumps(document))
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=HELMET, help="the PBR glTF (default: ../shared DamagedHelmet)")
@@ -57,7 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=None, help="Adam learning rate (default: the bake's)")
     parser.add_argument("--env-samples", type=int, default=None, help="environment samples per pixel for the reference; default 32 GPU, 4 CPU")
     parser.add_argument("--no-environment", action="store_true", help="directional light only: a noise-free reference")
-    parser.add_argument("--quantizer", default="ste", help="ste or soft (with --quantize 8)")
+    parser.add_argument("--no-shadows", action="store_true", help="no directional-light shadow rays (when warp-lang is missing)")
+    parser.add_argument("--quantizers", nargs="+", default=["ste"], help="ste and/or soft (with --quantize 8): one fit each")
+    parser.add_argument(
+        "--dielectric",
+        action="store_true",
+        help="also fit a copy of the asset with metallicFactor 0 (same textures): separates the metal's view-dependent reflections from the fit's own error",
+    )
     parser.add_argument("--targets", nargs="+", default=["unlit", "vertex-color"], help="fit targets to run")
     parser.add_argument("--quantize", type=int, default=0, help="0 or 8")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
@@ -75,27 +99,33 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory() as scratch:
         root = args.out or Path(scratch)
-        for render in renders:
-            for target in args.targets:
-                config = FitConfig(
-                    model=str(args.model),
-                    target=target,
-                    texture_size=texture,
-                    render_size=render,
-                    views=args.views,
-                    held_out_views=args.held_out,
-                    epochs=epochs,
-                    environment_samples=env_samples,
-                    quantize=args.quantize,
-                    quantizer=args.quantizer,
-                    environment=not args.no_environment,
-                    device=args.device,
-                    **({"learning_rate": args.lr} if args.lr else {}),
-                )
-                report = fit_lod(config, root / f"{target}_{render}", progress=False)
-                row = {"target": target, **{k: report.get(k) for k in KEYS}, "device": report["device"].get("name")}
-                results.append(row)
-                print(json.dumps(row), flush=True)
+        assets = [("asset", args.model)]
+        if args.dielectric:
+            assets.append(("dielectric", _dielectric_copy(args.model, Path(scratch) / "dielectric")))
+        runs = [(a, r, t, q) for a in assets for r in renders for t in args.targets for q in (args.quantizers if args.quantize else ["ste"])]
+        for (variant, model), render, target, quantizer in runs:
+            config = FitConfig(
+                model=str(model),
+                target=target,
+                texture_size=texture,
+                render_size=render,
+                views=args.views,
+                held_out_views=args.held_out,
+                epochs=epochs,
+                environment_samples=env_samples,
+                quantize=args.quantize,
+                quantizer=quantizer,
+                environment=not args.no_environment,
+                shadows=not args.no_shadows,
+                device=args.device,
+                **({"learning_rate": args.lr} if args.lr else {}),
+            )
+            name = f"{variant}_{target}_{render}" + (f"_q{args.quantize}{quantizer}" if args.quantize else "")
+            report = fit_lod(config, root / name, progress=False)
+            row = {"run": name, "variant": variant, "target": target, "quantize": args.quantize, "quantizer": quantizer if args.quantize else None, **{k: report.get(k) for k in KEYS}, "device": report["device"].get("name")}
+            row["ms_per_step"] = report["ms_per_epoch"] / args.views  # one view per Adam step
+            results.append(row)
+            print(json.dumps(row), flush=True)
     args.json.write_text(json.dumps({"results": results, "epoch": "one pass over the training views, one view per Adam step"}, indent=2))
     return 0
 

@@ -192,8 +192,9 @@ def test_rasterize_uv_covers_triangles_exactly() -> None:
 def test_fit_raises_psnr_and_writes_an_unlit_gltf(tmp_path: Path, target: str) -> None:
     model = _write_asset(tmp_path / "asset")
     report = fit_lod(_config(model, target=target), tmp_path / "out", progress=False)
-    assert report["psnr_db"] > report["initial_psnr_db"] + 0.5
+    assert report["psnr_db"] > report["initial_psnr_db"] + 0.25  # gradient steps beyond the splat bake
     assert report["psnr_db"] > 18.0
+    assert report["psnr_frame_db"] > report["psnr_db"]  # the background dilutes the error
     for name in ("lod.gltf", "triptych.png", "loss.png", "report.json", "config.json"):
         assert (tmp_path / "out" / name).is_file()
     saved = json.loads((tmp_path / "out/report.json").read_text())
@@ -255,6 +256,16 @@ def test_bad_config_and_inputs(tmp_path: Path) -> None:
     (tmp_path / "asset" / "sphere_base.png").unlink()
     with pytest.raises(InputError):
         fit_lod(_config(model), tmp_path / "o4", progress=False)
+
+
+def test_shadows_without_warp_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import neuralbake.render.visibility as visibility
+
+    model = _write_asset(tmp_path / "asset")
+    monkeypatch.setattr(visibility, "warp_available", lambda: False)
+    with pytest.raises(ConfigError, match="no-shadows"):
+        fit_lod(_config(model), tmp_path / "o", progress=False)
+    assert not (tmp_path / "o" / "report.json").exists()
 
 
 def test_asset_without_uvs_gets_an_atlas_but_luma_chroma_refuses(tmp_path: Path) -> None:
