@@ -337,3 +337,22 @@ def test_damaged_helmet_renders(shared_dir: Path) -> None:
     lit = out.hdr[out.alpha > 0]
     assert float(lit.mean()) > 0.02 and float(lit.std()) > 0.01  # textured and shaded, not flat
     assert seconds < 10.0
+
+
+def test_antialiased_render_has_silhouette_gradients_and_no_seams() -> None:
+    # the two quads are separate primitives meeting at x = 0: welded by position, that join is
+    # not a silhouette; the outer outline is, and moving it changes the coverage
+    rs = prepare_scene(two_quads(), dtype=F64)
+    lighting = Lighting([DirectionalLight(LIGHT, IRRADIANCE)], shadows=False)
+    plain = render(rs, CAMERA, 20, 16, lighting)
+    smooth = render(rs, CAMERA, 20, 16, lighting, antialias=True)
+    changed = (smooth.alpha != plain.alpha)
+    assert changed.any()
+    inside = torch.zeros_like(changed)
+    inside[1:-1, 1:-1] = (plain.alpha[:-2, 1:-1] > 0) & (plain.alpha[2:, 1:-1] > 0) & (plain.alpha[1:-1, :-2] > 0) & (plain.alpha[1:-1, 2:] > 0)
+    torch.testing.assert_close(smooth.hdr[inside], plain.hdr[inside])
+    positions = rs.positions.clone().requires_grad_(True)
+    rs.positions = positions
+    out = render(rs, CAMERA, 20, 16, lighting, antialias=True)
+    (grad,) = torch.autograd.grad(out.alpha.sum(), positions)
+    assert grad[:, :2].abs().sum() > 0  # coverage grows as the outline moves outwards

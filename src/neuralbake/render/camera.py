@@ -94,6 +94,25 @@ class Camera:
         o = torch.as_tensor(self.position, dtype=dtype, device=device).expand(height, width, 3)
         return o, d
 
+    def project(self, points: torch.Tensor, width: int, height: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Pixel coordinates and view depth of world ``points`` ``[N, 3]``, differentiable in ``points``.
+
+        Returns ``(px, py, z)``, each ``[N]`` in ``points``' dtype: pixel ``(i, j)``'s centre (the
+        ray :meth:`generate_rays` casts through it) projects to ``(i, j)`` exactly; ``z`` is the
+        distance along the view direction (points with ``z <= 0`` are behind the camera and get
+        meaningless pixel coordinates).
+        """
+        _check_size(width, height)
+        right, up, forward = (torch.as_tensor(v, dtype=points.dtype, device=points.device) for v in self.basis())
+        rel = points - torch.as_tensor(self.position, dtype=points.dtype, device=points.device)
+        z = rel @ forward
+        tan_half = math.tan(math.radians(self.fov_y_deg) / 2.0)
+        safe_z = torch.where(z > 1e-9, z, torch.ones_like(z))
+        # generate_rays: pixel i's centre is x = (i + 0.5) * 2 / W - 1, so i = (x + 1) W / 2 - 0.5
+        px = ((rel @ right) / (safe_z * tan_half * (width / height)) + 1.0) * (width / 2.0) - 0.5
+        py = (1.0 - (rel @ up) / (safe_z * tan_half)) * (height / 2.0) - 0.5
+        return px, py, z
+
     def view_matrix(self) -> np.ndarray:
         """World to camera (OpenGL: camera looks down -z), float64 ``[4, 4]``."""
         right, up, forward = self.basis()

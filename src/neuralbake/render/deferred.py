@@ -29,9 +29,11 @@ The result is linear HDR radiance plus coverage; :func:`render` adds a tone-mapp
 :func:`~neuralbake.render.tonemap_ops.tone_map_image`. Everything runs on the scene's device and
 dtype (CPU or CUDA, float32 or float64).
 
-Geometry gradients: interior ones flow already (positions -> barycentrics -> attributes and
-shading). Silhouette gradients are not produced; an edge-antialiasing or projective-sampling pass
-can be added between steps 2 and 4 using :attr:`GBuffer.visibility` (triangle ids and depth).
+Geometry gradients: interior ones flow through positions -> barycentrics -> attributes and
+shading. Silhouette ones come from :func:`~neuralbake.render.antialias.antialias` (``render(...,
+antialias=True)``), which blends pixels across occlusion edges by the edges' projected positions
+using :attr:`GBuffer.visibility` (triangle ids and depth). Move vertices with
+:meth:`RenderScene.set_positions` so that the next visibility buffer sees them.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from neuralbake.errors import InputError
 from neuralbake.io.gltf import Scene
 from neuralbake.material.gltf import gltf_eval, gltf_pdf, gltf_sample
 from neuralbake.material.texture import decode_normal_map
+from neuralbake.render.antialias import antialias as antialias_edges
 from neuralbake.render.camera import Camera
 from neuralbake.render.envmap import EnvironmentLight
 from neuralbake.render.mip import sample_trilinear
@@ -524,11 +527,22 @@ def render(
     tone_map: str = "aces",
     exposure: float | torch.Tensor = 0.0,
     white: float | torch.Tensor = 4.0,
+    antialias: bool = False,
 ) -> RenderResult:
     """G-buffer, shading and tone mapping in one call; see :func:`render_gbuffer`, :func:`shade` and
-    :func:`~neuralbake.render.tonemap_ops.tone_map_image` (``tone_map``, ``exposure``, ``white``)."""
+    :func:`~neuralbake.render.tonemap_ops.tone_map_image` (``tone_map``, ``exposure``, ``white``).
+
+    ``antialias``: blend HDR, display image and coverage across silhouettes
+    (:func:`~neuralbake.render.antialias.antialias`), which makes them differentiable in the
+    vertex positions."""
     rs = _as_render_scene(scene)
     g = render_gbuffer(rs, camera, width, height)
     shaded = shade(rs, g, lighting)
-    ldr = tone_map_image(shaded.hdr, operator=tone_map, exposure=exposure, white=white)
-    return RenderResult(hdr=shaded.hdr, ldr=ldr, alpha=shaded.alpha, gbuffer=g)
+    hdr, alpha = shaded.hdr, shaded.alpha
+    ldr = tone_map_image(hdr, operator=tone_map, exposure=exposure, white=white)
+    if antialias:
+        vis = g.visibility
+        stacked = torch.cat((hdr, ldr, alpha[..., None].to(hdr.dtype)), dim=-1)
+        blended = antialias_edges(stacked, vis.triangle_id, vis.depth, rs.positions, rs.faces, camera)
+        hdr, ldr, alpha = blended[..., :3], blended[..., 3:6], blended[..., 6]
+    return RenderResult(hdr=hdr, ldr=ldr, alpha=alpha, gbuffer=g)

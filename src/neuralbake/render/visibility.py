@@ -26,7 +26,6 @@ Shadow and other secondary rays need Warp.
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import dataclass
 
 import torch
@@ -352,15 +351,7 @@ def rasterize_triangle_ids(
     bakes never need it). Pixel centres are those of :meth:`Camera.generate_rays`.
     """
     device = positions.device
-    right, up, forward = (torch.as_tensor(v, dtype=torch.float64, device=device) for v in camera.basis())
-    rel = positions.detach().double() - torch.as_tensor(camera.position, dtype=torch.float64, device=device)
-    z = rel @ forward
-    tan_half = math.tan(math.radians(camera.fov_y_deg) / 2.0)
-    aspect = width / height
-    safe_z = torch.where(z > 1e-9, z, torch.ones_like(z))
-    # generate_rays: pixel i's centre is x = (i + 0.5) * 2 / W - 1, so i = (x + 1) W / 2 - 0.5
-    px = ((rel @ right) / (safe_z * tan_half * aspect) + 1.0) * (width / 2.0) - 0.5
-    py = (1.0 - (rel @ up) / (safe_z * tan_half)) * (height / 2.0) - 0.5
+    px, py, z = camera.project(positions.detach().double(), width, height)
     f = faces.to(device=device, dtype=torch.int64)
     fx, fy, fz = px[f], py[f], z[f]
     in_front = (fz > 1e-9).all(dim=1)
