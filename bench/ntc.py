@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="main-phase steps (default 3000 on CPU, 20000 on GPU)")
     parser.add_argument("--finetune-steps", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=None, help="default 4096 on CPU, 65536 on GPU")
-    parser.add_argument("--lr", type=float, default=0.03)
+    parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--repeats", type=int, default=3, help="timing repeats of the 4K decode")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ntc")

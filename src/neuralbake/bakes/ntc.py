@@ -997,7 +997,7 @@ def bc_baselines(reference_levels: Sequence[np.ndarray], groups: Sequence[Channe
 
 
 def _default_train() -> TrainerConfig:
-    return TrainerConfig(steps=3000, learning_rate=0.03, precision="fp32", eval_every=500, checkpoint_every=1000, log_every=50)
+    return TrainerConfig(steps=3000, learning_rate=0.01, precision="fp32", eval_every=500, checkpoint_every=1000, log_every=50)
 
 
 @dataclass
@@ -1137,7 +1137,8 @@ def compress_texture_set(
         mode = net.quant_mode
         net.quant_mode = "round"
         coords = _all_texel_coords(layout, device)
-        prediction = torch.cat([net(part).clamp(0, 1) for part in coords.split(1 << 16)])
+        with torch.no_grad():
+            prediction = torch.cat([net(part).clamp(0, 1) for part in coords.split(1 << 16)])
         net.quant_mode = mode
         error = mse(prediction, eval_targets)
         return {"psnr_db": 10 * math.log10(1 / error) if error > 0 else math.inf}
