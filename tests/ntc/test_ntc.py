@@ -268,6 +268,43 @@ def test_gradcheck_sample_features() -> None:
     assert torch.autograd.gradcheck(lambda h, lo: sample_features(h, lo, tables, level, x, y, 1), (high, low))
 
 
+def test_sample_features_matches_a_per_texel_reference() -> None:
+    """The batched gathers equal a texel-by-texel lookup written from the layout's definition."""
+    layout = NTCLayout(16, 8, (ChannelGroup("c", ("R", "G", "B")),), LatentShape(2, 3, 4), hidden=(4,), pe_frequencies=1)
+    tables = GridTables.from_layout(layout)
+    high_cells, low_cells = layout.latent_cells()
+    gen = torch.Generator().manual_seed(3)
+    high = torch.rand(high_cells, 3, generator=gen, dtype=torch.float64)
+    low = torch.rand(low_cells, 3, generator=gen, dtype=torch.float64)
+    level = torch.tensor([0, 0, 0, 1, 1, 2, 3, 4])
+    x = torch.tensor([0, 15, 6, 7, 2, 3, 1, 0])
+    y = torch.tensor([0, 7, 3, 3, 0, 1, 0, 0])
+    features = sample_features(high, low, tables, level, x, y, 1)
+
+    def offset(dims: list[tuple[int, int]], pair: int) -> int:
+        return sum(w * h for w, h in dims[:pair])
+
+    def lookup(grid: torch.Tensor, dims: list[tuple[int, int]], pair: int, u: float, v: float):
+        w, h = dims[pair]
+        px, py = u * w - 0.5, v * h - 0.5
+        x0, y0 = math.floor(px), math.floor(py)
+        xs = [min(max(x0, 0), w - 1), min(max(x0 + 1, 0), w - 1)]
+        ys = [min(max(y0, 0), h - 1), min(max(y0 + 1, 0), h - 1)]
+        cell = lambda cx, cy: grid[offset(dims, pair) + cy * w + cx]  # noqa: E731
+        return [cell(xs[0], ys[0]), cell(xs[1], ys[0]), cell(xs[0], ys[1]), cell(xs[1], ys[1])], px - x0, py - y0
+
+    for i in range(len(level)):
+        lv, pair = int(level[i]), int(level[i]) // 2
+        w, h = layout.level_sizes[lv]
+        u, v = (int(x[i]) + 0.5) / w, (int(y[i]) + 0.5) / h
+        corners, _, _ = lookup(high, layout.high_dims, pair, u, v)
+        torch.testing.assert_close(features[i, :12], torch.cat(corners))
+        (c00, c10, c01, c11), fx, fy = lookup(low, layout.low_dims, pair, u, v)
+        bilinear = (c00 * (1 - fx) + c10 * fx) * (1 - fy) + (c01 * (1 - fx) + c11 * fx) * fy
+        torch.testing.assert_close(features[i, 12:15], bilinear)
+        assert features[i, -1] == lv - 2 * pair
+
+
 def test_gradcheck_noise_quantisation_and_whole_model() -> None:
     gen = torch.Generator().manual_seed(1)
     latents = (torch.rand(6, 3, generator=gen, dtype=torch.float64) * 1.6 - 0.8).requires_grad_()
