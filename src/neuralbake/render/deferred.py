@@ -543,6 +543,6 @@ def render(
     if antialias:
         vis = g.visibility
         stacked = torch.cat((hdr, ldr, alpha[..., None].to(hdr.dtype)), dim=-1)
-        blended = antialias_edges(stacked, vis.triangle_id, vis.depth, rs.positions, rs.faces, camera)
+        blended = antialias_edges(stacked, vis.triangle_id, vis.depth, rs.positions, rs.faces, camera, neighbours=rs.edge_neighbours())
         hdr, ldr, alpha = blended[..., :3], blended[..., 3:6], blended[..., 6]
     return RenderResult(hdr=hdr, ldr=ldr, alpha=alpha, gbuffer=g)

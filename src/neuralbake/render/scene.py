@@ -117,6 +117,17 @@ class RenderScene:
     """Diagonal of the bounding box (scales ray offsets)."""
     source: str | None = None
     """Where the scene was read from."""
+    _edge_neighbours: torch.Tensor | None = field(default=None, repr=False)
+
+    def edge_neighbours(self) -> torch.Tensor:
+        """Triangle across each edge (:func:`~neuralbake.render.antialias.edge_neighbours`, seams
+        welded by position), computed on first use and kept: moving vertices with
+        :meth:`set_positions` does not change the topology."""
+        if self._edge_neighbours is None:
+            from neuralbake.render.antialias import edge_neighbours
+
+            self._edge_neighbours = edge_neighbours(self.faces, self.positions)
+        return self._edge_neighbours
 
     @property
     def device(self) -> torch.device:
