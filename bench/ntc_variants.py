@@ -1,0 +1,200 @@
+"""NTC diagnosis: one compression of DamagedHelmet's material set with one thing changed.
+
+The figures in the "Diagnosis" table of docs/benchmarks.md come from this script. Settings the
+bake exposes (rate, decoder width, positional encoding, learning rate, steps, batch) are passed
+straight to :class:`~neuralbake.bakes.ntc.NTCConfig`; the experimental variants the bake does not
+offer are made by swapping functions of ``neuralbake.bakes.ntc`` *in this process only*:
+
+- ``--shape H F B``: force one latent shape (high-res cell side, features, bits) instead of the
+  rate table's pick; ``--bpp`` is then only checked against the file size, up to any value.
+- ``--float``: no quantisation while training (latents only clamped, weights float). The file
+  still stores 8-bit-or-less latents and int8 weights, so the final mip-0 PSNR includes that
+  rounding; ``evals`` (all levels, the model as trained) shows the float model.
+- ``--latent-lr-gain G``: latents are trained as ``G * parameter`` (under Adam: G times their
+  learning rate). ``--straight-through-clamp``: the [-1, 1] clamp passes gradients outside.
+- ``--bilinear-high``: the high-resolution grid is sampled bilinearly (one cell's worth of
+  features) instead of concatenating its four corner cells.
+- ``--codecs``: no NTC at all: the same channels as four 8-bit images through Pillow's JPEG and
+  WebP at several qualities (bits per mip-0 texel, mip 0 only).
+
+Prints one JSON line: measured bpp, latent shape, mip-0 PSNR of the decoded file, the all-level
+evaluations during training, per-group mip-0 PSNR, the share of high-resolution latents at the
+clamp bound, seconds.
+
+    python bench/ntc_variants.py --size 256 --bpp 4                       # the CPU baseline
+    python bench/ntc_variants.py --device cuda --size 2048 --bpp 3 --batch-size 65536 --hidden 128 128 64
+    python bench/ntc_variants.py --size 256 --bpp 4 --lr 0.005 --latent-lr-gain 20 --straight-through-clamp
+    python bench/ntc_variants.py --size 64 --float --shape 2 12 8 --bpp 900 --batch-size 2048 --steps 4000
+    python bench/ntc_variants.py --codecs
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+import neuralbake.bakes.ntc as ntc  # noqa: E402
+from neuralbake.nn.trainer import TrainerConfig  # noqa: E402
+
+DEFAULT_GLTF = ROOT.parent / "shared" / "assets" / "DamagedHelmet" / "DamagedHelmet.gltf"
+
+
+def codec_reference(gltf: Path) -> list[dict]:
+    """JPEG and WebP of each channel group (2-channel groups padded with a zero channel) at full size."""
+    from PIL import Image
+
+    texture_set = ntc.load_gltf_material(gltf)
+    stack = texture_set.stacked()
+    height, width, _ = stack.shape
+    rows = []
+    for fmt in ("JPEG", "WEBP"):
+        for quality in (30, 50, 70, 85, 95):
+            bits, decoded, start = 0, [], 0
+            for group in texture_set.groups:
+                n = len(group.channels)
+                image = np.zeros((height, width, 3), np.float32)
+                image[..., :n] = stack[..., start : start + n]
+                if n == 1:
+                    image[...] = stack[..., start : start + 1]
+                start += n
+                buffer = io.BytesIO()
+                Image.fromarray((image * 255 + 0.5).clip(0, 255).astype(np.uint8)).save(buffer, fmt, quality=quality)
+                bits += 8 * buffer.tell()
+                back = np.asarray(Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")).astype(np.float32) / 255
+                decoded.append(back[..., : max(n, 1)])
+            error = float(((np.concatenate(decoded, axis=2) - stack) ** 2).mean())
+            rows.append({"codec": fmt, "quality": quality, "bpp_mip0": round(bits / (width * height), 3), "psnr_db": round(10 * math.log10(1 / error), 3)})
+    return rows
+
+
+def apply_variants(args: argparse.Namespace) -> None:
+    """Swap functions of neuralbake.bakes.ntc for this process (see the module docstring)."""
+    if args.shape:
+        ntc.LATENT_SHAPES = (ntc.LatentShape(*args.shape),)
+        ntc.check_bpp = lambda bpp: None
+    if args.bilinear_high:
+        ntc.NTCLayout.mlp_inputs = property(lambda self: 2 * self.shape.features + 4 * self.pe_frequencies + 1)
+        concatenated = ntc.sample_features
+
+        def bilinear(high, low, tables, level, x, y, pe_frequencies, quantise=None):
+            out = concatenated(high, low, tables, level, x, y, pe_frequencies, quantise)
+            features = high.shape[1]
+            c = out[:, : 4 * features].reshape(-1, 4, features)
+            u = (x.to(high.dtype) + 0.5) / tables.level_w[level].to(high.dtype)
+            v = (y.to(high.dtype) + 0.5) / tables.level_h[level].to(high.dtype)
+            pair = torch.div(level, 2, rounding_mode="floor")
+            *_, fx, fy = ntc._cell_coords(u, v, tables.high_w[pair], tables.high_h[pair])
+            fx, fy = fx[:, None], fy[:, None]
+            blended = (c[:, 0] * (1 - fx) + c[:, 1] * fx) * (1 - fy) + (c[:, 2] * (1 - fx) + c[:, 3] * fx) * fy
+            return torch.cat((blended, out[:, 4 * features :]), dim=1)
+
+        ntc.sample_features = bilinear
+    gain = args.latent_lr_gain
+    quantise = ntc.quantise_latents
+
+    def quantise_variant(latents, bits, mode, *, noise=None):
+        t = latents * gain
+        if args.straight_through_clamp:
+            t = t + (t.clamp(-1.0, 1.0) - t).detach()
+        if args.float:
+            return t.clamp(-1.0, 1.0)
+        return quantise(t, bits, mode, noise=noise)
+
+    ntc.quantise_latents = quantise_variant
+    if args.float:
+        ntc.fake_quantise_int8 = lambda weight: weight
+    initialise, pack = ntc.NTCModel.__init__, ntc.pack_container
+
+    def init(self, *a, **k):
+        initialise(self, *a, **k)
+        with torch.no_grad():
+            self.latents_high /= gain
+            self.latents_low /= gain
+
+    def pack_scaled(model):
+        with torch.no_grad():
+            model.latents_high *= gain
+            model.latents_low *= gain
+        args.saturated = float((model.latents_high.detach().abs() >= 1).float().mean())
+        return pack(model)
+
+    ntc.NTCModel.__init__ = init
+    ntc.pack_container = pack_scaled
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gltf", type=Path, default=DEFAULT_GLTF)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--size", type=int, default=256)
+    parser.add_argument("--bpp", type=float, default=4.0)
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--finetune-steps", type=int, default=500)
+    parser.add_argument("--batch-size", type=int, default=4096)
+    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--eval-every", type=int, default=1000)
+    parser.add_argument("--hidden", type=int, nargs="+", default=None, help="decoder widths (default the bake's 64 48 32)")
+    parser.add_argument("--pe", type=int, default=None, help="positional-encoding octaves (default the bake's)")
+    parser.add_argument("--shape", type=int, nargs=3, metavar=("HIGH_DIV", "FEATURES", "BITS"), default=None)
+    parser.add_argument("--float", action="store_true")
+    parser.add_argument("--latent-lr-gain", type=float, default=1.0)
+    parser.add_argument("--straight-through-clamp", action="store_true")
+    parser.add_argument("--bilinear-high", action="store_true")
+    parser.add_argument("--codecs", action="store_true")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ntc_variant")
+    args = parser.parse_args()
+    if not args.gltf.is_file():
+        raise SystemExit(f"{args.gltf} is absent (the team's ../shared asset folder)")
+    if args.codecs:
+        for row in codec_reference(args.gltf):
+            print(json.dumps(row), flush=True)
+        return
+
+    args.saturated = None
+    apply_variants(args)
+    extra = {"hidden": tuple(args.hidden)} if args.hidden else {}
+    if args.pe is not None:
+        extra["pe_frequencies"] = args.pe
+    config = ntc.NTCConfig(
+        sources=[str(args.gltf)],
+        size=args.size,
+        bpp=args.bpp,
+        device=args.device,
+        batch_size=args.batch_size,
+        finetune_steps=args.finetune_steps,
+        baselines=False,
+        train=TrainerConfig(steps=args.steps, learning_rate=args.lr, precision="fp32", eval_every=args.eval_every, checkpoint_every=0, log_every=500),
+        **extra,
+    )
+    start = time.time()
+    report = ntc.compress_texture_set(config, args.out, progress=False)
+    evals = [json.loads(line)["psnr_db"] for line in (args.out / "events.jsonl").read_text().splitlines() if '"eval"' in line]
+    print(
+        json.dumps(
+            {
+                "bpp": round(report["bpp_measured"], 2),
+                "shape": report["latent_shape"]["name"],
+                "mip0_db": report["ntc"]["overall_db"],
+                "evals_all_levels_db": [round(e, 2) for e in evals],
+                "groups_mip0_db": {k: round(v["mip0_db"], 2) for k, v in report["ntc"]["groups"].items()},
+                "saturated_high_latents": None if args.saturated is None else round(args.saturated, 3),
+                "seconds": round(time.time() - start),
+            }
+        ),
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
