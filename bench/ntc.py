@@ -14,7 +14,7 @@ second and milliseconds for a 3840x2160 frame of mip-0 texels decoded by random 
 (coordinates wrap over the texture), at the highest rate.
 
     python bench/ntc.py --device cpu --size 256
-    python bench/ntc.py --device cuda --size 2048 --bpp 1 2 4 8 20 --steps 20000
+    python bench/ntc.py --device cuda --size 2048 --bpp 1 2 4 8 20 28 44 --steps 20000
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=None, help="default 4096 on CPU, 65536 on GPU")
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--hidden", type=int, nargs="+", default=None, help="decoder hidden widths (default the bake's 64 48 32)")
     parser.add_argument("--repeats", type=int, default=3, help="timing repeats of the 4K decode")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ntc")
     parser.add_argument("--quiet", action="store_true")
@@ -87,6 +88,7 @@ def main() -> None:
         size=size,
         device=str(device),
         batch_size=args.batch_size or (65536 if gpu else 4096),
+        **({"hidden": tuple(args.hidden)} if args.hidden else {}),
         finetune_steps=args.finetune_steps if args.finetune_steps is not None else steps // 6,
         train=TrainerConfig(steps=steps, learning_rate=args.lr, precision=args.precision, eval_every=max(steps // 5, 1), checkpoint_every=0, log_every=100),
     )
@@ -110,7 +112,7 @@ def main() -> None:
     ]
     summary["bcn_groups_db"] = {family: {k: v["mip0_db"] for k, v in reports[0]["bcn"][family]["quality"]["groups"].items()} for family in reports[0]["bcn"]}
     summary["decode"] = decode_throughput(out / f"bpp_{max(bpps):g}", device, args.repeats)
-    summary["settings"] = {"size": size, "steps": steps, "finetune_steps": config.finetune_steps, "batch_size": config.batch_size, "lr": args.lr, "precision": args.precision}
+    summary["settings"] = {"size": size, "steps": steps, "finetune_steps": config.finetune_steps, "batch_size": config.batch_size, "lr": args.lr, "precision": args.precision, "hidden": list(config.hidden)}
     summary["device"] = describe_device(device)
     summary["wall_seconds"] = round(time.perf_counter() - wall, 1)
     atomic_write_json(out / "rd.json", summary)

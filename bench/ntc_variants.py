@@ -12,10 +12,14 @@ offer are made by swapping functions of ``neuralbake.bakes.ntc`` *in this proces
   rounding; ``evals`` (all levels, the model as trained) shows the float model.
 - ``--latent-lr-gain G``: latents are trained as ``G * parameter`` (under Adam: G times their
   learning rate). ``--straight-through-clamp``: the [-1, 1] clamp passes gradients outside.
+- ``--row-adam``: latents (and weights) trained with a row-sparse ("lazy") Adam, which leaves
+  cells an all-zero gradient alone instead of letting dense Adam coast them on momentum.
 - ``--bilinear-high``: the high-resolution grid is sampled bilinearly (one cell's worth of
   features) instead of concatenating its four corner cells.
 - ``--codecs``: no NTC at all: the same channels as four 8-bit images through Pillow's JPEG and
   WebP at several qualities (bits per mip-0 texel, mip 0 only).
+- ``--linear-bound``: no NTC: block PCA of the set with a fixed count of float numbers per texel
+  (the best linear fixed-rate code, unquantised), for comparison with NTC's latent count.
 
 Prints one JSON line: measured bpp, latent shape, mip-0 PSNR of the decoded file, the all-level
 evaluations during training, per-group mip-0 PSNR, the share of high-resolution latents at the
@@ -26,6 +30,7 @@ clamp bound, seconds.
     python bench/ntc_variants.py --size 256 --bpp 4 --lr 0.005 --latent-lr-gain 20 --straight-through-clamp
     python bench/ntc_variants.py --size 64 --float --shape 2 12 8 --bpp 900 --batch-size 2048 --steps 4000
     python bench/ntc_variants.py --codecs
+    python bench/ntc_variants.py --linear-bound
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +84,87 @@ def codec_reference(gltf: Path) -> list[dict]:
     return rows
 
 
+def linear_bound(gltf: Path) -> list[dict]:
+    """Block PCA of the whole set: the best *linear* code with a fixed number of float coefficients per block.
+
+    Every ``b x b`` block of all channels is one vector; keeping its first ``k`` principal
+    components is the least-squares optimum among linear codes of ``k`` unquantised numbers per
+    block. NTC's latents at ``hDIV fF`` are ``F / DIV^2 + F / (2 DIV)^2`` numbers per texel, so this
+    says how much a fixed-rate, per-block code can hold on this set, before quantisation.
+    """
+    stack = ntc.load_gltf_material(gltf).stacked().astype(np.float64)
+    height, width, channels = stack.shape
+    rows = []
+    for block, per_texel in ((4, (0.3125, 0.625, 1.25)), (8, (0.3125, 0.625, 1.25)), (16, (0.3125, 0.625))):
+        vectors = stack.reshape(height // block, block, width // block, block, channels).transpose(0, 2, 1, 3, 4).reshape(-1, block * block * channels)
+        mean = vectors.mean(0)
+        centred = vectors - mean
+        _, basis = np.linalg.eigh(centred.T @ centred / len(centred))
+        basis = basis[:, ::-1]
+        for rate in per_texel:
+            k = round(rate * block * block)
+            error = float((((centred @ basis[:, :k]) @ basis[:, :k].T - centred) ** 2).mean())
+            rows.append({"block": block, "components": k, "numbers_per_texel": rate, "psnr_db": round(10 * math.log10(1 / error), 2)})
+    return rows
+
+
+class RowAdam(torch.optim.Optimizer):
+    """Adam that leaves rows (cells) with an all-zero gradient alone: value, moments and step count.
+
+    Dense Adam keeps moving a latent row that this batch did not touch on its old momentum, so a
+    rarely touched row travels up to 1 / (1 - beta1) times further per real gradient than one
+    touched every step. This "lazy" variant (as TensorFlow Addons' LazyAdam) gives each row the
+    Adam update from its own count of updates. With every row touched it is Adam (checked against
+    torch.optim.Adam to 1e-12 in float64 when it was written). Device-only, so the trainer's CUDA
+    graph still captures it.
+    """
+
+    def __init__(self, params: Iterable[torch.Tensor], lr: float | torch.Tensor, betas: tuple[float, float], eps: float) -> None:
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps})
+        self.found_inf: torch.Tensor | None = None
+
+    @staticmethod
+    def _row_mask(grad: torch.Tensor) -> torch.Tensor:
+        """1.0 for rows with any non-zero gradient, shaped to broadcast over the parameter."""
+        if grad.dim() == 0:
+            return (grad != 0).to(grad.dtype)
+        touched = (grad.reshape(grad.shape[0], -1) != 0).any(dim=1)
+        return touched.to(grad.dtype).reshape(grad.shape[0], *([1] * (grad.dim() - 1)))
+
+    @torch.no_grad()
+    def step(self, closure=None):  # noqa: ANN001, ANN201 (torch's signature)
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            lr, eps = group["lr"], group["eps"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                grad = param.grad
+                state = self.state[param]
+                if not state:
+                    state["exp_avg"] = torch.zeros_like(param)
+                    state["exp_avg_sq"] = torch.zeros_like(param)
+                    rows = (param.shape[0],) + (1,) * (param.dim() - 1) if param.dim() > 0 else ()
+                    state["row_steps"] = torch.zeros(rows, dtype=param.dtype, device=param.device)
+                touched = self._row_mask(grad)
+                if self.found_inf is not None:
+                    touched = touched * (self.found_inf == 0).to(touched.dtype)
+                exp_avg, exp_avg_sq, steps = state["exp_avg"], state["exp_avg_sq"], state["row_steps"]
+                steps.add_(touched)
+                exp_avg.add_(touched * (1 - beta1) * (grad - exp_avg))
+                exp_avg_sq.add_(touched * (1 - beta2) * (grad * grad - exp_avg_sq))
+                counted = steps.clamp(min=1)
+                correction1 = 1 - torch.pow(beta1, counted)
+                correction2 = 1 - torch.pow(beta2, counted)
+                update = (exp_avg / correction1) / ((exp_avg_sq / correction2).sqrt() + eps)
+                param.sub_(lr * touched * update)
+        return loss
+
+
 def apply_variants(args: argparse.Namespace) -> None:
     """Swap functions of neuralbake.bakes.ntc for this process (see the module docstring)."""
     if args.shape:
@@ -100,6 +187,17 @@ def apply_variants(args: argparse.Namespace) -> None:
             return torch.cat((blended, out[:, 4 * features :]), dim=1)
 
         ntc.sample_features = bilinear
+    if args.row_adam:
+        from neuralbake.nn import trainer as trainer_module
+
+        construct = trainer_module.Trainer.__init__
+
+        def with_row_adam(self, *a, **k):
+            construct(self, *a, **k)
+            config = self.config
+            self.optimizer = RowAdam(self.master.values(), lr=self._lr_t, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_eps)
+
+        trainer_module.Trainer.__init__ = with_row_adam
     gain = args.latent_lr_gain
     quantise = ntc.quantise_latents
 
@@ -151,13 +249,15 @@ def main() -> None:
     parser.add_argument("--latent-lr-gain", type=float, default=1.0)
     parser.add_argument("--straight-through-clamp", action="store_true")
     parser.add_argument("--bilinear-high", action="store_true")
+    parser.add_argument("--row-adam", action="store_true")
     parser.add_argument("--codecs", action="store_true")
+    parser.add_argument("--linear-bound", action="store_true")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ntc_variant")
     args = parser.parse_args()
     if not args.gltf.is_file():
         raise SystemExit(f"{args.gltf} is absent (the team's ../shared asset folder)")
-    if args.codecs:
-        for row in codec_reference(args.gltf):
+    if args.codecs or args.linear_bound:
+        for row in (codec_reference if args.codecs else linear_bound)(args.gltf):
             print(json.dumps(row), flush=True)
         return
 

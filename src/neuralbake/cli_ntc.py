@@ -67,7 +67,7 @@ def _parse_hidden(text: str) -> tuple[int, ...]:
 def ntc_compress(
     sources: Annotated[list[str], typer.Argument(help="Texture images (PATH or NAME=PATH; a group named normal keeps X and Y) or one .gltf file.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder (one rate), or parent of bpp_<X>/ folders (several rates).")],
-    bpp: Annotated[list[float], typer.Option(help="Target bits per texel of mip 0 for the whole set, 0.5-20; repeat for a rate-distortion curve.")] = [4.0],  # noqa: B006
+    bpp: Annotated[list[float], typer.Option(help="Target bits per texel of mip 0 for the whole set, 0.5-48; repeat for a rate-distortion curve.")] = [4.0],  # noqa: B006
     material: Annotated[str, typer.Option(help=_doc("material"))] = "0",
     size: Annotated[int | None, typer.Option(help=_doc("size"))] = None,
     steps: Annotated[int | None, typer.Option(help="Steps of the main (noise-quantised) phase.")] = None,
