@@ -74,7 +74,7 @@ def ntc_compress(
     finetune_steps: Annotated[int | None, typer.Option(help=_doc("finetune_steps"))] = None,
     lr: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
     batch_size: Annotated[int | None, typer.Option(help=_doc("batch_size"))] = None,
-    hidden: Annotated[str | None, typer.Option(help="Decoder hidden widths, e.g. 64,48,32.")] = None,
+    hidden: Annotated[str | None, typer.Option(help="Decoder hidden widths (default 64,48,32, RTXNTC's size). 256,256,128 gives 2.7-6.5 dB more on 2048² sets at 13.6x the decode work; its weights count in --bpp.")] = None,
     pe_frequencies: Annotated[int | None, typer.Option(help=_doc("pe_frequencies"))] = None,
     precision: Annotated[str | None, typer.Option(help="fp32, fp16 or bf16 forward/backward (fp32 masters either way).")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed for initialisation and texel sampling.")] = None,
