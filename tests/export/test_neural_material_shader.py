@@ -112,10 +112,11 @@ def bakes(tmp_path_factory) -> dict[str, Path]:
         tweaked.layers[-1].bias.add_(0.5)
     # a decoder of another width (16 -> 8 hidden) and latents of another size (8 -> 4 channels)
     config = load_neural_material(copper).decoder.config
-    narrow = MLP(MLPConfig(config.inputs, 8, config.layers, 3, "relu", "none"))
-    four = MLP(MLPConfig(4 + 9, config.hidden, config.layers, 3, "relu", "none"))
+    relu_linear = {"outputs": 3, "hidden_activation": "relu", "output_activation": "none"}
+    narrow = MLP(MLPConfig(inputs=config.inputs, hidden=8, layers=config.layers, **relu_linear))
+    four = MLP(MLPConfig(inputs=4 + 9, hidden=config.hidden, layers=config.layers, **relu_linear))
     # an older bundle without direction_inputs in its manifest: the decoder reads [latent, wi, wo]
-    old = MLP(MLPConfig(8 + 6, config.hidden, config.layers, 3, "relu", "none"))
+    old = MLP(MLPConfig(inputs=8 + 6, hidden=config.hidden, layers=config.layers, **relu_linear))
     return {
         "copper": copper,
         "velvet": velvet,

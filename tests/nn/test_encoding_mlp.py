@@ -101,3 +101,15 @@ def test_gradcheck_relu_mlp():
     mlp = MLP(MLPConfig(inputs=3, hidden=5, layers=1, outputs=2, hidden_activation="relu", output_activation="tanh")).double()
     x = torch.rand(6, 3, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(mlp, (x,), eps=1e-6, atol=1e-5)
+
+
+def test_configs_share_their_layer_fields_by_keyword_only():
+    from neuralbake.core.config import field_docs
+
+    with pytest.raises(TypeError):
+        MLPConfig(3, 8)  # positional arguments could silently shift when a shared field is added
+    coordinate = CoordinateNetworkConfig(frequencies=2, hidden=16, layers=2, outputs=4, leak=0.1)
+    mlp = coordinate.mlp_config()
+    assert (mlp.inputs, mlp.hidden, mlp.layers, mlp.outputs, mlp.leak) == (8, 16, 2, 4, 0.1)
+    docs = field_docs(CoordinateNetworkConfig)  # the CLI's help text reads the shared fields' docs
+    assert {"hidden", "layers", "hidden_activation", "frequencies"} <= set(docs)

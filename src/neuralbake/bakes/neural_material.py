@@ -172,10 +172,11 @@ class NeuralMaterialModel(torch.nn.Module):
         super().__init__()
         self.features = features
         self.latent = config.latent
-        self.encoder = MLP(MLPConfig(features, config.encoder_hidden, config.encoder_layers, config.latent, "relu", "none"))
+        relu_linear = {"hidden_activation": "relu", "output_activation": "none"}
+        self.encoder = MLP(MLPConfig(inputs=features, hidden=config.encoder_hidden, layers=config.encoder_layers, outputs=config.latent, **relu_linear))
         self.direction_inputs = tuple(config.direction_inputs)
         inputs = config.latent + 3 * len(self.direction_inputs)
-        self.decoder = MLP(MLPConfig(inputs, config.decoder_hidden, config.decoder_layers, 3, "relu", "none"))
+        self.decoder = MLP(MLPConfig(inputs=inputs, hidden=config.decoder_hidden, layers=config.decoder_layers, outputs=3, **relu_linear))
 
     def share_decoder(self, decoder: MLP, layers: int) -> None:
         """Start from ``decoder``'s weights and freeze its first ``layers`` layers.

@@ -7,7 +7,7 @@ trainer makes), so mixed precision needs no separate model class.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch import nn
@@ -16,7 +16,7 @@ from neuralbake.io.bundle import LayerTensors
 from neuralbake.nn.activations import ACTIVATIONS, DEFAULT_LEAK, activation_fn
 from neuralbake.nn.encoding import FrequencyEncoding
 
-__all__ = ["MLP", "CoordinateNetwork", "CoordinateNetworkConfig", "MLPConfig"]
+__all__ = ["MLP", "CoordinateNetwork", "CoordinateNetworkConfig", "LayerShape", "MLPConfig"]
 
 
 def _check_activation(name: str, field: str) -> None:
@@ -24,24 +24,38 @@ def _check_activation(name: str, field: str) -> None:
         raise ValueError(f"{field}: unknown activation {name!r}; choose one of {sorted(ACTIVATIONS)}")
 
 
-@dataclass
-class MLPConfig:
-    """Shape of a multilayer perceptron."""
+@dataclass(kw_only=True)
+class LayerShape:
+    """Hidden layers, outputs and activations: what every MLP-based network config shares.
 
-    inputs: int = 12
-    """Number of input values (after any encoding)."""
+    Keyword-only, like the configs built on it, so a field added here cannot shift positional
+    arguments.
+    """
+
     hidden: int = 64
     """Neurons per hidden layer."""
     layers: int = 4
     """Number of hidden layers (the network has ``layers + 1`` linear transforms)."""
     outputs: int = 3
-    """Number of output values."""
+    """Number of output values (3 for RGB, 4 for RGBA, 1 for grey; bakes set it from the data)."""
     hidden_activation: str = "leaky_relu"
     """Activation after every hidden layer: relu, leaky_relu, tanh, exp, sigmoid, clamped_gelu or none."""
     output_activation: str = "sigmoid"
     """Activation on the output layer (sigmoid keeps colours in [0, 1]; none for HDR or latents)."""
     leak: float = DEFAULT_LEAK
     """Negative slope of leaky_relu."""
+
+    def layer_shape(self) -> dict[str, int | float | str]:
+        """The shared fields as keyword arguments."""
+        return {f.name: getattr(self, f.name) for f in fields(LayerShape)}
+
+
+@dataclass(kw_only=True)
+class MLPConfig(LayerShape):
+    """Shape of a multilayer perceptron."""
+
+    inputs: int = 12
+    """Number of input values (after any encoding)."""
 
     def validate(self) -> None:
         for name in ("inputs", "hidden", "outputs"):
@@ -83,37 +97,17 @@ class MLP(nn.Module):
         return [LayerTensors(f"{prefix}layers.{i}", layer.weight, layer.bias) for i, layer in enumerate(self.layers)]
 
 
-@dataclass
-class CoordinateNetworkConfig:
+@dataclass(kw_only=True)
+class CoordinateNetworkConfig(LayerShape):
     """A frequency-encoded MLP mapping coordinates (e.g. UV) to values (e.g. RGB)."""
 
     coordinates: int = 2
     """Number of input coordinates (2 for UV)."""
     frequencies: int = 3
     """Frequency octaves per coordinate; each gives sin and cos, so the MLP sees coordinates x 2 x frequencies inputs (2 x 6 = 12 for UV at 3)."""
-    hidden: int = 64
-    """Neurons per hidden layer."""
-    layers: int = 4
-    """Number of hidden layers."""
-    outputs: int = 3
-    """Number of outputs (set from the data: 3 for RGB, 4 for RGBA, 1 for grey)."""
-    hidden_activation: str = "leaky_relu"
-    """Activation after every hidden layer."""
-    output_activation: str = "sigmoid"
-    """Activation on the output layer."""
-    leak: float = DEFAULT_LEAK
-    """Negative slope of leaky_relu."""
 
     def mlp_config(self) -> MLPConfig:
-        return MLPConfig(
-            inputs=self.coordinates * 2 * self.frequencies,
-            hidden=self.hidden,
-            layers=self.layers,
-            outputs=self.outputs,
-            hidden_activation=self.hidden_activation,
-            output_activation=self.output_activation,
-            leak=self.leak,
-        )
+        return MLPConfig(inputs=self.coordinates * 2 * self.frequencies, **self.layer_shape())
 
 
 class CoordinateNetwork(nn.Module):
