@@ -16,16 +16,14 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from neuralbake import __version__
-from neuralbake.bakes.neural_texture import TRANSFORMS, NeuralTextureConfig, bake_neural_texture, render_saved_network
+from neuralbake.bakes.neural_texture import NeuralTextureConfig, bake_neural_texture, render_saved_network
+from neuralbake.cli_run import run_action
 from neuralbake.core.config import field_docs, load_config
-from neuralbake.errors import NeuralbakeError
 from neuralbake.nn.mlp import CoordinateNetworkConfig
-from neuralbake.nn.trainer import TrainerConfig, TrainingInterrupted
+from neuralbake.nn.trainer import TrainerConfig
 
 __all__ = ["app", "main", "parse_size"]
 
-_err = Console(stderr=True)
 _out = Console()
 
 
@@ -101,18 +99,6 @@ def parse_size(text: str) -> tuple[int, int]:
     return values[0], values[1]
 
 
-def _run(action: Any) -> Any:
-    """Run ``action`` turning neuralbake errors into a one-line message and an exit code."""
-    try:
-        return action()
-    except TrainingInterrupted as exc:
-        _err.print(f"[yellow]stopped:[/] {exc}", highlight=False)
-        raise typer.Exit(130) from exc
-    except NeuralbakeError as exc:
-        _err.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from exc
-
-
 @app.command()
 def version() -> None:
     """Print the neuralbake version and the versions it runs on."""
@@ -164,7 +150,7 @@ def texture_bake(
             cfg.size = parse_size(size)
         return bake_neural_texture(cfg, out, resume=resume, progress=not quiet)
 
-    report = _run(action)
+    report = run_action(action)
     low_key = f"psnr_{report['precision']}_db"
     _out.print(
         f"[bold green]done[/] {report['steps']} steps in {report['seconds']:.1f} s on {report['device']['name']} "
@@ -184,7 +170,7 @@ def texture_infer(
 ) -> None:
     """Render a saved neural texture at any size."""
     width, height = parse_size(size)
-    path = _run(lambda: render_saved_network(bundle, width, height, out, device=device, precision=precision))
+    path = run_action(lambda: render_saved_network(bundle, width, height, out, device=device, precision=precision))
     _out.print(f"wrote {path} ({width}x{height})", highlight=False)
 
 
@@ -225,7 +211,7 @@ def material_preview(
         )
         return stats
 
-    stats = _run(action)
+    stats = run_action(action)
     _out.print(
         f"[bold green]done[/] {stats['size']}x{stats['size']} at {stats['spp']} spp in {stats['seconds']:.1f} s: "
         f"{stats['bsdf_evaluations_per_second'] / 1e6:.3f} M BSDF samples/s -> {out}",
@@ -262,7 +248,7 @@ def material_bake(
         config.train = dataclasses.replace(config.train, steps=steps, learning_rate=lr, seed=seed)
         return bake_neural_material(config, out, resume=resume, progress=not quiet)
 
-    report = _run(action)
+    report = run_action(action)
     _out.print(
         f"[bold green]done[/] {report['steps']} steps in {report['seconds']:.1f} s: PSNR {report['psnr_db']:.2f} dB, FLIP {report['flip']:.3f} "
         f"on preview renders vs the reference (8-bit latents on texture views: {report['texture_views']['psnr_u8_latents_db']:.2f} dB "
@@ -294,7 +280,7 @@ def material_render(
             raise ConfigError(f"unknown precision {precision!r}.", field="--precision", fix="use fp16 or fp32.")
         return render_neural_material(bundle, out, material=material, size=size, spp=spp, precision=precision, quantized=u8, device=device)  # type: ignore[arg-type]
 
-    report = _run(action)
+    report = run_action(action)
     scenes = ", ".join(f"{name} {s['psnr_db']:.2f} dB / FLIP {s['flip']:.3f}" for name, s in report["scenes"].items())
     _out.print(f"[bold green]done[/] {scenes} -> {out / 'comparison.png'}", highlight=False)
 

@@ -15,23 +15,14 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from neuralbake.errors import NeuralbakeError
+from neuralbake.cli_run import run_action
 
 __all__ = ["material_export", "material_pack", "register"]
 
-_err = Console(stderr=True)
 _out = Console()
 
 _PRECISION_HELP = "Weight storage in the shader's buffer: fp32 or fp16 (arithmetic is fp32 either way)."
 _LATENTS_HELP = "Latent storage: fp16, or u8 (8-bit codes with a per-channel scale and offset)."
-
-
-def _run(action: Any) -> Any:
-    try:
-        return action()
-    except NeuralbakeError as exc:
-        _err.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from exc
 
 
 def _summary(written: Any) -> str:
@@ -56,7 +47,7 @@ def material_export(
 
         return export_neural_material_shader(bundle, out, precision=precision, latent_format=latents, name=name)
 
-    _out.print(_summary(_run(action)), highlight=False)
+    _out.print(_summary(run_action(action)), highlight=False)
 
 
 def material_pack(
@@ -89,7 +80,7 @@ def material_pack(
         template.train = dataclasses.replace(template.train, steps=steps)
         return pack_materials(materials, out, template, share=share, progress=not quiet, precision=precision, latent_format=latents, name=name)
 
-    summary = _run(action)
+    summary = run_action(action)
     _out.print(f"[bold green]done[/] {len(summary['materials'])} materials -> {out / 'shader'}", highlight=False)
     for entry in summary["materials"]:
         bake = summary["bakes"].get(entry["name"])

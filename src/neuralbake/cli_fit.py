@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 
 from neuralbake.bakes.fit import FitConfig
+from neuralbake.cli_run import run_action
 from neuralbake.core.config import field_docs
 
 __all__ = ["app", "fit", "register"]
@@ -88,9 +89,7 @@ def fit(
         config = dataclasses.replace(FitConfig(model=str(model)), **{k: v for k, v in given.items() if v is not None})
         return fit_lod(config, out, progress=not quiet)
 
-    from neuralbake.cli import _run  # imported here: neuralbake.cli imports this module to register the command
-
-    report = _run(action)
+    report = run_action(action)
     _out.print(
         f"[bold green]done[/] {report['target']}: {report['epochs']} epochs in {report['seconds']:.1f} s on {report['device']['name']} "
         f"({report['ms_per_epoch']:.0f} ms/epoch): held-out PSNR {report['psnr_db']:.2f} dB (start {report['initial_psnr_db']:.2f}), "

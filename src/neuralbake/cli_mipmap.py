@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from neuralbake.bakes.mipmap import MipmapConfig
+from neuralbake.cli_run import run_action
 from neuralbake.core.config import field_docs
 from neuralbake.errors import InputError
 
@@ -79,9 +80,7 @@ def mipmap(
         config.train = dataclasses.replace(config.train, **{k: v for k, v in train.items() if v is not None})
         return bake_mipmap(config, out, resume=resume, progress=not quiet)
 
-    from neuralbake.cli import _run  # imported here: neuralbake.cli imports this module to register the command
-
-    report = _run(action)
+    report = run_action(action)
     means = "  ".join(f"{name} {report[f'mean_psnr_{name}_db']:.2f}" for name in ("box", "toksvig", "learned"))
     _out.print(
         f"[bold green]done[/] {report['levels']} levels, {report['steps']} steps in {report['seconds']:.1f} s on "

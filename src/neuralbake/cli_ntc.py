@@ -21,30 +21,18 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from neuralbake.cli_run import run_action
 from neuralbake.core.config import field_docs, load_config
-from neuralbake.errors import ConfigError, NeuralbakeError
-from neuralbake.nn.trainer import TrainingInterrupted
+from neuralbake.errors import ConfigError
 
 __all__ = ["ntc_app", "ntc_compress", "ntc_decompress"]
 
-_err = Console(stderr=True)
 _out = Console()
 
 ntc_app = typer.Typer(
     help="Neural texture compression: a material's textures (up to 16 channels) as quantised latent grids + a tiny decoder.",
     no_args_is_help=True,
 )
-
-
-def _run(action: Any) -> Any:
-    try:
-        return action()
-    except TrainingInterrupted as exc:
-        _err.print(f"[yellow]stopped:[/] {exc}", highlight=False)
-        raise typer.Exit(130) from exc
-    except NeuralbakeError as exc:
-        _err.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from exc
 
 
 def _doc(name: str) -> str:
@@ -104,7 +92,7 @@ def ntc_compress(
             raise ConfigError("--resume works with one --bpp at a time.", field="resume", fix="resume each bpp_<X> folder with its own --bpp.")
         return compress_rate_distortion(cfg, bpp, out, progress=progress)
 
-    result = _run(action)
+    result = run_action(action)
     if isinstance(result, list):
         report = result[0]
         bc = report.get("bcn", {})
@@ -133,6 +121,6 @@ def ntc_decompress(
 
         return decompress(folder, out, image_format=image_format, device=device)
 
-    written = _run(action)
+    written = run_action(action)
     _out.print(f"[bold green]done[/] {len(written)} images -> {out}", highlight=False)
 
