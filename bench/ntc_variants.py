@@ -114,9 +114,9 @@ class RowAdam(torch.optim.Optimizer):
     Dense Adam keeps moving a latent row that this batch did not touch on its old momentum, so a
     rarely touched row travels up to 1 / (1 - beta1) times further per real gradient than one
     touched every step. This "lazy" variant (as TensorFlow Addons' LazyAdam) gives each row the
-    Adam update from its own count of updates. With every row touched it is Adam (checked against
-    torch.optim.Adam to 1e-12 in float64 when it was written). Device-only, so the trainer's CUDA
-    graph still captures it.
+    Adam update from its own count of updates. With every row touched it is Adam
+    (:func:`check_row_adam` runs before every ``--row-adam`` run). Device-only, so the trainer's
+    CUDA graph still captures it.
     """
 
     def __init__(self, params: Iterable[torch.Tensor], lr: float | torch.Tensor, betas: tuple[float, float], eps: float) -> None:
@@ -165,6 +165,23 @@ class RowAdam(torch.optim.Optimizer):
         return loss
 
 
+def check_row_adam() -> None:
+    """RowAdam equals torch.optim.Adam (float64, 12 steps) when every row has a gradient."""
+    generator = torch.Generator().manual_seed(0)
+    ours = torch.nn.Parameter(torch.randn(6, 3, generator=generator, dtype=torch.float64))
+    reference = torch.nn.Parameter(ours.detach().clone())
+    row_adam = RowAdam([ours], lr=torch.tensor(0.05, dtype=torch.float64), betas=(0.9, 0.99), eps=1e-10)
+    adam = torch.optim.Adam([reference], lr=0.05, betas=(0.9, 0.99), eps=1e-10)
+    for _ in range(12):
+        gradient = torch.randn(6, 3, generator=generator, dtype=torch.float64) + 0.3
+        ours.grad, reference.grad = gradient.clone(), gradient.clone()
+        row_adam.step()
+        adam.step()
+    error = float((ours - reference).abs().max())
+    if error > 1e-12:
+        raise SystemExit(f"RowAdam differs from torch.optim.Adam by {error:g} with every row touched")
+
+
 def apply_variants(args: argparse.Namespace) -> None:
     """Swap functions of neuralbake.bakes.ntc for this process (see the module docstring)."""
     if args.shape:
@@ -189,6 +206,8 @@ def apply_variants(args: argparse.Namespace) -> None:
         ntc.sample_features = bilinear
     if args.row_adam:
         from neuralbake.nn import trainer as trainer_module
+
+        check_row_adam()
 
         construct = trainer_module.Trainer.__init__
 
