@@ -17,7 +17,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from neuralbake.bakes.neural_texture import NeuralTextureConfig, bake_neural_texture, render_saved_network
-from neuralbake.cli_run import run_action
+from neuralbake.cli_run import print_done, run_action
 from neuralbake.core.config import field_docs, load_config
 from neuralbake.nn.mlp import CoordinateNetworkConfig
 from neuralbake.nn.trainer import TrainerConfig
@@ -76,6 +76,24 @@ app.add_typer(_ntc_app, name="ntc")
 from neuralbake.cli_fit import register as _register_fit  # noqa: E402
 
 _register_fit(app)
+
+
+@app.callback()
+def _root(
+    allow_outside_refs: Annotated[
+        bool,
+        typer.Option(
+            "--allow-outside-refs",
+            help="Let files an input refers to (glTF buffers and images, material textures, MaterialX includes) "
+            "lie outside that input's folder. Off by default: only trust inputs you made. May also follow the command.",
+        ),
+    ] = False,
+) -> None:
+    """Bake heavy graphics assets into compact ones that render fast (neural textures, materials, LODs)."""
+    if allow_outside_refs:
+        from neuralbake.io.refs import _ALLOWED
+
+        _ALLOWED.set(True)  # for the rest of this process: one CLI invocation is one command
 
 
 def _doc(cls: type, name: str, instance: Any | None = None) -> str:
@@ -150,13 +168,12 @@ def texture_bake(
             cfg.size = parse_size(size)
         return bake_neural_texture(cfg, out, resume=resume, progress=not quiet)
 
-    report = run_action(action)
+    report = run_action(action, out=out)
     low_key = f"psnr_{report['precision']}_db"
-    _out.print(
-        f"[bold green]done[/] {report['steps']} steps in {report['seconds']:.1f} s on {report['device']['name']} "
+    print_done(
+        f"{report['steps']} steps in {report['seconds']:.1f} s on {report['device']['name']} "
         f"({report['device']['type']}): PSNR {report['psnr_db']:.2f} dB (fp32 weights), "
         f"{report[low_key]:.2f} dB ({report['precision']}), {report['params']} parameters -> {out}",
-        highlight=False,
     )
 
 
@@ -170,8 +187,20 @@ def texture_infer(
 ) -> None:
     """Render a saved neural texture at any size."""
     width, height = parse_size(size)
-    path = run_action(lambda: render_saved_network(bundle, width, height, out, device=device, precision=precision))
-    _out.print(f"wrote {path} ({width}x{height})", highlight=False)
+
+    def action() -> Path:
+        from neuralbake.errors import InputError
+
+        if out.is_dir():
+            raise InputError("--out names a folder; infer writes one PNG file.", path=out, field="--out", fix="pass a file name such as big.png.")
+        if out.suffix.lower() != ".png":
+            raise InputError(
+                f"infer writes PNG images, but --out ends in {out.suffix or '(no extension)'!r}.", path=out, field="--out", fix="name the output *.png."
+            )
+        return render_saved_network(bundle, width, height, out, device=device, precision=precision)
+
+    path = run_action(action, out=out.parent)
+    _out.print(f"wrote {path} ({width}x{height})", highlight=False, markup=False)
 
 
 @material_app.command("preview")
@@ -211,11 +240,10 @@ def material_preview(
         )
         return stats
 
-    stats = run_action(action)
-    _out.print(
-        f"[bold green]done[/] {stats['size']}x{stats['size']} at {stats['spp']} spp in {stats['seconds']:.1f} s: "
+    stats = run_action(action, out=out)
+    print_done(
+        f"{stats['size']}x{stats['size']} at {stats['spp']} spp in {stats['seconds']:.1f} s: "
         f"{stats['bsdf_evaluations_per_second'] / 1e6:.3f} M BSDF samples/s -> {out}",
-        highlight=False,
     )
 
 
@@ -248,13 +276,12 @@ def material_bake(
         config.train = dataclasses.replace(config.train, steps=steps, learning_rate=lr, seed=seed)
         return bake_neural_material(config, out, resume=resume, progress=not quiet)
 
-    report = run_action(action)
-    _out.print(
-        f"[bold green]done[/] {report['steps']} steps in {report['seconds']:.1f} s: PSNR {report['psnr_db']:.2f} dB, FLIP {report['flip']:.3f} "
+    report = run_action(action, out=out)
+    print_done(
+        f"{report['steps']} steps in {report['seconds']:.1f} s: PSNR {report['psnr_db']:.2f} dB, FLIP {report['flip']:.3f} "
         f"on preview renders vs the reference (8-bit latents on texture views: {report['texture_views']['psnr_u8_latents_db']:.2f} dB "
         f"vs {report['texture_views']['psnr_db']:.2f} dB), decoder {report['decoder_params']} parameters, "
         f"{report['throughput']['speedup']:.1f}x the reference's samples/s on {report['device']['type']} -> {out}",
-        highlight=False,
     )
 
 
@@ -280,14 +307,30 @@ def material_render(
             raise ConfigError(f"unknown precision {precision!r}.", field="--precision", fix="use fp16 or fp32.")
         return render_neural_material(bundle, out, material=material, size=size, spp=spp, precision=precision, quantized=u8, device=device)  # type: ignore[arg-type]
 
-    report = run_action(action)
+    report = run_action(action, out=out)
     scenes = ", ".join(f"{name} {s['psnr_db']:.2f} dB / FLIP {s['flip']:.3f}" for name, s in report["scenes"].items())
-    _out.print(f"[bold green]done[/] {scenes} -> {out / 'comparison.png'}", highlight=False)
+    print_done(f"{scenes} -> {out / 'comparison.png'}")
+
+
+def _normalise_argv(argv: list[str]) -> list[str]:
+    """Accept ``--allow-outside-refs`` anywhere on the line, and refuse an empty ``--out``.
+
+    An empty ``--out ""`` would silently mean the current folder (``Path("")`` is ``.``).
+    """
+    for i, arg in enumerate(argv):
+        value = arg.split("=", 1)[1] if arg.startswith("--out=") else argv[i + 1] if arg in ("--out", "-o") and i + 1 < len(argv) else None
+        if value is not None and not value.strip():
+            Console(stderr=True).print("error: --out is empty. Fix: name the output folder (or file), e.g. --out out/result.", highlight=False, markup=False)
+            raise SystemExit(2)
+    flag = "--allow-outside-refs"
+    if flag in argv[1:]:
+        argv = [flag] + [a for a in argv if a != flag]
+    return argv
 
 
 def main() -> None:
     """Entry point of the ``neuralbake`` script."""
-    app()
+    app(args=_normalise_argv(sys.argv[1:]), prog_name="neuralbake")
 
 
 if __name__ == "__main__":

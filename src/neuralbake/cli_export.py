@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from neuralbake.cli_run import run_action
+from neuralbake.cli_run import print_done, run_action
 
 __all__ = ["material_export", "material_pack", "register"]
 
@@ -28,7 +28,7 @@ _LATENTS_HELP = "Latent storage: fp16, or u8 (8-bit codes with a per-channel sca
 def _summary(written: Any) -> str:
     weights, latents = written.weights.stat().st_size, written.latents.stat().st_size
     return (
-        f"[bold green]done[/] {written.slang.name} + {written.hlsl.name}, weights {weights} B, latents {latents} B "
+        f"{written.slang.name} + {written.hlsl.name}, weights {weights} B, latents {latents} B "
         f"({', '.join(written.materials)}) -> {written.slang.parent}"
     )
 
@@ -47,7 +47,7 @@ def material_export(
 
         return export_neural_material_shader(bundle, out, precision=precision, latent_format=latents, name=name)
 
-    _out.print(_summary(run_action(action)), highlight=False)
+    print_done(_summary(run_action(action, out=out)))
 
 
 def material_pack(
@@ -80,12 +80,12 @@ def material_pack(
         template.train = dataclasses.replace(template.train, steps=steps)
         return pack_materials(materials, out, template, share=share, progress=not quiet, precision=precision, latent_format=latents, name=name)
 
-    summary = run_action(action)
-    _out.print(f"[bold green]done[/] {len(summary['materials'])} materials -> {out / 'shader'}", highlight=False)
+    summary = run_action(action, out=out)
+    print_done(f"{len(summary['materials'])} materials -> {out / 'shader'}")
     for entry in summary["materials"]:
         bake = summary["bakes"].get(entry["name"])
         quality = f" (baked: PSNR {bake['psnr_db']:.2f} dB, FLIP {bake['flip']:.3f})" if bake else ""
-        _out.print(f"  id {entry['id']}: {entry['name']}{quality}", highlight=False)
+        _out.print(f"  id {entry['id']}: {entry['name']}{quality}", highlight=False, markup=False)
 
 
 def register(material_app: typer.Typer) -> None:

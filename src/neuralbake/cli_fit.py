@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 
 from neuralbake.bakes.fit import FitConfig
-from neuralbake.cli_run import run_action
+from neuralbake.cli_run import print_done, run_action
 from neuralbake.core.config import field_docs
 
 __all__ = ["app", "fit", "register"]
@@ -89,12 +89,11 @@ def fit(
         config = dataclasses.replace(FitConfig(model=str(model)), **{k: v for k, v in given.items() if v is not None})
         return fit_lod(config, out, progress=not quiet)
 
-    report = run_action(action)
-    _out.print(
-        f"[bold green]done[/] {report['target']}: {report['epochs']} epochs in {report['seconds']:.1f} s on {report['device']['name']} "
+    report = run_action(action, out=out)
+    print_done(
+        f"{report['target']}: {report['epochs']} epochs in {report['seconds']:.1f} s on {report['device']['name']} "
         f"({report['ms_per_epoch']:.0f} ms/epoch): held-out PSNR {report['psnr_db']:.2f} dB (start {report['initial_psnr_db']:.2f}), "
         f"SSIM {report['ssim']:.3f}, {report['bytes']:,} bytes -> {out}",
-        highlight=False,
     )
 
 

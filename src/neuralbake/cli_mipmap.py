@@ -15,16 +15,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from neuralbake.bakes.mipmap import MipmapConfig
-from neuralbake.cli_run import run_action
+from neuralbake.cli_run import print_done, run_action
 from neuralbake.core.config import field_docs
 from neuralbake.errors import InputError
 
 __all__ = ["app", "mipmap"]
 
-_out = Console()
 _DEFAULT = MipmapConfig()
 
 
@@ -80,12 +78,11 @@ def mipmap(
         config.train = dataclasses.replace(config.train, **{k: v for k, v in train.items() if v is not None})
         return bake_mipmap(config, out, resume=resume, progress=not quiet)
 
-    report = run_action(action)
+    report = run_action(action, out=out)
     means = "  ".join(f"{name} {report[f'mean_psnr_{name}_db']:.2f}" for name in ("box", "toksvig", "learned"))
-    _out.print(
-        f"[bold green]done[/] {report['levels']} levels, {report['steps']} steps in {report['seconds']:.1f} s on "
+    print_done(
+        f"{report['levels']} levels, {report['steps']} steps in {report['seconds']:.1f} s on "
         f"{report['device']['name']} ({report['device']['type']}): mean shaded PSNR (dB) {means} -> {out}",
-        highlight=False,
     )
 
 

@@ -19,15 +19,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
-from neuralbake.cli_run import run_action
+from neuralbake.cli_run import print_done, run_action
 from neuralbake.core.config import field_docs, load_config
 from neuralbake.errors import ConfigError
 
 __all__ = ["ntc_app", "ntc_compress", "ntc_decompress"]
 
-_out = Console()
 
 ntc_app = typer.Typer(
     help="Neural texture compression: a material's textures (up to 16 channels) as quantised latent grids + a tiny decoder.",
@@ -92,19 +90,18 @@ def ntc_compress(
             raise ConfigError("--resume works with one --bpp at a time.", field="resume", fix="resume each bpp_<X> folder with its own --bpp.")
         return compress_rate_distortion(cfg, bpp, out, progress=progress)
 
-    result = run_action(action)
+    result = run_action(action, out=out)
     if isinstance(result, list):
         report = result[0]
         bc = report.get("bcn", {})
         extra = "".join(f", {k.upper()} set {v['bpp']:.2f} bpp {v['quality']['overall_db']:.2f} dB" for k, v in bc.items())
-        _out.print(
-            f"[bold green]done[/] {report['bpp_measured']:.3f} bpp ({report['bytes']} B, {report['latent_shape']['name']}): "
+        print_done(
+            f"{report['bpp_measured']:.3f} bpp ({report['bytes']} B, {report['latent_shape']['name']}): "
             f"PSNR {report['ntc']['overall_db']:.2f} dB at mip 0{extra} -> {out}",
-            highlight=False,
         )
     else:
         points = ", ".join(f"{p['bpp']:.2f} bpp {p['psnr_db']:.2f} dB" for p in result["ntc"])
-        _out.print(f"[bold green]done[/] NTC {points}; rd.json + rd.png -> {out}", highlight=False)
+        print_done(f"NTC {points}; rd.json + rd.png -> {out}")
 
 
 @ntc_app.command("decompress")
@@ -121,6 +118,6 @@ def ntc_decompress(
 
         return decompress(folder, out, image_format=image_format, device=device)
 
-    written = run_action(action)
-    _out.print(f"[bold green]done[/] {len(written)} images -> {out}", highlight=False)
+    written = run_action(action, out=out)
+    print_done(f"{len(written)} images -> {out}")
 

@@ -381,6 +381,7 @@ class Trainer:
             self._run_eval()  # the starting point of every quality-versus-time curve
         with _StopOnSigint(self):
             self._loop()
+        self._check_finished_finite()
         if self.evaluate is not None:
             self._run_eval()
         self.events.emit("end", step=self.step, train_seconds=self.train_seconds, skipped_steps=self.skipped_steps)
@@ -441,6 +442,23 @@ class Trainer:
                 f"{run} steps in a row produced inf/NaN loss or gradients (step {self.step}, loss scale {self.scaler.scale:g}); the run has diverged.",
                 field="learning_rate",
                 fix="lower --lr, or use --precision fp32 or bf16; check the reference data for NaN.",
+            )
+
+    _diverged_at_end = 3
+    """A run whose last this-many steps all overflowed has diverged, however few steps it had."""
+
+    def _check_finished_finite(self) -> None:
+        # The in-loop guard waits for max_nonfinite_steps; a short run (or a huge learning rate
+        # that blows the weights up in its last steps) can end before that and would otherwise
+        # ship a network that outputs NaN.
+        run = int(self._nonfinite_run)
+        broken = [name for name, p in self.model.named_parameters() if not bool(torch.isfinite(p).all())]
+        if run >= min(self.config.max_nonfinite_steps, self._diverged_at_end) or broken:
+            what = f"parameters {', '.join(broken[:3])} hold inf/NaN" if broken else f"its last {run} steps produced inf/NaN loss or gradients"
+            raise TrainingError(
+                f"training diverged: {what} (step {self.step}); nothing usable was learned.",
+                field="learning_rate",
+                fix="lower --lr (the defaults are tuned), or use --precision fp32; check the reference data for NaN.",
             )
 
     def _sync(self) -> None:
