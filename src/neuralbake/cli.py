@@ -213,6 +213,7 @@ def material_preview(
     environment: Annotated[Path | None, typer.Option(help="Equirectangular HDR map (.exr, .hdr or PNG); default: a procedural sky with a sun.")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Render a material on a sphere and a tile under a directional light and an HDR environment."""
 
@@ -226,7 +227,13 @@ def material_preview(
         torch_device = resolve_device(device)
         compiled = load_material(material, device=torch_device)
         folder = prepare_output_dir(out)
-        images = render_preview(compiled, size=size, spp=spp, light=light, environment=environment, device=torch_device, seed=seed)
+        from neuralbake.core.events import progress_task
+        from neuralbake.render.preview import SCENES
+
+        with progress_task("rendering", len(SCENES) * size * size, enabled=not quiet, unit="pixels") as advance:
+            images = render_preview(
+                compiled, size=size, spp=spp, light=light, environment=environment, device=torch_device, seed=seed, progress=advance
+            )
         files = write_preview(images, folder)
         stats = dict(images.stats)
         write_report(

@@ -290,14 +290,15 @@ def test_damaged_helmet_unlit_tiny(shared_dir: Path, tmp_path: Path) -> None:
     assert sum(m.num_triangles for m in lod.meshes) == report["triangles"]
 
 
-def test_draco_and_degenerate_triangles(tmp_path: Path) -> None:
+def test_unsupported_compression_and_degenerate_triangles(tmp_path: Path) -> None:
     model = _write_asset(tmp_path / "asset")
     doc = json.loads(model.read_text())
-    doc["extensionsUsed"] = doc["extensionsRequired"] = ["KHR_draco_mesh_compression"]
-    draco = tmp_path / "asset" / "draco.gltf"
-    draco.write_text(json.dumps(doc))
-    with pytest.raises(InputError, match="(?i)draco"):
-        fit_lod(_config(draco), tmp_path / "o1", progress=False)
+    doc["extensionsUsed"] = doc["extensionsRequired"] = ["EXT_meshopt_compression"]
+    meshopt = tmp_path / "asset" / "meshopt.gltf"
+    meshopt.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="(?i)meshopt"):
+        fit_lod(_config(meshopt), tmp_path / "o1", progress=False)
+    assert not (tmp_path / "o1").exists() or not any((tmp_path / "o1").iterdir())
     mesh = _sphere()
     mesh.indices = np.concatenate((mesh.indices, [[0, 0, 1], [5, 6, 5]]))  # two zero-area triangles
     folder = tmp_path / "degenerate"

@@ -209,13 +209,14 @@ def test_missing_buffer_file(written: Path) -> None:
         load_gltf(written)
 
 
-def test_draco_is_refused_with_the_fix(written: Path) -> None:
+def test_corrupt_draco_payload_is_refused(written: Path) -> None:
+    # Draco is decoded (tests/io/test_draco.py); a payload that is not Draco data is an InputError.
     def add_draco(doc: dict) -> None:
         doc["extensionsUsed"] = ["KHR_draco_mesh_compression"]
         doc["extensionsRequired"] = ["KHR_draco_mesh_compression"]
         doc["meshes"][0]["primitives"][0]["extensions"] = {"KHR_draco_mesh_compression": {"bufferView": 0, "attributes": {"POSITION": 0}}}
 
-    with pytest.raises(InputError, match="KHR_draco_mesh_compression.*gltf-transform"):
+    with pytest.raises(InputError, match=r"KHR_draco_mesh_compression\.bufferView.*Draco payload cannot be decoded"):
         load_gltf(edit(written, add_draco))
 
 
@@ -271,5 +272,7 @@ def test_shared_assets(shared_dir: Path) -> None:
     # The node rotates +90 degrees about x: the source's y range becomes the z range.
     lo, hi = helmet.bounds()
     assert lo[2] == pytest.approx(-1.18715500831604, abs=1e-5) and hi[2] == pytest.approx(0.8128451108932495, abs=1e-5)
-    with pytest.raises(InputError, match="Draco"):
-        load_gltf(shared_dir / "assets/BrainStem/BrainStem.glb")
+    # BrainStem.glb itself is not compressed (its Draco twin is checked in tests/io/test_draco.py).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert load_gltf(shared_dir / "assets/BrainStem/BrainStem.glb").meshes[0].joints is not None

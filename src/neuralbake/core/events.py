@@ -7,15 +7,18 @@ asset service can forward the same events over HTTP.
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import math
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-__all__ = ["EventSink", "EventWriter", "JsonlSink", "ListSink", "ProgressSink"]
+__all__ = ["EventSink", "EventWriter", "JsonlSink", "ListSink", "ProgressSink", "progress_task"]
 
 
 class EventSink(Protocol):
@@ -122,3 +125,22 @@ class ProgressSink:
 
     def close(self) -> None:
         self._progress.stop()
+
+
+@contextlib.contextmanager
+def progress_task(description: str, total: int, *, enabled: bool = True, unit: str = "") -> Iterator[Callable[[int], None]]:
+    """A progress bar with elapsed and remaining time on stderr for work that is not training.
+
+    Yields ``advance(n)``; call it as units of work finish (pixels, samples, images). With
+    ``enabled=False`` (``--quiet``) nothing is shown and ``advance`` does nothing.
+    """
+    if not enabled or total <= 0:
+        yield lambda n: None
+        return
+    columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn()]
+    if unit:
+        columns.append(TextColumn(unit))
+    progress = Progress(*columns, TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=False)
+    with progress:
+        task = progress.add_task(description, total=total)
+        yield lambda n: progress.advance(task, n)

@@ -1,18 +1,28 @@
 """glTF 2.0 scenes in and out: meshes flattened to world space, metal/rough PBR materials and
 their texture images, as plain numpy dataclasses that the renderer and the fitting bakes share.
 
-Reading goes through pygltflib (the JSON, ``.glb`` chunks and data URIs); accessors are decoded
-here with numpy because pygltflib hands back raw bytes. Every node's mesh is placed in world
+Reading is defensive, because glTF files arrive from anywhere: :mod:`neuralbake.io.gltf_validate`
+checks the ``.glb`` header and chunk table, the JSON's size (``max_json_bytes``) and nesting depth,
+and then every index, offset, length, stride and count of the document before any array is read,
+so a damaged or hostile file fails with an :class:`~neuralbake.errors.InputError` naming the glTF
+field (``accessors[3].bufferView``), never a traceback or a hang. External buffer and image URIs
+are resolved only inside the glTF's folder (:func:`neuralbake.io.refs.resolve_reference`; symlinks
+pointing out are refused too), and only the bytes a buffer declares are read. pygltflib then holds
+the checked document; accessors are decoded here with numpy because pygltflib hands back raw bytes.
+``KHR_draco_mesh_compression`` primitives are decoded with DracoPy (:mod:`neuralbake.io.draco`),
+keeping every attribute (Draco reorders the vertices). Every node's mesh is placed in world
 space (node transforms multiplied down the hierarchy; normals by the inverse transpose, tangents
 by the linear part, triangle winding flipped under mirroring transforms), and every primitive
 becomes one :class:`Mesh` holding its own material index. Images are kept as stored (float32
 ``[H, W, C]`` in ``[0, 1]``, no sRGB decode): the renderer knows which slots are colour.
 
 What cannot be used is refused with an :class:`~neuralbake.errors.InputError` that names the file,
-the glTF field and the fix: Draco or meshopt compressed meshes (decompress them first), point
-and line primitives, sparse accessors, missing buffer or image files, textures whose texture
-coordinate set is absent, and scenes with more triangles than the budget. Softer problems are
-repaired with a warning: missing normals are generated (smooth by default), missing tangents of
+the glTF field and the fix: meshopt compressed meshes and KTX2/WebP textures (convert them
+first), point and line primitives, sparse accessors, missing buffer or image files and references
+outside the glTF's folder, textures whose texture coordinate set is absent, non-finite positions,
+uvs, colours or weights, and scenes with more triangles than the budget. Softer problems are
+repaired with a warning: missing normals are generated (smooth by default), non-finite normals are
+replaced by generated smooth ones and non-finite tangents regenerated, missing tangents of
 normal-mapped primitives are generated from the uv layout (Lengyel's per-triangle method, not
 MikkTSpace, so seams of generated tangents can differ slightly from an engine's), and degenerate
 triangles (repeated indices or zero area) are dropped and counted.
@@ -28,6 +38,7 @@ so a crash never leaves a ``.gltf`` that points at missing data.
 from __future__ import annotations
 
 import base64
+import binascii
 import re
 import tempfile
 import warnings
@@ -37,10 +48,15 @@ from pathlib import Path
 import numpy as np
 
 from neuralbake.errors import InputError
+from neuralbake.io.draco import AccessorSpec, decode_draco_primitive
 from neuralbake.io.files import atomic_write_bytes, atomic_write_text
+from neuralbake.io.gltf_validate import read_document, validate_document
 from neuralbake.io.images import load_image, save_png
+from neuralbake.io.limits import MAX_JSON_BYTES
+from neuralbake.io.refs import resolve_reference
 
 __all__ = [
+    "DEFAULT_MAX_JSON_BYTES",
     "DEFAULT_MAX_TRIANGLES",
     "Material",
     "Mesh",
@@ -55,16 +71,16 @@ __all__ = [
 DEFAULT_MAX_TRIANGLES = 20_000_000
 """Triangle budget of :func:`load_gltf` (about 1.5 GB of float32 vertex data and BVH on the GPU)."""
 
+DEFAULT_MAX_JSON_BYTES = MAX_JSON_BYTES
+"""Largest glTF JSON text (a ``.gltf`` file or a ``.glb``'s JSON chunk) that :func:`load_gltf` parses."""
+
 _UNSUPPORTED_EXTENSIONS = {
-    "KHR_draco_mesh_compression": (
-        "decompress it first, e.g. `npx @gltf-transform/cli copy in.glb out.glb` (glTF-Transform decodes Draco on read)"
-    ),
     "EXT_meshopt_compression": "decompress it first, e.g. `npx @gltf-transform/cli copy in.glb out.glb`",
     "KHR_meshopt_compression": "decompress it first, e.g. `npx @gltf-transform/cli copy in.glb out.glb`",
     "KHR_texture_basisu": "convert the KTX2 textures to PNG, e.g. `npx @gltf-transform/cli png in.glb out.glb`",
     "EXT_texture_webp": "convert the WebP textures to PNG, e.g. `npx @gltf-transform/cli png in.glb out.glb`",
 }
-_KNOWN_EXTENSIONS = {"KHR_materials_unlit", "KHR_mesh_quantization", "KHR_materials_emissive_strength"}
+_KNOWN_EXTENSIONS = {"KHR_materials_unlit", "KHR_mesh_quantization", "KHR_materials_emissive_strength", "KHR_draco_mesh_compression"}
 
 _COMPONENTS = {5120: np.int8, 5121: np.uint8, 5122: np.int16, 5123: np.uint16, 5125: np.uint32, 5126: np.float32}
 _WIDTHS = {"SCALAR": 1, "VEC2": 2, "VEC3": 3, "VEC4": 4, "MAT2": 4, "MAT3": 9, "MAT4": 16}
@@ -157,6 +173,10 @@ class Mesh:
     """Index into :attr:`Scene.materials`."""
     name: str = "mesh"
     """``mesh name/primitive index`` of the source, for messages."""
+    joints: np.ndarray | None = None
+    """uint16 ``[V, 4]`` ``JOINTS_0``: indices into the skin's joints (skinning is not applied)."""
+    weights: np.ndarray | None = None
+    """float32 ``[V, 4]`` ``WEIGHTS_0``: the weights of :attr:`joints` (summing to about 1)."""
 
     @property
     def num_triangles(self) -> int:
@@ -269,50 +289,71 @@ def _drop_degenerate(positions: np.ndarray, indices: np.ndarray) -> tuple[np.nda
 class _Reader:
     """Holds one parsed file and decodes its buffers, accessors and images."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, max_json_bytes: int) -> None:
         import pygltflib
 
         self.path = path
+        # The container and structure are checked here, so pygltflib and numpy only see sound data.
+        self.doc, self.bin_chunk = read_document(path, max_json_bytes=max_json_bytes)
+        validate_document(self.doc, path, bin_chunk_length=None if self.bin_chunk is None else len(self.bin_chunk))
         try:
             with warnings.catch_warnings():  # dataclasses_json nags about optional fields pygltflib types as required
                 warnings.filterwarnings("ignore", category=RuntimeWarning, module="dataclasses_json")
-                self.gltf = pygltflib.GLTF2().load(str(path))
-        except Exception as exc:  # pygltflib raises whatever json/struct raise on damage
+                self.gltf = pygltflib.GLTF2.from_dict(self.doc, infer_missing=True)
+            for mesh in self.gltf.meshes:  # as pygltflib's own from_json does: attributes as an object
+                for prim in mesh.primitives:
+                    prim.attributes = pygltflib.Attributes(**(prim.attributes or {}))
+        except Exception as exc:  # pragma: no cover - the validation should leave pygltflib nothing to trip on
             raise InputError(
                 f"this is not a readable glTF 2.0 file ({type(exc).__name__}: {exc}).",
                 path=path,
                 fix="export the asset again as glTF 2.0 (.gltf + .bin or .glb).",
             ) from exc
-        if self.gltf is None:
-            raise InputError("this is not a readable glTF 2.0 file.", path=path, fix="export the asset again as glTF 2.0.")
         self._buffers: dict[int, bytes] = {}
 
     def fail(self, problem: str, field: str, fix: str) -> InputError:
         return InputError(problem, path=self.path, field=field, fix=fix)
 
-    def uri_bytes(self, uri: str, field: str, what: str) -> bytes:
+    def local_file(self, uri: str, field: str, what: str) -> Path:
+        """The existing file a relative URI names, confined to the glTF's folder."""
+        from urllib.parse import unquote
+
+        file = resolve_reference(self.path, unquote(uri), field=field, what=what)
+        if not file.is_file():
+            raise self.fail(f"the {what} file {file} does not exist.", field, f"put {Path(unquote(uri)).name} beside the glTF file.")
+        return file
+
+    def uri_bytes(self, uri: str, field: str, what: str, limit: int | None = None) -> bytes:
+        """Bytes of a data URI or a confined external file (at most ``limit`` of the latter are read)."""
         if uri.startswith("data:"):
             head, _, data = uri.partition(",")
             if not head.endswith(";base64"):
                 raise self.fail(f"the {what} data URI is not base64.", field, "re-export with base64 data URIs or external files.")
-            return base64.b64decode(data)
-        from urllib.parse import unquote
-
-        file = self.path.parent / unquote(uri)
-        if not file.is_file():
-            raise self.fail(f"the {what} file {file} does not exist.", field, f"put {Path(unquote(uri)).name} beside the glTF file.")
-        return file.read_bytes()
+            try:
+                return base64.b64decode(data, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise self.fail(f"the {what} data URI holds malformed base64 ({exc}).", field, "re-export the asset.") from exc
+        file = self.local_file(uri, field, what)
+        try:
+            with open(file, "rb") as handle:  # a buffer declares its length: never read more than that
+                return handle.read(-1 if limit is None else limit)
+        except OSError as exc:
+            raise self.fail(f"the {what} file {file} cannot be read ({exc.strerror or exc}).", field, "check its permissions.") from exc
 
     def buffer(self, index: int) -> bytes:
         if index not in self._buffers:
             buf = self.gltf.buffers[index]
-            if buf.uri is None:
-                blob = self.gltf.binary_blob()
-                if blob is None:
-                    raise self.fail("the buffer has no uri and there is no GLB binary chunk.", f"buffers[{index}]", "re-export the asset.")
-                self._buffers[index] = bytes(blob)
+            if buf.uri is None:  # validated: buffers[0] of a .glb with a BIN chunk at least byteLength long
+                data = self.bin_chunk
             else:
-                self._buffers[index] = self.uri_bytes(buf.uri, f"buffers[{index}].uri", "buffer")
+                data = self.uri_bytes(buf.uri, f"buffers[{index}].uri", "buffer", limit=buf.byteLength)
+            if len(data) < buf.byteLength:
+                raise self.fail(
+                    f"the buffer declares {buf.byteLength:,} bytes but its data has {len(data):,}.",
+                    f"buffers[{index}].byteLength",
+                    "the .bin is truncated or belongs to another export; export the asset again.",
+                )
+            self._buffers[index] = bytes(data[: buf.byteLength])
         return self._buffers[index]
 
     def buffer_view(self, index: int) -> tuple[bytes, int, int | None]:
@@ -362,7 +403,7 @@ class _Reader:
             else:
                 from urllib.parse import unquote
 
-                file = self.path.parent / unquote(img.uri)
+                file = resolve_reference(self.path, unquote(img.uri), field=f"images[{index}].uri", what="texture image")
                 if not file.is_file():
                     raise self.fail(
                         f"the texture image {file} (material {material!r}, {field}) does not exist.", f"images[{index}].uri", fix
@@ -467,15 +508,9 @@ def _read_materials(reader: _Reader) -> list[Material]:
 def _check_extensions(reader: _Reader) -> None:
     gltf = reader.gltf
     used = set(gltf.extensionsUsed or []) | set(gltf.extensionsRequired or [])
-    for mesh_index, mesh in enumerate(gltf.meshes):
-        for prim_index, prim in enumerate(mesh.primitives):
+    for mesh in gltf.meshes:
+        for prim in mesh.primitives:
             used |= set((prim.extensions or {}).keys())
-            if "KHR_draco_mesh_compression" in (prim.extensions or {}):
-                raise reader.fail(
-                    "the mesh is Draco-compressed (extension KHR_draco_mesh_compression), which neuralbake cannot decode.",
-                    f"meshes[{mesh_index}].primitives[{prim_index}].extensions.KHR_draco_mesh_compression",
-                    _UNSUPPORTED_EXTENSIONS["KHR_draco_mesh_compression"] + ".",
-                )
     for name, fix in _UNSUPPORTED_EXTENSIONS.items():
         if name in (gltf.extensionsRequired or []) or (name in used and "compression" in name):
             raise reader.fail(
@@ -511,9 +546,60 @@ def _scene_nodes(reader: _Reader) -> list[tuple[int, np.ndarray]]:
     return out
 
 
-def _attribute(reader: _Reader, attrs: object, name: str) -> np.ndarray | None:
-    index = getattr(attrs, name, None)
-    return None if index is None else reader.accessor(index)
+_VERTEX_ATTRIBUTES = ("POSITION", "NORMAL", "TANGENT", "TEXCOORD_0", "TEXCOORD_1", "COLOR_0", "JOINTS_0", "WEIGHTS_0")
+_MUST_BE_FINITE = {
+    "POSITION": "repair the mesh (e.g. Blender: Mesh > Clean Up > Delete Loose, Merge by Distance) and export it again",
+    "TEXCOORD_0": "unwrap the mesh again and export it",
+    "TEXCOORD_1": "unwrap the mesh again and export it",
+    "COLOR_0": "repaint or remove the vertex colours and export again",
+    "WEIGHTS_0": "re-weight the skin (e.g. Blender: Normalize All) and export again",
+}
+
+
+def _primitive_arrays(reader: _Reader, prim: object, where: str) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
+    """Flat indices (``None`` when unindexed) and decoded vertex attributes of a plain or Draco primitive."""
+    gltf = reader.gltf
+    accessors = {name: getattr(prim.attributes, name, None) for name in _VERTEX_ATTRIBUTES}
+    accessors = {name: index for name, index in accessors.items() if index is not None}
+    draco = (prim.extensions or {}).get("KHR_draco_mesh_compression")
+    arrays: dict[str, np.ndarray] = {}
+    indices = None
+    if draco is not None:
+        field = f"{where}.extensions.KHR_draco_mesh_compression"
+        ids = {name: int(uid) for name, uid in draco["attributes"].items() if name in _VERTEX_ATTRIBUTES}
+        if "POSITION" not in ids:
+            raise reader.fail("the Draco extension does not list POSITION.", f"{field}.attributes", "re-export the asset.")
+        specs = {}
+        for name in ids:
+            acc = gltf.accessors[accessors[name]]
+            specs[name] = AccessorSpec(np.dtype(_COMPONENTS[acc.componentType]), _WIDTHS[acc.type], bool(acc.normalized), acc.count)
+        data, offset, _ = reader.buffer_view(draco["bufferView"])
+        payload = data[offset : offset + gltf.bufferViews[draco["bufferView"]].byteLength]
+        declared = gltf.accessors[prim.indices if prim.indices is not None else accessors["POSITION"]].count // 3
+        faces, arrays = decode_draco_primitive(payload, ids, specs, path=reader.path, field=field, max_triangles=declared)
+        indices = faces.reshape(-1)
+    elif prim.indices is not None:
+        indices = reader.accessor(prim.indices).reshape(-1).astype(np.int64)
+    for name, index in accessors.items():
+        if name not in arrays:  # uncompressed attributes (of a Draco primitive, those it does not list)
+            arrays[name] = reader.accessor(index)
+    if "POSITION" in arrays:
+        count = len(arrays["POSITION"])
+        for name, array in arrays.items():
+            if len(array) != count:
+                problem = f"{name} has {len(array):,} values but POSITION has {count:,}."
+                raise reader.fail(problem, f"{where}.attributes.{name}", "re-export the mesh.")
+    for name, fix in _MUST_BE_FINITE.items():
+        array = arrays.get(name)
+        if array is not None and np.issubdtype(array.dtype, np.floating):
+            bad = int(np.count_nonzero(~np.isfinite(array)))
+            if bad:
+                raise reader.fail(
+                    f"{name} has {bad:,} non-finite values (NaN or infinity), in accessors[{accessors[name]}].",
+                    f"{where}.attributes.{name}",
+                    fix + ".",
+                )
+    return indices, arrays
 
 
 def _read_primitive(
@@ -531,15 +617,14 @@ def _read_primitive(
             f"{where}.mode",
             "triangulate the mesh on export (e.g. `npx @gltf-transform/cli unweld`, or Blender's triangulate modifier).",
         )
-    positions = _attribute(reader, prim.attributes, "POSITION")
-    if positions is None:
+    if getattr(prim.attributes, "POSITION", None) is None:
         raise reader.fail("the primitive has no POSITION attribute.", f"{where}.attributes", "re-export the mesh with positions.")
-    positions = positions.astype(np.float64)
+    flat, arrays = _primitive_arrays(reader, prim, where)
+    positions = arrays["POSITION"].astype(np.float64)
     count = len(positions)
-    if prim.indices is None:
-        indices = np.arange(count, dtype=np.int64).reshape(-1, 3)
+    if flat is None:
+        indices = np.arange(count - count % 3, dtype=np.int64).reshape(-1, 3)
     else:
-        flat = reader.accessor(prim.indices).reshape(-1).astype(np.int64)
         if len(flat) % 3:
             raise reader.fail(f"{len(flat)} indices is not a multiple of 3.", f"{where}.indices", "re-export the mesh.")
         indices = flat.reshape(-1, 3)
@@ -549,10 +634,12 @@ def _read_primitive(
     if prim.material is None:
         materials.append(Material(name="default"))
     mat = materials[material]
-    normals = _attribute(reader, prim.attributes, "NORMAL")
-    tangents = _attribute(reader, prim.attributes, "TANGENT")
-    uvs = [_attribute(reader, prim.attributes, f"TEXCOORD_{k}") for k in (0, 1)]
-    colors = _attribute(reader, prim.attributes, "COLOR_0")
+    normals = arrays.get("NORMAL")
+    tangents = arrays.get("TANGENT")
+    uvs = [arrays.get(f"TEXCOORD_{k}") for k in (0, 1)]
+    colors = arrays.get("COLOR_0")
+    joints = arrays.get("JOINTS_0")
+    weights = arrays.get("WEIGHTS_0")
     for slot, ref in mat.textures().items():
         if ref.texcoord > 1 or uvs[ref.texcoord] is None:
             raise reader.fail(
@@ -562,7 +649,14 @@ def _read_primitive(
             )
     # World space: positions by the full matrix, normals by the inverse transpose, tangents by the linear part.
     linear = world[:3, :3]
-    positions = positions @ linear.T + world[:3, 3]
+    with np.errstate(over="ignore", invalid="ignore"):
+        positions = positions @ linear.T + world[:3, 3]
+    if not np.isfinite(positions).all():
+        raise reader.fail(
+            "the node transforms carry POSITION outside the finite float range.",
+            f"{where}.attributes.POSITION",
+            "apply sane transforms (e.g. Blender: Apply > All Transforms) and export again.",
+        )
     mirrored = np.linalg.det(linear) < 0.0
     if mirrored:
         indices = indices[:, [0, 2, 1]]
@@ -573,11 +667,24 @@ def _read_primitive(
         warnings.warn(f"{reader.path}: {label}: no triangles left; the primitive is skipped.", stacklevel=3)
         return None
     if normals is not None:
-        normals = _normalize(normals.astype(np.float64) @ np.linalg.inv(linear))  # (M^-T n^T)^T
+        with np.errstate(invalid="ignore", over="ignore"):
+            normals = _normalize(normals.astype(np.float64) @ np.linalg.inv(linear))  # (M^-T n^T)^T
+        bad = ~np.isfinite(normals).all(axis=1)
+        if bad.any():  # a NaN normal would poison every bake texel it touches; the geometry knows better
+            warnings.warn(
+                f"{reader.path}: {label}: {int(bad.sum())} non-finite normal(s) (NaN or infinity); replacing them with smooth normals.",
+                stacklevel=3,
+            )
+            normals[bad] = generate_normals(positions, indices, mode="smooth")[0][bad]
     if tangents is not None:
-        t = _normalize(tangents[:, :3].astype(np.float64) @ linear.T)
-        w = np.where(tangents[:, 3:4] < 0.0, -1.0, 1.0) * (-1.0 if mirrored else 1.0)
-        tangents = np.concatenate([t, w], axis=1)
+        with np.errstate(invalid="ignore", over="ignore"):
+            t = _normalize(tangents[:, :3].astype(np.float64) @ linear.T)
+        if not np.isfinite(t).all() or not np.isfinite(tangents[:, 3]).all():
+            warnings.warn(f"{reader.path}: {label}: non-finite tangents (NaN or infinity); they are dropped.", stacklevel=3)
+            tangents = None
+        else:
+            w = np.where(tangents[:, 3:4] < 0.0, -1.0, 1.0) * (-1.0 if mirrored else 1.0)
+            tangents = np.concatenate([t, w], axis=1)
     if colors is not None and colors.shape[1] == 3:
         colors = np.concatenate([colors, np.ones((len(colors), 1), dtype=colors.dtype)], axis=1)
     if normals is None:
@@ -587,8 +694,7 @@ def _read_primitive(
             order = indices.reshape(-1)
             positions = positions[order]
             uvs = [None if uv is None else uv[order] for uv in uvs]
-            colors = None if colors is None else colors[order]
-            tangents = None if tangents is None else tangents[order]
+            colors, tangents, joints, weights = (None if a is None else a[order] for a in (colors, tangents, joints, weights))
             indices = new_indices
     if tangents is None and mat.normal_texture is not None:
         warnings.warn(f"{reader.path}: {label} has a normal map but no tangents; generating them from the uv layout.", stacklevel=3)
@@ -604,32 +710,47 @@ def _read_primitive(
         as32(colors),
         material,
         label,
+        joints=None if joints is None else np.ascontiguousarray(joints, dtype=np.uint16),
+        weights=as32(weights),
     )
 
 
-def load_gltf(path: str | Path, *, max_triangles: int = DEFAULT_MAX_TRIANGLES, generate_normals_mode: str = "smooth") -> Scene:
+def load_gltf(
+    path: str | Path,
+    *,
+    max_triangles: int = DEFAULT_MAX_TRIANGLES,
+    generate_normals_mode: str = "smooth",
+    max_json_bytes: int = DEFAULT_MAX_JSON_BYTES,
+) -> Scene:
     """Read a ``.gltf`` or ``.glb`` file into a world-space :class:`Scene`.
 
     Parameters
     ----------
     path:
-        The glTF file; external buffers and images are resolved beside it.
+        The glTF file; external buffers and images are resolved beside it, and only inside its
+        folder (unless :func:`neuralbake.io.refs.allow_outside_refs` is in force).
     max_triangles:
         Budget: a scene with more triangles (after instancing) is refused before its attributes
         are decoded.
     generate_normals_mode:
         ``smooth`` or ``flat``, used for primitives without normals (with a warning).
+    max_json_bytes:
+        Largest JSON text parsed (the ``.gltf`` file, or the ``.glb``'s JSON chunk); a ``.gltf``
+        with large embedded data URIs may need more.
 
     Raises
     ------
     InputError
-        Unreadable file, unsupported extensions (Draco, meshopt, KTX2), non-triangle primitives,
-        missing buffer or image files, textures without their uv set, too many triangles.
+        Unreadable or damaged file (GLB header, JSON size or depth, any index, offset, length or
+        stride out of range), unsupported extensions (meshopt, KTX2, WebP), a corrupt Draco
+        payload, non-triangle primitives, missing buffer or image files or ones outside the
+        glTF's folder, non-finite positions, uvs, colours or weights, textures without their uv
+        set, too many triangles.
     """
     path = Path(path)
     if not path.is_file():
         raise InputError("the glTF file does not exist.", path=path, fix="check the path (a .gltf or .glb file).")
-    reader = _Reader(path)
+    reader = _Reader(path, max_json_bytes)
     _check_extensions(reader)
     nodes = _scene_nodes(reader)
     total = 0

@@ -58,14 +58,16 @@ def compare_materials(
     seed: int = 7,
     exposure: float = 0.0,
     labels: tuple[str, str] = ("reference", "test"),
+    progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Render both materials on ``scenes`` and score ``test`` against ``reference``.
 
     Returns ``{"scenes": {scene: {"psnr_db", "flip"}}, "psnr_db", "flip"`` (means over scenes),
     ``"reference_seconds", "test_seconds", "size", "spp"}``. With ``out_dir`` it also writes
     ``comparison.png`` and per scene ``<scene>_<label>.exr`` (linear) for both materials.
+    ``progress`` is called with pixels finished (``2 * len(scenes) * size * size`` in all).
     """
-    common = {"size": size, "spp": spp, "scenes": scenes, "device": device, "seed": seed, "sampling_material": reference}
+    common = {"size": size, "spp": spp, "scenes": scenes, "device": device, "seed": seed, "sampling_material": reference, "progress": progress}
     ref_images = render_preview(reference, **common)
     test_images = render_preview(test, **common)
     scores: dict[str, dict[str, float]] = {}

@@ -258,7 +258,13 @@ def _unit_direction(direction: tuple[float, float, float] | torch.Tensor, device
 
 
 def _render_scene(
-    scene: str, shader: _Shader, sobol: torch.Tensor, shift: torch.Tensor, size: int, pixels_per_chunk: int
+    scene: str,
+    shader: _Shader,
+    sobol: torch.Tensor,
+    shift: torch.Tensor,
+    size: int,
+    pixels_per_chunk: int,
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Radiance ``[size, size, 3]`` and coverage ``[size, size]`` of one scene.
 
@@ -284,6 +290,8 @@ def _render_scene(
             radiance[hit] = shader.shade(hit_geo, u[hit, 2:4], u[hit, 4:6]).to(radiance.dtype)
         image[first:last] = radiance.reshape(-1, spp, 3).mean(dim=1)
         hits[first:last] = hit.reshape(-1, spp).to(hits.dtype).mean(dim=1)
+        if progress is not None:
+            progress(last - first)
     return image.reshape(size, size, 3), hits.reshape(size, size)
 
 
@@ -313,6 +321,7 @@ def render_preview(
     seed: int = 0,
     chunk_size: int | None = None,
     sampling_material: Material | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> PreviewImages:
     """Render ``material`` on the preview scenes; returns linear radiance ``[size, size, 3]`` float32 per scene.
 
@@ -349,6 +358,9 @@ def render_preview(
         the same random directions for both (common random numbers), so their difference image
         shows how the materials differ rather than Monte Carlo noise; the neural material
         comparisons do this with the reference material.
+    progress:
+        Called with the number of pixels finished after each chunk (``size * size`` per scene in
+        all), e.g. the ``advance`` of :func:`~neuralbake.core.events.progress_task`.
 
     Returns
     -------
@@ -374,7 +386,7 @@ def render_preview(
     images, coverage = {}, {}
     for scene in scenes:
         shift = torch.rand(size * size, _SOBOL_DIMS, generator=generator).to(device)
-        images[scene], coverage[scene] = _render_scene(scene, shader, sobol, shift, size, max(1, chunk_size // spp))
+        images[scene], coverage[scene] = _render_scene(scene, shader, sobol, shift, size, max(1, chunk_size // spp), progress)
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # so the time covers the queued kernels too
     seconds = time.perf_counter() - start
