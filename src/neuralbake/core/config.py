@@ -5,6 +5,12 @@ the field, as in nerfstudio/tyro). :func:`field_docs` reads those docstrings fro
 ``ast`` so the CLI help and ``docs/`` quote the same sentence. Configs load from JSON or TOML with
 strict checking (an unknown or mistyped key is an error naming the file, the key and the valid
 keys) and are saved as JSON so any bake can be re-run exactly.
+
+A config file is input like any other: it is read with the shared limits (size, nesting; see
+:mod:`neuralbake.io.limits`) so that a 100,000-deep document is an error, not a ``RecursionError``,
+and every value is checked against its field's type (finite floats, integers that fit in 64 bits,
+tuples of the declared length); every problem is a :class:`~neuralbake.errors.ConfigError`
+naming the file and the field.
 """
 
 from __future__ import annotations
@@ -13,7 +19,8 @@ import ast
 import dataclasses
 import functools
 import inspect
-import json
+import math
+import re
 import textwrap
 import tomllib
 import types
@@ -22,12 +29,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from neuralbake.errors import ConfigError
+from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.files import atomic_write_json
+from neuralbake.io.limits import MAX_JSON_DEPTH, data_depth, parse_json_text
 
 __all__ = ["config_from_dict", "config_to_dict", "field_docs", "load_config", "save_config"]
 
 C = TypeVar("C")
+
+MAX_CONFIG_BYTES = 1024 * 1024
+"""Largest config file read (a real one is a few hundred bytes)."""
+
+_INT_LIMIT = 2**63
+"""Integers must fit in a signed 64-bit integer (what torch and numpy compute with)."""
 
 
 @functools.cache
@@ -63,16 +77,23 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+def _show(value: Any) -> str:
+    """``repr`` cut short: an error must not echo a whole (possibly huge) document."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _coerce(value: Any, tp: Any, where: str, source: str) -> Any:
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
-            raise ConfigError(f"expected a table/object for {_type_name(tp)}, got {value!r}.", path=source, field=where, fix="write it as a nested table.")
+            raise ConfigError(f"expected a table/object for {_type_name(tp)}, got {_show(value)}.", path=source, field=where, fix="write it as a nested table.")
         return config_from_dict(tp, value, source=source, prefix=f"{where}.")
     if origin is typing.Literal:
         choices = typing.get_args(tp)
-        if value not in choices:
-            raise ConfigError(f"{value!r} is not one of {list(choices)}.", path=source, field=where, fix=f"use one of {list(choices)}.")
+        # Same type and value: `True == 1` and `1.0 == 1` must not pass for a choice of 1 / True.
+        if not any(type(choice) is type(value) and choice == value for choice in choices):
+            raise ConfigError(f"{_show(value)} is not one of {list(choices)}.", path=source, field=where, fix=f"use one of {list(choices)}.")
         return value
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
@@ -90,8 +111,18 @@ def _coerce(value: Any, tp: Any, where: str, source: str) -> Any:
         raise last_error
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"expected a list, got {value!r}.", path=source, field=where, fix="write it as a list, e.g. [512, 512].")
+            raise ConfigError(f"expected a list, got {_show(value)}.", path=source, field=where, fix="write it as a list, e.g. [512, 512].")
         args = typing.get_args(tp)
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            # tuple[int, int]: exactly that many items, each of its own type.
+            if len(value) != len(args):
+                raise ConfigError(
+                    f"expected a list of {len(args)} items, got {len(value)}.",
+                    path=source,
+                    field=where,
+                    fix=f"write {len(args)} values, e.g. [{', '.join(_example(arg) for arg in args)}].",
+                )
+            return tuple(_coerce(item, arg, f"{where}[{i}]", source) for i, (item, arg) in enumerate(zip(value, args)))
         item_type = args[0] if args else Any
         items = [_coerce(item, item_type, f"{where}[{i}]", source) for i, item in enumerate(value)]
         return tuple(items) if origin is tuple else items
@@ -99,21 +130,35 @@ def _coerce(value: Any, tp: Any, where: str, source: str) -> Any:
         return value
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"expected true or false, got {value!r}.", path=source, field=where, fix="write true or false.")
+            raise ConfigError(f"expected true or false, got {_show(value)}.", path=source, field=where, fix="write true or false.")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"expected an integer, got {value!r}.", path=source, field=where, fix="write a whole number.")
+            raise ConfigError(f"expected an integer, got {_show(value)}.", path=source, field=where, fix="write a whole number.")
+        if not -_INT_LIMIT <= value < _INT_LIMIT:
+            raise ConfigError(f"the integer {_show(value)} is too large.", path=source, field=where, fix="write a whole number of at most 18 digits.")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"expected a number, got {value!r}.", path=source, field=where, fix="write a number.")
-        return float(value)
+            raise ConfigError(f"expected a number, got {_show(value)}.", path=source, field=where, fix="write a number.")
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise ConfigError(f"{_show(value)} is not a finite number.", path=source, field=where, fix="write a finite number (no NaN, no infinity, at most about 1e308).")
+        return number
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"expected a string, got {value!r}.", path=source, field=where, fix="quote the value.")
+            raise ConfigError(f"expected a string, got {_show(value)}.", path=source, field=where, fix="quote the value.")
+        if "\x00" in value:
+            raise ConfigError("the string contains a NUL character.", path=source, field=where, fix="remove it.")
         return value
     return value
+
+
+def _example(tp: Any) -> str:
+    return {int: "512", float: "0.5", str: '"text"', bool: "true"}.get(tp, "...")
 
 
 def config_from_dict(cls: type[C], data: Mapping[str, Any], *, source: str = "<config>", prefix: str = "") -> C:
@@ -121,6 +166,10 @@ def config_from_dict(cls: type[C], data: Mapping[str, Any], *, source: str = "<c
 
     Missing keys take their defaults; unknown keys are an error that lists the valid ones.
     """
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"expected a table/object of settings, got {_show(data)}.", path=source, field=prefix.rstrip(".") or None, fix="wrap the settings in {...}."
+        )
     hints = typing.get_type_hints(cls)
     fields = {field.name: field for field in dataclasses.fields(cls) if field.init}  # type: ignore[arg-type]
     unknown = sorted(set(data) - set(fields))
@@ -132,26 +181,84 @@ def config_from_dict(cls: type[C], data: Mapping[str, Any], *, source: str = "<c
             fix=f"valid keys here are: {', '.join(sorted(fields))}.",
         )
     values = {key: _coerce(value, hints[key], prefix + key, source) for key, value in data.items()}
-    return cls(**values)
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as exc:  # a __post_init__ that refuses a combination of values
+        raise ConfigError(f"the settings cannot be combined ({exc}).", path=source, field=prefix.rstrip(".") or None, fix="correct the values named.") from exc
+
+
+# A TOML string or comment (so that brackets and dots inside them are not counted).
+_TOML_SKIP = re.compile(r'"""(?:[^\\]|\\.)*?"""|\'\'\'.*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*', re.S)
+_FLOAT_DOT = re.compile(r"\d\.\d")  # 1.5: a dot that is not a key separator
+
+
+def _toml_nesting(text: str) -> int:
+    """An upper bound, from the text, on how deep a TOML document nests: brackets and dotted keys.
+
+    ``tomllib`` recurses on brackets and is quadratic in the length of a dotted key
+    (``a.a.a...`` 40,000 deep takes 40 s), so the nesting is bounded before it parses.
+    """
+    stripped = _TOML_SKIP.sub('""', text)
+    depth = deepest = 0
+    for char in stripped:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    # A dotted key stays on one line; at least half the dots of "1.2.3..." still count.
+    dots = max((line.count(".") - len(_FLOAT_DOT.findall(line)) for line in stripped.splitlines()), default=0)
+    return max(deepest, dots + 1)
 
 
 def load_config(cls: type[C], path: str | Path) -> C:
-    """Load a config from a ``.json`` or ``.toml`` file."""
+    """Load a config from a ``.json`` or ``.toml`` file.
+
+    Raises
+    ------
+    ConfigError
+        The file is missing, unreadable, not UTF-8, too large, nested too deeply, malformed, or a
+        key or value does not fit ``cls`` (the message names the file and the field).
+    """
     path = Path(path)
     if not path.is_file():
-        raise ConfigError("the config file does not exist.", path=path, fix="check the path given to --config.")
-    text = path.read_text(encoding="utf-8")
+        what = "is a folder, not a file" if path.is_dir() else "does not exist"
+        raise ConfigError(f"the config file {what}.", path=path, fix="check the path given to --config.")
+    suffix = path.suffix.lower()
+    if suffix not in (".json", ".toml"):
+        raise ConfigError("unknown config file type.", path=path, fix="use a .json or .toml file.")
     try:
-        if path.suffix.lower() == ".toml":
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"the config file is {size:,} bytes; at most {MAX_CONFIG_BYTES:,} is read.", path=path, fix="pass the right file.")
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"the config file is not UTF-8 text ({exc.reason}).", path=path, fix="save it as UTF-8.") from exc
+    except OSError as exc:
+        raise ConfigError(f"the config file cannot be read ({exc.strerror or exc}).", path=path, fix="check the path and its permissions.") from exc
+    if suffix == ".json":
+        try:
+            data = parse_json_text(text, source=path, what="config file", fix="correct the syntax.")
+        except InputError as exc:
+            raise ConfigError(exc.problem.replace("is not valid JSON", "cannot be parsed"), path=path, field=exc.field, fix=exc.fix) from exc
+    else:
+        nesting = _toml_nesting(text)
+        if nesting > MAX_JSON_DEPTH:
+            raise ConfigError(
+                f"the config file nests tables/arrays about {nesting} deep; at most {MAX_JSON_DEPTH} is accepted.",
+                path=path,
+                fix="flatten the file; a config needs two or three levels.",
+            )
+        try:
             data = tomllib.loads(text)
-        elif path.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            raise ConfigError("unknown config file type.", path=path, fix="use a .json or .toml file.")
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"the file cannot be parsed ({exc}).", path=path, fix="correct the syntax.") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"the file cannot be parsed ({exc}).", path=path, fix="correct the syntax.") from exc
+        except (RecursionError, ValueError) as exc:  # the scan should have caught nesting; ValueError: a 5,000-digit integer
+            raise ConfigError(f"the file cannot be parsed ({type(exc).__name__}: {str(exc)[:200]}).", path=path, fix="correct the syntax.") from exc
     if not isinstance(data, dict):
         raise ConfigError("the config must be a table/object at the top level.", path=path, fix="wrap the settings in {...}.")
+    if data_depth(data) > MAX_JSON_DEPTH:
+        raise ConfigError(f"the config nests more than {MAX_JSON_DEPTH} deep.", path=path, fix="flatten the file.")
     return config_from_dict(cls, data, source=str(path))
 
 

@@ -4,10 +4,21 @@ Pillow reads every common format, but it silently truncates 16-bit RGB(A) PNGs t
 (and every other 16-bit PNG) are decoded with pypng instead so that no precision is lost. Images
 come back as ``float32`` arrays of shape ``[height, width, channels]`` in ``[0, 1]`` with 1 (grey),
 2 (grey + alpha), 3 (RGB) or 4 (RGBA) channels; values are stored values (no sRGB decode).
+
+Nothing is decoded before the file's header has been checked: its width and height (read from
+the PNG ``IHDR`` ourselves, or from Pillow's lazy open for other formats) against the side limits
+and :data:`~neuralbake.io.limits.MAX_IMAGE_PIXELS`, and the memory the decoded float array will
+take against what the machine has. A small file can announce a huge image (a 140 KB all-zero PNG
+of 12000x12000 pixels), so the file's size proves nothing. Every failure (missing, a folder, a
+FIFO, unreadable, empty, truncated, corrupt, too large) is an :class:`~neuralbake.errors.InputError`.
 """
 
 from __future__ import annotations
 
+import stat
+import struct
+import warnings
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +28,7 @@ from PIL import Image, UnidentifiedImageError
 
 from neuralbake.errors import InputError
 from neuralbake.io.files import atomic_path
+from neuralbake.io.limits import MAX_IMAGE_PIXELS, check_image_pixels, check_memory
 
 __all__ = ["MAX_IMAGE_SIDE", "ImageInfo", "load_image", "resize_image", "save_png"]
 
@@ -27,6 +39,15 @@ MIN_IMAGE_SIDE = 2
 """Smallest width or height accepted: a single texel has nothing to learn."""
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+# Pillow's own decompression-bomb guard (it warns above the limit and refuses above twice it,
+# inside Image.open) uses the same limit as ours, so the two never disagree about what is too
+# large; ours runs first, with the caller's limit and a message that names the fix.
+Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
+
+# What a damaged file can make the decoders raise besides OSError (Pillow and pypng are not
+# consistent: a broken chunk is a SyntaxError in Pillow, a struct or zlib error in pypng...).
+_DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, TypeError, KeyError, struct.error, zlib.error, png.Error)
 
 
 @dataclass(frozen=True)
@@ -47,11 +68,20 @@ class ImageInfo:
     """The file's pixel layout as Pillow or pypng named it (e.g. ``RGB``, ``I;16``, ``RGBA;16``)."""
 
 
+@dataclass(frozen=True)
+class _PngHeader:
+    width: int
+    height: int
+    bit_depth: int
+    channels: int
+    """Channels after decoding (a palette becomes RGB, or RGBA with a transparency chunk: assume 4)."""
+
+
 def _fail(path: Path, problem: str, fix: str) -> InputError:
     return InputError(problem, path=path, fix=fix)
 
 
-def _check_size(path: Path, width: int, height: int) -> None:
+def _check_size(path: Path, width: int, height: int, max_pixels: int) -> None:
     if min(width, height) < MIN_IMAGE_SIDE:
         raise _fail(
             path,
@@ -64,37 +94,70 @@ def _check_size(path: Path, width: int, height: int) -> None:
             f"the image is {width}x{height} pixels; at most {MAX_IMAGE_SIDE} per side is supported.",
             f"downscale it to {MAX_IMAGE_SIDE} pixels or less per side first.",
         )
+    check_image_pixels(path, width, height, limit=max_pixels)
 
 
-def _png_bit_depth(path: Path) -> int | None:
-    with open(path, "rb") as handle:
-        head = handle.read(33)
-    if len(head) < 33 or not head.startswith(_PNG_SIGNATURE) or head[12:16] != b"IHDR":
+def _check_memory(path: Path, width: int, height: int, channels: int, sample_bytes: int) -> None:
+    # Peak while decoding: the decoder's own buffer, one integer copy of it, and the float32 result.
+    needed = width * height * channels * (4 + 2 * sample_bytes)
+    check_memory(
+        needed,
+        what=f"decoding this {width}x{height} image ({channels} channels) into float32",
+        path=path,
+        fix="downscale the image, or run on a machine with more free memory.",
+    )
+
+
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 4, 4: 2, 6: 4}  # colour type -> channels after decoding (palette: up to RGBA)
+
+
+def _png_header(path: Path, head: bytes) -> _PngHeader | None:
+    """The PNG's IHDR, or ``None`` if the file is not a PNG at all (another format, or damaged)."""
+    if not head.startswith(_PNG_SIGNATURE):
         return None
-    return head[24]
+    if len(head) < 33 or head[12:16] != b"IHDR":
+        raise _fail(path, "the PNG is truncated or damaged (no IHDR header).", "re-export the image.")
+    width, height = struct.unpack(">II", head[16:24])
+    bit_depth, colour_type = head[24], head[25]
+    if colour_type not in _PNG_CHANNELS or bit_depth not in (1, 2, 4, 8, 16):
+        raise _fail(path, f"the PNG header is damaged (colour type {colour_type}, bit depth {bit_depth}).", "re-export the image.")
+    return _PngHeader(width, height, bit_depth, _PNG_CHANNELS[colour_type])
 
 
-def _read_png16(path: Path) -> tuple[np.ndarray, ImageInfo]:
+def _read_png16(path: Path, header: _PngHeader) -> tuple[np.ndarray, ImageInfo]:
+    # pypng has no decompression-bomb guard of its own: the header was checked before this call.
     try:
-        reader = png.Reader(filename=str(path))
-        width, height, _, meta = reader.read()
-        _check_size(path, width, height)
         width, height, rows, meta = png.Reader(filename=str(path)).asDirect()
+        if (width, height) != (header.width, header.height):
+            raise png.FormatError("the header changed between reads")
         planes = meta["planes"]
-        data = np.vstack([np.asarray(row, dtype=np.uint16) for row in rows])
-    except png.Error as exc:
-        raise _fail(path, f"the 16-bit PNG is damaged ({exc}).", "re-export the image.") from exc
-    array = data.reshape(height, width, planes).astype(np.float32) / 65535.0
+        data = np.empty((height, width * planes), dtype=np.uint16)
+        count = 0
+        for count, row in enumerate(rows, start=1):
+            if count > height:
+                raise png.FormatError("more rows than the header announces")
+            data[count - 1] = row
+        if count != height:
+            raise png.FormatError(f"{count} of {height} rows")
+    except _DECODE_ERRORS as exc:
+        raise _fail(path, f"the 16-bit PNG is damaged or truncated ({exc}).", "re-export the image.") from exc
+    array = data.reshape(height, width, planes).astype(np.float32)
+    del data
+    array *= np.float32(1.0 / 65535.0)
     mode = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}[planes] + ";16"
     return array, ImageInfo(str(path), width, height, planes, 16, mode)
 
 
 _MODE_CONVERSIONS = {"1": "L", "CMYK": "RGB", "YCbCr": "RGB", "LAB": "RGB", "HSV": "RGB", "La": "LA", "RGBa": "RGBA"}
+_READABLE_MODES = {"L", "LA", "RGB", "RGBA", "P", "PA", *_MODE_CONVERSIONS}
 
 
-def _read_pillow(path: Path) -> tuple[np.ndarray, ImageInfo]:
+def _read_pillow(path: Path, max_pixels: int) -> tuple[np.ndarray, ImageInfo]:
     try:
-        image = Image.open(path)
+        with warnings.catch_warnings():
+            # Pillow warns above its limit; our own check below refuses with a clearer message.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = Image.open(path)
     except UnidentifiedImageError as exc:
         raise _fail(path, "this is not an image file Pillow can read.", "pass a PNG, JPEG, TGA, BMP or TIFF image.") from exc
     except Image.DecompressionBombError as exc:
@@ -103,55 +166,103 @@ def _read_pillow(path: Path) -> tuple[np.ndarray, ImageInfo]:
             f"the image is too large to open safely ({exc}).",
             f"downscale it to {MAX_IMAGE_SIDE} pixels or less per side first.",
         ) from exc
+    except _DECODE_ERRORS as exc:
+        raise _fail(path, f"the image header is damaged or unreadable ({exc}).", "re-export the image.") from exc
     with image:
         width, height = image.size
-        _check_size(path, width, height)
+        _check_size(path, width, height, max_pixels)
         source_mode = image.mode
-        try:
-            image.load()
-        except OSError as exc:
-            raise _fail(path, f"the image data is damaged or truncated ({exc}).", "re-export the image.") from exc
-        if image.mode == "P":
-            image = image.convert("RGBA" if "transparency" in image.info else "RGB")
-        elif image.mode == "PA":
-            image = image.convert("RGBA")
-        elif image.mode in _MODE_CONVERSIONS:
-            image = image.convert(_MODE_CONVERSIONS[image.mode])
-        if image.mode.startswith("I;16"):
-            array = np.asarray(image, dtype=np.float32)[..., None] / 65535.0
-            return array, ImageInfo(str(path), width, height, 1, 16, source_mode)
-        if image.mode not in ("L", "LA", "RGB", "RGBA"):
+        if not (source_mode in _READABLE_MODES or source_mode.startswith("I;16")):
             raise _fail(
                 path,
-                f"pixel format {image.mode!r} (32-bit integer or float) is not supported.",
+                f"pixel format {source_mode!r} (32-bit integer or float) is not supported.",
                 "save the image as an 8- or 16-bit PNG.",
             )
-        array = np.asarray(image, dtype=np.float32) / 255.0
+        sample_bytes = 2 if source_mode.startswith("I;16") else 1
+        channels = 4 if source_mode in ("P", "PA") else min(4, len(image.getbands()))
+        _check_memory(path, width, height, channels, sample_bytes)
+        try:
+            image.load()
+        except Image.DecompressionBombError as exc:
+            raise _fail(path, f"the image is too large to decode safely ({exc}).", "downscale it first.") from exc
+        except _DECODE_ERRORS as exc:
+            raise _fail(path, f"the image data is damaged or truncated ({exc}).", "re-export the image.") from exc
+        if image.size != (width, height):  # a few formats (ICO, ICNS) pick their frame only on load
+            width, height = image.size
+            _check_size(path, width, height, max_pixels)
+        try:
+            if image.mode == "P":
+                image = image.convert("RGBA" if "transparency" in image.info else "RGB")
+            elif image.mode == "PA":
+                image = image.convert("RGBA")
+            elif image.mode in _MODE_CONVERSIONS:
+                image = image.convert(_MODE_CONVERSIONS[image.mode])
+            if image.mode.startswith("I;16"):
+                array = np.asarray(image).astype(np.float32)[..., None]
+                array *= np.float32(1.0 / 65535.0)
+                return array, ImageInfo(str(path), width, height, 1, 16, source_mode)
+            if image.mode not in ("L", "LA", "RGB", "RGBA"):
+                raise _fail(
+                    path,
+                    f"pixel format {image.mode!r} (32-bit integer or float) is not supported.",
+                    "save the image as an 8- or 16-bit PNG.",
+                )
+            array = np.asarray(image).astype(np.float32)
+        except _DECODE_ERRORS as exc:
+            raise _fail(path, f"the image data cannot be converted ({exc}).", "re-export the image as an 8- or 16-bit PNG.") from exc
+    array *= np.float32(1.0 / 255.0)
     if array.ndim == 2:
         array = array[..., None]
     return array, ImageInfo(str(path), width, height, array.shape[2], 8, source_mode)
 
 
-def load_image(path: str | Path) -> tuple[np.ndarray, ImageInfo]:
+def _read_head(path: Path) -> bytes:
+    """The first bytes of ``path``, after checking that it is a regular, readable, non-empty file."""
+    try:
+        status = path.stat()
+    except FileNotFoundError as exc:
+        raise _fail(path, "the file does not exist.", "check the path (relative paths start from the current folder).") from exc
+    except OSError as exc:
+        raise _fail(path, f"the file cannot be read ({exc.strerror or exc}).", "check the path and its permissions.") from exc
+    if stat.S_ISDIR(status.st_mode):
+        raise _fail(path, "this is a folder, not an image file.", "pass the path of an image file.")
+    if not stat.S_ISREG(status.st_mode):
+        # A FIFO would block the read forever and a device never ends.
+        raise _fail(path, "this is not a regular file (a device, pipe or socket).", "pass the path of an image file.")
+    if status.st_size == 0:
+        raise _fail(path, "the file is empty (0 bytes).", "re-export the image; the file was not written completely.")
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(33)
+    except OSError as exc:
+        raise _fail(path, f"the file cannot be read ({exc.strerror or exc}).", "check the file's permissions.") from exc
+
+
+def load_image(path: str | Path, *, max_pixels: int = MAX_IMAGE_PIXELS) -> tuple[np.ndarray, ImageInfo]:
     """Read an image as float32 ``[height, width, channels]`` in ``[0, 1]``.
 
     Grey, grey + alpha, RGB and RGBA images at 8 or 16 bits per channel are read as they are;
-    palette and CMYK images are converted to RGB(A).
+    palette and CMYK images are converted to RGB(A). ``max_pixels`` caps ``width * height``
+    (checked from the header, before anything is decoded); the memory the result needs is
+    compared with the machine's free memory before decoding too.
 
     Raises
     ------
     InputError
-        Missing file, a folder, not an image, damaged data, smaller than 2x2, larger than
-        16384 per side, or an unsupported pixel format; the message names the file and the fix.
+        Missing file, a folder or other non-regular file, unreadable (permissions), empty, not an
+        image, damaged or truncated data, smaller than 2x2, larger than 16384 per side or than
+        ``max_pixels``, more than the free memory, or an unsupported pixel format; the message
+        names the file and the fix.
     """
     path = Path(path)
-    if not path.exists():
-        raise _fail(path, "the file does not exist.", "check the path (relative paths start from the current folder).")
-    if path.is_dir():
-        raise _fail(path, "this is a folder, not an image file.", "pass the path of an image file.")
-    if _png_bit_depth(path) == 16:
-        return _read_png16(path)
-    return _read_pillow(path)
+    head = _read_head(path)
+    header = _png_header(path, head)
+    if header is not None:
+        _check_size(path, header.width, header.height, max_pixels)
+        if header.bit_depth == 16:
+            _check_memory(path, header.width, header.height, header.channels, 2)
+            return _read_png16(path, header)
+    return _read_pillow(path, max_pixels)
 
 
 def resize_image(image: np.ndarray, width: int, height: int) -> np.ndarray:

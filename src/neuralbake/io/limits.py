@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ __all__ = [
     "available_memory_bytes",
     "check_image_pixels",
     "check_memory",
+    "data_depth",
     "json_depth",
     "load_json_file",
     "parse_json_text",
@@ -63,6 +65,30 @@ def json_depth(text: str) -> int:
     return deepest
 
 
+def data_depth(value: Any) -> int:
+    """Deepest nesting of lists/tuples/dicts in an already parsed value (iterative, no recursion).
+
+    For parsers without a depth scan of their own (TOML's dotted keys nest tables without
+    brackets), so that later code (``repr`` in an error message, a recursive check) cannot hit
+    the recursion limit.
+    """
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        if deepest > MAX_JSON_DEPTH:  # far enough: the caller refuses anything past the limit
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def parse_json_text(text: str, *, source: str | Path, what: str = "JSON file", fix: str = "correct the syntax.") -> Any:
     """Parse JSON ``text`` after checking its nesting; errors name ``source``.
 
@@ -82,6 +108,8 @@ def parse_json_text(text: str, *, source: str | Path, what: str = "JSON file", f
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"the {what} is not valid JSON ({exc}).", path=source, fix=fix) from exc
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits (int's conversion limit)
+        raise InputError(f"the {what} holds a value Python cannot read ({exc}).", path=source, fix=fix) from exc
     except RecursionError as exc:  # pragma: no cover - the depth scan should have caught it
         raise InputError(f"the {what} nests too deeply.", path=source, fix="flatten the document.") from exc
 
@@ -90,9 +118,14 @@ def load_json_file(path: str | Path, *, what: str = "JSON file", fix: str = "cor
     """Read and parse a JSON file with the size and nesting limits; errors name the file."""
     path = Path(path)
     try:
-        size = path.stat().st_size
+        status = path.stat()
     except OSError as exc:
         raise InputError(f"the {what} cannot be read ({exc.strerror or exc}).", path=path, fix="check the path.") from exc
+    if not stat.S_ISREG(status.st_mode):
+        # A folder fails, but a FIFO or a device would block or never end: refuse all three up front.
+        kind = "a folder" if stat.S_ISDIR(status.st_mode) else "not a regular file"
+        raise InputError(f"the {what} is {kind}.", path=path, fix="pass the path of a file.")
+    size = status.st_size
     if size > MAX_JSON_BYTES:
         raise InputError(
             f"the {what} is {size:,} bytes; at most {MAX_JSON_BYTES:,} is read.", path=path, fix="pass the right file."
@@ -131,17 +164,21 @@ def available_memory_bytes() -> int | None:
         return None
 
 
-def check_memory(needed_bytes: int, *, what: str, field: str | None = None, fix: str, fraction: float = 0.8) -> None:
+def check_memory(
+    needed_bytes: int, *, what: str, field: str | None = None, fix: str, fraction: float = 0.8, path: str | Path | None = None
+) -> None:
     """Refuse work whose estimated peak ``needed_bytes`` exceeds ``fraction`` of available memory.
 
     Called before the allocation, so that a size inside the documented limits but beyond this
-    machine fails in a second with a message instead of swapping for minutes.
+    machine fails in a second with a message instead of swapping for minutes. ``path``, when
+    given, is the input the work is for (the message names it).
     """
     available = available_memory_bytes()
     if available is None or needed_bytes <= fraction * available:
         return
     raise InputError(
         f"{what} needs about {needed_bytes / 2**30:.1f} GiB of memory; this machine has {available / 2**30:.1f} GiB available.",
+        path=path,
         field=field,
         fix=fix,
     )

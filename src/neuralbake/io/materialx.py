@@ -10,22 +10,36 @@ order, and :func:`unsupported_nodes` / :func:`require_supported` report every no
 the caller cannot compile, so that no node is ever dropped silently. Every node carries its
 ``nodedef``'s inputs, so :func:`surface_parameters` can list every shader parameter with the
 standard library's default filled in where the document sets none.
+
+A document is untrusted input, and MaterialX's reader would follow any ``<xi:include href>`` (an
+absolute path, ``../..``) and quote the included file in its parse errors. So the XML is first
+scanned with expat (streaming, no recursion; a ``DOCTYPE`` or entity declaration is refused, so
+nothing is expanded), each include is resolved with :func:`neuralbake.io.refs.resolve_reference`
+(inside the folder of the file that names it, unless ``--allow-outside-refs``), cycles and nesting
+beyond :data:`MAX_INCLUDE_DEPTH` are refused, and MaterialX then reads each file with its own
+include processing switched off while neuralbake imports the checked includes itself.
 """
 
 from __future__ import annotations
 
 import heapq
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeAlias
+from xml.parsers import expat
 
 import MaterialX as mx
 
 from neuralbake.errors import InputError
+from neuralbake.io.refs import resolve_reference
 
 __all__ = [
+    "MAX_INCLUDE_DEPTH",
+    "MAX_XML_BYTES",
+    "MAX_XML_DEPTH",
     "SURFACE_SHADER_CATEGORIES",
     "DefaultGeomProp",
     "MaterialXConnection",
@@ -45,6 +59,15 @@ __all__ = [
 
 SURFACE_SHADER_CATEGORIES = frozenset({"standard_surface", "open_pbr_surface"})
 """Surface shader node categories a material may use."""
+
+MAX_XML_BYTES = 64 * 1024 * 1024
+"""Largest ``.mtlx`` file read (the document and each file it includes)."""
+
+MAX_XML_DEPTH = 64
+"""Deepest element nesting accepted (MaterialX needs four or five levels)."""
+
+MAX_INCLUDE_DEPTH = 8
+"""Deepest chain of ``xi:include`` (a document including a library including another...)."""
 
 MaterialXValue: TypeAlias = float | int | bool | str | tuple[float, ...] | tuple[tuple[float, ...], ...]
 """A constant: ``float``/``integer``/``boolean``/``string``/``filename`` as Python scalars,
@@ -363,21 +386,105 @@ def _surface_material(material: Any, path: Path) -> tuple[SurfaceMaterial, Any]:
     return SurfaceMaterial(material.getName(), where, _node(shader)), shader
 
 
+def _scan_xml(path: Path, top: Path) -> list[str]:
+    """Check ``path``'s XML with expat and return the ``href`` of each top-level ``xi:include``.
+
+    Raises :class:`InputError` for a file that is not a regular file, too large, not well-formed,
+    nested too deeply, or that declares a DOCTYPE or entities (no MaterialX document needs them,
+    and entity expansion is the classic XML bomb).
+    """
+    try:
+        status = path.stat()
+        if not stat.S_ISREG(status.st_mode):
+            raise _fail(top, None, f"'{path.name}' is not a regular file.", "pass a .mtlx file.")
+        if status.st_size > MAX_XML_BYTES:
+            raise _fail(
+                top, None, f"'{path.name}' is {status.st_size:,} bytes; at most {MAX_XML_BYTES:,} is read.", "pass the right file."
+            )
+        data = path.read_bytes()
+    except OSError as error:
+        raise _fail(top, None, f"'{path.name}' cannot be read ({error.strerror or error}).", "check the file and its permissions.") from error
+    includes: list[str] = []
+    depth = 0
+
+    def start(name: str, attributes: dict[str, str]) -> None:
+        nonlocal depth
+        depth += 1
+        if depth > MAX_XML_DEPTH:
+            raise _fail(top, None, f"'{path.name}' nests XML elements more than {MAX_XML_DEPTH} deep.", "flatten the document.")
+        if depth == 2 and name == "xi:include":  # MaterialX follows only the root's includes
+            includes.append(attributes.get("href", ""))
+
+    def end(name: str) -> None:
+        nonlocal depth
+        depth -= 1
+
+    def refuse_dtd(*_: Any) -> None:
+        raise _fail(
+            top,
+            None,
+            f"'{path.name}' declares a DOCTYPE or entities, which neuralbake does not read.",
+            "remove the <!DOCTYPE ...> / <!ENTITY ...> declarations; MaterialX documents need none.",
+        )
+
+    parser = expat.ParserCreate()  # no namespace processing: MaterialX files often leave xi: undeclared
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
+    parser.StartDoctypeDeclHandler = refuse_dtd
+    parser.EntityDeclHandler = refuse_dtd
+    parser.ExternalEntityRefHandler = lambda *_: 0
+    try:
+        parser.Parse(data, True)
+    except expat.ExpatError as error:
+        raise _fail(
+            top,
+            None,
+            f"'{path.name}' is not well-formed MaterialX XML ({expat.ErrorString(error.code)} at line {error.lineno}, column {error.offset}).",
+            "repair the XML or re-export the document.",
+        ) from error
+    return includes
+
+
+def _read_confined(path: Path, top: Path, chain: tuple[Path, ...]) -> Any:
+    """Read ``path`` (``top`` or a file it includes, through ``chain``) into a MaterialX document.
+
+    Includes are resolved by :func:`resolve_reference` against the folder of the file naming
+    them, checked for cycles and depth, read by this function and imported; MaterialX's own include
+    processing is switched off, so it never opens a file neuralbake has not checked.
+    """
+    where = " > ".join(p.name for p in chain[1:])
+    includes = _scan_xml(path, top)
+    options = mx.XmlReadOptions()
+    options.readXIncludeFunction = None
+    document = mx.createDocument()
+    try:
+        mx.readFromXmlFile(document, str(path), mx.FileSearchPath(), options)
+    except mx.ExceptionParseError as error:
+        raise _fail(
+            top, where or None, f"the file is not well-formed MaterialX XML ({error}).", "repair the XML or re-export the document."
+        ) from error
+    except (mx.Exception, mx.ExceptionFileMissing) as error:
+        raise _fail(top, where or None, f"MaterialX could not read the document ({error}).", "check the file.") from error
+    for index, href in enumerate(includes):
+        field = f"{where + ' > ' if where else ''}xi:include[{index}]/href"
+        included = resolve_reference(path, href, field=field, what="MaterialX include")
+        if included in chain:
+            raise _fail(
+                top, field, f"the include '{href}' forms a cycle ({' > '.join(p.name for p in (*chain, included))}).", "remove the circular include."
+            )
+        if len(chain) > MAX_INCLUDE_DEPTH:
+            raise _fail(top, field, f"includes nest more than {MAX_INCLUDE_DEPTH} deep.", "flatten the chain of included documents.")
+        if not included.is_file():
+            raise _fail(top, field, f"the included document '{href}' does not exist.", "put it beside the document that includes it.")
+        document.importLibrary(_read_confined(included, top, (*chain, included)))
+    return document
+
+
 def _read_document(path: Path) -> Any:
     if not path.is_file():
         what = "is a folder, not a file" if path.is_dir() else "does not exist"
         raise _fail(path, None, f"the MaterialX document {what}.", "check the path; MaterialX documents end in .mtlx.")
-    document = mx.createDocument()
-    try:
-        mx.readFromXmlFile(document, str(path))
-    except mx.ExceptionParseError as error:
-        raise _fail(
-            path, None, f"the file is not well-formed MaterialX XML ({error}).", "repair the XML or re-export the document."
-        ) from error
-    except (mx.Exception, mx.ExceptionFileMissing) as error:
-        raise _fail(
-            path, None, f"MaterialX could not read the document ({error}).", "check the file and any xi:include it names."
-        ) from error
+    document = _read_confined(path, path, (path.resolve(),))
     document.setDataLibrary(_standard_library())
     valid, message = document.validate()
     if not valid:

@@ -14,11 +14,17 @@ at ``uv`` as one feature vector (the encoder input of a neural material).
 Written here rather than taken from a library: the ecosystem's material language is MaterialX,
 which neuralbake reads too (``neuralbake.io.materialx``); this small JSON form exists because it
 is quick to write by hand and maps one to one onto the layering operations.
+
+The document is untrusted input: it is read with the shared JSON limits
+(:func:`neuralbake.io.limits.load_json_file`), layers may nest at most :data:`MAX_LAYER_DEPTH`
+deep, texture files are resolved with :func:`neuralbake.io.refs.resolve_reference` (only inside
+the document's folder), every value is type-checked, and the compiled material is evaluated once
+on a few sample points so that a shape that cannot broadcast fails at compile time, naming its
+field, instead of in the middle of a bake.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,18 +34,27 @@ from typing import Any
 import torch
 
 from neuralbake.errors import InputError
+from neuralbake.io.limits import load_json_file
+from neuralbake.io.refs import resolve_reference
 from neuralbake.material.fresnel import CONDUCTOR_IOR
-from neuralbake.material.layering import Layer, coat, layer, mix
+from neuralbake.material.layering import MAX_LAYER_DEPTH, Layer, coat, layer, mix
 from neuralbake.material.lobes import LOBES
 from neuralbake.material.noise import fbm, perlin_noise, value_noise, worley_noise
 from neuralbake.material.nodes import clamp, invert, lerp, power, ramp, remap, smoothstep, up_facing
 from neuralbake.material.texture import WRAP_MODES, load_texture, sample_texture
 
-__all__ = ["MATERIAL_FORMAT", "NODE_OPS", "MaterialGraph", "compile_material", "load_material_document"]
+__all__ = ["MATERIAL_FORMAT", "MAX_LAYER_DEPTH", "NODE_OPS", "MaterialGraph", "compile_material", "load_material_document"]
 
 MATERIAL_FORMAT = "neuralbake.material"
 MATERIAL_VERSION = 1
 _REQUIRED = object()
+
+
+# Whole-number inputs: allowed range (inclusive); beyond it a value is a typo, or would overflow.
+_INT_RANGES = {"seed": (0, 2**31 - 1), "octaves": (1, 16), "axis": (0, 2), "index": (0, 3)}
+
+# What evaluating a mis-shaped graph can raise (torch broadcasting errors are RuntimeErrors).
+_EVAL_ERRORS = (RuntimeError, ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError)
 
 # Allowed range of each constant lobe/coat parameter: (low, high), inclusive.
 _RANGES = {
@@ -140,6 +155,35 @@ def _match(t: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def _is_numbers(value: Any, depth: int = 0) -> bool:
+    """A number (not a bool) or a list (of lists) of numbers, at most two levels deep."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return True
+    return isinstance(value, list) and depth < 2 and all(_is_numbers(item, depth + 1) for item in value)
+
+
+def _show(value: Any) -> str:
+    """``repr`` cut short: an error must not echo a megabyte of the document."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(type(value), "a number")
+
+
+def _known_op(op: Any) -> bool:
+    return isinstance(op, str) and op in NODE_OPS
+
+
+def _reason(exc: BaseException) -> str:
+    text = exc.problem if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"
+    text = " ".join(text.split())
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
 class _Context:
     """One evaluation: the shading points and the node outputs computed so far."""
 
@@ -174,14 +218,19 @@ class MaterialGraph:
         return InputError(problem, path=self.source, field=field, fix=fix)
 
     def _constant(self, value: Any, where: str, bounds: tuple[float, float] | None = None) -> _Param:
+        fix = "write a number, a list of numbers or an @node reference."
+        if not _is_numbers(value):
+            raise self._error(f"{_show(value)} is not a number or a list of numbers.", where, fix)
         try:
             tensor = torch.tensor(value, dtype=self.dtype, device=self.device)
-        except (TypeError, ValueError) as exc:
-            raise self._error(f"{value!r} is not a number or a list of numbers.", where, "write a number, a list of numbers or an @node reference.") from exc
+        except (TypeError, ValueError, OverflowError, RuntimeError) as exc:
+            raise self._error(f"{_show(value)} is not a number or a (rectangular) list of numbers ({exc}).", where, fix) from exc
+        if tensor.numel() == 0:
+            raise self._error("the list is empty.", where, fix)
         if not torch.isfinite(tensor).all():
-            raise self._error(f"{value!r} is not finite (NaN or infinity).", where, "write a finite number.")
+            raise self._error(f"{_show(value)} is not finite (NaN or infinity).", where, "write a finite number.")
         if bounds is not None and (tensor.min() < bounds[0] or tensor.max() > bounds[1]):
-            raise self._error(f"{value!r} is outside [{bounds[0]:g}, {bounds[1]:g}].", where, f"use values in [{bounds[0]:g}, {bounds[1]:g}].")
+            raise self._error(f"{_show(value)} is outside [{bounds[0]:g}, {bounds[1]:g}].", where, f"use values in [{bounds[0]:g}, {bounds[1]:g}].")
         self.parameters[where] = tensor
         return _Param(where)
 
@@ -189,14 +238,16 @@ class MaterialGraph:
         """A constant becomes a parameter tensor; ``"@node"`` stays a reference."""
         if isinstance(value, str):
             if not value.startswith("@"):
-                raise self._error(f"{value!r} is neither a number nor an @node reference.", where, "write a number, a list or '@name' of a node.")
+                raise self._error(f"{_show(value)} is neither a number nor an @node reference.", where, "write a number, a list or '@name' of a node.")
             return value
         return self._constant(value, where, bounds)
 
     def _compile(self, document: Mapping[str, Any]) -> None:
+        if not isinstance(document, Mapping):
+            raise self._error("the material must be a JSON object.", "", 'start the file with {"format": "neuralbake.material", ...}.')
         if document.get("format") != MATERIAL_FORMAT:
             raise self._error(f"format is {document.get('format')!r}, expected {MATERIAL_FORMAT!r}.", "format", f'add "format": "{MATERIAL_FORMAT}".')
-        if document.get("version") != MATERIAL_VERSION:
+        if isinstance(document.get("version"), bool) or document.get("version") != MATERIAL_VERSION:
             raise self._error(f"version {document.get('version')!r} is not supported.", "version", f"use version {MATERIAL_VERSION}.")
         unknown_top = sorted(set(document) - {"format", "version", "name", "description", "nodes", "surface"})
         if unknown_top:
@@ -204,18 +255,22 @@ class MaterialGraph:
         nodes = document.get("nodes", {})
         if not isinstance(nodes, Mapping):
             raise self._error("nodes must be an object mapping names to nodes.", "nodes", 'write "nodes": {"name": {"op": ...}}.')
-        unknown_ops = sorted({(spec or {}).get("op", "?") for spec in nodes.values() if not isinstance(spec, Mapping) or spec.get("op") not in NODE_OPS})
+        for name, spec in nodes.items():
+            if not isinstance(spec, Mapping):
+                raise self._error(f"a node must be an object, got {_kind(spec)}.", f"nodes.{name}", 'write {"op": ..., <input>: <value>}.')
+        unknown_ops = sorted({_show(spec.get("op", "?")) for spec in nodes.values() if not _known_op(spec.get("op"))})
         if unknown_ops:
-            users = [name for name, spec in nodes.items() if not isinstance(spec, Mapping) or spec.get("op") not in NODE_OPS]
+            users = [name for name, spec in nodes.items() if not _known_op(spec.get("op"))]
             raise self._error(
-                f"unsupported node op(s) {unknown_ops} (nodes {users}).", f"nodes.{users[0]}.op", f"use one of {', '.join(sorted(NODE_OPS))}."
+                f"unsupported node op(s) [{', '.join(unknown_ops)}] (nodes {users}).", f"nodes.{users[0]}.op", f"use one of {', '.join(sorted(NODE_OPS))}."
             )
         for name, spec in nodes.items():
             self._nodes[name] = self._compile_node(name, spec)
         self._order = self._topological_order()
         if "surface" not in document:
             raise self._error("the material has no layers (no 'surface').", "surface", 'add "surface": {"lobe": ..., "params": {...}}.')
-        self._surface = self._compile_layer(document["surface"], "surface")
+        self._surface = self._compile_layer(document["surface"], "surface", 1)
+        self._trial()
 
     def _compile_node(self, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
         op = NODE_OPS[spec["op"]]
@@ -233,25 +288,26 @@ class MaterialGraph:
                 resolved[key] = self._value(value, field)
             elif kind == "int":
                 if isinstance(value, bool) or not isinstance(value, int):
-                    raise self._error(f"expected a whole number, got {value!r}.", field, "write an integer.")
-                if key == "octaves" and not 1 <= value <= 16:
-                    raise self._error(f"octaves {value} is outside [1, 16].", field, "use 1 to 16 octaves.")
+                    raise self._error(f"expected a whole number, got {_show(value)}.", field, "write an integer.")
+                low, high = _INT_RANGES.get(key, (-(2**31), 2**31 - 1))
+                if not low <= value <= high:
+                    raise self._error(f"{key} {_show(value)} is outside [{low}, {high}].", field, f"use {low} to {high}.")
                 resolved[key] = value
             elif kind == "const":
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                    raise self._error(f"expected a finite number, got {value!r}.", field, "write a number.")
+                    raise self._error(f"expected a finite number, got {_show(value)}.", field, "write a number.")
                 resolved[key] = float(value)
             elif kind == "bool":
                 if not isinstance(value, bool):
-                    raise self._error(f"expected true or false, got {value!r}.", field, "write true or false.")
+                    raise self._error(f"expected true or false, got {_show(value)}.", field, "write true or false.")
                 resolved[key] = value
             else:  # str
                 choices = _STR_CHOICES.get((spec["op"], key))
                 if not isinstance(value, str) or (choices and value not in choices):
-                    raise self._error(f"{value!r} is not valid here.", field, f"use one of {', '.join(choices)}." if choices else "write a string.")
+                    raise self._error(f"{_show(value)} is not valid here.", field, f"use one of {', '.join(choices)}." if choices else "write a string.")
                 resolved[key] = value
         if spec["op"] == "texture":
-            self._texture(resolved["file"], resolved["srgb"])  # load now: a missing file fails at compile time
+            self._texture(resolved["file"], resolved["srgb"], f"{where}.file")  # load now: a missing file fails at compile time
         return {"op": spec["op"], "inputs": resolved}
 
     def _references(self, name: str) -> list[str]:
@@ -262,25 +318,42 @@ class MaterialGraph:
         order: list[str] = []
         state: dict[str, int] = {}
 
-        def visit(name: str, trail: list[str]) -> None:
-            if state.get(name) == 2:
-                return
-            if state.get(name) == 1:
-                raise self._error(f"the nodes form a cycle: {' -> '.join(trail + [name])}.", f"nodes.{name}", "break the cycle.")
-            state[name] = 1
-            for ref in self._references(name):
+        # Depth-first with an explicit stack: a chain of thousands of nodes is legal JSON (the
+        # nodes are flat) and must not exhaust Python's recursion limit.
+        for root in self._nodes:
+            if state.get(root) == 2:
+                continue
+            trail: list[str] = [root]
+            stack = [iter(self._references(root))]
+            state[root] = 1
+            while stack:
+                name = trail[-1]
+                ref = next(stack[-1], None)
+                if ref is None:
+                    stack.pop()
+                    trail.pop()
+                    state[name] = 2
+                    order.append(name)
+                    continue
                 if ref not in self._nodes and ref not in builtin:
                     raise self._error(f"reference @{ref} names no node.", f"nodes.{name}", f"define a node {ref!r} or use one of {sorted(self._nodes)}.")
-                if ref in self._nodes:
-                    visit(ref, trail + [name])
-            state[name] = 2
-            order.append(name)
-
-        for name in self._nodes:
-            visit(name, [])
+                if ref not in self._nodes or state.get(ref) == 2:
+                    continue
+                if state.get(ref) == 1:
+                    cycle = trail[trail.index(ref):] + [ref]
+                    raise self._error(f"the nodes form a cycle: {' -> '.join(cycle)}.", f"nodes.{ref}", "break the cycle.")
+                state[ref] = 1
+                trail.append(ref)
+                stack.append(iter(self._references(ref)))
         return order
 
-    def _compile_layer(self, spec: Any, where: str) -> dict[str, Any]:
+    def _compile_layer(self, spec: Any, where: str, depth: int) -> dict[str, Any]:
+        if depth > MAX_LAYER_DEPTH:
+            raise self._error(
+                f"layers nest more than {MAX_LAYER_DEPTH} deep here.",
+                where,
+                f"flatten the layer tree (at most {MAX_LAYER_DEPTH} nested coat/mix layers; real materials need a handful).",
+            )
         if not isinstance(spec, Mapping):
             raise self._error("a layer must be an object.", where, 'write {"lobe": ...}, {"coat": ...} or {"mix": [...]}.')
         kinds = [key for key in ("lobe", "coat", "mix") if key in spec]
@@ -294,7 +367,8 @@ class MaterialGraph:
             self._check_keys(spec, allowed, where)
             params = {key: self._param(spec.get(key, default), f"{where}.{key}", key) for key, default in
                       (("roughness", 0.05), ("ior", 1.5), ("absorption", 0.0), ("thickness", 0.0))}
-            return {"kind": "coat", "base": self._compile_layer(spec["coat"], f"{where}.coat"), "params": params}
+            base = self._compile_layer(spec["coat"], f"{where}.coat", depth + 1)
+            return {"kind": "coat", "where": where, "base": base, "params": params, "fields": {key: f"{where}.{key}" for key in params}}
         self._check_keys(spec, {"mix", "mask"}, where)
         pair = spec["mix"]
         if not isinstance(pair, list) or len(pair) != 2:
@@ -303,9 +377,11 @@ class MaterialGraph:
             raise self._error("mix needs a mask.", f"{where}.mask", 'add "mask": a number in [0, 1] or an @node.')
         return {
             "kind": "mix",
-            "a": self._compile_layer(pair[0], f"{where}.mix[0]"),
-            "b": self._compile_layer(pair[1], f"{where}.mix[1]"),
+            "where": where,
+            "a": self._compile_layer(pair[0], f"{where}.mix[0]", depth + 1),
+            "b": self._compile_layer(pair[1], f"{where}.mix[1]", depth + 1),
             "mask": self._param(spec["mask"], f"{where}.mask", "mask"),
+            "fields": {"mask": f"{where}.mask"},
         }
 
     def _check_keys(self, spec: Mapping[str, Any], allowed: set[str], where: str) -> None:
@@ -322,13 +398,16 @@ class MaterialGraph:
     def _compile_lobe(self, spec: Mapping[str, Any], where: str) -> dict[str, Any]:
         self._check_keys(spec, {"lobe", "params"}, where)
         name = spec["lobe"]
-        if name not in LOBES:
-            raise self._error(f"unknown lobe {name!r}.", f"{where}.lobe", f"use one of {', '.join(LOBES)}.")
-        raw = dict(spec.get("params", {}))
+        if not isinstance(name, str) or name not in LOBES:
+            raise self._error(f"unknown lobe {_show(name)}.", f"{where}.lobe", f"use one of {', '.join(LOBES)}.")
+        params_spec = spec.get("params", {})
+        if not isinstance(params_spec, Mapping):
+            raise self._error(f"params must be an object, got {_kind(params_spec)}.", f"{where}.params", 'write "params": {"name": value, ...}.')
+        raw = dict(params_spec)
         if name == "conductor" and "metal" in raw:
             metal = raw.pop("metal")
-            if metal not in CONDUCTOR_IOR:
-                raise self._error(f"unknown metal {metal!r}.", f"{where}.params.metal", f"use one of {', '.join(sorted(CONDUCTOR_IOR))}, or give eta and k.")
+            if not isinstance(metal, str) or metal not in CONDUCTOR_IOR:
+                raise self._error(f"unknown metal {_show(metal)}.", f"{where}.params.metal", f"use one of {', '.join(sorted(CONDUCTOR_IOR))}, or give eta and k.")
             raw.setdefault("eta", list(CONDUCTOR_IOR[metal][0]))
             raw.setdefault("k", list(CONDUCTOR_IOR[metal][1]))
         if name in ("conductor", "coating") and "roughness" in raw:
@@ -338,15 +417,87 @@ class MaterialGraph:
             if key not in accepted:
                 shown = sorted(k for k in accepted if not k.startswith("_")) + (["roughness", "metal"] if name == "conductor" else ["roughness"] if name == "coating" else [])
                 raise self._error(f"the {name} lobe has no parameter {key!r}.", f"{where}.params.{key}", f"use {', '.join(shown)}.")
-        params = {key: self._param(value, f"{where}.params.{key.lstrip('_')}", key.lstrip("_")) for key, value in raw.items()}
-        return {"kind": "lobe", "lobe": name, "params": params}
+        fields = {key: f"{where}.params.{key.lstrip('_')}" for key in raw}
+        params = {key: self._param(value, fields[key], key.lstrip("_")) for key, value in raw.items()}
+        return {"kind": "lobe", "where": where, "lobe": name, "params": params, "fields": fields}
 
-    def _texture(self, file: str, srgb: bool) -> torch.Tensor:
+    def _texture(self, file: str, srgb: bool, field: str = "texture") -> torch.Tensor:
         key = (file, srgb)
         if key not in self._textures:
-            path = Path(file) if Path(file).is_absolute() else self.source.parent / file
-            self._textures[key] = load_texture(path, srgb=srgb, dtype=self.dtype, device=self.device)
+            # Only inside the document's folder (unless the CLI's --allow-outside-refs is in force):
+            # a material must not be able to read /etc/passwd into a texture or probe for files.
+            path = resolve_reference(self.source, file, field=field, what="texture image")
+            try:
+                self._textures[key] = load_texture(path, srgb=srgb, dtype=self.dtype, device=self.device)
+            except InputError as exc:
+                raise self._error(f"the texture image {file!r} cannot be used: {exc.problem}", field, exc.fix or "check the file.") from exc
         return self._textures[key]
+
+    def _trial(self) -> None:
+        """Evaluate the compiled material once on a few points; any failure names its node or layer.
+
+        Shapes are only known once values meet (a two-element colour, a per-point node feeding a
+        per-material parameter, a component index past the channels): this turns what would be a
+        torch error in the middle of a bake into a compile-time error that names the field.
+        """
+        kw = {"dtype": self.dtype, "device": self.device}
+        uv = torch.tensor([[0.1, 0.2], [0.7, 0.35], [0.3, 0.8], [0.9, 0.6], [0.45, 0.05]], **kw)
+        normal = torch.nn.functional.normalize(torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.2, 0.0], [0.3, 0.8, 0.5], [-0.5, 0.5, 0.7]], **kw), dim=1)
+        wo = torch.nn.functional.normalize(torch.tensor([[0.0, 0.0, 1.0], [0.6, 0.0, 0.8], [0.0, 0.6, 0.8], [0.5, 0.6, 0.6], [-0.7, 0.1, 0.3]], **kw), dim=1)
+        wi = torch.nn.functional.normalize(torch.tensor([[0.3, 0.1, 0.9], [-0.6, 0.2, 0.7], [0.1, -0.5, 0.8], [0.0, 0.0, 1.0], [0.7, 0.3, 0.2]], **kw), dim=1)
+        u = torch.tensor([[0.1, 0.9], [0.5, 0.5], [0.9, 0.2], [0.3, 0.7], [0.7, 0.05]], **kw)
+        n = uv.shape[0]
+        with torch.no_grad():
+            ctx = _Context(self, uv, normal, torch.cat([uv, torch.zeros_like(uv[:, :1])], dim=1))
+            for name in self._order:
+                node = self._nodes[name]
+                try:
+                    inputs = {key: self._resolve(value, ctx) for key, value in node["inputs"].items()}
+                    out = NODE_OPS[node["op"]].fn(ctx, **inputs)
+                except (InputError, *_EVAL_ERRORS) as exc:
+                    raise self._error(
+                        f"the {node['op']} node cannot be evaluated with these inputs ({_reason(exc)}).",
+                        f"nodes.{name}",
+                        "check that its inputs have matching shapes (numbers, colours of 3, lists of the same length).",
+                    ) from exc
+                ctx.values[name] = out
+
+            def visit(spec: dict[str, Any]) -> None:
+                children = [spec["base"]] if spec["kind"] == "coat" else [spec["a"], spec["b"]] if spec["kind"] == "mix" else []
+                for child in children:
+                    visit(child)  # the deepest failing layer is the one named
+                for key, value in spec["params"].items() if spec["kind"] != "mix" else (("mask", spec["mask"]),):
+                    resolved = self._resolve(value, ctx)
+                    if not isinstance(value, _Param) and (resolved.dim() == 0 or resolved.shape[0] != n):
+                        raise self._error(
+                            f"{value} gives one value for all points (shape {tuple(resolved.shape)}), not one per point.",
+                            spec["fields"][key],
+                            "write the constant here directly, or feed the node from @uv, @position, @normal or a noise/texture.",
+                        )
+                try:
+                    built = self._build(spec, ctx, None)
+                    built.eval(wi, wo)
+                    built.sample(wo, u)
+                    built.pdf(wi, wo)
+                except InputError as exc:
+                    field = spec["fields"].get(exc.field or "", spec["where"]) if spec["kind"] != "lobe" else (
+                        spec["fields"].get(exc.field or "") or spec["fields"].get("_" + (exc.field or "")) or spec["where"]
+                    )
+                    raise self._error(f"the layer cannot be evaluated: {exc.problem}", field, exc.fix or "check the layer's parameters.") from exc
+                except _EVAL_ERRORS as exc:
+                    raise self._error(
+                        f"the layer cannot be evaluated ({_reason(exc)}).",
+                        spec["where"],
+                        "check that its parameters have the right shapes (a number, or a colour of 3 numbers).",
+                    ) from exc
+
+            visit(self._surface)
+            try:
+                self.layer_and_inputs(uv, normal)
+            except (InputError, *_EVAL_ERRORS) as exc:
+                raise self._error(
+                    f"the layer parameters cannot be gathered per point ({_reason(exc)}).", "surface", "check the shapes of the layer parameters."
+                ) from exc
 
     # -- evaluation -----------------------------------------------------------------------------
     def requires_grad_(self, requires_grad: bool = True) -> MaterialGraph:
@@ -421,12 +572,10 @@ class MaterialGraph:
 def load_material_document(path: str | Path) -> dict[str, Any]:
     """Read a material JSON file (errors name the file and the fix)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise InputError("the material file does not exist.", path=path, fix="check the path.")
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"the material is not valid JSON ({exc}).", path=path, fix="correct the JSON syntax.") from exc
+    # Size and nesting limits first: a 100,000-deep document must not reach json's recursion.
+    document = load_json_file(path, what="material", fix="correct the JSON syntax.")
     if not isinstance(document, dict):
         raise InputError("the material must be a JSON object.", path=path, fix='start the file with {"format": "neuralbake.material", ...}.')
     return document

@@ -26,6 +26,11 @@ down by the underside of the coat is lost rather than given another bounce: a cl
 incidence instead of 1, where ``E_avg = 2 int E(mu) mu dmu`` is the coat's hemispherical albedo.
 The base is evaluated at the outside directions (no refraction of the base lobe), as in Standard
 Surface.
+
+Layers nest at most :data:`MAX_LAYER_DEPTH` deep: evaluating a layer recurses once per level, so
+a tree of hundreds of levels would run for minutes and then exhaust Python's stack; :func:`coat`
+and :func:`mix` refuse it when the tree is built (material compilers check it earlier still, with
+the field that nests too deep).
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ __all__ = [
     "ALBEDO_TABLE_ALPHA",
     "ALBEDO_TABLE_COS",
     "ALBEDO_TABLE_IOR",
+    "MAX_LAYER_DEPTH",
     "CoatLayer",
     "Layer",
     "LobeLayer",
@@ -69,6 +75,9 @@ __all__ = [
 ]
 
 Param = torch.Tensor | float
+
+MAX_LAYER_DEPTH = 32
+"""Deepest nesting of layers (a lobe is 1 deep, a coat or mix one more than its deepest part)."""
 
 ALBEDO_TABLE_COS = (0.0, 1.0, 33)
 """Axis of the coat-albedo table in ``sqrt(cos(theta))``: ``(first, last, count)``, uniform (the
@@ -240,6 +249,18 @@ def _mixture_sample(p_b: torch.Tensor, u: torch.Tensor, a: Layer, b: Layer, wo: 
     return torch.where(pick_b[:, None], wi_b, wi_a)
 
 
+def _checked_depth(*parts: Layer) -> int:
+    """Depth of a layer built over ``parts``; refused beyond :data:`MAX_LAYER_DEPTH`."""
+    depth = 1 + max(getattr(part, "layer_depth", 1) for part in parts)
+    if depth > MAX_LAYER_DEPTH:
+        raise InputError(
+            f"layers nest {depth} deep; at most {MAX_LAYER_DEPTH} are evaluated.",
+            field="layers",
+            fix=f"flatten the layer tree (at most {MAX_LAYER_DEPTH} nested coat/mix layers).",
+        )
+    return depth
+
+
 def _sample_direction(bsdf: Layer, wo: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     # Composite layers can skip their own mixture pdf here: the caller computes the whole
     # tree's pdf once at the end.
@@ -278,9 +299,12 @@ class CoatLayer:
     absorption: Param = 0.0
     thickness: Param = 0.0
     _coat_params: dict = field(init=False, repr=False)
+    layer_depth: int = field(init=False, repr=False)
+    """Levels of layers in this tree (see :data:`MAX_LAYER_DEPTH`)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_coat_params", {"alpha_x": self.alpha_x, "alpha_y": self.alpha_y, "ior": self.ior})
+        object.__setattr__(self, "layer_depth", _checked_depth(self.base))
 
     def _albedo(self, cos: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         ax = as_scalar("alpha_x", self.alpha_x, like)
@@ -343,6 +367,11 @@ class MixLayer:
     a: Layer
     b: Layer
     mask: Param
+    layer_depth: int = field(init=False, repr=False)
+    """Levels of layers in this tree (see :data:`MAX_LAYER_DEPTH`)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layer_depth", _checked_depth(self.a, self.b))
 
     def _mask(self, like: torch.Tensor) -> torch.Tensor:
         return as_scalar("mask", self.mask, like)

@@ -64,6 +64,10 @@ colour), cut-outs (``opacity`` / ``geometry_opacity`` < 1), a tinted dielectric 
 refused input that is connected to a node graph is refused too (its value is unknown until
 evaluation). Inputs that only matter for refused features (``transmission_color``,
 ``thin_film_IOR``, ...) are not read and not in :attr:`CompiledMaterial.parameters`.
+
+Also refused, because the document is untrusted input: a chain of connections longer than
+:data:`MAX_NODE_DEPTH` (compiling and evaluating recurse along it), non-finite constants, and
+image files outside the document's folder (see :func:`~neuralbake.material.mtlx_nodes.load_image_node`).
 """
 
 from __future__ import annotations
@@ -102,7 +106,12 @@ from neuralbake.material.mtlx_nodes import CHANNELS, SUPPORTED_NODES, Geometry, 
 from neuralbake.material.sheen import sheen_eval, sheen_pdf
 from neuralbake.material.texture import srgb_to_linear
 
-__all__ = ["CompiledMaterial", "SheenLayer", "artistic_ior", "compile_materialx", "roughness_anisotropy", "sheen_albedo"]
+__all__ = ["MAX_NODE_DEPTH", "CompiledMaterial", "SheenLayer", "artistic_ior", "compile_materialx", "roughness_anisotropy", "sheen_albedo"]
+
+MAX_NODE_DEPTH = 128
+"""Longest chain of connections from a shader input back to a constant (nodes, graph outputs,
+interface inputs). Compiling and evaluating recurse once per link; real graphs are a few dozen
+deep, and a chain of a thousand exhausts Python's stack."""
 
 _Source = Callable[["_Frame"], Any]
 _GEOMETRY = {"UV0": "uv", "Pobject": "position", "Pworld": "position", "Nobject": "normal", "Nworld": "normal"}
@@ -526,7 +535,15 @@ class _Program:
             return lambda frame: value
         if key not in self.parameters:
             values = (value,) if isinstance(value, (int, float)) else tuple(value)
-            self.parameters[key] = torch.tensor(values, dtype=self.dtype, device=self.device)
+            try:
+                tensor = torch.tensor(values, dtype=self.dtype, device=self.device)
+            except (TypeError, ValueError, OverflowError, RuntimeError) as error:
+                raise self.fail(key, f"the value {values!r:.80} is not a list of numbers ({error}).", f"write a {type_name} value.") from error
+            if tensor.numel() not in (1, CHANNELS[type_name]):
+                raise self.fail(key, f"a {type_name} needs {CHANNELS[type_name]} components, got {tensor.numel()}.", f"write a {type_name} value.")
+            if not torch.isfinite(tensor).all():
+                raise self.fail(key, f"the value {values!r:.80} is not finite (NaN or infinity).", "write finite numbers.")
+            self.parameters[key] = tensor
         if colorspace not in (None, "", "lin_rec709", "srgb_texture") and type_name.startswith("color"):
             raise self.fail(key, f"the colour space '{colorspace}' is not supported.", "state colours in lin_rec709 or srgb_texture.")
         decode = colorspace == "srgb_texture" and type_name.startswith("color")
@@ -545,7 +562,13 @@ class _Program:
         attribute = _GEOMETRY[prop]
         return lambda frame: getattr(frame.geometry, attribute)
 
-    def connection(self, where: str, connection: MaterialXConnection, graph: MaterialXNodeGraph | None) -> _Source:
+    def connection(self, where: str, connection: MaterialXConnection, graph: MaterialXNodeGraph | None, depth: int = 0) -> _Source:
+        if depth > MAX_NODE_DEPTH:
+            raise self.fail(
+                where,
+                f"the chain of connections feeding this input is more than {MAX_NODE_DEPTH} links long.",
+                f"shorten the graph (at most {MAX_NODE_DEPTH} nodes in a row), or bake part of it into a texture.",
+            )
         if connection.nodegraph is not None:
             target = next((g for g in self.document.node_graphs if g.name == connection.nodegraph), None)
             if target is None:
@@ -554,13 +577,13 @@ class _Program:
             name = connection.output or (target.outputs[0].name if len(target.outputs) == 1 else None)
             if name not in outputs or outputs[name].connection is None:
                 raise self.fail(where, f"the node graph '{target.name}' has no connected output '{name}'.", "name one of its outputs.")
-            return self.connection(f"{target.path}/{name}", outputs[name].connection, target)
+            return self.connection(f"{target.path}/{name}", outputs[name].connection, target, depth + 1)
         if connection.interfacename is not None:
             port = next((p for p in graph.inputs if p.name == connection.interfacename), None) if graph else None
             if port is None:
                 raise self.fail(where, f"the interface input '{connection.interfacename}' does not exist.", "declare it on the node graph.")
             if port.connection is not None:
-                return self.connection(f"{graph.path}/{port.name}", port.connection, None)
+                return self.connection(f"{graph.path}/{port.name}", port.connection, None, depth + 1)
             return self.constant(f"{graph.name}/{port.name}", port.type, port.value, port.colorspace)
         if connection.output is not None:
             raise self.fail(where, "connections to named outputs of multi-output nodes are not supported.", "connect a single-output node.")
@@ -568,10 +591,10 @@ class _Program:
         node = next((n for n in scope if n.name == connection.nodename), None)
         if node is None:
             raise self.fail(where, f"the node '{connection.nodename}' does not exist here.", "connect a node of the same scope.")
-        self.add_node(node, graph)
+        self.add_node(node, graph, depth + 1)
         return lambda frame: frame.node(node.path)
 
-    def add_node(self, node: MaterialXNode, graph: MaterialXNodeGraph | None) -> None:
+    def add_node(self, node: MaterialXNode, graph: MaterialXNodeGraph | None, depth: int = 0) -> None:
         if node.path in self.nodes:
             return
         types = {p.name: p for p in node.nodedef_inputs} | {p.name: p for p in node.inputs}
@@ -583,7 +606,7 @@ class _Program:
             if node.category in ("image", "tiledimage") and name == "file":
                 sources[name] = self.texture(node, port, graph)
             elif isinstance(value, MaterialXConnection):
-                sources[name] = self.connection(where, value, graph)
+                sources[name] = self.connection(where, value, graph, depth)
             elif isinstance(value, DefaultGeomProp):
                 sources[name] = self.geometric(where, value.name)
             elif value is None:

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from neuralbake.errors import InputError
 from neuralbake.io.materialx import MaterialXNode
+from neuralbake.io.refs import resolve_reference
 from neuralbake.material.noise import hash_uniform, perlin_noise, worley_noise
 from neuralbake.material.texture import load_texture, sample_texture
 
@@ -269,29 +269,35 @@ def load_image_node(
 ) -> torch.Tensor:
     """Read the texture of an ``image`` / ``tiledimage`` node as ``[H, W, C]`` linear values.
 
-    ``file`` is resolved against the document's folder when relative. ``colorspace``:
+    ``file`` is resolved against the document's folder and must stay inside it (see
+    :func:`neuralbake.io.refs.resolve_reference`; ``--allow-outside-refs`` lifts that). ``colorspace``:
     ``srgb_texture`` is decoded, ``lin_rec709`` / none / ``raw`` are read as stored; others raise.
     """
+    field = f"{node.path}/file"
     if not file:
-        raise InputError("the image node names no file.", path=document, field=f"{node.path}/file", fix="set its 'file' input.")
-    path = Path(file)
-    if not path.is_absolute():
-        path = Path(document).parent / path
+        raise InputError("the image node names no file.", path=document, field=field, fix="set its 'file' input.")
+    # Confinement before any look at the file: not even whether an outside path exists is told.
+    path = resolve_reference(document, file, field=field, what="texture image")
     if not path.is_file():
         raise InputError(
-            f"the image node '{node.path}' reads '{file}', which does not exist ({path}).",
+            f"the image node '{node.path}' reads '{file}', which does not exist.",
             path=document,
-            field=f"{node.path}/file",
+            field=field,
             fix="put the texture beside the document or correct the file name.",
         )
     if colorspace not in (None, "", "lin_rec709", "raw", "srgb_texture"):
         raise InputError(
             f"the texture colour space '{colorspace}' is not supported.",
             path=document,
-            field=f"{node.path}/file",
+            field=field,
             fix="use srgb_texture or lin_rec709 (or convert the image).",
         )
-    return load_texture(path, srgb=colorspace == "srgb_texture", dtype=dtype, device=device)
+    try:
+        return load_texture(path, srgb=colorspace == "srgb_texture", dtype=dtype, device=device)
+    except InputError as error:
+        raise InputError(
+            f"the texture '{file}' cannot be used: {error.problem}", path=document, field=field, fix=error.fix or "check the image."
+        ) from error
 
 
 def _lookup(node, texture: torch.Tensor, uv: torch.Tensor, umode: str, vmode: str, default: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,7 @@ import torch
 
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.images import load_image
+from neuralbake.io.limits import MAX_IMAGE_PIXELS
 from neuralbake.material.frame import normalize
 
 __all__ = [
@@ -108,16 +109,25 @@ def sample_texture(texture: torch.Tensor, uv: torch.Tensor, *, wrap: str = "repe
 
 
 def load_texture(
-    path: str | Path, *, srgb: bool = True, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+    path: str | Path,
+    *,
+    srgb: bool = True,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+    max_pixels: int = MAX_IMAGE_PIXELS,
 ) -> torch.Tensor:
     """Read an image file as a texture ``[H, W, C]`` (see :func:`neuralbake.io.images.load_image`).
 
     ``srgb=True`` decodes the colour channels with :func:`srgb_to_linear` (use it for base
     colours); alpha (the last channel of a 2- or 4-channel image) is always linear. Pass
-    ``srgb=False`` for data textures: normal, height, roughness and mask maps. A missing or
-    unreadable file raises the loader's :class:`~neuralbake.errors.InputError`.
+    ``srgb=False`` for data textures: normal, height, roughness and mask maps. A missing,
+    unreadable or damaged file, or one over ``max_pixels`` (checked before decoding), raises the
+    loader's :class:`~neuralbake.errors.InputError`.
+
+    ``path`` is opened as given: callers that take it from a document resolve it first with
+    :func:`neuralbake.io.refs.resolve_reference` (the material compilers do).
     """
-    array, info = load_image(path)
+    array, info = load_image(path, max_pixels=max_pixels)
     texture = torch.from_numpy(array).to(dtype=dtype, device=device)
     if srgb:
         colour = info.channels - 1 if info.channels in (2, 4) else info.channels
