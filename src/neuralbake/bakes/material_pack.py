@@ -19,13 +19,13 @@ export checks).
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any
 
 from neuralbake.bakes.neural_material import NeuralMaterialConfig, bake_neural_material
-from neuralbake.errors import ConfigError, InputError
+from neuralbake.errors import ConfigError, InputError, NeuralbakeError
 from neuralbake.io.files import atomic_write_json, prepare_output_dir
+from neuralbake.io.limits import load_json_file
 
 __all__ = ["pack_materials"]
 
@@ -35,11 +35,18 @@ def _is_bundle(path: Path) -> bool:
 
 
 def _bundle_name(path: Path) -> str:
-    """The baked material's file name (as the shader export names it), else the folder's name."""
+    """The baked material's file name (as the shader export names it), else the folder's name.
+
+    Only a name for messages and ids: the bundle itself is read and checked by the shader export
+    (``read_bundle`` and ``read_neural_material_manifest``), which refuses a damaged manifest.
+    """
     try:
-        return Path(json.loads((path / "network.json").read_text())["material"]["source"]).stem
-    except (OSError, ValueError, KeyError, TypeError):
+        manifest = load_json_file(path / "network.json", what="bundle manifest")
+    except NeuralbakeError:
         return path.name
+    material = manifest.get("material") if isinstance(manifest, dict) else None
+    source = material.get("source") if isinstance(material, dict) else None
+    return Path(source).stem or path.name if isinstance(source, str) and "\x00" not in source else path.name
 
 
 def pack_materials(

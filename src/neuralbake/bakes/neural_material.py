@@ -33,14 +33,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from rich.console import Console
-from safetensors.torch import load_file, save
+from safetensors.torch import save
 
 from neuralbake.core.config import save_config
 from neuralbake.core.device import resolve_device, seed_everything
 from neuralbake.core.events import EventSink, EventWriter, JsonlSink, ProgressSink
 from neuralbake.core.metrics import psnr
 from neuralbake.core.report import plot_loss_curve, write_report
-from neuralbake.errors import ConfigError, InputError, TrainingError
+from neuralbake.errors import BundleError, ConfigError, InputError, TrainingError
 from neuralbake.io.bundle import LayerTensors, read_bundle, sha256_file, write_bundle
 from neuralbake.io.files import atomic_write_bytes, prepare_output_dir
 from neuralbake.io.images import save_png
@@ -65,6 +65,8 @@ __all__ = [
 ]
 
 BUNDLE_KIND = "neural_material"
+LATENT_CHANNELS = (4, 8, 16)
+"""Latent channels per texel a bake accepts (``NeuralMaterialConfig.latent``)."""
 
 DIRECTION_FEATURES = {
     "wi": lambda wi, wo: wi,
@@ -130,8 +132,10 @@ class NeuralMaterialConfig:
     def validate(self) -> None:
         if not self.material:
             raise ConfigError("no material given.", field="material", fix="pass a .json or .mtlx material.")
-        if self.latent < 1:
-            raise ConfigError(f"latent size must be at least 1, got {self.latent}.", field="latent", fix="use 4, 8 or 16.")
+        if isinstance(self.latent, bool) or self.latent not in LATENT_CHANNELS:
+            raise ConfigError(
+                f"latent channels must be one of {', '.join(map(str, LATENT_CHANNELS))}, got {self.latent!r}.", field="latent", fix="use 4, 8 or 16."
+            )
         if not 1 <= self.resolution <= 8192:
             raise ConfigError(f"resolution {self.resolution} is out of range.", field="resolution", fix="use 1 to 8192 texels.")
         for name in ("decoder_hidden", "encoder_hidden", "batch_size", "compare_size", "compare_spp"):
@@ -489,9 +493,11 @@ def _write_bundle(out: Path, neural: NeuralMaterial, config: NeuralMaterialConfi
                        "u8_decode": "latent = codes * scale + offset (per channel)"},
             "precision": {"training": "fp32", "inference": "fp16 or fp32"},
             "shared_decoder": shared,
-            "material": {"source": str(Path(config.material).resolve()), "texel_inputs": features, "baked_normal": list(config.normal)},
+            "material": {"source": str(Path(config.material).resolve()), "sha256": sha256_file(config.material), "texel_inputs": features,
+                         "baked_normal": list(config.normal)},
         },
         layers=layers,
+        extra_files={"latents_fp16": "latents.fp16.safetensors", "latents_u8": "latents.u8.safetensors"},
     )
     files = ["network.json", "network.safetensors", "network.fp16.bin", "network.fp32.bin", "latents.fp16.safetensors", "latents.u8.safetensors"]
     return {"files": files, "bytes": {name: (out / name).stat().st_size for name in files}}
@@ -587,22 +593,83 @@ def _as_baked(reference: Any, normal: torch.Tensor) -> Any:
 
 
 def load_neural_material(bundle_dir: str | Path, *, device: torch.device | str = "cpu", quantized: bool = False) -> NeuralMaterial:
-    """Read a baked neural material (decoder bundle + fp16 or 8-bit latents)."""
+    """Read a baked neural material (decoder bundle + fp16 or 8-bit latents).
+
+    The manifest, the weights and the latent file are checked before use
+    (:func:`neuralbake.export.neural_material.read_neural_material_manifest` and
+    ``read_latent_levels``): anything missing, mistyped, truncated or inconsistent is a
+    BundleError naming the file and the field.
+    """
+    from neuralbake.export.neural_material import read_latent_levels, read_neural_material_manifest
+
     bundle = read_bundle(bundle_dir, kind=BUNDLE_KIND)
-    arch = bundle.manifest["architecture"]
-    decoder = MLP(MLPConfig(**{k: arch[k] for k in ("inputs", "hidden", "layers", "outputs", "hidden_activation", "output_activation", "leak")}))
-    decoder.load_state_dict({k.removeprefix("decoder."): v for k, v in bundle.tensors.items()})
-    info = bundle.manifest["latent"]
-    path = Path(bundle_dir) / (info["u8"] if quantized else info["fp16"])
-    if not path.is_file():
-        raise InputError("the latent texture file is missing.", path=path, fix="copy the whole bake folder.")
-    tensors = load_file(str(path))
+    info = read_neural_material_manifest(bundle)
+    arch = {key: info.fields[f"architecture.{key}"] for key in ("inputs", "hidden", "layers", "outputs", "hidden_activation", "output_activation", "leak")}
+    try:
+        decoder = MLP(MLPConfig(**arch))
+        decoder.load_state_dict({k.removeprefix("decoder."): v for k, v in bundle.tensors.items()})
+    except (ValueError, TypeError, RuntimeError) as exc:
+        raise BundleError(
+            f"the weights do not fit the decoder the manifest describes ({exc}).",
+            path=bundle.manifest_path,
+            field="architecture",
+            fix="the weights and manifest come from different bakes; copy a matching pair.",
+        ) from exc
     levels = []
-    for k in range(info["mip_levels"]):
-        key = f"latent.mip{k}"
-        levels.append(dequantize_latents(tensors[f"{key}.codes"], tensors[f"{key}.scale"], tensors[f"{key}.offset"]) if quantized else tensors[key].float())
+    for data, scale, offset in read_latent_levels(bundle, info, "u8" if quantized else "fp16"):
+        tensor = torch.from_numpy(data.copy())
+        if quantized:
+            levels.append(dequantize_latents(tensor, torch.from_numpy(scale), torch.from_numpy(offset)))
+        else:
+            levels.append(tensor.float())
     device = torch.device(device)
-    return NeuralMaterial([level.to(device) for level in levels], decoder.to(device), arch.get("direction_inputs", ["wi", "wo"]))
+    return NeuralMaterial([level.to(device) for level in levels], decoder.to(device), info.fields["architecture.direction_inputs"])
+
+
+def _reference_material(manifest_path: Path, info: Any, material: str | Path | None, allow_other: bool) -> Path:
+    """The reference material to compare against, after checking it is the one the bundle was baked from."""
+    recorded = Path(info.source) if info.source else None
+    if material is None and recorded is None:
+        raise InputError(
+            "the bundle does not record the material it was baked from.",
+            path=manifest_path,
+            field="material.source",
+            fix="pass --material with the .json or .mtlx file it was baked from.",
+        )
+    source = Path(material) if material is not None else recorded
+    assert source is not None
+    if not source.is_file() or source.suffix.lower() not in (".json", ".mtlx"):
+        problem = "is not a .json or .mtlx file" if source.is_file() else "is not there"
+        raise InputError(
+            f"the reference material {'the bundle was baked from ' if material is None else ''}{problem}.",
+            path=source,
+            field="material.source" if material is None else "material",
+            fix="pass --material with the .json or .mtlx file it was baked from.",
+        )
+    if allow_other:
+        return source
+    if info.source_sha256 is not None:
+        expected, how = info.source_sha256, "its sha256 differs from the one recorded at bake time (material.sha256)"
+    elif recorded is not None and recorded.is_file() and source.resolve() != recorded.resolve():
+        expected, how = sha256_file(recorded), f"its content differs from {recorded}, which the bundle was baked from"
+    else:
+        expected, how = None, ""
+    if expected is not None:
+        mismatch = sha256_file(source) != expected
+    else:  # an older bundle whose material is gone: the file name is all there is to compare
+        mismatch = recorded is not None and source.name != recorded.name
+        how = f"the bundle was baked from {recorded.name if recorded else '?'}"
+    if mismatch:
+        changed = material is None or (recorded is not None and source.resolve() == recorded.resolve())
+        raise InputError(
+            ("the material was changed since the bake" if changed else "this is not the material the bundle was baked from")
+            + f": {how}. Comparing against it would score the bake against the wrong reference.",
+            path=source,
+            field="material.sha256" if info.source_sha256 is not None else "material.source",
+            fix="pass the material the bundle was baked from (--material), or re-run the bake; to compare against another material "
+            "on purpose, use allow_other_material=True (CLI: --allow-other-material).",
+        )
+    return source
 
 
 def render_neural_material(
@@ -616,6 +683,7 @@ def render_neural_material(
     quantized: bool = False,
     device: str = "auto",
     seed: int = 7,
+    allow_other_material: bool = False,
 ) -> dict[str, Any]:
     """Render a baked neural material and its reference on the preview scenes, side by side.
 
@@ -625,23 +693,27 @@ def render_neural_material(
     it is evaluated for the baked normal, as the neural material was. ``precision`` and
     ``quantized`` choose what the shipped shader would run: fp16 decoder and latents by default,
     8-bit latents with ``quantized``.
+
+    The reference must be the material the bundle was baked from: where the manifest records
+    its sha256 (``material.sha256``) the file's must match; for older bundles, the recorded file
+    if it is still there, else its file name. A different material (or one edited since the
+    bake) is refused with an InputError unless ``allow_other_material``, since the comparison
+    would silently score the bake against the wrong reference.
     """
+    from neuralbake.export.neural_material import read_neural_material_manifest
+
     torch_device = resolve_device(device)
     bundle = read_bundle(bundle_dir, kind=BUNDLE_KIND)
-    info = bundle.manifest["material"]
-    source = Path(material) if material is not None else Path(info["source"])
-    if not source.is_file():
-        raise InputError(
-            "the reference material the bundle was baked from is not there.",
-            path=source,
-            field="material.source",
-            fix="pass --material with the .json or .mtlx file it was baked from.",
-        )
-    reference = load_material(source, device=torch_device)
+    info = read_neural_material_manifest(bundle)
+    if info.baked_normal is None:
+        raise BundleError("the manifest does not record the normal the material was baked for.", path=bundle.manifest_path,
+                          field="material.baked_normal", fix="re-run `neuralbake material bake`.")
     neural = load_neural_material(bundle_dir, device=torch_device, quantized=quantized)
+    source = _reference_material(bundle.manifest_path, info, material, allow_other_material)
+    reference = load_material(source, device=torch_device)
     if precision == "fp16":
         neural = neural.to(torch.float16)
-    normal = F.normalize(torch.tensor(info["baked_normal"], dtype=torch.float32, device=torch_device), dim=0)[None]
+    normal = F.normalize(torch.tensor(info.baked_normal, dtype=torch.float32, device=torch_device), dim=0)[None]
     out = prepare_output_dir(out_dir)
     result = compare_materials(
         _as_baked(reference, normal), neural, out, size=size, spp=spp, device=torch_device, seed=seed, labels=("reference", "neural")

@@ -71,7 +71,9 @@ from neuralbake.core.report import plot_loss_curve, write_report
 from neuralbake.errors import BundleError, ConfigError, InputError
 from neuralbake.io.files import atomic_path, atomic_write_bytes, atomic_write_json, prepare_output_dir
 from neuralbake.io.images import load_image, resize_image, save_png
-from neuralbake.nn.activations import DEFAULT_LEAK, activation_fn
+from neuralbake.io.limits import MAX_IMAGE_PIXELS, load_json_file, parse_json_text
+from neuralbake.io.refs import resolve_reference
+from neuralbake.nn.activations import ACTIVATIONS, DEFAULT_LEAK, activation_fn
 from neuralbake.nn.encoding import frequency_encode
 from neuralbake.nn.trainer import Batch, Trainer, TrainerConfig, TrainResult
 
@@ -258,40 +260,22 @@ def load_gltf_material(path: str | Path, *, material: str = "0") -> TextureSet:
     metallic-roughness texture's G and B (glTF 2.0 section 3.9); they form the ``orm`` group. A
     missing texture leaves its channels out (a missing occlusion or metal-rough texture drops the
     whole ``orm`` group). Factors (``baseColorFactor`` ...) are not applied: the textures are
-    compressed as stored. Images must be external files (URIs); embedded images are refused.
+    compressed as stored. The file is read by :func:`neuralbake.io.gltf.load_gltf_materials`
+    (validation, confinement of image URIs, embedded images too).
     """
-    import pygltflib
+    from neuralbake.io.gltf import load_gltf_materials
 
     path = Path(path)
-    if not path.is_file():
-        raise InputError("the glTF file does not exist.", path=path, fix="check the path.")
-    try:
-        gltf = pygltflib.GLTF2().load(str(path))
-    except Exception as exc:  # pygltflib raises JSON, struct and dataclass errors alike
-        raise InputError(f"this is not a readable glTF file ({exc}).", path=path, fix="export it again as glTF 2.0.") from exc
-    if gltf is None or not gltf.materials:
+    materials = load_gltf_materials(path)
+    if not materials:
         raise InputError("the glTF file has no materials.", path=path, field="materials", fix="pass a glTF file with a material.")
-    index = _material_index(gltf, material, path)
-    mat = gltf.materials[index]
-    pbr = mat.pbrMetallicRoughness
+    index = _material_index(materials, material, path)
+    mat = materials[index]
 
-    def image_of(info: Any, role: str) -> np.ndarray | None:
-        if info is None or info.index is None:
+    def image_of(ref: Any, role: str) -> np.ndarray | None:
+        if ref is None:
             return None
-        if not 0 <= info.index < len(gltf.textures or []):
-            raise InputError(f"texture index {info.index} does not exist.", path=path, field=f"materials[{index}].{role}", fix="repair the file.")
-        source = gltf.textures[info.index].source
-        image_def = gltf.images[source]
-        if not image_def.uri or image_def.uri.startswith("data:"):
-            raise InputError(
-                "embedded images are not supported.",
-                path=path,
-                field=f"images[{source}]",
-                fix="save the glTF with external texture files (e.g. gltf-transform copy --format gltf).",
-            )
-        from urllib.parse import unquote
-
-        image, _ = load_image(path.parent / unquote(image_def.uri))
+        image = ref.image
         if image.shape[2] < 3 and role != "occlusionTexture":
             image = np.repeat(image[..., :1], 3, axis=2)
         return image
@@ -305,14 +289,14 @@ def load_gltf_material(path: str | Path, *, material: str = "0") -> TextureSet:
         images.append(np.ascontiguousarray(image, dtype=np.float32))
         sources.append(f"{path}#{role}")
 
-    base = image_of(pbr.baseColorTexture if pbr else None, "baseColorTexture")
+    base = image_of(mat.base_color_texture, "baseColorTexture")
     if base is not None:
         add(ChannelGroup("base_color", ("R", "G", "B"), "color"), base[..., :3], "baseColorTexture")
-    normal = image_of(mat.normalTexture, "normalTexture")
+    normal = image_of(mat.normal_texture, "normalTexture")
     if normal is not None:
         add(ChannelGroup("normal", ("X", "Y"), "normal_xy"), normal[..., :2], "normalTexture")
-    occlusion = image_of(mat.occlusionTexture, "occlusionTexture")
-    metal_rough = image_of(pbr.metallicRoughnessTexture if pbr else None, "metallicRoughnessTexture")
+    occlusion = image_of(mat.occlusion_texture, "occlusionTexture")
+    metal_rough = image_of(mat.metallic_roughness_texture, "metallicRoughnessTexture")
     if occlusion is not None and metal_rough is not None:
         if occlusion.shape[:2] != metal_rough.shape[:2]:
             raise InputError(
@@ -324,7 +308,7 @@ def load_gltf_material(path: str | Path, *, material: str = "0") -> TextureSet:
             )
         orm = np.stack([occlusion[..., 0], metal_rough[..., 1], metal_rough[..., 2]], axis=-1)
         add(ChannelGroup("orm", ("occlusion", "roughness", "metallic"), "data"), orm, "occlusion+metallicRoughness")
-    emissive = image_of(mat.emissiveTexture, "emissiveTexture")
+    emissive = image_of(mat.emissive_texture, "emissiveTexture")
     if emissive is not None:
         add(ChannelGroup("emissive", ("R", "G", "B"), "color"), emissive[..., :3], "emissiveTexture")
     if not groups:
@@ -334,8 +318,8 @@ def load_gltf_material(path: str | Path, *, material: str = "0") -> TextureSet:
     return texture_set
 
 
-def _material_index(gltf: Any, material: str, path: Path) -> int:
-    names = [m.name for m in gltf.materials]
+def _material_index(materials: Sequence[Any], material: str, path: Path) -> int:
+    names = [m.name for m in materials]
     if str(material).isdigit():
         index = int(material)
         if index < len(names):
@@ -846,6 +830,89 @@ def pack_container(model: NTCModel) -> bytes:
     return data
 
 
+_MAX_HEADER_BYTES = 1 << 20
+"""Largest container header read (a real one is well under 1 KiB)."""
+_GROUP_KINDS = ("color", "normal_xy", "data")
+
+
+def _check_header(header: Any, path: Path | None) -> None:
+    """Check the container header's structure, types and ranges before :meth:`NTCLayout.from_header` uses it.
+
+    Sizes within the decode limit, group names usable as file names (decompress writes
+    ``<group>_mip<k>.png``), channel counts, latent shape and decoder widths in range.
+    """
+
+    def fail(problem: str, field: str) -> BundleError:
+        return BundleError(problem, path=path, field=f"header.{field}", fix="compress the textures again.")
+
+    def obj(value: Any, field: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise fail(f"must be an object, not {type(value).__name__}.", field)
+        return value
+
+    def get(mapping: dict[str, Any], key: str, field: str) -> Any:
+        if key not in mapping:
+            raise fail(f"the header has no {key!r}.", f"{field}.{key}" if field else key)
+        return mapping[key]
+
+    def integer(value: Any, field: str, low: int, high: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise fail(f"must be an integer from {low} to {high}, not {str(value)[:40]!r}.", field)
+        return value
+
+    def text(value: Any, field: str) -> str:
+        if not isinstance(value, str) or not value or len(value) > 64 or any(char in value for char in '/\\:\x00') or value in (".", ".."):
+            raise fail(f"must be a short name without path separators, not {str(value)[:40]!r}.", field)
+        return value
+
+    header = obj(header, "")
+    side = 1 << 16
+    width, height = integer(get(header, "width", ""), "width", 1, side), integer(get(header, "height", ""), "height", 1, side)
+    if width * height > MAX_IMAGE_PIXELS:
+        raise fail(f"{width}x{height} is more than the {MAX_IMAGE_PIXELS:,} texels decoded.", "width")
+    groups = get(header, "groups", "")
+    if not isinstance(groups, list) or not groups:
+        raise fail("must be a non-empty list.", "groups")
+    channels, names = 0, set()
+    for index, group in enumerate(groups):
+        where = f"groups[{index}]"
+        group = obj(group, where)
+        name = text(get(group, "name", where), f"{where}.name")
+        if name in names:
+            raise fail(f"group name {name!r} appears twice.", f"{where}.name")
+        names.add(name)
+        kind = get(group, "kind", where)
+        if kind not in _GROUP_KINDS:
+            raise fail(f"kind must be one of {list(_GROUP_KINDS)}, not {str(kind)[:40]!r}.", f"{where}.kind")
+        group_channels = get(group, "channels", where)
+        if not isinstance(group_channels, list) or not 1 <= len(group_channels) <= (2 if kind == "normal_xy" else 4):
+            raise fail("must list 1 to 4 channel names (normal_xy: 2).", f"{where}.channels")
+        if kind == "normal_xy" and len(group_channels) != 2:
+            raise fail("a normal_xy group has exactly 2 channels (X, Y).", f"{where}.channels")
+        for k, channel in enumerate(group_channels):
+            text(channel, f"{where}.channels[{k}]")
+        channels += len(group_channels)
+    if channels > MAX_CHANNELS:
+        raise fail(f"{channels} channels; at most {MAX_CHANNELS} fit one set.", "groups")
+    latents = obj(get(header, "latents", ""), "latents")
+    integer(get(latents, "high_div", "latents"), "latents.high_div", 1, 64)
+    integer(get(latents, "features", "latents"), "latents.features", 1, 64)
+    integer(get(latents, "bits", "latents"), "latents.bits", 1, 8)
+    decoder = obj(get(header, "decoder", ""), "decoder")
+    hidden = get(decoder, "hidden", "decoder")
+    if not isinstance(hidden, list) or len(hidden) > 16:
+        raise fail("must be a list of at most 16 layer widths.", "decoder.hidden")
+    for k, value in enumerate(hidden):
+        integer(value, f"decoder.hidden[{k}]", 1, 1024)
+    integer(get(decoder, "pe_frequencies", "decoder"), "decoder.pe_frequencies", 0, 16)
+    activation = get(decoder, "activation", "decoder")
+    if activation not in ACTIVATIONS:
+        raise fail(f"unknown activation {str(activation)[:40]!r}.", "decoder.activation")
+    leak = get(decoder, "leak", "decoder")
+    if isinstance(leak, bool) or not isinstance(leak, (int, float)) or not math.isfinite(leak):
+        raise fail("must be a finite number.", "decoder.leak")
+
+
 def read_container(source: str | Path | bytes) -> NTCContainer:
     """Parse a ``texture.ntc`` file (or its bytes); raises BundleError on anything malformed."""
     path = None if isinstance(source, bytes) else Path(source)
@@ -855,6 +922,11 @@ def read_container(source: str | Path | bytes) -> NTCContainer:
         data = path.read_bytes()
     else:
         data = source  # type: ignore[assignment]
+    return _parse_container(data, path)
+
+
+def _parse_container(data: bytes, path: Path | None) -> NTCContainer:
+    """The container in ``data``; ``path`` (the file it came from, if any) is what errors name."""
     if len(data) < _PREFIX.size:
         raise BundleError("the file is too short to be an NTC container.", path=path, fix="compress the textures again.")
     magic, version, header_len = _PREFIX.unpack_from(data)
@@ -862,11 +934,32 @@ def read_container(source: str | Path | bytes) -> NTCContainer:
         raise BundleError("this is not a neuralbake NTC container (wrong magic bytes).", path=path, fix="pass a texture.ntc file.")
     if version != CONTAINER_VERSION:
         raise BundleError(f"container version {version} is not supported (this neuralbake reads {CONTAINER_VERSION}).", path=path, fix="compress again with this version.")
+    if header_len > len(data) - _PREFIX.size or header_len > _MAX_HEADER_BYTES:
+        raise BundleError(
+            f"the header claims {header_len} bytes but the file has {len(data) - _PREFIX.size} after the prefix (truncated or damaged).",
+            path=path,
+            field="header",
+            fix="copy the file again or compress the textures again.",
+        )
     try:
-        header = json.loads(data[_PREFIX.size : _PREFIX.size + header_len])
+        text = data[_PREFIX.size : _PREFIX.size + header_len].decode("utf-8")
+        header = parse_json_text(text, source=path or CONTAINER_NAME, what="container header", fix="compress the textures again.")
+    except UnicodeDecodeError as exc:
+        raise BundleError(f"the container header is not UTF-8 ({exc.reason}).", path=path, field="header", fix="compress the textures again.") from exc
+    except InputError as exc:
+        raise BundleError(exc.problem, path=path, field="header", fix=exc.fix) from exc
+    _check_header(header, path)
+    try:
         layout = NTCLayout.from_header(header)
     except (ValueError, KeyError, TypeError) as exc:
         raise BundleError(f"the container header is damaged ({exc}).", path=path, field="header", fix="compress the textures again.") from exc
+    if len(layout.header_bytes()) != header_len:
+        raise BundleError(
+            f"the header is {header_len} bytes, but the layout it describes writes {len(layout.header_bytes())} (edited or damaged).",
+            path=path,
+            field="header",
+            fix="compress the textures again.",
+        )
     sections = layout.section_bytes()
     if len(data) != layout.file_bytes():
         raise BundleError(
@@ -1383,18 +1476,40 @@ def open_container(folder: str | Path) -> NTCContainer:
     folder = Path(folder)
     if not folder.is_dir():
         raise BundleError("the folder does not exist.", path=folder, fix="pass a folder written by `neuralbake ntc compress`.")
-    manifest_path, file_path = folder / MANIFEST_NAME, folder / CONTAINER_NAME
-    if not manifest_path.is_file() or not file_path.is_file():
+    manifest_path = folder / MANIFEST_NAME
+    if not manifest_path.is_file():
         raise BundleError(f"{MANIFEST_NAME} or {CONTAINER_NAME} is missing.", path=folder, fix="pass a folder written by `neuralbake ntc compress`.")
+    fix = "compress the textures again."
     try:
-        manifest = json.loads(manifest_path.read_text())
-        expected = manifest["sha256"]
-    except (ValueError, KeyError) as exc:
-        raise BundleError(f"the manifest is damaged ({exc}).", path=manifest_path, field="sha256", fix="compress the textures again.") from exc
+        manifest = load_json_file(manifest_path, what="NTC manifest", fix=fix)
+    except InputError as exc:
+        raise BundleError(exc.problem, path=manifest_path, fix=exc.fix) from exc
+    if not isinstance(manifest, dict):
+        raise BundleError("the manifest is not a JSON object.", path=manifest_path, fix=fix)
+    name = manifest.get("file", CONTAINER_NAME)
+    if name != CONTAINER_NAME:  # neuralbake always writes texture.ntc beside the manifest
+        raise BundleError(f"names the file {str(name)[:60]!r}; an NTC folder holds {CONTAINER_NAME!r}.", path=manifest_path, field="file", fix=fix)
+    try:
+        file_path = resolve_reference(manifest_path, CONTAINER_NAME, field="file", what="NTC container")
+    except InputError as exc:  # texture.ntc is a symlink out of the folder
+        raise BundleError(exc.problem, path=manifest_path, field="file", fix=exc.fix) from exc
+    if not file_path.is_file():
+        raise BundleError(f"{MANIFEST_NAME} or {CONTAINER_NAME} is missing.", path=folder, fix="pass a folder written by `neuralbake ntc compress`.")
+    expected = manifest.get("sha256")
+    if not isinstance(expected, str) or len(expected) != 64:
+        raise BundleError("the manifest has no sha256 (64 hex digits) of the container.", path=manifest_path, field="sha256", fix=fix)
+    size = manifest.get("bytes")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size != file_path.stat().st_size):
+        raise BundleError(
+            f"the file has {file_path.stat().st_size} bytes but the manifest records {str(size)[:40]} (truncated or replaced).",
+            path=file_path,
+            field="bytes",
+            fix="copy it again or compress again.",
+        )
     data = file_path.read_bytes()
     if hashlib.sha256(data).hexdigest() != expected:
         raise BundleError("the file's sha256 does not match the manifest (damaged or replaced).", path=file_path, field="sha256", fix="copy it again or compress again.")
-    return read_container(data)
+    return _parse_container(data, file_path)
 
 
 def decompress(folder: str | Path, out_dir: str | Path, *, image_format: str = "png", device: str = "auto") -> list[Path]:

@@ -54,18 +54,33 @@ with hardware filtering can upload the same levels (channels as slices) and repl
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from safetensors import SafetensorError
-from safetensors.numpy import load_file
 
 from neuralbake.errors import BundleError, ConfigError
-from neuralbake.export.slang import THREADS_PER_GROUP, generate_mlp_hlsl, generate_mlp_slang
-from neuralbake.io.bundle import BIAS_ALIGNMENT, WEIGHT_ALIGNMENT, read_bundle, read_device_layout, sha256_file
+from neuralbake.export.slang import SHADER_ACTIVATIONS, THREADS_PER_GROUP, generate_mlp_hlsl, generate_mlp_slang
+from neuralbake.io.bundle import (
+    BIAS_ALIGNMENT,
+    WEIGHT_ALIGNMENT,
+    Bundle,
+    bundle_file_path,
+    check_mlp_tensors,
+    manifest_float,
+    manifest_int,
+    manifest_key,
+    manifest_list,
+    manifest_object,
+    manifest_sha256,
+    manifest_str,
+    read_bundle,
+    read_bundle_tensors,
+    read_device_layout,
+    sha256_file,
+)
 from neuralbake.io.files import atomic_write_bytes, atomic_write_json, atomic_write_text, prepare_output_dir
 from neuralbake.nn.activations import DEFAULT_LEAK
 
@@ -73,9 +88,12 @@ __all__ = [
     "DIRECTION_INPUTS",
     "LATENT_FORMATS",
     "PACK_COMPATIBILITY_FIELDS",
+    "NeuralMaterialManifest",
     "NeuralMaterialShaderExport",
     "export_material_pack_shader",
     "export_neural_material_shader",
+    "read_latent_levels",
+    "read_neural_material_manifest",
 ]
 
 SHADER_FORMAT = "neuralbake.neural_material_shader"
@@ -159,83 +177,173 @@ def _identifier(text: str) -> str:
     return name if not name[0].isdigit() else f"m_{name}"
 
 
-def _material_name(manifest: Mapping[str, Any], directory: Path) -> str:
-    source = manifest.get("material", {}).get("source") if isinstance(manifest.get("material"), dict) else None
-    return _identifier(Path(source).stem if source else directory.resolve().name)
+def _material_name(manifest: NeuralMaterialManifest, directory: Path) -> str:
+    return _identifier(Path(manifest.source).stem if manifest.source else directory.resolve().name)
 
 
 def _bundle_error(problem: str, path: Path, field: str, fix: str = "re-run `neuralbake material bake` for this material.") -> BundleError:
     return BundleError(problem, path=path, field=field, fix=fix)
 
 
-def _architecture_fields(manifest: Mapping[str, Any], manifest_path: Path) -> dict[str, Any]:
-    architecture = manifest.get("architecture")
-    if not isinstance(architecture, dict):
-        raise _bundle_error("the manifest has no architecture object.", manifest_path, "architecture")
-    for key in ("inputs", "hidden", "layers", "outputs", "hidden_activation", "output_activation"):
-        if key not in architecture:
-            raise _bundle_error(f"the architecture lacks {key!r}.", manifest_path, f"architecture.{key}")
-    if architecture["outputs"] != 3:
-        raise _bundle_error(f"the decoder has {architecture['outputs']} outputs; a neural material decodes RGB (3).", manifest_path, "architecture.outputs")
-    directions = list(architecture.get("direction_inputs", ["wi", "wo"]))
-    unknown = [name for name in directions if name not in DIRECTION_INPUTS]
-    if unknown or not directions:
+MAX_DECODER_LAYERS = 64
+"""Most hidden layers a neural material decoder may state (the paper's is 3)."""
+MAX_MIP_LEVELS = 32
+"""Most latent mip levels (a 2^31-texel side)."""
+
+
+@dataclass(frozen=True)
+class NeuralMaterialManifest:
+    """The neural-material fields of a bundle's manifest, checked (types, ranges, agreement with the weights)."""
+
+    fields: dict[str, Any]
+    """The values of :data:`PACK_COMPATIBILITY_FIELDS` (``architecture.*``, ``latent.channels``)."""
+    mip_levels: int | None
+    """``latent.mip_levels``, or ``None`` where an older manifest does not record it."""
+    latent_files: dict[str, str]
+    """Latent format (``fp16``, ``u8``) -> the file name the manifest gives (checked to be a plain name)."""
+    source: str | None
+    """``material.source``: the path of the material the bundle was baked from, as recorded."""
+    source_sha256: str | None
+    """``material.sha256``: its sha256 at bake time (bundles from before it was recorded: ``None``)."""
+    baked_normal: tuple[float, float, float] | None
+    """``material.baked_normal``: the world normal the orientation masks were baked for."""
+
+
+def read_neural_material_manifest(bundle: Bundle) -> NeuralMaterialManifest:
+    """Check the neural-material part of a bundle's manifest once, before anything uses it.
+
+    ``architecture`` (integer sizes, known activations and direction inputs, RGB output, no
+    encoding), ``latent`` (channels agreeing with the decoder's inputs, mip count, plain file
+    names) and ``material`` (source path, sha256, baked normal); then that the decoder's weights
+    and device layouts have the shape the architecture states. Every problem is a BundleError
+    naming the manifest and the field. :func:`neuralbake.bakes.neural_material.load_neural_material`
+    and the shader export both read bundles through this.
+    """
+    path = bundle.manifest_path
+    manifest = bundle.manifest
+    architecture = manifest_object(manifest_key(manifest, "architecture", path=path, field=None), path=path, field="architecture")
+
+    def integer(key: str, minimum: int, maximum: int | None = None) -> int:
+        value = manifest_key(architecture, key, path=path, field="architecture")
+        return manifest_int(value, path=path, field=f"architecture.{key}", minimum=minimum, maximum=maximum)
+
+    inputs, hidden, layers, outputs = integer("inputs", 1), integer("hidden", 1), integer("layers", 0, MAX_DECODER_LAYERS), integer("outputs", 1)
+    if outputs != 3:
+        raise _bundle_error(f"the decoder has {outputs} outputs; a neural material decodes RGB (3).", path, "architecture.outputs")
+    activations = {
+        key: manifest_str(manifest_key(architecture, key, path=path, field="architecture"), path=path, field=f"architecture.{key}", choices=sorted(SHADER_ACTIVATIONS))
+        for key in ("hidden_activation", "output_activation")
+    }
+    leak = manifest_float(architecture.get("leak", DEFAULT_LEAK), path=path, field="architecture.leak")
+    directions = manifest_list(architecture.get("direction_inputs", ["wi", "wo"]), path=path, field="architecture.direction_inputs")
+    if not directions or any(not isinstance(name, str) or name not in DIRECTION_INPUTS for name in directions):
         raise _bundle_error(
-            f"unknown or no direction inputs {directions}.", manifest_path, "architecture.direction_inputs", fix=f"use some of {list(DIRECTION_INPUTS)}."
+            f"unknown or no direction inputs {directions!r:.80}.", path, "architecture.direction_inputs", fix=f"use some of {list(DIRECTION_INPUTS)}."
         )
     if manifest.get("encoding") is not None:
-        raise _bundle_error("a neural material decoder takes its inputs unencoded, but the manifest names an encoding.", manifest_path, "encoding")
-    channels = architecture["inputs"] - 3 * len(directions)
-    declared = manifest.get("latent", {}).get("channels", channels) if isinstance(manifest.get("latent"), dict) else channels
+        raise _bundle_error("a neural material decoder takes its inputs unencoded, but the manifest names an encoding.", path, "encoding")
+    latent = manifest_object(manifest.get("latent", {}), path=path, field="latent")
+    channels = inputs - 3 * len(directions)
+    declared = manifest_int(latent.get("channels", channels), path=path, field="latent.channels", minimum=1)
     if declared != channels or channels < 1:
         raise _bundle_error(
-            f"the decoder takes {architecture['inputs']} inputs, which with {len(directions)} direction features leaves {channels} latent "
+            f"the decoder takes {inputs} inputs, which with {len(directions)} direction features leaves {channels} latent "
             f"channels, but the manifest records {declared}.",
-            manifest_path,
+            path,
             "latent.channels",
         )
-    fields = {f"architecture.{key}": architecture[key] for key in ("inputs", "hidden", "layers", "outputs", "hidden_activation", "output_activation")}
-    fields["architecture.leak"] = float(architecture.get("leak", DEFAULT_LEAK))
-    fields["architecture.direction_inputs"] = directions
+    mip_levels = None
+    if "mip_levels" in latent:
+        mip_levels = manifest_int(latent["mip_levels"], path=path, field="latent.mip_levels", minimum=1, maximum=MAX_MIP_LEVELS)
+    latent_files = {}
+    for latent_format in LATENT_FORMATS:
+        name = latent.get(latent_format, f"latents.{latent_format}.safetensors")
+        bundle_file_path(path, name, field=f"latent.{latent_format}")  # a plain name inside the folder, or a BundleError
+        latent_files[latent_format] = name
+    material = manifest_object(manifest.get("material", {}), path=path, field="material")
+    source = manifest_str(material["source"], path=path, field="material.source") if material.get("source") is not None else None
+    source_sha256 = manifest_sha256(material["sha256"], path=path, field="material.sha256") if material.get("sha256") is not None else None
+    baked_normal = None
+    if "baked_normal" in material:
+        normal = manifest_list(material["baked_normal"], path=path, field="material.baked_normal")
+        values = tuple(manifest_float(value, path=path, field=f"material.baked_normal[{index}]") for index, value in enumerate(normal))
+        if len(values) != 3 or not any(values):
+            raise _bundle_error(f"must be a non-zero 3-vector, not {normal!r:.80}.", path, "material.baked_normal")
+        baked_normal = values  # type: ignore[assignment]
+    check_mlp_tensors(bundle, prefix="decoder.", inputs=inputs, hidden=hidden, layers=layers, outputs=outputs, field="architecture")
+    unexpected = sorted(key for key in bundle.tensors if not key.startswith("decoder.layers."))
+    if unexpected:
+        raise _bundle_error(f"the weights hold tensors that are no part of the decoder: {unexpected[:5]}.", path, "tensors")
+    fields = {"architecture.inputs": inputs, "architecture.hidden": hidden, "architecture.layers": layers, "architecture.outputs": outputs, **{f"architecture.{k}": v for k, v in activations.items()}}
+    fields["architecture.leak"] = leak
+    fields["architecture.direction_inputs"] = list(directions)
     fields["latent.channels"] = channels
-    return fields
+    return NeuralMaterialManifest(fields, mip_levels, latent_files, source, source_sha256, baked_normal)
 
 
-def _read_levels(directory: Path, manifest: Mapping[str, Any], manifest_path: Path, latent_format: str, channels: int) -> list[_Level]:
-    info = manifest.get("latent") if isinstance(manifest.get("latent"), dict) else {}
-    path = directory / str(info.get(latent_format, f"latents.{latent_format}.safetensors"))
-    if not path.is_file():
-        raise _bundle_error(f"the {latent_format} latent texture file is missing.", path, f"latent.{latent_format}", fix="copy the whole bake folder.")
-    try:
-        tensors = load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise _bundle_error(f"the latent texture file cannot be read ({exc}).", path, f"latent.{latent_format}") from exc
-    count = info.get("mip_levels", sum(1 for key in tensors if re.fullmatch(r"latent\.mip\d+", key.removesuffix(".codes"))))
-    if count < 1:
-        raise _bundle_error("the latent texture file holds no mip levels.", path, "latent.mip_levels")
-    levels = []
-    for k in range(count):
-        key = f"latent.mip{k}"
-        data_key = key if latent_format == "fp16" else f"{key}.codes"
-        needed = [data_key] if latent_format == "fp16" else [data_key, f"{key}.scale", f"{key}.offset"]
-        missing = [name for name in needed if name not in tensors]
-        if missing:
-            raise _bundle_error(f"the tensors {missing} are missing.", path, key)
-        data = tensors[data_key]
-        expected_dtype = np.float16 if latent_format == "fp16" else np.uint8
-        if data.ndim != 3 or data.shape[2] != channels or data.dtype != expected_dtype:
-            raise _bundle_error(
-                f"has shape {list(data.shape)} ({data.dtype}); expected [height, width, {channels}] {np.dtype(expected_dtype)}.",
-                path,
-                data_key,
-                fix="the latents and the decoder come from different bakes; copy a matching bake folder.",
-            )
-        scale = offset = None
-        if latent_format == "u8":
-            scale, offset = (np.ascontiguousarray(tensors[f"{key}.{part}"], dtype="<f4").reshape(-1) for part in ("scale", "offset"))
-            if scale.shape != (channels,) or offset.shape != (channels,):
-                raise _bundle_error(f"scale/offset must hold {channels} values each.", path, f"{key}.scale")
-        levels.append(_Level(int(data.shape[1]), int(data.shape[0]), np.ascontiguousarray(data.astype(data.dtype.newbyteorder("<"))).tobytes(), scale, offset))
+LatentLevel = tuple[np.ndarray, "np.ndarray | None", "np.ndarray | None"]
+"""One mip level as stored: the data ``[height, width, channels]`` (fp16, or u8 codes) and, for u8, fp32 ``scale[channels]`` and ``offset[channels]``."""
+
+
+def read_latent_levels(bundle: Bundle, manifest: NeuralMaterialManifest, latent_format: str) -> list[LatentLevel]:
+    """Read and check one of a neural material's latent files (``fp16`` or ``u8``).
+
+    The file must lie in the bundle folder and parse as safetensors; every level the manifest
+    counts must be there with shape ``[height, width, channels]`` and the format's dtype, each
+    level at most the size of the one above; then the file's size and sha256 are checked against
+    the manifest where it records them. Every problem is a BundleError naming the file and the
+    field or tensor.
+    """
+    if latent_format not in LATENT_FORMATS:
+        raise ConfigError(f"unknown latent format {latent_format!r}.", field="latent_format", fix=f"use one of {list(LATENT_FORMATS)}.")
+    channels = manifest.fields["latent.channels"]
+    field = f"latent.{latent_format}"
+    levels: list[LatentLevel] = []
+
+    def check(tensors: dict[str, Any], path: Path) -> None:
+        count = manifest.mip_levels
+        if count is None:
+            count = sum(1 for key in tensors if re.fullmatch(r"latent\.mip\d+", key.removesuffix(".codes")))
+        if count < 1:
+            raise _bundle_error("the latent texture file holds no mip levels.", path, "latent.mip_levels")
+        expected_dtype = np.dtype(np.float16) if latent_format == "fp16" else np.dtype(np.uint8)
+        previous: tuple[int, int] | None = None
+        for k in range(count):
+            key = f"latent.mip{k}"
+            data_key = key if latent_format == "fp16" else f"{key}.codes"
+            needed = [data_key] if latent_format == "fp16" else [data_key, f"{key}.scale", f"{key}.offset"]
+            missing = [name for name in needed if name not in tensors]
+            if missing:
+                raise _bundle_error(f"the tensors {missing} are missing.", path, key)
+            data = tensors[data_key]
+            if data.ndim != 3 or data.shape[2] != channels or data.dtype != expected_dtype or 0 in data.shape:
+                raise _bundle_error(
+                    f"has shape {list(data.shape)} ({data.dtype}); expected [height, width, {channels}] {expected_dtype}.",
+                    path,
+                    data_key,
+                    fix="the latents and the decoder come from different bakes; copy a matching bake folder.",
+                )
+            size = (int(data.shape[0]), int(data.shape[1]))
+            if previous is not None and (size[0] > previous[0] or size[1] > previous[1]):
+                raise _bundle_error(f"level {k} is {size[1]}x{size[0]}, larger than level {k - 1} ({previous[1]}x{previous[0]}).", path, data_key)
+            previous = size
+            scale = offset = None
+            if latent_format == "u8":
+                parts = []
+                for part in ("scale", "offset"):
+                    value = tensors[f"{key}.{part}"]
+                    if value.dtype.kind != "f" or value.size != channels:
+                        raise _bundle_error(f"must hold {channels} floating-point values, not {list(value.shape)} ({value.dtype}).", path, f"{key}.{part}")
+                    value = np.ascontiguousarray(value, dtype="<f4").reshape(-1)
+                    if not np.isfinite(value).all():
+                        raise _bundle_error("holds non-finite values.", path, f"{key}.{part}")
+                    parts.append(value)
+                scale, offset = parts
+            elif not np.isfinite(data).all():
+                raise _bundle_error("holds non-finite values.", path, data_key)
+            levels.append((np.ascontiguousarray(data.astype(data.dtype.newbyteorder("<"))), scale, offset))
+
+    read_bundle_tensors(bundle, manifest.latent_files[latent_format], field=field, what="latent texture file", framework="numpy", check=check)
     return levels
 
 
@@ -244,14 +352,14 @@ def _read_material(bundle_dir: str | Path, precision: str, latent_format: str) -
     if not directory.is_dir():
         raise BundleError("the neural material folder does not exist.", path=directory, fix="pass the folder `neuralbake material bake --out` wrote.")
     bundle = read_bundle(directory, kind=_KIND)
-    manifest_path = directory / "network.json"
-    fields = _architecture_fields(bundle.manifest, manifest_path)
+    info = read_neural_material_manifest(bundle)
     weights, _ = read_device_layout(bundle, precision)
     layers = [dict(layer) for layer in bundle.manifest["device_layouts"][precision]["layers"]]
-    if len(layers) != fields["architecture.layers"] + 1:
-        raise _bundle_error(f"the {precision} device layout has {len(layers)} layers, the architecture {fields['architecture.layers'] + 1}.", manifest_path, f"device_layouts.{precision}.layers")
-    levels = _read_levels(directory, bundle.manifest, manifest_path, latent_format, fields["latent.channels"])
-    return _Material(_material_name(bundle.manifest, directory), directory, manifest_path, fields, layers, weights, levels)
+    levels = [
+        _Level(int(data.shape[1]), int(data.shape[0]), data.tobytes(), scale, offset)
+        for data, scale, offset in read_latent_levels(bundle, info, latent_format)
+    ]
+    return _Material(_material_name(info, directory), directory, bundle.manifest_path, info.fields, layers, weights, levels)
 
 
 def _check_options(precision: str, latent_format: str) -> None:

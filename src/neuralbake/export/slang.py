@@ -35,9 +35,10 @@ from typing import Any
 import numpy as np
 
 from neuralbake.errors import BundleError, ConfigError
-from neuralbake.io.bundle import read_bundle, read_device_layout
+from neuralbake.io.bundle import manifest_float, manifest_object, manifest_str, read_bundle, read_device_layout
 from neuralbake.io.files import atomic_write_bytes, atomic_write_text
 from neuralbake.nn.activations import DEFAULT_LEAK
+from neuralbake.nn.serialize import COORDINATE_NETWORK_KIND, coordinate_network_config
 
 __all__ = [
     "SHADER_ACTIVATIONS",
@@ -359,9 +360,11 @@ def export_bundle_shader(
         shader needs (the message names the manifest field).
     """
     bundle = read_bundle(bundle_dir)
-    manifest_path = Path(bundle_dir) / "network.json"
+    manifest_path = bundle.manifest_path
+    if bundle.manifest["kind"] == COORDINATE_NETWORK_KIND:
+        coordinate_network_config(bundle)  # the architecture the shader is generated from must be the network's
     buffer, _ = read_device_layout(bundle, precision)
-    layout = bundle.manifest["device_layouts"][precision]
+    layout = bundle.manifest["device_layouts"][precision]  # checked by read_bundle: plain file name, aligned in-bounds layer table
     architecture = bundle.manifest.get("architecture")
     if not isinstance(architecture, dict) or "hidden_activation" not in architecture or "output_activation" not in architecture:
         raise BundleError(
@@ -370,13 +373,16 @@ def export_bundle_shader(
             field="architecture",
             fix="re-export the bundle with neuralbake.",
         )
+    encoding = bundle.manifest.get("encoding")
+    if encoding is not None:
+        encoding = manifest_object(encoding, path=manifest_path, field="encoding")
     options = {
-        "hidden_activation": architecture["hidden_activation"],
-        "output_activation": architecture["output_activation"],
-        "leak": float(architecture.get("leak", DEFAULT_LEAK)),
+        "hidden_activation": manifest_str(architecture["hidden_activation"], path=manifest_path, field="architecture.hidden_activation"),
+        "output_activation": manifest_str(architecture["output_activation"], path=manifest_path, field="architecture.output_activation"),
+        "leak": manifest_float(architecture.get("leak", DEFAULT_LEAK), path=manifest_path, field="architecture.leak"),
         "precision": precision,
         "function_name": function_name,
-        "encoding": bundle.manifest.get("encoding"),
+        "encoding": encoding,
     }
     try:
         slang = generate_mlp_slang(layout["layers"], **options)

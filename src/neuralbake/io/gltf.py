@@ -65,6 +65,7 @@ __all__ = [
     "generate_normals",
     "generate_tangents",
     "load_gltf",
+    "load_gltf_materials",
     "write_gltf",
 ]
 
@@ -713,6 +714,25 @@ def _read_primitive(
         joints=None if joints is None else np.ascontiguousarray(joints, dtype=np.uint16),
         weights=as32(weights),
     )
+
+
+def load_gltf_materials(path: str | Path, *, max_json_bytes: int = DEFAULT_MAX_JSON_BYTES) -> list[Material]:
+    """Read only the materials (with their decoded texture images) of a ``.gltf`` or ``.glb``.
+
+    The same validation and confinement as :func:`load_gltf`; meshes are not decoded, so a
+    texture-only use (neural texture compression of a material's maps) does not pay for them.
+
+    Raises
+    ------
+    InputError
+        As :func:`load_gltf`, for the document and the texture images.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("the glTF file does not exist.", path=path, fix="check the path (a .gltf or .glb file).")
+    reader = _Reader(path, max_json_bytes)
+    _check_extensions(reader)
+    return _read_materials(reader)
 
 
 def load_gltf(
