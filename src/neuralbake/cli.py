@@ -184,6 +184,7 @@ def texture_infer(
     size: Annotated[str, typer.Option(help="Output size WxH.")] = "512x512",
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     precision: Annotated[str, typer.Option(help="Inference precision: fp32, fp16 (as a shader would run it) or bf16.")] = "fp32",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Render a saved neural texture at any size."""
     width, height = parse_size(size)
@@ -197,7 +198,7 @@ def texture_infer(
             raise InputError(
                 f"infer writes PNG images, but --out ends in {out.suffix or '(no extension)'!r}.", path=out, field="--out", fix="name the output *.png."
             )
-        return render_saved_network(bundle, width, height, out, device=device, precision=precision)
+        return render_saved_network(bundle, width, height, out, device=device, precision=precision, progress=not quiet)
 
     path = run_action(action, out=out.parent)
     _out.print(f"wrote {path} ({width}x{height})", highlight=False, markup=False)
@@ -297,22 +298,36 @@ def material_render(
     bundle: Annotated[Path, typer.Argument(help="A neural material folder written by `neuralbake material bake`.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for comparison.png, the EXRs and report.json.")],
     material: Annotated[Path | None, typer.Option(help="The reference material, if not at the path the bundle recorded.")] = None,
-    size: Annotated[int, typer.Option(help="Image side in pixels.")] = 256,
-    spp: Annotated[int, typer.Option(help="Camera samples per pixel (the same directions for both materials).")] = 64,
+    allow_other_material: Annotated[
+        bool,
+        typer.Option("--allow-other-material", help="Compare against --material even if it is not the material the bundle was baked from."),
+    ] = False,
+    size: Annotated[int | None, typer.Option(help="Image side in pixels (default: 256 on a GPU, 128 on a CPU).")] = None,
+    spp: Annotated[int | None, typer.Option(help="Camera samples per pixel, the same directions for both materials (default: 64 on a GPU, 16 on a CPU).")] = None,
     precision: Annotated[str, typer.Option(help="Decoder and latent precision: fp16 (as shipped) or fp32.")] = "fp16",
     u8: Annotated[bool, typer.Option("--u8", help="Use the 8-bit latent texture.")] = False,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Render a neural material and its reference on the preview scenes: reference | neural | FLIP error."""
 
     def action() -> dict[str, Any]:
         from neuralbake.bakes.neural_material import render_neural_material
+        from neuralbake.core.device import resolve_device
 
         if precision not in ("fp16", "fp32"):
             from neuralbake.errors import ConfigError
 
             raise ConfigError(f"unknown precision {precision!r}.", field="--precision", fix="use fp16 or fp32.")
-        return render_neural_material(bundle, out, material=material, size=size, spp=spp, precision=precision, quantized=u8, device=device)  # type: ignore[arg-type]
+        on_gpu = resolve_device(device).type == "cuda"
+        side = size if size is not None else (256 if on_gpu else 128)
+        samples = spp if spp is not None else (64 if on_gpu else 16)
+        if size is None or spp is None:
+            _out.print(f"rendering {side}x{side} at {samples} spp ({'GPU' if on_gpu else 'CPU'} defaults; --size and --spp choose)", highlight=False, markup=False)
+        return render_neural_material(
+            bundle, out, material=material, size=side, spp=samples, precision=precision, quantized=u8, device=device,  # type: ignore[arg-type]
+            allow_other_material=allow_other_material, progress=not quiet,
+        )
 
     report = run_action(action, out=out)
     scenes = ", ".join(f"{name} {s['psnr_db']:.2f} dB / FLIP {s['flip']:.3f}" for name, s in report["scenes"].items())

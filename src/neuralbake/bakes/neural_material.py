@@ -37,7 +37,7 @@ from safetensors.torch import save
 
 from neuralbake.core.config import save_config
 from neuralbake.core.device import resolve_device, seed_everything
-from neuralbake.core.events import EventSink, EventWriter, JsonlSink, ProgressSink
+from neuralbake.core.events import EventSink, EventWriter, JsonlSink, ProgressSink, progress_task
 from neuralbake.core.metrics import psnr
 from neuralbake.core.report import plot_loss_curve, write_report
 from neuralbake.errors import BundleError, ConfigError, InputError, TrainingError
@@ -50,6 +50,7 @@ from neuralbake.material.texture import sample_texture
 from neuralbake.nn.mlp import MLP, MLPConfig
 from neuralbake.nn.trainer import Batch, Trainer, TrainerConfig
 from neuralbake.render.compare import compare_materials
+from neuralbake.render.preview import SCENES
 from neuralbake.render.tonemap import tone_map
 
 __all__ = [
@@ -684,6 +685,7 @@ def render_neural_material(
     device: str = "auto",
     seed: int = 7,
     allow_other_material: bool = False,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Render a baked neural material and its reference on the preview scenes, side by side.
 
@@ -715,9 +717,11 @@ def render_neural_material(
         neural = neural.to(torch.float16)
     normal = F.normalize(torch.tensor(info.baked_normal, dtype=torch.float32, device=torch_device), dim=0)[None]
     out = prepare_output_dir(out_dir)
-    result = compare_materials(
-        _as_baked(reference, normal), neural, out, size=size, spp=spp, device=torch_device, seed=seed, labels=("reference", "neural")
-    )
+    with progress_task("rendering", 2 * len(SCENES) * size * size, enabled=progress, unit="pixels") as advance:
+        result = compare_materials(
+            _as_baked(reference, normal), neural, out, size=size, spp=spp, device=torch_device, seed=seed,
+            labels=("reference", "neural"), progress=advance,
+        )
     return write_report(
         out / "report.json",
         bake="neural_material_render",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -28,12 +29,13 @@ from rich.console import Console
 
 from neuralbake.core.config import save_config
 from neuralbake.core.device import resolve_device, seed_everything
-from neuralbake.core.events import EventSink, EventWriter, JsonlSink, ProgressSink
+from neuralbake.core.events import EventSink, EventWriter, JsonlSink, ProgressSink, progress_task
 from neuralbake.core.metrics import psnr
 from neuralbake.core.report import plot_loss_curve, write_report
-from neuralbake.errors import ConfigError
+from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.files import prepare_output_dir
 from neuralbake.io.images import ImageInfo, load_image, resize_image, save_png
+from neuralbake.io.limits import MAX_IMAGE_PIXELS, check_memory
 from neuralbake.nn.mlp import CoordinateNetwork, CoordinateNetworkConfig
 from neuralbake.nn.precision import compute_dtype
 from neuralbake.nn.serialize import load_coordinate_network, save_coordinate_network
@@ -53,6 +55,12 @@ __all__ = [
 
 TRANSFORMS = ("identity", "flip", "zoom")
 MAX_RENDER_SIDE = 16384
+
+MAX_BAKE_PIXELS = 4096 * 4096
+"""Most texels a bake trains on and evaluates (a 4K texture): the network's 13.5 k parameters hold
+far less than that, and every evaluation renders every texel, so a larger reference only costs
+minutes (a 12000 x 12000 image ran past 400 s before its first step). Larger images are refused
+before they are decoded, with the fix: ``--size`` resamples them first."""
 
 
 def _default_train() -> TrainerConfig:
@@ -88,6 +96,12 @@ class NeuralTextureConfig:
             raise ConfigError(f"must be >= 1, got {self.batch_size}.", field="batch_size", fix="use e.g. 1024.")
         if self.size is not None:
             _check_size(self.size, "size")
+            if self.size[0] * self.size[1] > MAX_BAKE_PIXELS:
+                raise ConfigError(
+                    f"{self.size[0]}x{self.size[1]} is {self.size[0] * self.size[1]:,} texels; the bake trains on at most {MAX_BAKE_PIXELS:,} (4096x4096).",
+                    field="size",
+                    fix="bake at 4096x4096 or less, then render any size with `neuralbake texture infer --size`.",
+                )
         for name in ("frequencies", "hidden", "coordinates"):
             if getattr(self.network, name) < 1:
                 raise ConfigError(f"must be >= 1, got {getattr(self.network, name)}.", field=f"network.{name}", fix=f"set {name} to 1 or more.")
@@ -130,10 +144,12 @@ def texel_lookup(image: torch.Tensor, uv: torch.Tensor) -> torch.Tensor:
     return image[y, x]
 
 
-def uv_grid(width: int, height: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """Texel-centre UVs of a ``width x height`` image, row-major, shape ``[height * width, 2]``."""
+def uv_grid(width: int, height: int, device: torch.device | str = "cpu", *, rows: range | None = None) -> torch.Tensor:
+    """Texel-centre UVs of a ``width x height`` image, row-major, shape ``[height * width, 2]``
+    (only the rows in ``rows``, if given: ``[len(rows) * width, 2]``)."""
     u = (torch.arange(width, device=device, dtype=torch.float32) + 0.5) / width
-    v = (torch.arange(height, device=device, dtype=torch.float32) + 0.5) / height
+    rows = rows if rows is not None else range(height)
+    v = (torch.arange(rows.start, rows.stop, device=device, dtype=torch.float32) + 0.5) / height
     vv, uu = torch.meshgrid(v, u, indexing="ij")
     return torch.stack((uu, vv), dim=-1).reshape(-1, 2)
 
@@ -159,12 +175,27 @@ class ImageSampler:
         return texel_lookup(self.image, transform_uv(uv, self.transform)).reshape(height, width, -1)
 
 
-def render_network(network: torch.nn.Module, width: int, height: int, *, chunk: int = 1 << 16) -> torch.Tensor:
-    """Evaluate a coordinate network at texel centres: ``[height, width, outputs]`` float32."""
+def render_network(
+    network: torch.nn.Module, width: int, height: int, *, chunk: int = 1 << 16, progress: Callable[[int], None] | None = None
+) -> torch.Tensor:
+    """Evaluate a coordinate network at texel centres: ``[height, width, outputs]`` float32.
+
+    Rows are evaluated ``chunk`` texels at a time into one preallocated output; ``progress`` (if
+    given) is called with the texels finished after each chunk.
+    """
     param = next(network.parameters())
-    uv = uv_grid(width, height, param.device)
+    rows_per_chunk = max(1, chunk // width)
+    out: torch.Tensor | None = None
     with torch.no_grad():
-        out = torch.cat([network(part).float() for part in uv.split(chunk)])
+        for top in range(0, height, rows_per_chunk):
+            rows = min(rows_per_chunk, height - top)
+            part = network(uv_grid(width, height, param.device, rows=range(top, top + rows))).float()
+            if out is None:
+                out = torch.empty(height * width, part.shape[1], dtype=torch.float32, device=param.device)
+            out[top * width : (top + rows) * width] = part
+            if progress is not None:
+                progress(rows * width)
+    assert out is not None
     return out.reshape(height, width, -1)
 
 
@@ -202,7 +233,17 @@ def preview_strip(reference: np.ndarray, output: np.ndarray, *, error_gain: floa
 
 
 def _load_reference(config: NeuralTextureConfig) -> tuple[np.ndarray, ImageInfo, str]:
-    image, info = load_image(config.image)
+    try:
+        image, info = load_image(config.image, max_pixels=MAX_BAKE_PIXELS if config.size is None else MAX_IMAGE_PIXELS)
+    except InputError as exc:
+        if config.size is None and "pixels" in exc.problem:  # over the bake's budget, not the loader's
+            raise InputError(
+                f"{exc.problem} The neural texture bake trains on at most {MAX_BAKE_PIXELS:,} texels (4096x4096).",
+                path=exc.path,
+                field="image",
+                fix="pass --size WxH (e.g. --size 2048x2048) to resample it first, or downscale the image.",
+            ) from exc
+        raise
     digest = hashlib.sha256(np.ascontiguousarray(image).tobytes()).hexdigest()[:16]
     if config.size is not None:
         image = resize_image(image, *config.size)
@@ -332,8 +373,12 @@ def render_saved_network(
     *,
     device: str = "auto",
     precision: str = "fp32",
+    progress: bool = False,
 ) -> Path:
-    """Render a saved neural texture at ``width x height`` to a PNG (``neuralbake texture infer``)."""
+    """Render a saved neural texture at ``width x height`` to a PNG (``neuralbake texture infer``).
+
+    The memory it needs (float32 output and the 8-bit PNG) is checked before any work starts.
+    """
     _check_size((width, height), "size")
     if precision not in ("fp32", "fp16", "bf16"):
         raise ConfigError(f"unknown precision {precision!r}.", field="precision", fix="use fp32, fp16 or bf16.")
@@ -341,7 +386,15 @@ def render_saved_network(
     torch_device = resolve_device(device)
     network, _ = load_coordinate_network(bundle_dir, device=torch_device)
     out_png = Path(out_png)
+    channels = network.config.outputs if hasattr(network, "config") else 4
+    check_memory(
+        width * height * channels * (4 + 4 + 1),
+        what=f"a {width}x{height} render",
+        field="size",
+        fix="render a smaller --size; the network has no native resolution, so a smaller image loses only pixels.",
+    )
     prepare_output_dir(out_png.parent if str(out_png.parent) else Path("."))
-    image = render_network(cast_model(network, dtype) if dtype != torch.float32 else network, width, height)
+    with progress_task("rendering", width * height, enabled=progress, unit="texels") as advance:
+        image = render_network(cast_model(network, dtype) if dtype != torch.float32 else network, width, height, progress=advance)
     save_png(out_png, image.cpu().numpy())
     return out_png

@@ -1,0 +1,241 @@
+"""Every command that reads a file, fed hostile and broken inputs: a clear error, never a traceback,
+never a hang, never a read outside the input's folder, and no output folder left behind.
+
+The static cases come from ``tests/data/bad_inputs/cases.json`` (built by
+``tests/data/make_bad_inputs.py``); bundle cases mutate real tiny bakes made here, since the bundle
+format follows the code. Each case runs in-process through the CLI with a time limit. Reads of
+the sentinel file beside the corpus (and of ``/etc/passwd``) are caught with an audit hook, which
+sees every ``open`` made through Python (Pillow, pygltflib, pypng, json and our own readers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from neuralbake import cli as cli_module
+from neuralbake import cli_run
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+CORPUS = DATA / "bad_inputs"
+SENTINEL = DATA / "SENTINEL_outside.bin"
+CASES = json.loads((CORPUS / "cases.json").read_text())
+TIME_LIMIT_S = 90
+"""Per case: the slowest legitimate case (20 diverging training steps) takes a few seconds."""
+
+_FORBIDDEN = {os.path.realpath(SENTINEL), "/etc/passwd", "/etc/shadow"}
+_watch: dict[str, Any] = {"on": False, "opened": []}
+
+
+def _audit(event: str, args: tuple) -> None:
+    if not _watch["on"] or event not in ("open", "os.open"):
+        return
+    path = args[0] if args else None
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if isinstance(path, str | os.PathLike) and os.path.realpath(path) in _FORBIDDEN:
+        _watch["opened"].append(os.fspath(path))
+
+
+sys.addaudithook(_audit)  # cannot be removed; it does nothing unless a test switches it on
+
+
+class CaseTimeout(Exception):
+    """A case ran past its time limit (a hang)."""
+
+
+@pytest.fixture
+def watch() -> Iterator[list[str]]:
+    """Switch the sentinel watch on for one test; yields the list of forbidden opens."""
+    _watch["opened"] = []
+    _watch["on"] = True
+    try:
+        yield _watch["opened"]
+    finally:
+        _watch["on"] = False
+
+
+def _run(argv: list[str]) -> tuple[int, str, BaseException | None]:
+    """Run ``neuralbake ARGV`` in-process as ``main()`` would, within the time limit."""
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise CaseTimeout(f"ran past {TIME_LIMIT_S} s")
+
+    old_width = cli_run._err.width
+    cli_run._err.width = 10_000  # no line wrapping inside paths and field names
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT_S)
+    try:
+        try:
+            argv = cli_module._normalise_argv(argv)
+        except SystemExit as exc:
+            return int(exc.code or 0), "error: --out is empty", None
+        result = CliRunner().invoke(cli_module.app, argv, env={"COLUMNS": "10000"})
+        return result.exit_code, result.output, result.exception
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        cli_run._err.width = old_width
+
+
+def _check_refusal(argv: list[str], out: Path, expect: str, exit_code: int, opened: list[str]) -> None:
+    code, output, exception = _run(argv)
+    flat = " ".join(output.split())
+    assert not isinstance(exception, CaseTimeout), f"hang: {argv}"
+    assert exception is None or isinstance(exception, SystemExit), f"traceback ({type(exception).__name__}: {exception}):\n{output}"
+    assert "Traceback" not in output, output
+    assert code == exit_code, f"exit {code}, expected {exit_code}:\n{output}"
+    assert "error" in flat.lower(), output
+    assert expect.lower() in flat.lower(), f"the message should mention {expect!r}:\n{output}"
+    assert not opened, f"read outside the input's folder: {opened}"
+    assert not out.exists(), f"a failed command left its output folder behind: {sorted(p.name for p in out.iterdir())}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_corpus_case_is_refused_cleanly(case: dict, tmp_path: Path, watch: list[str]) -> None:
+    folder = CORPUS / case["id"]
+    out = tmp_path / "out"
+    argv = [a.replace("{case}", str(folder)).replace("{out}", str(out)).replace("{sentinel}", str(SENTINEL)) for a in case["argv"]]
+    _check_refusal(argv, out, case["expect"], case["exit_code"], watch)
+
+
+# --- bundles: mutations of real tiny bakes ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from neuralbake.bakes.neural_material import NeuralMaterialConfig, bake_neural_material
+    from neuralbake.bakes.neural_texture import NeuralTextureConfig, bake_neural_texture
+
+    root = tmp_path_factory.mktemp("bundles")
+    image = Path(__file__).resolve().parents[2] / "examples/neural_texture/grace_hopper_256.png"
+    texture = NeuralTextureConfig(image=str(image), size=(16, 16), device="cpu")
+    texture.train.steps = 5
+    texture.train.precision = "fp32"
+    bake_neural_texture(texture, root / "texture", progress=False)
+    velvet = Path(__file__).resolve().parents[2] / "examples/materials/velvet.json"
+    material = NeuralMaterialConfig(material=str(velvet), latent=4, resolution=8, batch_size=64, device="cpu", compare_size=8, compare_spp=1)
+    material.train.steps = 5
+    bake_neural_material(material, root / "material", progress=False)
+    return {"texture": root / "texture", "material": root / "material"}
+
+
+def _walk(node: Any, visit: Callable[[dict, str], bool]) -> bool:
+    """Depth-first over a manifest's dicts; stops at the first ``visit`` that returns True."""
+    if isinstance(node, dict):
+        for key in list(node):
+            if visit(node, key) or _walk(node[key], visit):
+                return True
+    elif isinstance(node, list):
+        return any(_walk(item, visit) for item in node)
+    return False
+
+
+def _set_first(key_names: tuple[str, ...], value: Any) -> Callable[[dict], None]:
+    def mutate(manifest: dict) -> None:
+        def visit(node: dict, key: str) -> bool:
+            if key in key_names:
+                node[key] = value
+                return True
+            return False
+
+        assert _walk(manifest, visit), f"no {key_names} in the manifest"
+
+    return mutate
+
+
+def _halve_first_hidden(manifest: dict) -> None:
+    def visit(node: dict, key: str) -> bool:
+        if key in ("outputs", "hidden") and isinstance(node[key], int) and node[key] > 4:
+            node[key] //= 2
+            return True
+        return False
+
+    assert _walk(manifest, visit)
+
+
+_MANIFEST_MUTATIONS: dict[str, tuple[Callable[[dict], None], str]] = {
+    "file_is_the_sentinel": (_set_first(("file",), str(SENTINEL)), "file"),
+    "file_climbs_out": (_set_first(("file",), "../../../../etc/passwd"), "file"),
+    "files_is_a_list": (_set_first(("files",), [1, 2, 3]), "files"),
+    "layers_is_a_string": (_set_first(("layers",), "abc"), "layers"),
+    "negative_weight_offset": (_set_first(("weight_offset",), -64), "weight_offset"),
+    "bytes_is_a_string": (_set_first(("bytes",), "many"), "bytes"),
+    "halved_width": (_halve_first_hidden, ""),
+    "manifest_is_a_list": (lambda m: m.clear(), ""),
+}
+
+_COMMANDS = {
+    "texture": [["texture", "infer", "{bundle}", "--out", "{out}/big.png", "--size", "8x8"]],
+    "material": [
+        ["material", "render", "{bundle}", "--out", "{out}", "--size", "8", "--spp", "1"],
+        ["material", "export", "{bundle}", "--out", "{out}"],
+    ],
+}
+
+
+def _copy(bundle: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "bundle"
+    shutil.copytree(bundle, target)
+    return target
+
+
+@pytest.mark.parametrize("kind", ["texture", "material"])
+@pytest.mark.parametrize("mutation", list(_MANIFEST_MUTATIONS))
+def test_damaged_manifest_is_refused_by_every_reader(
+    kind: str, mutation: str, bundles: dict[str, Path], tmp_path: Path, watch: list[str]
+) -> None:
+    bundle = _copy(bundles[kind], tmp_path)
+    manifest_path = bundle / "network.json"
+    manifest = json.loads(manifest_path.read_text())
+    mutate, expect = _MANIFEST_MUTATIONS[mutation]
+    if mutation == "manifest_is_a_list":
+        manifest = [manifest]
+    else:
+        mutate(manifest)
+    manifest_path.write_text(json.dumps(manifest))
+    for argv in _COMMANDS[kind]:
+        out = tmp_path / "out"
+        argv = [a.replace("{bundle}", str(bundle)).replace("{out}", str(out)) for a in argv]
+        _check_refusal(argv, out if "infer" not in argv else out, expect, 2, watch)
+
+
+@pytest.mark.parametrize("kind", ["texture", "material"])
+def test_truncated_or_flipped_bundle_files_are_refused(kind: str, bundles: dict[str, Path], tmp_path: Path, watch: list[str]) -> None:
+    for damage in ("truncate", "flip"):
+        bundle = _copy(bundles[kind], tmp_path / damage)
+        for path in sorted(bundle.glob("*.safetensors")):
+            data = bytearray(path.read_bytes())
+            if damage == "truncate":
+                data = data[: len(data) // 2]
+            else:
+                data[len(data) // 2] ^= 0x40
+            path.write_bytes(bytes(data))
+        for argv in _COMMANDS[kind]:
+            out = tmp_path / damage / "out"
+            argv = [a.replace("{bundle}", str(bundle)).replace("{out}", str(out)) for a in argv]
+            _check_refusal(argv, out, "", 2, watch)
+
+
+def test_material_render_against_another_material_is_refused(bundles: dict[str, Path], tmp_path: Path) -> None:
+    other = Path(__file__).resolve().parents[2] / "examples/materials/rusty_iron_nail.json"
+    out = tmp_path / "out"
+    argv = ["material", "render", str(bundles["material"]), "--material", str(other), "--out", str(out), "--size", "8", "--spp", "1"]
+    _check_refusal(argv, out, "material", 2, [])
+
+
+def test_infer_refuses_a_folder_and_a_non_png_name(bundles: dict[str, Path], tmp_path: Path) -> None:
+    (tmp_path / "exists").mkdir()
+    for target, expect in ((tmp_path / "exists", "folder"), (tmp_path / "x.jpg", "png")):
+        code, output, exception = _run(["texture", "infer", str(bundles["texture"]), "--out", str(target), "--size", "8x8"])
+        assert exception is None or isinstance(exception, SystemExit), output
+        assert code == 2 and expect in output.lower(), output
+    assert not (tmp_path / "x.jpg").exists()

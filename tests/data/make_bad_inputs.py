@@ -1,0 +1,258 @@
+"""Build the bad-input corpus that ``tests/cli/test_bad_inputs.py`` throws at every command.
+
+Each case is a folder under ``tests/data/bad_inputs/`` holding a hostile or broken input, and an
+entry in ``cases.json``: the command line (``{case}`` is the case's folder, ``{out}`` a fresh
+output folder, ``{sentinel}`` the sentinel file beside the corpus), and a word the error must
+contain. The corpus covers what a fuzz campaign found: references that reach outside the input's
+folder, absurd nesting, lying headers, wrong JSON types, decompression bombs. Bundles are mutated
+at test time from real tiny bakes instead (their format follows the code), see the test module.
+
+The sentinel ``tests/data/SENTINEL_outside.bin`` lies *outside* every case folder: a case that
+manages to read it has broken confinement, which the test detects with an audit hook.
+
+Run it to rebuild the corpus after changing a case::
+
+    python tests/data/make_bad_inputs.py
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+CORPUS = HERE / "bad_inputs"
+SENTINEL = HERE / "SENTINEL_outside.bin"
+SENTINEL_BYTES = b"NEURALBAKE-SENTINEL-" + bytes(range(256)) * 4
+
+_CASES: list[dict] = []
+
+
+def case(name: str, argv: list[str], expect: str = "", *, exit_code: int = 2) -> Path:
+    """Register a case; returns its (fresh) folder."""
+    folder = CORPUS / name
+    folder.mkdir(parents=True, exist_ok=True)
+    _CASES.append({"id": name, "argv": argv, "expect": expect, "exit_code": exit_code})
+    return folder
+
+
+# --- glTF -------------------------------------------------------------------------------------
+
+
+def _triangle_gltf(buffer_uri: str | None = None, *, positions: np.ndarray | None = None) -> tuple[dict, bytes]:
+    """A one-triangle glTF document and its binary buffer (positions only, with normals)."""
+    p = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0]], dtype=np.float32) if positions is None else positions.astype(np.float32)
+    n = np.array([[0, 0, 1]] * 3, dtype=np.float32)
+    blob = p.tobytes() + n.tobytes()
+    doc = {
+        "asset": {"version": "2.0"},
+        "scene": 0,
+        "scenes": [{"nodes": [0]}],
+        "nodes": [{"mesh": 0}],
+        "meshes": [{"primitives": [{"attributes": {"POSITION": 0, "NORMAL": 1}, "mode": 4}]}],
+        "accessors": [
+            {"bufferView": 0, "componentType": 5126, "count": 3, "type": "VEC3", "min": [0, 0, 0], "max": [1, 1, 0]},
+            {"bufferView": 1, "componentType": 5126, "count": 3, "type": "VEC3"},
+        ],
+        "bufferViews": [{"buffer": 0, "byteOffset": 0, "byteLength": 36}, {"buffer": 0, "byteOffset": 36, "byteLength": 36}],
+        "buffers": [{"byteLength": len(blob)}],
+    }
+    if buffer_uri is not None:
+        doc["buffers"][0]["uri"] = buffer_uri
+    return doc, blob
+
+
+def _data_uri(blob: bytes) -> str:
+    return "data:application/octet-stream;base64," + base64.b64encode(blob).decode("ascii")
+
+
+def _glb(doc: dict, blob: bytes, *, version: int = 2, length: int | None = None, bin_length: int | None = None) -> bytes:
+    text = json.dumps(doc).encode("utf-8")
+    text += b" " * ((-len(text)) % 4)
+    blob += b"\0" * ((-len(blob)) % 4)
+    body = struct.pack("<II", len(text), 0x4E4F534A) + text + struct.pack("<II", len(blob) if bin_length is None else bin_length, 0x004E4942) + blob
+    total = 12 + len(body)
+    return struct.pack("<III", 0x46546C67, version, total if length is None else length) + body
+
+
+def gltf_cases() -> None:
+    fit = ["fit", "{case}/model.gltf", "--out", "{out}", "--render-size", "16", "--size", "16", "--views", "2", "--epochs", "1", "-q"]
+    fit_glb = [a if a != "{case}/model.gltf" else "{case}/model.glb" for a in fit]
+    ntc = ["ntc", "compress", "{case}/model.gltf", "--out", "{out}", "--steps", "2", "--finetune-steps", "0"]
+
+    doc, _ = _triangle_gltf("../../SENTINEL_outside.bin")
+    (case("gltf_buffer_parent_dirs", fit, "outside") / "model.gltf").write_text(json.dumps(doc))
+    doc, _ = _triangle_gltf("/etc/passwd")
+    (case("gltf_buffer_absolute", fit, "outside") / "model.gltf").write_text(json.dumps(doc))
+    folder = case("gltf_buffer_symlink_out", fit, "outside")
+    doc, _ = _triangle_gltf("link.bin")
+    (folder / "model.gltf").write_text(json.dumps(doc))
+    link = folder / "link.bin"
+    link.unlink(missing_ok=True)
+    link.symlink_to("../../SENTINEL_outside.bin")
+
+    # An image outside the folder, through ntc (which reads a glTF's texture set).
+    doc, blob = _triangle_gltf()
+    doc["buffers"][0]["uri"] = _data_uri(blob)
+    doc["images"] = [{"uri": "../../SENTINEL_outside.bin"}]
+    doc["textures"] = [{"source": 0}]
+    doc["materials"] = [{"pbrMetallicRoughness": {"baseColorTexture": {"index": 0}}}]
+    doc["meshes"][0]["primitives"][0]["material"] = 0
+    (case("gltf_image_outside", ntc, "outside") / "model.gltf").write_text(json.dumps(doc))
+
+    def broken(name: str, mutate, expect: str) -> None:
+        doc, blob = _triangle_gltf()
+        doc["buffers"][0]["uri"] = _data_uri(blob)
+        mutate(doc)
+        (case(name, fit, expect) / "model.gltf").write_text(json.dumps(doc))
+
+    broken("gltf_negative_byte_offset", lambda d: d["bufferViews"][0].update(byteOffset=-8), "byteOffset")
+    broken("gltf_missing_buffer_view", lambda d: d["accessors"][0].update(bufferView=7), "bufferView")
+    broken("gltf_bad_component_type", lambda d: d["accessors"][0].update(componentType=1234), "componentType")
+    broken("gltf_node_cycle", lambda d: d["nodes"][0].update(children=[0]), "nodes")
+    broken("gltf_string_count", lambda d: d["accessors"][0].update(count="3"), "count")
+
+    doc, _ = _triangle_gltf(positions=np.array([[0, 0, 0], [np.nan, 0, 0], [0, 1, 0]]))
+    _, blob = _triangle_gltf(positions=np.array([[0, 0, 0], [np.nan, 0, 0], [0, 1, 0]]))
+    doc["buffers"][0]["uri"] = _data_uri(blob)
+    (case("gltf_nan_positions", fit, "non-finite") / "model.gltf").write_text(json.dumps(doc))
+
+    deep = "[" * 100_000 + "]" * 100_000
+    (case("gltf_json_100k_deep", fit, "nest") / "model.gltf").write_text('{"asset": {"version": "2.0"}, "extras": ' + deep + "}")
+
+    doc, blob = _triangle_gltf()
+    for name, kwargs, expect in (
+        ("glb_length_0", {"length": 0}, "length"),
+        ("glb_length_20", {"length": 20}, "length"),
+        ("glb_length_1e9", {"length": 1_000_000_000}, "length"),
+        ("glb_version_99", {"version": 99}, "version"),
+        ("glb_bin_chunk_huge", {"bin_length": 0x7FFFFFFF}, "chunk"),
+    ):
+        (case(name, fit_glb, expect) / "model.glb").write_bytes(_glb(doc, blob, **kwargs))
+    (case("glb_truncated_header", fit_glb, "") / "model.glb").write_bytes(b"glTF\x02\x00")
+
+
+# --- materials --------------------------------------------------------------------------------
+
+
+def _material(surface: dict, nodes: dict | None = None) -> dict:
+    return {"format": "neuralbake.material", "version": 1, "name": "bad", "nodes": nodes or {}, "surface": surface}
+
+
+def material_cases() -> None:
+    preview = ["material", "preview", "{case}/material.json", "--out", "{out}", "--size", "8", "--spp", "1", "-q"]
+    bake = ["material", "bake", "{case}/material.json", "--out", "{out}", "--steps", "2", "-q"]
+    lambert = {"lobe": "lambert", "params": {"albedo": "@tex"}}
+    for name, file in (("material_texture_parent_dirs", "../../SENTINEL_outside.bin"), ("material_texture_absolute", "/etc/passwd")):
+        doc = _material(lambert, {"tex": {"op": "texture", "file": file}})
+        (case(name, preview, "outside") / "material.json").write_text(json.dumps(doc))
+    deep = "[" * 100_000 + "]" * 100_000
+    (case("material_json_100k_deep", preview, "nest") / "material.json").write_text('{"format": "neuralbake.material", "x": ' + deep + "}")
+    layer: dict = {"lobe": "lambert", "params": {"albedo": [0.5, 0.5, 0.5]}}
+    for _ in range(450):
+        layer = {"mix": [layer, {"lobe": "lambert", "params": {"albedo": [0.1, 0.1, 0.1]}}], "mask": 0.5}
+    (case("material_450_nested_mixes", bake, "deep") / "material.json").write_text(json.dumps(_material(layer)))
+    (case("material_surface_is_list", preview, "surface") / "material.json").write_text(json.dumps(_material([1, 2])))  # type: ignore[arg-type]
+    bad_albedo = {"lobe": "lambert", "params": {"albedo": [[1], [2]]}}
+    (case("material_albedo_nested_list", preview, "albedo") / "material.json").write_text(json.dumps(_material(bad_albedo)))
+    (case("material_not_utf8", preview, "") / "material.json").write_bytes(b"\xff\xfe{\x00")
+
+    mtlx = ["material", "preview", "{case}/material.mtlx", "--out", "{out}", "--size", "8", "--spp", "1", "-q"]
+    for name, href in (("mtlx_include_absolute", "/etc/passwd"), ("mtlx_include_parent_dirs", "../../SENTINEL_outside.bin")):
+        text = f'<?xml version="1.0"?>\n<materialx version="1.39" xmlns:xi="http://www.w3.org/2001/XInclude">\n  <xi:include href="{href}" />\n</materialx>\n'
+        (case(name, mtlx, "outside") / "material.mtlx").write_text(text)
+    image = (
+        '<?xml version="1.0"?>\n<materialx version="1.39">\n'
+        '  <image name="img" type="color3"><input name="file" type="filename" value="../../SENTINEL_outside.bin" /></image>\n'
+        '  <standard_surface name="srf" type="surfaceshader"><input name="base_color" type="color3" nodename="img" /></standard_surface>\n'
+        '  <surfacematerial name="mat" type="material"><input name="surfaceshader" type="surfaceshader" nodename="srf" /></surfacematerial>\n'
+        "</materialx>\n"
+    )
+    (case("mtlx_image_outside", mtlx, "outside") / "material.mtlx").write_text(image)
+    entity = (
+        '<?xml version="1.0"?>\n<!DOCTYPE m [<!ENTITY x SYSTEM "file:///etc/passwd">]>\n<materialx version="1.39">&x;</materialx>\n'
+    )
+    (case("mtlx_external_entity", mtlx, "") / "material.mtlx").write_text(entity)
+
+
+# --- images and configs -------------------------------------------------------------------------
+
+
+def _png(width: int, height: int, *, bit_depth: int = 8, colour: int = 0, rows: bytes | None = None) -> bytes:
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    ihdr = struct.pack(">IIBBBBB", width, height, bit_depth, colour, 0, 0, 0)
+    data = rows if rows is not None else b""
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(data, 9)) + chunk(b"IEND", b"")
+
+
+def image_cases() -> None:
+    texture = ["texture", "bake", "{case}/image.png", "--out", "{out}", "--steps", "2", "-q"]
+    # 12000 x 12000 grey zeros compresses to ~140 kB: a decompression bomb that passes a per-side check.
+    side = 12000
+    compressor = zlib.compressobj(9)
+    row = b"\0" * (side + 1)
+    payload = b"".join(compressor.compress(row) for _ in range(side)) + compressor.flush()
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    ihdr = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)
+    bomb = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", payload) + chunk(b"IEND", b"")
+    (case("png_12000_zero_bomb", texture, "pixels") / "image.png").write_bytes(bomb)
+    (case("png16_header_30000", texture, "pixels") / "image.png").write_bytes(_png(30000, 30000, bit_depth=16))
+    (case("png_truncated", texture, "") / "image.png").write_bytes(_png(64, 64, rows=b"\0" * (65 * 64))[:60])
+    (case("png_zero_bytes", texture, "") / "image.png").write_bytes(b"")
+    (case("png_is_text", texture, "") / "image.png").write_text("not an image\n")
+
+    folder = case("config_json_100k_deep", ["texture", "bake", "{case}/image.png", "--config", "{case}/bake.json", "--out", "{out}", "-q"], "nest")
+    (folder / "bake.json").write_text('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    (folder / "image.png").write_bytes(_png(4, 4, rows=b"\0" * 20))
+    folder = case("config_wrong_types", ["texture", "bake", "{case}/image.png", "--config", "{case}/bake.json", "--out", "{out}", "-q"], "")
+    (folder / "bake.json").write_text(json.dumps({"train": {"steps": "many"}, "network": [1, 2]}))
+    (folder / "image.png").write_bytes(_png(4, 4, rows=b"\0" * 20))
+    folder = case("config_toml_deep", ["texture", "bake", "{case}/image.png", "--config", "{case}/bake.toml", "--out", "{out}", "-q"], "")
+    (folder / "bake.toml").write_text("x = " + "[" * 20_000 + "]" * 20_000 + "\n")
+    (folder / "image.png").write_bytes(_png(4, 4, rows=b"\0" * 20))
+
+
+# --- options ------------------------------------------------------------------------------------
+
+
+def option_cases() -> None:
+    image = "{case}/image.png"
+    rows = b"".join(b"\0" + bytes((x * 16) % 256 for x in range(16)) for _ in range(16))
+    for name, argv, expect in (
+        ("option_lr_1e30", ["texture", "bake", image, "--out", "{out}", "--steps", "20", "--lr", "1e30", "--precision", "fp32", "-q"], "diverged"),
+        ("option_out_empty", ["texture", "bake", image, "--out", "", "-q"], "--out"),
+        ("option_size_too_big", ["texture", "bake", image, "--out", "{out}", "--size", "100000x100000", "-q"], "size"),
+        ("option_latent_5", ["material", "bake", "{case}/material.json", "--out", "{out}", "--latent", "5", "-q"], "latent"),
+        ("option_markup_path", ["texture", "bake", "{case}/a[red]b/x[/y].png", "--out", "{out}", "-q"], "a[red]b/x[/y].png"),
+    ):
+        folder = case(name, argv, expect)
+        (folder / "image.png").write_bytes(_png(16, 16, rows=rows))
+        if name == "option_latent_5":
+            (folder / "material.json").write_text(json.dumps(_material({"lobe": "lambert", "params": {"albedo": [0.5, 0.5, 0.5]}})))
+        if name == "option_markup_path":
+            (folder / "a[red]b").mkdir(exist_ok=True)
+
+
+def main() -> None:
+    if CORPUS.exists():
+        shutil.rmtree(CORPUS)
+    SENTINEL.write_bytes(SENTINEL_BYTES)
+    gltf_cases()
+    material_cases()
+    image_cases()
+    option_cases()
+    (CORPUS / "cases.json").write_text(json.dumps(_CASES, indent=1) + "\n")
+    print(f"{len(_CASES)} cases -> {CORPUS}")
+
+
+if __name__ == "__main__":
+    main()
