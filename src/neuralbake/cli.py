@@ -17,8 +17,8 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from neuralbake.bakes.neural_texture import NeuralTextureConfig, bake_neural_texture, render_saved_network
-from neuralbake.cli_run import print_done, run_action
-from neuralbake.core.config import field_docs, load_config
+from neuralbake.cli_run import option_help, print_done, run_action
+from neuralbake.core.config import load_config
 from neuralbake.nn.mlp import CoordinateNetworkConfig
 from neuralbake.nn.trainer import TrainerConfig
 
@@ -96,11 +96,7 @@ def _root(
         _ALLOWED.set(True)  # for the rest of this process: one CLI invocation is one command
 
 
-def _doc(cls: type, name: str, instance: Any | None = None) -> str:
-    text = field_docs(cls).get(name, "")
-    if instance is not None:
-        text += f" (default: {getattr(instance, name)})"
-    return text
+_doc = option_help
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -136,7 +132,7 @@ def texture_bake(
     image: Annotated[Path, typer.Argument(help="Reference image (PNG, JPEG, TGA, BMP, TIFF; 8/16-bit; grey, RGB or RGBA).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for the bundle, pictures and report.")],
     steps: Annotated[int | None, typer.Option(help=_doc(TrainerConfig, "steps", _TRAIN))] = None,
-    size: Annotated[str | None, typer.Option(help="Resample the reference to WxH before training (default: its own size).")] = None,
+    size: Annotated[str | None, typer.Option(help="Resample the reference to WxH before training (at most 4096x4096). \\[default: its own size]")] = None,
     transform: Annotated[str | None, typer.Option(help=_doc(NeuralTextureConfig, "transform", _TEX))] = None,
     seed: Annotated[int | None, typer.Option(help=_doc(TrainerConfig, "seed", _TRAIN))] = None,
     device: Annotated[str | None, typer.Option(help=_doc(NeuralTextureConfig, "device", _TEX))] = None,
@@ -144,7 +140,7 @@ def texture_bake(
     layers: Annotated[int | None, typer.Option(help=_doc(CoordinateNetworkConfig, "layers", _NET))] = None,
     frequencies: Annotated[int | None, typer.Option(help=_doc(CoordinateNetworkConfig, "frequencies", _NET))] = None,
     activation: Annotated[str | None, typer.Option(help=_doc(CoordinateNetworkConfig, "hidden_activation", _NET))] = None,
-    precision: Annotated[str | None, typer.Option(help=_doc(TrainerConfig, "precision", _TRAIN) + " On a CPU, fp32 runs about 10x faster than fp16.")] = None,
+    precision: Annotated[str | None, typer.Option(help=_doc(TrainerConfig, "precision", _TRAIN, extra="On a CPU, fp32 runs about 10x faster than fp16."))] = None,
     loss_scale: Annotated[str | None, typer.Option(help=_doc(TrainerConfig, "loss_scale", _TRAIN))] = None,
     lr: Annotated[float | None, typer.Option(help=_doc(TrainerConfig, "learning_rate", _TRAIN))] = None,
     schedule: Annotated[str | None, typer.Option(help=_doc(TrainerConfig, "schedule", _TRAIN))] = None,
@@ -211,7 +207,7 @@ def material_preview(
     size: Annotated[int, typer.Option(help="Image side in pixels.")] = 256,
     spp: Annotated[int, typer.Option(help="Camera samples per pixel (each with a light and a BSDF sample).")] = 64,
     light: Annotated[str, typer.Option(help="both, directional or environment.")] = "both",
-    environment: Annotated[Path | None, typer.Option(help="Equirectangular HDR map (.exr, .hdr or PNG); default: a procedural sky with a sun.")] = None,
+    environment: Annotated[Path | None, typer.Option(help="Equirectangular HDR map (.exr, .hdr or PNG). \\[default: a procedural sky with a sun]")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
@@ -302,8 +298,8 @@ def material_render(
         bool,
         typer.Option("--allow-other-material", help="Compare against --material even if it is not the material the bundle was baked from."),
     ] = False,
-    size: Annotated[int | None, typer.Option(help="Image side in pixels (default: 256 on a GPU, 128 on a CPU).")] = None,
-    spp: Annotated[int | None, typer.Option(help="Camera samples per pixel, the same directions for both materials (default: 64 on a GPU, 16 on a CPU).")] = None,
+    size: Annotated[int | None, typer.Option(help="Image side in pixels. \\[default: 256 on a GPU, 128 on a CPU]")] = None,
+    spp: Annotated[int | None, typer.Option(help="Camera samples per pixel, the same directions for both materials. \\[default: 64 on a GPU, 16 on a CPU]")] = None,
     precision: Annotated[str, typer.Option(help="Decoder and latent precision: fp16 (as shipped) or fp32.")] = "fp16",
     u8: Annotated[bool, typer.Option("--u8", help="Use the 8-bit latent texture.")] = False,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",

@@ -19,8 +19,7 @@ import typer
 from rich.console import Console
 
 from neuralbake.bakes.fit import FitConfig
-from neuralbake.cli_run import print_done, run_action
-from neuralbake.core.config import field_docs
+from neuralbake.cli_run import option_help, print_done, run_action
 
 __all__ = ["app", "fit", "register"]
 
@@ -29,7 +28,7 @@ _DEFAULT = FitConfig()
 
 
 def _doc(name: str) -> str:
-    return f"{field_docs(FitConfig).get(name, '')} (default: {getattr(_DEFAULT, name)})"
+    return option_help(FitConfig, name, _DEFAULT)
 
 
 def fit(
@@ -52,7 +51,7 @@ def fit(
     weight_max: Annotated[float | None, typer.Option(help=_doc("weight_max"))] = None,
     environment_samples: Annotated[int | None, typer.Option(help=_doc("environment_samples"))] = None,
     no_environment: Annotated[bool, typer.Option("--no-environment", help="Directional light only (no sky).")] = False,
-    no_shadows: Annotated[bool, typer.Option("--no-shadows", help="No shadow rays for the directional light (no warp-lang needed).")] = False,
+    no_shadows: Annotated[bool, typer.Option("--no-shadows", help="No shadow rays for the directional light in the reference renders (faster; shadows are traced with warp-lang).")] = False,
     init: Annotated[str | None, typer.Option(help=_doc("init"))] = None,
     seed: Annotated[int | None, typer.Option(help=_doc("seed"))] = None,
     device: Annotated[str | None, typer.Option(help=_doc("device"))] = None,

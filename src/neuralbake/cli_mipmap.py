@@ -17,8 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from neuralbake.bakes.mipmap import MipmapConfig
-from neuralbake.cli_run import print_done, run_action
-from neuralbake.core.config import field_docs
+from neuralbake.cli_run import option_help, print_done, run_action
 from neuralbake.errors import InputError
 
 __all__ = ["app", "mipmap"]
@@ -27,7 +26,7 @@ _DEFAULT = MipmapConfig()
 
 
 def _doc(name: str) -> str:
-    return f"{field_docs(MipmapConfig).get(name, '')} (default: {getattr(_DEFAULT, name)})"
+    return option_help(MipmapConfig, name, _DEFAULT)
 
 
 def mipmap(
@@ -40,13 +39,13 @@ def mipmap(
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for the mip chain, comparison image and report.")],
     levels: Annotated[int | None, typer.Option(help=_doc("levels"))] = None,
-    steps: Annotated[int | None, typer.Option(help=f"Optimisation steps (default: {_DEFAULT.train.steps}).")] = None,
+    steps: Annotated[int | None, typer.Option(help=option_help(type(_DEFAULT.train), "steps", _DEFAULT.train, extra="(Optimisation steps.)"))] = None,
     roughness: Annotated[float | None, typer.Option(help=_doc("roughness"))] = None,
     metallic: Annotated[float | None, typer.Option(help=_doc("metallic"))] = None,
     size: Annotated[int | None, typer.Option(help=_doc("size"))] = None,
     init: Annotated[str | None, typer.Option(help=_doc("init"))] = None,
     directions: Annotated[int | None, typer.Option(help=_doc("directions_per_step"))] = None,
-    lr: Annotated[float | None, typer.Option(help=f"Peak Adam learning rate (default: {_DEFAULT.train.learning_rate}).")] = None,
+    lr: Annotated[float | None, typer.Option(help=option_help(type(_DEFAULT.train), "learning_rate", _DEFAULT.train))] = None,
     seed: Annotated[int | None, typer.Option(help="Seed for the training directions (the held-out set follows from it).")] = None,
     device: Annotated[str | None, typer.Option(help=_doc("device"))] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted bake in --out from its checkpoint.")] = False,

@@ -20,8 +20,8 @@ from typing import Annotated, Any
 
 import typer
 
-from neuralbake.cli_run import print_done, run_action
-from neuralbake.core.config import field_docs, load_config
+from neuralbake.cli_run import option_help, print_done, run_action
+from neuralbake.core.config import load_config
 from neuralbake.errors import ConfigError
 
 __all__ = ["ntc_app", "ntc_compress", "ntc_decompress"]
@@ -36,7 +36,14 @@ ntc_app = typer.Typer(
 def _doc(name: str) -> str:
     from neuralbake.bakes.ntc import NTCConfig
 
-    return field_docs(NTCConfig).get(name, "")
+    return option_help(NTCConfig, name, NTCConfig())
+
+
+def _train_doc(name: str, extra: str = "") -> str:
+    from neuralbake.bakes.ntc import NTCConfig
+
+    train = NTCConfig().train
+    return option_help(type(train), name, train, extra=extra)
 
 
 def _parse_hidden(text: str) -> tuple[int, ...]:
@@ -53,18 +60,20 @@ def _parse_hidden(text: str) -> tuple[int, ...]:
 def ntc_compress(
     sources: Annotated[list[str], typer.Argument(help="Texture images (PATH or NAME=PATH; a group named normal keeps X and Y) or one .gltf file.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder (one rate), or parent of bpp_<X>/ folders (several rates).")],
-    bpp: Annotated[list[float], typer.Option(help="Target bits per texel of mip 0 for the whole set, 0.5-48; repeat for a rate-distortion curve.")] = [4.0],  # noqa: B006
-    material: Annotated[str, typer.Option(help=_doc("material"))] = "0",
+    bpp: Annotated[
+        list[float] | None, typer.Option(help=_doc("bpp") + " Repeat --bpp for a rate-distortion curve.")
+    ] = None,
+    material: Annotated[str | None, typer.Option(help=_doc("material"))] = None,
     size: Annotated[int | None, typer.Option(help=_doc("size"))] = None,
-    steps: Annotated[int | None, typer.Option(help="Steps of the main (noise-quantised) phase.")] = None,
+    steps: Annotated[int | None, typer.Option(help=_train_doc("steps", "(Steps of the main, noise-quantised phase.)"))] = None,
     finetune_steps: Annotated[int | None, typer.Option(help=_doc("finetune_steps"))] = None,
-    lr: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
+    lr: Annotated[float | None, typer.Option(help=_train_doc("learning_rate"))] = None,
     batch_size: Annotated[int | None, typer.Option(help=_doc("batch_size"))] = None,
-    hidden: Annotated[str | None, typer.Option(help="Decoder hidden widths (default 64,48,32, RTXNTC's size). 256,256,128 gives 2.7-6.5 dB more on 2048² sets at 13.6x the decode work; its weights count in --bpp.")] = None,
+    hidden: Annotated[str | None, typer.Option(help="Decoder hidden widths (RTXNTC's size by default). 256,256,128 gives 2.7-6.5 dB more on 2048² sets at 13.6x the decode work; its weights count in --bpp. \\[default: 64,48,32]")] = None,
     pe_frequencies: Annotated[int | None, typer.Option(help=_doc("pe_frequencies"))] = None,
-    precision: Annotated[str | None, typer.Option(help="fp32, fp16 or bf16 forward/backward (fp32 masters either way).")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed for initialisation and texel sampling.")] = None,
-    baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Report BC1 / BC7 (+BC5 normals) round trips.")] = True,
+    precision: Annotated[str | None, typer.Option(help=_train_doc("precision"))] = None,
+    seed: Annotated[int | None, typer.Option(help=_train_doc("seed"))] = None,
+    baselines: Annotated[bool | None, typer.Option("--baselines/--no-baselines", help=_doc("baselines"), show_default=False)] = None,
     device: Annotated[str | None, typer.Option(help=_doc("device"))] = None,
     config: Annotated[Path | None, typer.Option("--config", help="Load settings from a JSON or TOML file (flags given here win).")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted single-rate compression in --out.")] = False,
@@ -77,18 +86,22 @@ def ntc_compress(
 
         cfg = load_config(NTCConfig, config) if config else NTCConfig()
         cfg.sources = list(sources)
-        top = {"material": material, "size": size, "finetune_steps": finetune_steps, "batch_size": batch_size, "pe_frequencies": pe_frequencies, "device": device}
-        cfg = dataclasses.replace(cfg, **{k: v for k, v in top.items() if v is not None}, baselines=baselines)
+        top = {
+            "material": material, "size": size, "finetune_steps": finetune_steps, "batch_size": batch_size,
+            "pe_frequencies": pe_frequencies, "device": device, "baselines": baselines,
+        }
+        cfg = dataclasses.replace(cfg, **{k: v for k, v in top.items() if v is not None})
         if hidden is not None:
             cfg.hidden = _parse_hidden(hidden)
         train = {"steps": steps, "learning_rate": lr, "precision": precision, "seed": seed}
         cfg.train = dataclasses.replace(cfg.train, **{k: v for k, v in train.items() if v is not None})
-        if len(bpp) == 1:
-            cfg.bpp = float(bpp[0])
+        rates = [cfg.bpp] if not bpp else bpp
+        if len(rates) == 1:
+            cfg.bpp = float(rates[0])
             return [compress_texture_set(cfg, out, resume=resume, progress=progress)]
         if resume:
             raise ConfigError("--resume works with one --bpp at a time.", field="resume", fix="resume each bpp_<X> folder with its own --bpp.")
-        return compress_rate_distortion(cfg, bpp, out, progress=progress)
+        return compress_rate_distortion(cfg, rates, out, progress=progress)
 
     result = run_action(action, out=out)
     if isinstance(result, list):

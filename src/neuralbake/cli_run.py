@@ -16,16 +16,17 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
+from neuralbake.core.config import field_docs
 from neuralbake.errors import NeuralbakeError
 from neuralbake.nn.trainer import TrainingInterrupted
 
-__all__ = ["print_done", "run_action"]
+__all__ = ["option_help", "print_done", "run_action"]
 
 _err = Console(stderr=True)
 _out = Console()
@@ -71,3 +72,24 @@ def run_action(action: Callable[[], T], *, out: Path | None = None) -> T:
 def print_done(message: str) -> None:
     """Print a command's closing summary: ``done`` and ``message``, as plain text."""
     _out.print(Text.assemble(("done", "bold green"), " ", message), highlight=False)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, tuple | list):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def option_help(cls: type, name: str, instance: Any | None = None, *, extra: str = "") -> str:
+    """An option's help: the config field's docstring, ``extra``, and ``[default: X]`` from ``instance``.
+
+    Every command shows defaults the same way typer does for literal defaults (``[default: X]``);
+    a ``None`` default is not shown (the docstring says what ``None`` means). Docstring markup
+    (double backticks) is reduced to single ones, and square brackets are escaped so that rich
+    shows them instead of reading them as style tags.
+    """
+    text = " ".join(part for part in (field_docs(cls).get(name, ""), extra) if part).replace("``", "`")
+    text = text.replace("[", "\\[")
+    if instance is not None and getattr(instance, name) is not None:
+        text += f" \\[default: {_shown(getattr(instance, name))}]"
+    return text
