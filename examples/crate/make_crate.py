@@ -106,6 +106,24 @@ def make_textures(seed: int = 7) -> dict[str, np.ndarray]:
         roughness = 0.55 + 0.2 * grime * paint + (1 - paint) * (0.25 - 0.1 * grime)
         metal_rough[region] = np.stack([np.ones_like(paint), roughness, 1 - paint], axis=-1)
         emissive[region] = np.pad(maps["emissive"], _PAD, mode="edge")[..., None] * np.array([0.2, 1.0, 0.6])
+    # Texels outside every face's cell are never sampled; fill them from the nearest cell edge
+    # (dilation), so mip levels and compressors see no black seams.
+    filled = np.zeros((SIZE, SIZE), dtype=bool)
+    for face in range(6):
+        row, col = divmod(face, 3)
+        y0 = row * (SIZE // 2) + (SIZE // 2 - cell) // 2
+        x0 = col * (SIZE // 3) + _PAD
+        filled[y0 - _PAD : y0 + cell + _PAD, x0 - _PAD : x0 + cell + _PAD] = True
+    maps = [height[..., None], base, metal_rough, emissive]
+    while not filled.all():
+        grow = filled.copy()
+        for axis, shift in ((0, 1), (0, -1), (1, 1), (1, -1)):
+            source = np.roll(filled, shift, axis=axis)
+            take = source & ~grow
+            for m in maps:
+                m[take] = np.roll(m, shift, axis=axis)[take]
+            grow |= take
+        filled = grow
     # Normal map (OpenGL convention: green up = +v goes up the image) from the height field.
     dh_dx = (np.roll(height, -1, axis=1) - np.roll(height, 1, axis=1)) * 0.5
     dh_dy = (np.roll(height, -1, axis=0) - np.roll(height, 1, axis=0)) * 0.5
