@@ -123,13 +123,14 @@ def ntc_decompress(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for <group>_mip<k>.png/.exr.")],
     image_format: Annotated[str, typer.Option("--format", help="png (8-bit RGB; normal Z rebuilt) or exr (float32, stored channels).")] = "png",
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")] = True,
 ) -> None:
     """Decode every channel group at every mip level from texture.ntc alone."""
 
     def action() -> Any:
         from neuralbake.bakes.ntc import decompress
 
-        return decompress(folder, out, image_format=image_format, device=device)
+        return decompress(folder, out, image_format=image_format, device=device, progress=progress)
 
     written = run_action(action, out=out)
     print_done(f"{len(written)} images -> {out}")

@@ -65,7 +65,7 @@ from torch import nn
 
 from neuralbake.core.config import save_config
 from neuralbake.core.device import resolve_device, seed_everything
-from neuralbake.core.events import EventSink, EventWriter, JsonlSink, ProgressSink
+from neuralbake.core.events import EventSink, EventWriter, JsonlSink, ProgressSink, progress_task
 from neuralbake.core.metrics import mse
 from neuralbake.core.report import plot_loss_curve, write_report
 from neuralbake.errors import BundleError, ConfigError, InputError
@@ -1014,14 +1014,21 @@ def decode_texel(container: NTCContainer, mip: int, x: int, y: int) -> np.ndarra
     return decode_texels(container, one(mip), one(x), one(y))[0].cpu().numpy()
 
 
-def decode_all_levels(container: NTCContainer, *, chunk: int = 1 << 18) -> list[np.ndarray]:
-    """Decode every texel of every mip level -> a list of float32 ``[H_l, W_l, channels]``."""
+def decode_all_levels(
+    container: NTCContainer, *, chunk: int = 1 << 18, progress: Callable[[int], None] | None = None
+) -> list[np.ndarray]:
+    """Decode every texel of every mip level -> a list of float32 ``[H_l, W_l, channels]``.
+
+    ``progress`` (if given) is called with the texels decoded after each level.
+    """
     device = container.latents_high.device
     levels = []
     for index, (width, height) in enumerate(container.layout.level_sizes):
         yy, xx = torch.meshgrid(torch.arange(height, device=device), torch.arange(width, device=device), indexing="ij")
         level = torch.full((width * height,), index, dtype=torch.int64, device=device)
         levels.append(decode_texels(container, level, xx.reshape(-1), yy.reshape(-1), chunk=chunk).reshape(height, width, -1).cpu().numpy())
+        if progress is not None:
+            progress(width * height)
     return levels
 
 
@@ -1512,13 +1519,17 @@ def open_container(folder: str | Path) -> NTCContainer:
     return _parse_container(data, file_path)
 
 
-def decompress(folder: str | Path, out_dir: str | Path, *, image_format: str = "png", device: str = "auto") -> list[Path]:
+def decompress(
+    folder: str | Path, out_dir: str | Path, *, image_format: str = "png", device: str = "auto", progress: bool = False
+) -> list[Path]:
     """Decode every group at every mip level to ``out_dir/<group>_mip<k>.png`` (8-bit RGB) or ``.exr`` (float32, one channel per stored channel)."""
     if image_format not in ("png", "exr"):
         raise ConfigError(f"unknown image format {image_format!r}.", field="format", fix="use png or exr.")
     container = open_container(folder).to(resolve_device(device))
     out = prepare_output_dir(out_dir)
-    levels = decode_all_levels(container)
+    total = sum(width * height for width, height in container.layout.level_sizes)
+    with progress_task("decoding", total, enabled=progress, unit="texels") as advance:
+        levels = decode_all_levels(container, progress=advance)
     written = []
     for index, level in enumerate(levels):
         start = 0
