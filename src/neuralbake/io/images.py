@@ -143,7 +143,7 @@ def _read_png16(path: Path, header: _PngHeader) -> tuple[np.ndarray, ImageInfo]:
         raise _fail(path, f"the 16-bit PNG is damaged or truncated ({exc}).", "re-export the image.") from exc
     array = data.reshape(height, width, planes).astype(np.float32)
     del data
-    array *= np.float32(1.0 / 65535.0)
+    array /= np.float32(65535.0)
     mode = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}[planes] + ";16"
     return array, ImageInfo(str(path), width, height, planes, 16, mode)
 
@@ -199,7 +199,7 @@ def _read_pillow(path: Path, max_pixels: int) -> tuple[np.ndarray, ImageInfo]:
                 image = image.convert(_MODE_CONVERSIONS[image.mode])
             if image.mode.startswith("I;16"):
                 array = np.asarray(image).astype(np.float32)[..., None]
-                array *= np.float32(1.0 / 65535.0)
+                array /= np.float32(65535.0)
                 return array, ImageInfo(str(path), width, height, 1, 16, source_mode)
             if image.mode not in ("L", "LA", "RGB", "RGBA"):
                 raise _fail(
@@ -210,7 +210,7 @@ def _read_pillow(path: Path, max_pixels: int) -> tuple[np.ndarray, ImageInfo]:
             array = np.asarray(image).astype(np.float32)
         except _DECODE_ERRORS as exc:
             raise _fail(path, f"the image data cannot be converted ({exc}).", "re-export the image as an 8- or 16-bit PNG.") from exc
-    array *= np.float32(1.0 / 255.0)
+    array /= np.float32(255.0)
     if array.ndim == 2:
         array = array[..., None]
     return array, ImageInfo(str(path), width, height, array.shape[2], 8, source_mode)
