@@ -27,6 +27,12 @@ The report uses a fixed held-out set drawn with a different seed.
 Learned texels, per level: base colour ``sigmoid(a)`` (linear RGB), normal
 ``normalize(s_x, s_y, 1)`` from two slopes (always above the surface), perceptual roughness
 ``sigmoid(r)``, and metallic ``sigmoid(m)`` when a metallic map was given (else the constant).
+The slopes are learned as offsets from the initial ones in units of the initial GGX alpha,
+``s = s_0 + alpha_0 * d``: shading depends on a tilt through ``tilt / alpha``, and Adam steps every
+parameter by about ``lr`` whatever its gradient's size, so raw slopes let one rare gradient spike of
+a mirror-like texel (alpha ~ 1e-3, whose sharp highlight 16 random directions a step seldom hit)
+tilt it by ~10 lr = 0.2, far past its lobe: its highlight left the mirror direction for good (the
+narrow lobe has no tail to pull it back) and the texel shaded black where the reference is bright.
 They start from Toksvig's maps (``init = "toksvig"``, the default) or the box-filtered ones
 (``init = "box"``) and are optimised with Adam by the shared :class:`~neuralbake.nn.trainer.Trainer`.
 Toksvig is the default start because it converges faster: on a 32^2 synthetic bump map, 300
@@ -106,6 +112,9 @@ METHODS = ("box", "toksvig", "toksvig_phong", "learned", "learned_8bit")
 _SAMPLING_ALPHA = 0.2
 """GGX alpha of the lobe that draws light directions around the mirror direction (0.2 fits exact
 mirror pairs better than 0.5 on the helmet at 128^2: level-1 PSNR 16.2 vs 14.8 dB)."""
+
+_MIN_SLOPE_SCALE = 1e-4
+"""Smallest unit of a learned slope offset (GGX's smallest alpha, ``MIN_ALPHA``)."""
 
 _LOGIT_EPS = 1e-4
 """Values are clamped to [eps, 1 - eps] before the logit, so a 0 or 1 texel starts finite."""
@@ -500,8 +509,9 @@ def _logit(x: torch.Tensor) -> torch.Tensor:
 class LearnedMipLevel(torch.nn.Module):
     """The trainable texels of one mip level (see the module docstring for the parameterisation).
 
-    ``base_logit`` ``[S, S, 3]``, ``slope`` ``[2, S, S]`` (channel first, so that its gradient,
-    a slice of the normal's, is contiguous: the trainer's fused Adam silently mis-steps
+    ``base_logit`` ``[S, S, 3]``, ``slope`` ``[2, S, S]`` (the offset from the initial slopes
+    ``slope_origin`` in units of ``slope_scale``, the initial GGX alpha; channel first, so that its
+    gradient, a slice of the normal's, is contiguous: the trainer's fused Adam silently mis-steps
     parameters whose gradient has other strides), ``roughness_logit`` ``[S, S, 1]`` and, when
     learned, ``metallic_logit`` ``[S, S, 1]``.
     """
@@ -510,8 +520,14 @@ class LearnedMipLevel(torch.nn.Module):
         super().__init__()
         n = init.normal
         slope = n[..., :2] / torch.clamp(n[..., 2:3], min=1e-3)
+        # The learned slope is an offset from the initial one in units of the initial GGX alpha
+        # (the lobe's width in slope units), so that one Adam step, about lr in size whatever the
+        # gradient's magnitude, tilts a mirror-like texel by a fraction of its lobe, not past it.
+        self.register_buffer("slope_origin", slope.permute(2, 0, 1).contiguous())
+        alpha = torch.clamp(init.roughness, min=0.0) ** 2
+        self.register_buffer("slope_scale", torch.clamp(alpha, min=_MIN_SLOPE_SCALE).permute(2, 0, 1).contiguous())
         self.base_logit = torch.nn.Parameter(_logit(init.base_color).contiguous())
-        self.slope = torch.nn.Parameter(slope.permute(2, 0, 1).contiguous())
+        self.slope = torch.nn.Parameter(torch.zeros_like(self.slope_origin))
         self.roughness_logit = torch.nn.Parameter(_logit(init.roughness).contiguous())
         if learn_metallic:
             self.metallic_logit = torch.nn.Parameter(_logit(init.metallic).contiguous())
@@ -520,7 +536,8 @@ class LearnedMipLevel(torch.nn.Module):
 
     def maps(self) -> MaterialMaps:
         """The level's maps (unit normals), differentiable in the parameters."""
-        normal = torch.cat((self.slope, torch.ones_like(self.slope[:1])), dim=0).permute(1, 2, 0)
+        slope = self.slope_origin + self.slope_scale * self.slope
+        normal = torch.cat((slope, torch.ones_like(slope[:1])), dim=0).permute(1, 2, 0)
         normal = normalize(normal.reshape(-1, 3)).reshape(normal.shape)
         metallic = torch.sigmoid(self.metallic_logit) if hasattr(self, "metallic_logit") else self.metallic_value
         return MaterialMaps(torch.sigmoid(self.base_logit), normal, torch.sigmoid(self.roughness_logit), metallic)
