@@ -13,6 +13,7 @@ from neuralbake.bakes.neural_material import (
     dequantize_latents,
     load_neural_material,
     quantize_latents,
+    relative_l1,
     texel_features,
 )
 from neuralbake.cli import app
@@ -75,6 +76,26 @@ def test_u8_latents_within_half_a_step():
     assert codes.dtype == torch.uint8
     error = (dequantize_latents(codes, scale, offset) - latent).abs()
     assert (error <= scale / 2 + 1e-6).all()
+
+
+def test_relative_l1_weighs_relative_errors_of_f_cos():
+    # The same 50% error of f cos costs about the same on a dim (grazing) sample as on a bright
+    # one, while a plain L1 on log(1 + f cos) made the dim one ~60x cheaper.
+    def cost(x: float, ratio: float, loss) -> float:
+        target = torch.log1p(torch.full((1, 3), x))
+        return float(loss(torch.log1p(torch.full((1, 3), x * ratio)), target))
+
+    for loss_ratio in (cost(0.005, 1.5, relative_l1) / cost(0.5, 1.5, relative_l1), cost(0.05, 0.5, relative_l1) / cost(2.0, 0.5, relative_l1)):
+        assert 0.3 < loss_ratio < 1.5, loss_ratio
+    plain = cost(0.005, 1.5, torch.nn.functional.l1_loss) / cost(0.5, 1.5, torch.nn.functional.l1_loss)
+    assert plain < 0.02, plain
+    # Black targets keep the plain L1, and a negative (clamped-to-black) prediction still gets a gradient.
+    prediction = torch.tensor([[-0.2, 0.1, 0.3]], requires_grad=True)
+    target = torch.zeros(1, 3)
+    loss = relative_l1(prediction, target)
+    assert torch.isclose(loss, torch.nn.functional.l1_loss(prediction, target))
+    loss.backward()
+    assert torch.all(prediction.grad != 0)
 
 
 def test_bad_inputs(tmp_path):

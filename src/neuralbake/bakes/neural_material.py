@@ -7,8 +7,9 @@ maps ``(latent, wi, wo)`` (local shading frame, normal +z) to the cosine-weighte
 ``f(wi, wo) cos(theta_i)``, RGB. Both train jointly with the shared trainer on random
 ``(uv, wi, wo)``: ``wo`` cosine-distributed, ``wi`` half cosine-distributed and half drawn by the
 reference material's own sampler, so highlights are learned. The decoder predicts
-``log(1 + f cos)`` and the loss is L1 in that space, which keeps HDR peaks from dominating; a
-shader undoes it with ``exp(y) - 1`` (clamped at 0).
+``log(1 + f cos)``, which keeps HDR peaks from dominating, and the loss is L1 in that space
+weighted to a relative error of ``f cos`` above 0.01 (:func:`relative_l1`), so that dim (grazing)
+configurations are learned too; a shader undoes it with ``exp(y) - 1`` (clamped at 0).
 
 After training, the encoder is run once per texel to bake the latent texture (``resolution``
 squared, with a mip pyramid whose lower levels come from the encoder applied to box-filtered
@@ -268,8 +269,24 @@ class ReferenceSampler:
         return batch
 
 
-def _l1(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return F.l1_loss(prediction, target)
+RELATIVE_LOSS_FLOOR = 0.01
+"""``f cos`` below which :func:`relative_l1` weighs absolute rather than relative errors."""
+
+
+def relative_l1(prediction: torch.Tensor, target: torch.Tensor, floor: float = RELATIVE_LOSS_FLOOR) -> torch.Tensor:
+    """The training loss: L1 in the decoder's ``log(1 + f cos)`` space, weighted to a relative error.
+
+    ``log1p`` is linear below 1, so a plain L1 there weighs a dim sample's error absolutely: at a
+    grazing light and view (``f cos ~ 0.005``) a factor-of-two, colour-shifting error costs almost
+    nothing, and the texture view that shows it was at 10 dB. A change ``d`` of ``y = log(1 + x)``
+    is a change ``(1 + x) d`` of ``x``, so the weight ``floor (1 + x) / (x + floor)`` (``x`` the
+    target's ``f cos``) makes each term ``floor |dx| / (x + floor)``: relative above ``floor``,
+    absolute below it, and exactly the old L1 for ``x = 0``. The gradient still flows for every
+    prediction (the weights depend on the target only).
+    """
+    x = torch.expm1(target)
+    weight = floor * (1.0 + x) / (x + floor)
+    return torch.mean(weight * (prediction - target).abs())
 
 
 # -- the baked, shippable material -----------------------------------------------------------------
@@ -437,7 +454,7 @@ def bake_neural_material(
         all_sinks.append(ProgressSink("neural material", console=Console(stderr=True)))
     with EventWriter(all_sinks) as events:
         trainer = Trainer(
-            model, sampler, _l1, config.train, device=device, checkpoint_path=out / "checkpoint.pt", events=events,
+            model, sampler, relative_l1, config.train, device=device, checkpoint_path=out / "checkpoint.pt", events=events,
             compatibility={"material": sha256_file(config.material), "features": features, "latent": config.latent, "shared": shared},
         )
         result = trainer.fit(resume=resume)
