@@ -256,7 +256,7 @@ def material_bake(
     material: Annotated[Path, typer.Argument(help="A neuralbake material (.json) or a MaterialX document (.mtlx).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for the latent texture, decoder bundle, comparison and report.")],
     latent: Annotated[int, typer.Option(help="Latent channels per texel (4, 8 or 16).")] = 8,
-    resolution: Annotated[int, typer.Option(help="Latent texture side in texels (mip 0).")] = 256,
+    resolution: Annotated[int, typer.Option(help="Latent texture side in texels (mip 0).")] = 512,
     steps: Annotated[int, typer.Option(help="Training steps.")] = 2000,
     batch_size: Annotated[int, typer.Option(help="(uv, wi, wo) samples per step.")] = 4096,
     lr: Annotated[float, typer.Option(help="Peak Adam learning rate.")] = 0.005,

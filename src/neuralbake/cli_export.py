@@ -56,7 +56,7 @@ def material_pack(
     share: Annotated[bool, typer.Option("--share/--no-share", help="Later materials reuse the first one's leading decoder layers (stored once).")] = True,
     shared_layers: Annotated[int, typer.Option(help="How many leading decoder layers are shared.")] = 1,
     latent: Annotated[int, typer.Option(help="Latent channels per texel (one architecture for the whole pack).")] = 8,
-    resolution: Annotated[int, typer.Option(help="Latent texture side in texels.")] = 256,
+    resolution: Annotated[int, typer.Option(help="Latent texture side in texels.")] = 512,
     steps: Annotated[int, typer.Option(help="Training steps per material.")] = 2000,
     batch_size: Annotated[int, typer.Option(help="(uv, wi, wo) samples per step.")] = 4096,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",

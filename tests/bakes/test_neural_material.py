@@ -1,4 +1,5 @@
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -187,3 +188,18 @@ def test_cli_pack_bakes_materials_with_a_shared_first_layer(tmp_path):
     assert torch.equal(first.decoder.layers[0].weight, second.decoder.layers[0].weight)
     separate = sum((tmp_path / "scene" / "materials" / n / "network.fp16.bin").stat().st_size for n in ("rusty_iron_nail", "velvet"))
     assert (tmp_path / "scene" / "shader" / "material_pack.weights.fp16.bin").stat().st_size < separate, shader
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.5, 1.0])
+def test_view_directions_mix_cosine_and_uniform(fraction: float) -> None:
+    from scipy import stats
+
+    from neuralbake.bakes.neural_material import _view_directions
+
+    wo = _view_directions(20000, fraction, torch.Generator().manual_seed(3), torch.device("cpu"))
+    assert torch.allclose(wo.norm(dim=1), torch.ones(len(wo)), atol=1e-5) and bool((wo[:, 2] >= 0).all())
+    # cos(theta) has cdf (1 - f) c^2 + f c: cosine-distributed views have c^2 uniform, uniform ones c.
+    cdf = lambda c: (1.0 - fraction) * c**2 + fraction * c  # noqa: E731
+    assert stats.kstest(wo[:, 2].double().numpy(), cdf).pvalue > 1e-3
+    azimuth = torch.atan2(wo[:, 1], wo[:, 0]).double().numpy()
+    assert stats.kstest(azimuth, stats.uniform(loc=-math.pi, scale=2 * math.pi).cdf).pvalue > 1e-3
