@@ -96,7 +96,7 @@ def main() -> None:
     parser.add_argument("materials", nargs="*", type=Path)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--resolution", type=int, default=256)
+    parser.add_argument("--resolution", type=int, default=NeuralMaterialConfig.resolution)
     parser.add_argument("--batch-size", type=int, default=4096, help="training batch")
     parser.add_argument("--batch", type=int, default=1 << 18, help="evaluation batch for the throughput measurement")
     parser.add_argument("--repeats", type=int, default=5)
@@ -119,6 +119,9 @@ def main() -> None:
             print(f"{path.name}: skipped ({exc})")
             continue
         rows.append(row)
+        views = json.loads((bake_dir / "report.json").read_text())["texture_views"]["psnr_per_view_db"]
+        row["texture_views_db"] = views
+        print(f"{path.name:28s} texture views (4 random pairs, then the mirror pair): {', '.join(f'{v:.1f}' for v in views)} dB", flush=True)
         print(
             f"{path.name:28s} reference {row['reference_samples_per_second'] / 1e6:9.3f} M/s  neural {row['neural_samples_per_second'] / 1e6:9.3f} M/s"
             f"  x{row['speedup']:6.1f}" + (f"  compiled {row['neural_compiled_samples_per_second'] / 1e6:9.3f} M/s x{row['speedup_compiled']:6.1f}" if args.compile else "") + f"   PSNR {row['psnr_db']:.2f} dB  FLIP {row['flip']:.3f}",
