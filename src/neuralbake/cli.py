@@ -91,9 +91,9 @@ def _root(
 ) -> None:
     """Bake heavy graphics assets into compact ones that render fast (neural textures, materials, LODs)."""
     if allow_outside_refs:
-        from neuralbake.io.refs import _ALLOWED
+        from neuralbake.io.refs import allow_outside_refs_for_this_process
 
-        _ALLOWED.set(True)  # for the rest of this process: one CLI invocation is one command
+        allow_outside_refs_for_this_process()
 
 
 _doc = option_help

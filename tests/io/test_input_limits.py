@@ -400,3 +400,36 @@ def test_config_file_that_is_not_utf8_or_a_folder(tmp_path):
     (tmp_path / "dir.json").mkdir()
     with pytest.raises(ConfigError, match="folder"):
         load_config(NeuralTextureConfig, tmp_path / "dir.json")
+
+
+@pytest.mark.parametrize(
+    ("text", "depth"),
+    [
+        ("", 0),
+        ("{}", 1),
+        ('{"a": [1, {"b": "[[[\\"]]"}], "c": "x\\\\"}', 3),
+        ("[" * 1000 + "]" * 1000, 1000),
+        ('["a\\"b", "[", {"k": "}"}]', 2),
+    ],
+)
+def test_json_depth_ignores_brackets_inside_strings(text: str, depth: int) -> None:
+    from neuralbake.io.limits import json_depth
+
+    assert json_depth(text) == depth
+
+
+def test_materialx_includes_are_read_once_however_often_named(tmp_path: Path) -> None:
+    from neuralbake.io import materialx
+
+    head = '<?xml version="1.0"?>\n<materialx version="1.39" xmlns:xi="http://www.w3.org/2001/XInclude">\n'
+    for name, child in (("a", "b"), ("b", "c"), ("c", "d")):
+        body = "".join(f'  <xi:include href="{child}.mtlx" />\n' for _ in range(200))
+        (tmp_path / f"{name}.mtlx").write_text(head + body + "</materialx>\n")
+    (tmp_path / "d.mtlx").write_text(head + "</materialx>\n")
+    reads: list[str] = []
+    original = materialx._scan_xml
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(materialx, "_scan_xml", lambda path, top: reads.append(Path(path).name) or original(path, top))
+        with pytest.raises(InputError, match="no material"):
+            materialx.load_materialx(tmp_path / "a.mtlx")
+    assert sorted(reads) == ["a.mtlx", "b.mtlx", "c.mtlx", "d.mtlx"]

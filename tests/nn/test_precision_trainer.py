@@ -137,6 +137,20 @@ def test_nan_guard_stops_a_diverged_run(device):
     assert trainer.step == 5 and trainer.skipped_steps == 5
 
 
+def test_a_short_run_that_ends_diverged_is_an_error(device):
+    # 20 steps at lr 1e30: the weights blow up after the first step and every later step is
+    # skipped, which the in-loop guard (50 in a row) never sees; the run must not end "done".
+    trainer, _ = make_trainer(device, steps=20, learning_rate=1e30, precision="fp32", loss_scale="none")
+    with pytest.raises(TrainingError, match="training diverged"):
+        trainer.fit()
+
+
+def test_a_short_fp16_run_ending_on_loss_scale_backoff_is_not_an_error(device):
+    trainer, _ = make_trainer(device, steps=3, precision="fp16", loss_scale="dynamic", initial_loss_scale=2.0**24)
+    trainer.fit()  # the scale halves on overflowing steps; that is scaling, not divergence
+    assert trainer.step == 3
+
+
 def test_resume_is_bit_exact(tmp_path, device):
     full, _ = make_trainer(device, precision="fp16", checkpoint_every=7)
     full.fit()

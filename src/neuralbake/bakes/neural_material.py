@@ -45,6 +45,7 @@ from neuralbake.core.report import plot_loss_curve, write_report
 from neuralbake.errors import BundleError, ConfigError, InputError, TrainingError
 from neuralbake.io.bundle import LayerTensors, read_bundle, sha256_file, write_bundle
 from neuralbake.io.files import atomic_write_bytes, prepare_output_dir
+from neuralbake.io.refs import outside_refs_allowed
 from neuralbake.io.images import save_png
 from neuralbake.material.frame import cosine_hemisphere_pdf, square_to_cosine_hemisphere
 from neuralbake.material.loader import load_material
@@ -484,7 +485,11 @@ def bake_neural_material(
     with EventWriter(all_sinks) as events:
         trainer = Trainer(
             model, sampler, relative_l1, config.train, device=device, checkpoint_path=out / "checkpoint.pt", events=events,
-            compatibility={"material": sha256_file(config.material), "features": features, "latent": config.latent, "shared": shared},
+            compatibility={
+                "material": sha256_file(config.material), "features": features, "latent": config.latent, "shared": shared,
+                # the objective: resuming under another loss or view distribution changes the run silently
+                "loss": "relative_l1", "uniform_views": config.uniform_views,
+            },
         )
         result = trainer.fit(resume=resume)
 
@@ -682,6 +687,16 @@ def _reference_material(manifest_path: Path, info: Any, material: str | Path | N
             path=manifest_path,
             field="material.source",
             fix="pass --material with the .json or .mtlx file it was baked from.",
+        )
+    if material is None and info.source_sha256 is None and not outside_refs_allowed():
+        # material.source is an absolute path outside the bundle's folder: follow it only when the
+        # bundle also pins its content (bundles since 2026-11-23 do), so a crafted manifest cannot
+        # make `material render` open or probe any file on the machine.
+        raise InputError(
+            "the bundle names its source material by path but records no sha256 of it (written before 2026-11-23, or edited).",
+            path=manifest_path,
+            field="material.sha256",
+            fix="pass --material with the .json or .mtlx file it was baked from, or run with --allow-outside-refs if you trust this bundle.",
         )
     source = Path(material) if material is not None else recorded
     assert source is not None

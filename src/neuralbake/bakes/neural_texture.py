@@ -35,7 +35,7 @@ from neuralbake.core.report import plot_loss_curve, write_report
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.files import prepare_output_dir
 from neuralbake.io.images import ImageInfo, load_image, resize_image, save_png
-from neuralbake.io.limits import MAX_IMAGE_PIXELS, check_memory
+from neuralbake.io.limits import MAX_IMAGE_PIXELS, TooManyPixelsError, check_memory
 from neuralbake.nn.mlp import CoordinateNetwork, CoordinateNetworkConfig
 from neuralbake.nn.precision import compute_dtype
 from neuralbake.nn.serialize import load_coordinate_network, save_coordinate_network
@@ -235,15 +235,16 @@ def preview_strip(reference: np.ndarray, output: np.ndarray, *, error_gain: floa
 def _load_reference(config: NeuralTextureConfig) -> tuple[np.ndarray, ImageInfo, str]:
     try:
         image, info = load_image(config.image, max_pixels=MAX_BAKE_PIXELS if config.size is None else MAX_IMAGE_PIXELS)
-    except InputError as exc:
-        if config.size is None and "pixels" in exc.problem:  # over the bake's budget, not the loader's
-            raise InputError(
-                f"{exc.problem} The neural texture bake trains on at most {MAX_BAKE_PIXELS:,} texels (4096x4096).",
-                path=exc.path,
-                field="image",
-                fix="pass --size WxH (e.g. --size 2048x2048) to resample it first, or downscale the image.",
-            ) from exc
-        raise
+    except TooManyPixelsError as exc:
+        if exc.limit != MAX_BAKE_PIXELS:  # over the loader's own limit: --size cannot help
+            raise
+        raise InputError(
+            f"the image is {exc.width}x{exc.height} = {exc.width * exc.height:,} pixels; the neural texture bake trains on at most "
+            f"{MAX_BAKE_PIXELS:,} (4096x4096).",
+            path=exc.path,
+            field="image",
+            fix="pass --size WxH (e.g. --size 2048x2048) to resample it first, or downscale the image.",
+        ) from exc
     digest = hashlib.sha256(np.ascontiguousarray(image).tobytes()).hexdigest()[:16]
     if config.size is not None:
         image = resize_image(image, *config.size)

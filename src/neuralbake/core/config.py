@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.files import atomic_write_json
-from neuralbake.io.limits import MAX_JSON_DEPTH, data_depth, parse_json_text
+from neuralbake.io.limits import MAX_JSON_DEPTH, bracket_depth, data_depth, parse_json_text
 
 __all__ = ["config_from_dict", "config_to_dict", "field_docs", "load_config", "save_config"]
 
@@ -199,13 +199,7 @@ def _toml_nesting(text: str) -> int:
     (``a.a.a...`` 40,000 deep takes 40 s), so the nesting is bounded before it parses.
     """
     stripped = _TOML_SKIP.sub('""', text)
-    depth = deepest = 0
-    for char in stripped:
-        if char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth -= 1
+    deepest = bracket_depth(stripped)
     # A dotted key stays on one line; at least half the dots of "1.2.3..." still count.
     dots = max((line.count(".") - len(_FLOAT_DOT.findall(line)) for line in stripped.splitlines()), default=0)
     return max(deepest, dots + 1)

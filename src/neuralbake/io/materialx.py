@@ -445,13 +445,20 @@ def _scan_xml(path: Path, top: Path) -> list[str]:
     return includes
 
 
-def _read_confined(path: Path, top: Path, chain: tuple[Path, ...]) -> Any:
+MAX_INCLUDED_FILES = 256
+"""Most distinct documents one MaterialX read includes (directly or through other includes)."""
+
+
+def _read_confined(path: Path, top: Path, chain: tuple[Path, ...], seen: set[Path] | None = None) -> Any:
     """Read ``path`` (``top`` or a file it includes, through ``chain``) into a MaterialX document.
 
     Includes are resolved by :func:`resolve_reference` against the folder of the file naming
     them, checked for cycles and depth, read by this function and imported; MaterialX's own include
-    processing is switched off, so it never opens a file neuralbake has not checked.
+    processing is switched off, so it never opens a file neuralbake has not checked. Each file is
+    read once however often it is included (``seen``), so a few kB of repeated includes cannot
+    fan out into millions of parses; at most :data:`MAX_INCLUDED_FILES` distinct files are read.
     """
+    seen = set() if seen is None else seen
     where = " > ".join(p.name for p in chain[1:])
     includes = _scan_xml(path, top)
     options = mx.XmlReadOptions()
@@ -476,7 +483,12 @@ def _read_confined(path: Path, top: Path, chain: tuple[Path, ...]) -> Any:
             raise _fail(top, field, f"includes nest more than {MAX_INCLUDE_DEPTH} deep.", "flatten the chain of included documents.")
         if not included.is_file():
             raise _fail(top, field, f"the included document '{href}' does not exist.", "put it beside the document that includes it.")
-        document.importLibrary(_read_confined(included, top, (*chain, included)))
+        if included in seen:
+            continue  # already imported: its elements are in the document
+        seen.add(included)
+        if len(seen) > MAX_INCLUDED_FILES:
+            raise _fail(top, field, f"more than {MAX_INCLUDED_FILES} documents are included.", "merge the included libraries.")
+        document.importLibrary(_read_confined(included, top, (*chain, included), seen))
     return document
 
 

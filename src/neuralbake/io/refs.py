@@ -21,7 +21,7 @@ from pathlib import Path
 
 from neuralbake.errors import InputError
 
-__all__ = ["allow_outside_refs", "outside_refs_allowed", "resolve_reference"]
+__all__ = ["allow_outside_refs", "allow_outside_refs_for_this_process", "outside_refs_allowed", "resolve_reference"]
 
 _ALLOWED: contextvars.ContextVar[bool] = contextvars.ContextVar("neuralbake_outside_refs", default=False)
 
@@ -34,6 +34,11 @@ def allow_outside_refs(allowed: bool = True) -> Iterator[None]:
         yield
     finally:
         _ALLOWED.reset(token)
+
+
+def allow_outside_refs_for_this_process() -> None:
+    """Lift the rule until the process ends: the CLI's ``--allow-outside-refs`` (one process, one command)."""
+    _ALLOWED.set(True)
 
 
 def outside_refs_allowed() -> bool:

@@ -450,10 +450,14 @@ class Trainer:
     def _check_finished_finite(self) -> None:
         # The in-loop guard waits for max_nonfinite_steps; a short run (or a huge learning rate
         # that blows the weights up in its last steps) can end before that and would otherwise
-        # ship a network that outputs NaN.
+        # ship a network that outputs NaN. With dynamic loss scaling, overflowing steps are how the
+        # scale finds its level, so a short fp16 run that ends on a few is not diverged unless the
+        # scale has already fallen below 1 (no finite gradient at any sensible scale).
         run = int(self._nonfinite_run)
         broken = [name for name, p in self.model.named_parameters() if not bool(torch.isfinite(p).all())]
-        if run >= min(self.config.max_nonfinite_steps, self._diverged_at_end) or broken:
+        scaling = self.config.loss_scale == "dynamic" and self.config.precision == "fp16"
+        ended_diverged = run >= self._diverged_at_end and (not scaling or self.scaler.scale < 1.0)
+        if broken or ended_diverged or run >= self.config.max_nonfinite_steps:
             what = f"parameters {', '.join(broken[:3])} hold inf/NaN" if broken else f"its last {run} steps produced inf/NaN loss or gradients"
             raise TrainingError(
                 f"training diverged: {what} (step {self.step}); nothing usable was learned.",

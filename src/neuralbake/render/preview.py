@@ -46,6 +46,7 @@ import torch
 from neuralbake.errors import InputError
 from neuralbake.io.files import prepare_output_dir
 from neuralbake.io.images import save_png
+from neuralbake.io.limits import check_memory
 from neuralbake.material.layering import Layer
 from neuralbake.render.envmap import EnvironmentLight, default_environment, load_environment, write_exr
 from neuralbake.render.tonemap import tone_map
@@ -239,12 +240,20 @@ def _resolve_environment(environment: object, device: torch.device) -> Environme
     )
 
 
+MAX_PREVIEW_SIZE = 8192
+"""Largest preview image side (the renderer keeps whole images in memory)."""
+MAX_PREVIEW_SPP = 65536
+"""Most camera samples per pixel."""
+
+
 def _check_arguments(size: int, spp: int, light: str, chunk_size: int) -> None:
     if light not in LIGHTS:
         raise InputError(f"unknown light {light!r}.", field="light", fix=f"use one of {', '.join(LIGHTS)}.")
-    for name, value, low in (("size", size, 2), ("spp", spp, 1), ("chunk_size", chunk_size, 1)):
-        if not isinstance(value, int) or value < low:
-            raise InputError(f"{name} must be an integer >= {low}, got {value!r}.", field=name, fix=f"pass {name} >= {low}.")
+    for name, value, low, high in (("size", size, 2, MAX_PREVIEW_SIZE), ("spp", spp, 1, MAX_PREVIEW_SPP), ("chunk_size", chunk_size, 1, 1 << 26)):
+        if not isinstance(value, int) or not low <= value <= high:
+            raise InputError(f"{name} must be an integer from {low} to {high}, got {value!r}.", field=name, fix=f"pass {low} <= {name} <= {high}.")
+    # Per scene: radiance and coverage images, float32, plus the per-pixel shifts (6 floats).
+    check_memory(size * size * (3 + 1 + 6) * 4 * 2, what=f"a {size}x{size} preview", field="size", fix="render a smaller --size.")
 
 
 def _unit_direction(direction: tuple[float, float, float] | torch.Tensor, device: torch.device) -> torch.Tensor:
