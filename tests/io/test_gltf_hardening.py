@@ -18,7 +18,8 @@ import pytest
 from PIL import Image
 
 from neuralbake.errors import InputError
-from neuralbake.io.gltf import load_gltf
+from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES, load_gltf, load_gltf_materials
+from neuralbake.io.gltf_validate import MAX_ACCESSOR_COUNT
 from neuralbake.io.refs import allow_outside_refs
 
 # --- tiny assets ----------------------------------------------------------------------------------------
@@ -431,3 +432,211 @@ def test_unsupported_extensions_are_still_refused(tmp_path: Path, name: str) -> 
     doc["extensionsRequired"] = [name]
     error = refused(write_gltf_pair(tmp_path, doc, blob), f"extensionsUsed.{name}")
     assert "gltf-transform" in error.fix
+
+
+# --- 5. type confusion, normalized accessors, singular transforms, accessor counts ----------------------
+
+# Values of the wrong JSON type must fail as an InputError before any dict/set lookup (a list is unhashable).
+TYPE_CASES = [
+    ("accessors.0.componentType", [5126], "accessors[0].componentType"),
+    ("accessors.0.componentType", {"a": 1}, "accessors[0].componentType"),
+    ("accessors.0.componentType", True, "accessors[0].componentType"),
+    ("accessors.0.componentType", 5126.0, "accessors[0].componentType"),
+    ("accessors.0.type", ["VEC3"], "accessors[0].type"),
+    ("accessors.0.type", {"VEC3": 1}, "accessors[0].type"),
+    (f"{PRIM}.mode", [4], "meshes[0].primitives[0].mode"),
+    (f"{PRIM}.extensions", [], "meshes[0].primitives[0].extensions"),
+    ("meshes.0.name", ["quad"], "meshes[0].name"),
+    ("nodes.0.name", {"n": 1}, "nodes[0].name"),
+    ("images.0.mimeType", ["image/png"], "images[0].mimeType"),
+    ("images.0.name", 7, "images[0].name"),
+    ("samplers.0.wrapS", [33071], "samplers[0].wrapS"),
+    ("samplers.0.wrapT", {"x": 1}, "samplers[0].wrapT"),
+    ("samplers.0.wrapS", 5, "samplers[0].wrapS"),  # not one of the three glTF wrap modes
+    ("samplers.0.wrapS", True, "samplers[0].wrapS"),
+    ("materials.0.alphaMode", ["MASK"], "materials[0].alphaMode"),
+    ("materials.0.alphaMode", "CUTOUT", "materials[0].alphaMode"),
+    ("materials.0.name", ["paint"], "materials[0].name"),
+    ("materials.0.doubleSided", "yes", "materials[0].doubleSided"),
+    ("materials.0.pbrMetallicRoughness", [], "materials[0].pbrMetallicRoughness"),
+    ("materials.0.pbrMetallicRoughness", 0, "materials[0].pbrMetallicRoughness"),
+    ("materials.0.extensions", [], "materials[0].extensions"),
+    ("materials.0.extensions", {"KHR_materials_emissive_strength": [2]}, "materials[0].extensions.KHR_materials_emissive_strength"),
+    ("materials.0.pbrMetallicRoughness.baseColorTexture.extensions", [], "materials[0].pbrMetallicRoughness.baseColorTexture.extensions"),
+    ("textures.0.extensions", [1], "textures[0].extensions"),
+    ("extensions", [], "extensions"),
+    ("extensionsUsed", [["KHR_materials_unlit"]], "extensionsUsed"),
+    ("extensionsRequired", {"KHR_materials_unlit": 1}, "extensionsRequired"),
+    ("textures", 5, "textures"),  # a top-level array that is not one, referenced by an index
+    ("images", 1.5, "images"),
+    ("samplers", True, "samplers"),
+]
+
+
+@pytest.mark.parametrize(("where", "value", "field"), TYPE_CASES, ids=[f"{c[0]}={c[1]!r:.16}" for c in TYPE_CASES])
+@pytest.mark.parametrize("loader", [load_gltf, load_gltf_materials], ids=["load_gltf", "load_gltf_materials"])
+def test_wrong_json_types_are_input_errors(tmp_path: Path, where: str, value, field: str, loader) -> None:
+    doc, blob = tiny_doc()
+    _set(where, value)(doc)
+    path = write_gltf_pair(tmp_path, doc, blob)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(InputError) as caught:
+            loader(path)
+    assert caught.value.field == field, str(caught.value)
+    assert f"{field}:" in str(caught.value) and "Fix:" in str(caught.value)
+
+
+NORMALIZED_CASES = [
+    ("accessors.0", 5126, "accessors[0].normalized"),  # float POSITION
+    ("accessors.4", 5126, "accessors[4].normalized"),  # float WEIGHTS_0
+    ("accessors.5", 5125, "accessors[5].normalized"),  # uint32 (checked before its view's length)
+]
+
+
+@pytest.mark.parametrize(("where", "component", "field"), NORMALIZED_CASES, ids=[c[2] for c in NORMALIZED_CASES])
+@pytest.mark.parametrize("container", ["gltf", "glb"])
+def test_normalized_float_and_uint32_accessors_are_refused(tmp_path: Path, where: str, component: int, field: str, container: str) -> None:
+    doc, blob = tiny_doc()
+    _set(f"{where}.componentType", component)(doc)
+    _set(f"{where}.normalized", True)(doc)
+    path = write_gltf_pair(tmp_path, doc, blob) if container == "gltf" else write_glb(tmp_path / "t.glb", doc, blob)
+    refused(path, field, f"componentType {component}")
+
+
+@pytest.mark.parametrize(
+    ("where", "field"),
+    [("accessors.5", "meshes[0].primitives[0].indices"), ("accessors.3", "meshes[0].primitives[0].attributes.JOINTS_0")],
+)
+def test_normalized_indices_and_joints_are_refused(tmp_path: Path, where: str, field: str) -> None:
+    doc, blob = tiny_doc()
+    _set(f"{where}.normalized", True)(doc)
+    refused(write_gltf_pair(tmp_path, doc, blob), field, "not normalized")
+
+
+def _face_normals(mesh) -> np.ndarray:
+    p = mesh.positions.astype(np.float64)
+    i = mesh.indices
+    face = np.cross(p[i[:, 1]] - p[i[:, 0]], p[i[:, 2]] - p[i[:, 0]])
+    return face / np.linalg.norm(face, axis=1, keepdims=True)
+
+
+_ROT90_X = [1, 0, 0, 0, 0, 0, 1, 0, 0, -1, 0, 0, 0, 0, 0, 1]  # column-major: +90 degrees about x
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        {"scale": [1, 1, 0]},  # the quad lies in z = 0: a zero z scale leaves it whole
+        {"scale": [-1, 1, 0]},  # mirrored and singular
+        {"scale": [2, 3, 0], "rotation": [0, 0, 0.38268343, 0.92387953]},
+        {"matrix": [2, 0, 0, 0, 0, 0.5, 0, 0, 0, 0, 0, 0, 1, 2, 3, 1]},
+    ],
+    ids=["scale-z0", "mirror-z0", "rotated-z0", "matrix-z0"],
+)
+def test_singular_node_transforms_keep_surviving_triangles(tmp_path: Path, node: dict) -> None:
+    doc, blob = tiny_doc()
+    doc["nodes"] = [{"mesh": 0, **node}]
+    mesh = load_gltf(write_gltf_pair(tmp_path, doc, blob)).meshes[0]  # once np.linalg.inv: LinAlgError
+    assert mesh.num_triangles == 2
+    np.testing.assert_allclose(np.linalg.norm(mesh.normals, axis=1), 1.0, atol=1e-6)
+    face = _face_normals(mesh)
+    for k in range(3):  # vertex normals agree with the winding after the transform
+        assert (np.sum(mesh.normals[mesh.indices[:, k]] * face, axis=1) > 0.99).all()
+
+
+@pytest.mark.parametrize(
+    "nodes",
+    [
+        [{"mesh": 0, "scale": [1, 0, 1]}],  # the quad (in z = 0) flattened onto the x axis
+        [{"mesh": 0, "scale": [0, 0, 0]}],  # the usual way to hide a node
+        [{"mesh": 0, "matrix": [0] * 16}],
+        [{"scale": [1, 1, 0], "children": [1]}, {"mesh": 0, "matrix": _ROT90_X}],  # turned into y = 0, then z squashed
+    ],
+    ids=["scale-y0", "scale-000", "zero-matrix", "rotated-child"],
+)
+def test_collapsed_primitives_are_skipped(tmp_path: Path, nodes: list) -> None:
+    doc, blob = tiny_doc()
+    doc["nodes"] = nodes
+    doc["scenes"] = [{"nodes": [0]}]
+    path = write_gltf_pair(tmp_path, doc, blob)
+    with warnings.catch_warnings(record=True) as record, pytest.raises(InputError) as caught:
+        warnings.simplefilter("always")
+        load_gltf(path)
+    assert any("no triangles left; the primitive is skipped" in str(w.message) for w in record)
+    assert caught.value.field == "scenes" and "no triangle meshes" in caught.value.problem
+
+
+def test_a_hidden_node_beside_a_visible_one(tmp_path: Path) -> None:
+    doc, blob = tiny_doc()
+    doc["nodes"] = [{"mesh": 0, "scale": [0, 0, 0]}, {"mesh": 0, "translation": [0, 0, 1]}]
+    doc["scenes"] = [{"nodes": [0, 1]}]
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        scene = load_gltf(write_gltf_pair(tmp_path, doc, blob))
+    assert any("primitive is skipped" in str(w.message) for w in record)
+    assert len(scene.meshes) == 1
+    np.testing.assert_allclose(scene.meshes[0].positions, POSITIONS + [0, 0, 1])
+    np.testing.assert_allclose(scene.meshes[0].normals, NORMALS, atol=1e-6)
+
+
+def test_the_accessor_count_cap_matches_the_triangle_budget() -> None:
+    assert MAX_ACCESSOR_COUNT == 3 * DEFAULT_MAX_TRIANGLES
+
+
+@pytest.mark.parametrize("index", [0, 2, 5])
+@pytest.mark.parametrize("container", ["gltf", "glb"])
+def test_huge_zero_filled_accessors_are_refused(tmp_path: Path, index: int, container: str) -> None:
+    # No bufferView: all zeros per the spec, allocated from the count alone (2**45 x 3 floats = 400 TB).
+    doc, blob = tiny_doc()
+    del doc["accessors"][index]["bufferView"]
+    doc["accessors"][index]["count"] = 2**45
+    path = write_gltf_pair(tmp_path, doc, blob) if container == "gltf" else write_glb(tmp_path / "t.glb", doc, blob)
+    error = refused(path, f"accessors[{index}].count", f"at most {MAX_ACCESSOR_COUNT:,}")
+    assert "max_triangles" in error.fix
+    with pytest.raises(InputError) as caught:
+        load_gltf_materials(path)  # the materials-only reader validates the same document
+    assert caught.value.field == f"accessors[{index}].count"
+
+
+def test_the_accessor_cap_follows_a_raised_triangle_budget(tmp_path: Path) -> None:
+    doc, blob = tiny_doc()
+    del doc["accessors"][2]["bufferView"]
+    doc["accessors"][2]["count"] = MAX_ACCESSOR_COUNT + 1  # unused by the scene: never decoded
+    doc["samplers"], doc["textures"], doc["images"] = [], [], []
+    doc["materials"] = [{"name": "plain"}]
+    del doc["meshes"][0]["primitives"][0]["attributes"]["TEXCOORD_0"]
+    path = write_gltf_pair(tmp_path, doc, blob)
+    refused(path, "accessors[2].count")
+    assert load_gltf(path, max_triangles=MAX_ACCESSOR_COUNT).num_triangles == 2
+
+
+def _zero_positions(count: int, *, indexed: bool) -> tuple[dict, bytes]:
+    doc, blob = tiny_doc()
+    prim = doc["meshes"][0]["primitives"][0]
+    prim["attributes"] = {"POSITION": 0}
+    if not indexed:
+        del prim["indices"]
+    doc["accessors"][0] = {"componentType": 5126, "count": count, "type": "VEC3"}
+    doc["materials"] = [{"name": "plain"}]
+    doc["samplers"], doc["textures"], doc["images"] = [], [], []
+    return doc, blob
+
+
+def test_non_indexed_primitives_count_against_the_budget(tmp_path: Path) -> None:
+    doc, blob = _zero_positions(3000, indexed=False)
+    doc["nodes"] = [{"mesh": 0}, {"mesh": 0}]  # instanced twice: 2 x 1000 triangles
+    doc["scenes"] = [{"nodes": [0, 1]}]
+    refused(write_gltf_pair(tmp_path, doc, blob), "max_triangles", "2,000 triangles", max_triangles=1999)
+
+
+def test_unreferenced_vertices_count_against_the_budget(tmp_path: Path) -> None:
+    doc, blob = _zero_positions(3000, indexed=True)  # 2 triangles, but 3000 vertices decoded
+    refused(write_gltf_pair(tmp_path, doc, blob), "max_triangles", "3,000 vertices", max_triangles=100)
+
+
+def test_missing_image_file_names_the_material(tmp_path: Path) -> None:
+    doc, blob = tiny_doc()
+    doc["images"][0] = {"uri": "absent.png"}
+    error = refused(write_gltf_pair(tmp_path, doc, blob), "images[0].uri", "does not exist")
+    assert "'paint'" in error.problem and "absent.png" in error.fix

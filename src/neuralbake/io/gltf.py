@@ -11,8 +11,9 @@ pointing out are refused too), and only the bytes a buffer declares are read. py
 the checked document; accessors are decoded here with numpy because pygltflib hands back raw bytes.
 ``KHR_draco_mesh_compression`` primitives are decoded with DracoPy (:mod:`neuralbake.io.draco`),
 keeping every attribute (Draco reorders the vertices). Every node's mesh is placed in world
-space (node transforms multiplied down the hierarchy; normals by the inverse transpose, tangents
-by the linear part, triangle winding flipped under mirroring transforms), and every primitive
+space (node transforms multiplied down the hierarchy; normals by the inverse transpose, or by the
+cofactor matrix under a singular transform such as the zero scale that hides a node, tangents by
+the linear part, triangle winding flipped under mirroring transforms), and every primitive
 becomes one :class:`Mesh` holding its own material index. Images are kept as stored (float32
 ``[H, W, C]`` in ``[0, 1]``, no sRGB decode): the renderer knows which slots are colour.
 
@@ -20,7 +21,8 @@ What cannot be used is refused with an :class:`~neuralbake.errors.InputError` th
 the glTF field and the fix: meshopt compressed meshes and KTX2/WebP textures (convert them
 first), point and line primitives, sparse accessors, missing buffer or image files and references
 outside the glTF's folder, textures whose texture coordinate set is absent, non-finite positions,
-uvs, colours or weights, and scenes with more triangles than the budget. Softer problems are
+uvs, colours or weights, and scenes with more triangles (or more than three vertices per triangle
+of the budget) than the budget. Softer problems are
 repaired with a warning: missing normals are generated (smooth by default), non-finite normals are
 replaced by generated smooth ones and non-finite tangents regenerated, missing tangents of
 normal-mapped primitives are generated from the uv layout (Lengyel's per-triangle method, not
@@ -50,7 +52,7 @@ import numpy as np
 from neuralbake.errors import InputError
 from neuralbake.io.draco import AccessorSpec, decode_draco_primitive
 from neuralbake.io.files import atomic_write_bytes, atomic_write_text
-from neuralbake.io.gltf_validate import read_document, validate_document
+from neuralbake.io.gltf_validate import MAX_ACCESSOR_COUNT, read_document, validate_document
 from neuralbake.io.images import load_image, save_png
 from neuralbake.io.limits import MAX_JSON_BYTES
 from neuralbake.io.refs import resolve_reference
@@ -274,6 +276,12 @@ def generate_tangents(positions: np.ndarray, normals: np.ndarray, uv: np.ndarray
     return np.concatenate([tan, w[:, None]], axis=1).astype(np.float32)
 
 
+def _cofactor(m: np.ndarray) -> np.ndarray:
+    """Cofactor matrix of a 3x3 ``m`` (``det(m) m^-T`` when invertible; defined for singular ``m`` too)."""
+    c0, c1, c2 = m[:, 0], m[:, 1], m[:, 2]
+    return np.stack([np.cross(c1, c2), np.cross(c2, c0), np.cross(c0, c1)], axis=1)
+
+
 def _drop_degenerate(positions: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, int]:
     repeated = (indices[:, 0] == indices[:, 1]) | (indices[:, 1] == indices[:, 2]) | (indices[:, 0] == indices[:, 2])
     p = positions.astype(np.float64)
@@ -290,13 +298,18 @@ def _drop_degenerate(positions: np.ndarray, indices: np.ndarray) -> tuple[np.nda
 class _Reader:
     """Holds one parsed file and decodes its buffers, accessors and images."""
 
-    def __init__(self, path: Path, max_json_bytes: int) -> None:
+    def __init__(self, path: Path, max_json_bytes: int, max_accessor_count: int = MAX_ACCESSOR_COUNT) -> None:
         import pygltflib
 
         self.path = path
         # The container and structure are checked here, so pygltflib and numpy only see sound data.
         self.doc, self.bin_chunk = read_document(path, max_json_bytes=max_json_bytes)
-        validate_document(self.doc, path, bin_chunk_length=None if self.bin_chunk is None else len(self.bin_chunk))
+        validate_document(
+            self.doc,
+            path,
+            bin_chunk_length=None if self.bin_chunk is None else len(self.bin_chunk),
+            max_accessor_count=max_accessor_count,
+        )
         try:
             with warnings.catch_warnings():  # dataclasses_json nags about optional fields pygltflib types as required
                 warnings.filterwarnings("ignore", category=RuntimeWarning, module="dataclasses_json")
@@ -315,13 +328,18 @@ class _Reader:
     def fail(self, problem: str, field: str, fix: str) -> InputError:
         return InputError(problem, path=self.path, field=field, fix=fix)
 
-    def local_file(self, uri: str, field: str, what: str) -> Path:
-        """The existing file a relative URI names, confined to the glTF's folder."""
+    def local_file(self, uri: str, field: str, what: str, *, context: str = "", fix: str | None = None) -> Path:
+        """The existing file a relative URI names, confined to the glTF's folder.
+
+        ``context`` is added to the message of a missing file (``" (material 'paint', ...)"``),
+        ``fix`` replaces its default fix.
+        """
         from urllib.parse import unquote
 
         file = resolve_reference(self.path, unquote(uri), field=field, what=what)
         if not file.is_file():
-            raise self.fail(f"the {what} file {file} does not exist.", field, f"put {Path(unquote(uri)).name} beside the glTF file.")
+            fix = fix or f"put {Path(unquote(uri)).name} beside the glTF file."
+            raise self.fail(f"the {what} file {file}{context} does not exist.", field, fix)
         return file
 
     def uri_bytes(self, uri: str, field: str, what: str, limit: int | None = None) -> bytes:
@@ -402,13 +420,8 @@ class _Reader:
             if img.uri.startswith("data:"):
                 data = self.uri_bytes(img.uri, f"images[{index}].uri", "image")
             else:
-                from urllib.parse import unquote
-
-                file = resolve_reference(self.path, unquote(img.uri), field=f"images[{index}].uri", what="texture image")
-                if not file.is_file():
-                    raise self.fail(
-                        f"the texture image {file} (material {material!r}, {field}) does not exist.", f"images[{index}].uri", fix
-                    )
+                context = f" (material {material!r}, {field})"
+                file = self.local_file(img.uri, f"images[{index}].uri", "texture image", context=context, fix=fix)
                 array, _ = load_image(file)
                 return array
         elif img.bufferView is not None:
@@ -658,7 +671,14 @@ def _read_primitive(
             f"{where}.attributes.POSITION",
             "apply sane transforms (e.g. Blender: Apply > All Transforms) and export again.",
         )
-    mirrored = np.linalg.det(linear) < 0.0
+    det = float(np.linalg.det(linear))
+    mirrored = det < 0.0
+    # A zero scale is legal glTF (it hides a node): the linear part is then singular and has no
+    # inverse. Normals go by the cofactor matrix instead (det M * M^-T, defined for every M, and
+    # (Ma) x (Mb) = cof(M) (a x b), so it matches the transformed faces); triangles collapsed to
+    # lines or points are dropped below as degenerate.
+    biggest = float(np.abs(linear).max(initial=0.0))
+    singular = not (biggest > 0.0 and abs(float(np.linalg.det(linear / biggest))) > 1e-14)  # scale-free, no overflow
     if mirrored:
         indices = indices[:, [0, 2, 1]]
     indices, dropped = _drop_degenerate(positions, indices)
@@ -669,19 +689,41 @@ def _read_primitive(
         return None
     if normals is not None:
         with np.errstate(invalid="ignore", over="ignore"):
-            normals = _normalize(normals.astype(np.float64) @ np.linalg.inv(linear))  # (M^-T n^T)^T
+            if singular:
+                cof = _cofactor(linear) * (-1.0 if mirrored else 1.0)  # the sign keeps normals with the (flipped) winding
+                normals = normals.astype(np.float64) @ (cof / max(float(np.abs(cof).max()), 1e-300)).T
+            else:
+                normals = normals.astype(np.float64) @ np.linalg.inv(linear)  # (M^-T n^T)^T
+            length = np.linalg.norm(normals, axis=1)
+            normals = _normalize(normals)
         bad = ~np.isfinite(normals).all(axis=1)
         if bad.any():  # a NaN normal would poison every bake texel it touches; the geometry knows better
             warnings.warn(
                 f"{reader.path}: {label}: {int(bad.sum())} non-finite normal(s) (NaN or infinity); replacing them with smooth normals.",
                 stacklevel=3,
             )
-            normals[bad] = generate_normals(positions, indices, mode="smooth")[0][bad]
+        lost = ~bad & ~(length > 1e-12) if singular else np.zeros_like(bad)
+        if lost.any():  # normals along the squashed direction of a zero scale have no image
+            warnings.warn(
+                f"{reader.path}: {label}: {int(lost.sum())} normal(s) vanish under the node's zero-scale (singular) "
+                "transform; replacing them with smooth normals.",
+                stacklevel=3,
+            )
+        if bad.any() or lost.any():
+            normals[bad | lost] = generate_normals(positions, indices, mode="smooth")[0][bad | lost]
     if tangents is not None:
         with np.errstate(invalid="ignore", over="ignore"):
-            t = _normalize(tangents[:, :3].astype(np.float64) @ linear.T)
+            t = tangents[:, :3].astype(np.float64) @ linear.T
+            flattened = singular and not (np.linalg.norm(t, axis=1) > 1e-12 * biggest).all()
+            t = _normalize(t)
         if not np.isfinite(t).all() or not np.isfinite(tangents[:, 3]).all():
             warnings.warn(f"{reader.path}: {label}: non-finite tangents (NaN or infinity); they are dropped.", stacklevel=3)
+            tangents = None
+        elif flattened:
+            warnings.warn(
+                f"{reader.path}: {label}: tangents vanish under the node's zero-scale (singular) transform; they are dropped.",
+                stacklevel=3,
+            )
             tangents = None
         else:
             w = np.where(tangents[:, 3:4] < 0.0, -1.0, 1.0) * (-1.0 if mirrored else 1.0)
@@ -750,8 +792,10 @@ def load_gltf(
         The glTF file; external buffers and images are resolved beside it, and only inside its
         folder (unless :func:`neuralbake.io.refs.allow_outside_refs` is in force).
     max_triangles:
-        Budget: a scene with more triangles (after instancing) is refused before its attributes
-        are decoded.
+        Budget: a scene with more triangles (after instancing), or more than three vertices per
+        triangle of the budget, is refused before its attributes are decoded. Every accessor's
+        count is capped at ``3 * max_triangles`` (at least
+        :data:`~neuralbake.io.gltf_validate.MAX_ACCESSOR_COUNT`).
     generate_normals_mode:
         ``smooth`` or ``flat``, used for primitives without normals (with a warning).
     max_json_bytes:
@@ -770,23 +814,26 @@ def load_gltf(
     path = Path(path)
     if not path.is_file():
         raise InputError("the glTF file does not exist.", path=path, fix="check the path (a .gltf or .glb file).")
-    reader = _Reader(path, max_json_bytes)
+    reader = _Reader(path, max_json_bytes, max(3 * max_triangles, MAX_ACCESSOR_COUNT))
     _check_extensions(reader)
     nodes = _scene_nodes(reader)
-    total = 0
+    total = vertices = 0
     for index, _ in nodes:
         for prim in reader.gltf.meshes[reader.gltf.nodes[index].mesh].primitives:
+            position = getattr(prim.attributes, "POSITION", None)
+            count = 0 if position is None else reader.gltf.accessors[position].count
+            vertices += count  # decoded (and kept) whatever the indices say: an unreferenced vertex costs memory too
             if prim.indices is not None:
                 total += reader.gltf.accessors[prim.indices].count // 3
-            elif getattr(prim.attributes, "POSITION", None) is not None:
-                total += reader.gltf.accessors[prim.attributes.POSITION].count // 3
+            else:  # non-indexed: every three vertices are one triangle
+                total += count // 3
+    fix = "simplify the mesh first, or raise max_triangles if the machine has the memory (about 80 bytes per triangle)."
     if total > max_triangles:
-        raise InputError(
-            f"the scene has {total:,} triangles, over the budget of {max_triangles:,}.",
-            path=path,
-            field="max_triangles",
-            fix="simplify the mesh first, or raise max_triangles if the machine has the memory (about 80 bytes per triangle).",
-        )
+        problem = f"the scene has {total:,} triangles, over the budget of {max_triangles:,}."
+        raise InputError(problem, path=path, field="max_triangles", fix=fix)
+    if vertices > 3 * max_triangles:
+        problem = f"the scene has {vertices:,} vertices, over the budget of {3 * max_triangles:,} (three per triangle of max_triangles)."
+        raise InputError(problem, path=path, field="max_triangles", fix=fix)
     materials = _read_materials(reader)
     scene = Scene(materials=materials, source=str(path))
     for index, world in nodes:

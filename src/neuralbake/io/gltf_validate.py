@@ -8,10 +8,15 @@ for size and nesting depth before it is parsed. pygltflib only ever sees a docum
 :func:`validate_document` then checks the document's structure the way the glTF 2.0 schema and
 spec state it, so that the reader's numpy code can trust it: every index (scene nodes, children,
 meshes, accessors, buffer views, buffers, materials, textures, images, samplers) is an integer in
-range, every offset, length, stride and count is a non-negative integer, component types and
-accessor types are known, strides are in ``[4, 252]`` and multiples of 4, accessors lie inside
-their buffer views and buffer views inside their buffers, the GLB binary chunk holds what the
-first buffer declares, and the numbers the reader converts (factors, transforms) are finite.
+range, every offset, length, stride and count is a non-negative integer, every accessor's count is
+at most :data:`MAX_ACCESSOR_COUNT` (an accessor without a buffer view is zeros allocated from its
+count alone), component types, accessor types, wrap modes and alpha modes are known values of the
+right JSON type (checked before any lookup, so ``[5126]`` fails with a sentence, not a
+``TypeError``), ``normalized`` is set only on 8- and 16-bit integer accessors (never on indices or
+joints), names and MIME types are strings, optional objects are objects, strides are in
+``[4, 252]`` and multiples of 4, accessors lie inside their buffer views and buffer views inside
+their buffers, the GLB binary chunk holds what the first buffer declares, and the numbers the
+reader converts (factors, transforms) are finite.
 Each problem is an :class:`~neuralbake.errors.InputError` naming the glTF field
 (``accessors[3].bufferView``) — a damaged file fails with a sentence, never a traceback.
 
@@ -33,6 +38,7 @@ from neuralbake.io.limits import parse_json_text
 __all__ = [
     "ATTRIBUTE_TYPES",
     "COMPONENT_SIZES",
+    "MAX_ACCESSOR_COUNT",
     "TYPE_WIDTHS",
     "read_document",
     "validate_document",
@@ -57,6 +63,13 @@ ATTRIBUTE_TYPES = {
     "WEIGHTS_0": ("VEC4",),
 }
 """Accessor types the reader accepts for the attributes it decodes (others are not read)."""
+MAX_ACCESSOR_COUNT = 60_000_000
+"""Default cap on every accessor's ``count``: three elements per triangle of the reader's default
+budget (:data:`neuralbake.io.gltf.DEFAULT_MAX_TRIANGLES`, 20 million). An accessor without a buffer
+view is all zeros and is allocated from its count alone, so the count must be bounded up front."""
+_NORMALIZABLE_COMPONENTS = (5120, 5121, 5122, 5123)  # the spec forbids normalized FLOAT and UNSIGNED_INT
+_WRAP_MODES = (10497, 33071, 33648)
+_ALPHA_MODES = ("OPAQUE", "MASK", "BLEND")
 _INDEX_COMPONENTS = (5121, 5123, 5125)
 _JOINT_COMPONENTS = (5121, 5123)
 _ATTRIBUTE_NAME = re.compile(r"^_?[A-Za-z][A-Za-z0-9_]*$")  # pygltflib sets them as Python attributes
@@ -210,6 +223,23 @@ class _Checker:
             raise self.fail(field, f"must be at least {minimum}, got {value}.")
         return value
 
+    def optional_obj(self, value: Any, field: str) -> dict[str, Any]:
+        """An optional object: ``{}`` when absent (``None``), else it must be an object (not ``[]`` or ``0``)."""
+        return {} if value is None else self.obj(value, field)
+
+    def string(self, value: Any, field: str) -> str:
+        if not isinstance(value, str):
+            raise self.fail(field, f"must be a string, got {value!r:.40}.")
+        return value
+
+    def enum(self, value: Any, field: str, known: tuple[Any, ...] | dict[Any, Any], what: str) -> Any:
+        """``value`` must be one of ``known`` and of its type: checked before any hashing, so ``[5126]`` fails cleanly."""
+        kind = type(next(iter(known)))
+        if isinstance(value, bool) or not isinstance(value, kind) or value not in known:
+            names = ", ".join(str(k) for k in known)
+            raise self.fail(field, f"is {value!r:.40}; known {what} are {names}.")
+        return value
+
     def index(self, value: Any, field: str, target: str) -> int:
         value = self.integer(value, field)
         count = len(self.doc.get(target) or [])
@@ -234,11 +264,14 @@ class _Checker:
             self.index(v, f"{field}[{i}]", target)
 
 
-def validate_document(doc: dict[str, Any], path: Path, *, bin_chunk_length: int | None) -> None:
+def validate_document(
+    doc: dict[str, Any], path: Path, *, bin_chunk_length: int | None, max_accessor_count: int = MAX_ACCESSOR_COUNT
+) -> None:
     """Check the structure of a parsed glTF document before any of its data is read.
 
     ``bin_chunk_length`` is the length of the GLB binary chunk, ``None`` for a ``.gltf`` or a GLB
-    without one. Raises :class:`~neuralbake.errors.InputError` naming the first bad field.
+    without one. ``max_accessor_count`` caps every accessor's ``count`` (elements, not bytes).
+    Raises :class:`~neuralbake.errors.InputError` naming the first bad field.
     """
     c = _Checker(doc, path)
     asset = c.obj(doc.get("asset"), "asset")
@@ -249,8 +282,11 @@ def validate_document(doc: dict[str, Any], path: Path, *, bin_chunk_length: int 
         names = doc.get(key, [])
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise c.fail(key, "must be an array of extension names.")
+    c.optional_obj(doc.get("extensions"), "extensions")
+    for key in ("buffers", "bufferViews", "accessors", "scenes", "nodes", "meshes", "materials", "textures", "samplers", "images"):
+        c.items(key)  # every array an index may point into, before any index is checked against its length
     _check_buffers(c, bin_chunk_length)
-    _check_accessors(c)
+    _check_accessors(c, max_accessor_count)
     _check_scenes_and_nodes(c)
     _check_meshes(c)
     _check_materials_and_textures(c)
@@ -293,20 +329,30 @@ def _check_buffers(c: _Checker, bin_chunk_length: int | None) -> None:
             )
 
 
-def _check_accessors(c: _Checker) -> None:
+def _check_accessors(c: _Checker, max_count: int) -> None:
     views = c.items("bufferViews")
     for i, acc in enumerate(c.items("accessors")):
         where = f"accessors[{i}]"
-        component = acc.get("componentType")
-        if isinstance(component, bool) or component not in COMPONENT_SIZES:
-            raise c.fail(f"{where}.componentType", f"is {component!r:.40}; known types are {sorted(COMPONENT_SIZES)}.")
-        kind = acc.get("type")
-        if not isinstance(kind, str) or kind not in TYPE_WIDTHS:
-            raise c.fail(f"{where}.type", f"is {kind!r:.40}; known types are {', '.join(TYPE_WIDTHS)}.")
+        component = c.enum(acc.get("componentType"), f"{where}.componentType", COMPONENT_SIZES, "component types")
+        kind = c.enum(acc.get("type"), f"{where}.type", TYPE_WIDTHS, "types")
         count = c.integer(acc.get("count"), f"{where}.count")
+        if count > max_count:
+            raise c.fail(
+                f"{where}.count",
+                f"is {count:,}; at most {max_count:,} elements per accessor are read "
+                f"(three per triangle of a {max_count // 3:,}-triangle budget).",
+                "simplify or split the mesh, or raise max_triangles for this trusted file (the limit is 3 x max_triangles).",
+            )
         offset = c.integer(acc.get("byteOffset", 0), f"{where}.byteOffset")
-        if not isinstance(acc.get("normalized", False), bool):
+        normalized = acc.get("normalized", False)
+        if not isinstance(normalized, bool):
             raise c.fail(f"{where}.normalized", "must be true or false.")
+        if normalized and component not in _NORMALIZABLE_COMPONENTS:
+            raise c.fail(
+                f"{where}.normalized",
+                f"is true on a componentType {component} accessor; glTF allows normalized only for "
+                "8- and 16-bit integers (5120-5123), never for FLOAT (5126) or UNSIGNED_INT (5125).",
+            )
         if acc.get("bufferView") is None:
             continue
         view_index = c.index(acc["bufferView"], f"{where}.bufferView", "bufferViews")
@@ -333,6 +379,8 @@ def _check_scenes_and_nodes(c: _Checker) -> None:
         c.index_list(node.get("children", []), f"{where}.children", "nodes")
         if node.get("mesh") is not None:
             c.index(node["mesh"], f"{where}.mesh", "meshes")
+        if node.get("name") is not None:
+            c.string(node["name"], f"{where}.name")
         for key, length in (("matrix", 16), ("translation", 3), ("rotation", 4), ("scale", 3)):
             if node.get(key) is not None:
                 c.numbers(node[key], f"{where}.{key}", length)
@@ -341,6 +389,8 @@ def _check_scenes_and_nodes(c: _Checker) -> None:
 def _check_meshes(c: _Checker) -> None:
     accessors = c.items("accessors")
     for m, mesh in enumerate(c.items("meshes")):
+        if mesh.get("name") is not None:
+            c.string(mesh["name"], f"meshes[{m}].name")
         primitives = mesh.get("primitives")
         if not isinstance(primitives, list):
             raise c.fail(f"meshes[{m}].primitives", "must be an array of primitives.")
@@ -357,19 +407,20 @@ def _check_meshes(c: _Checker) -> None:
                 counts.add(acc["count"])
                 if name in ATTRIBUTE_TYPES and acc["type"] not in ATTRIBUTE_TYPES[name]:
                     raise c.fail(field, f"{name} must be a {' or '.join(ATTRIBUTE_TYPES[name])} accessor, got {acc['type']}.")
-                if name == "JOINTS_0" and acc["componentType"] not in _JOINT_COMPONENTS:
-                    raise c.fail(field, "JOINTS_0 must hold unsigned bytes or shorts.")
+                if name == "JOINTS_0" and (acc["componentType"] not in _JOINT_COMPONENTS or acc.get("normalized")):
+                    raise c.fail(field, "JOINTS_0 must hold unsigned bytes or shorts (not normalized).")
             if len(counts) > 1:
                 raise c.fail(f"{where}.attributes", f"the attributes have different vertex counts {sorted(counts)}.")
             if prim.get("indices") is not None:
                 acc = accessors[c.index(prim["indices"], f"{where}.indices", "accessors")]
-                if acc["type"] != "SCALAR" or acc["componentType"] not in _INDEX_COMPONENTS:
-                    raise c.fail(f"{where}.indices", "indices must be a SCALAR accessor of unsigned bytes, shorts or ints.")
+                if acc["type"] != "SCALAR" or acc["componentType"] not in _INDEX_COMPONENTS or acc.get("normalized"):
+                    problem = "indices must be a SCALAR accessor of unsigned bytes, shorts or ints (not normalized)."
+                    raise c.fail(f"{where}.indices", problem)
             if prim.get("material") is not None:
                 c.index(prim["material"], f"{where}.material", "materials")
             if prim.get("mode") is not None:
                 c.integer(prim["mode"], f"{where}.mode")
-            extensions = c.obj(prim.get("extensions") or {}, f"{where}.extensions")
+            extensions = c.optional_obj(prim.get("extensions"), f"{where}.extensions")
             draco = extensions.get("KHR_draco_mesh_compression")
             if draco is not None:
                 field = f"{where}.extensions.KHR_draco_mesh_compression"
@@ -388,7 +439,7 @@ def _texture_info(c: _Checker, info: Any, field: str) -> None:
     info = c.obj(info, field)
     c.index(info.get("index"), f"{field}.index", "textures")
     c.integer(info.get("texCoord", 0), f"{field}.texCoord")
-    c.obj(info.get("extensions") or {}, f"{field}.extensions")
+    c.optional_obj(info.get("extensions"), f"{field}.extensions")
     for key in ("scale", "strength"):
         if info.get(key) is not None:
             c.number(info[key], f"{field}.{key}")
@@ -397,7 +448,9 @@ def _texture_info(c: _Checker, info: Any, field: str) -> None:
 def _check_materials_and_textures(c: _Checker) -> None:
     for i, mat in enumerate(c.items("materials")):
         where = f"materials[{i}]"
-        pbr = c.obj(mat.get("pbrMetallicRoughness") or {}, f"{where}.pbrMetallicRoughness")
+        if mat.get("name") is not None:
+            c.string(mat["name"], f"{where}.name")
+        pbr = c.optional_obj(mat.get("pbrMetallicRoughness"), f"{where}.pbrMetallicRoughness")
         if pbr.get("baseColorFactor") is not None:
             c.numbers(pbr["baseColorFactor"], f"{where}.pbrMetallicRoughness.baseColorFactor", 4)
         for key in ("metallicFactor", "roughnessFactor"):
@@ -411,15 +464,17 @@ def _check_materials_and_textures(c: _Checker) -> None:
             c.numbers(mat["emissiveFactor"], f"{where}.emissiveFactor", 3)
         if mat.get("alphaCutoff") is not None:
             c.number(mat["alphaCutoff"], f"{where}.alphaCutoff")
-        if mat.get("alphaMode", "OPAQUE") not in ("OPAQUE", "MASK", "BLEND"):
-            raise c.fail(f"{where}.alphaMode", f"is {mat['alphaMode']!r:.40}; it must be OPAQUE, MASK or BLEND.")
-        extensions = c.obj(mat.get("extensions") or {}, f"{where}.extensions")
+        if mat.get("alphaMode") is not None:
+            c.enum(mat["alphaMode"], f"{where}.alphaMode", _ALPHA_MODES, "alpha modes")
+        if not isinstance(mat.get("doubleSided", False), bool):
+            raise c.fail(f"{where}.doubleSided", "must be true or false.")
+        extensions = c.optional_obj(mat.get("extensions"), f"{where}.extensions")
         strength = extensions.get("KHR_materials_emissive_strength")
         field = f"{where}.extensions.KHR_materials_emissive_strength"
         if strength is not None and c.obj(strength, field).get("emissiveStrength") is not None:
             c.number(strength["emissiveStrength"], f"{field}.emissiveStrength")
     for i, tex in enumerate(c.items("textures")):
-        c.obj(tex.get("extensions") or {}, f"textures[{i}].extensions")
+        c.optional_obj(tex.get("extensions"), f"textures[{i}].extensions")
         if tex.get("source") is not None:
             c.index(tex["source"], f"textures[{i}].source", "images")
         if tex.get("sampler") is not None:
@@ -427,9 +482,12 @@ def _check_materials_and_textures(c: _Checker) -> None:
     for i, sampler in enumerate(c.items("samplers")):
         for key in ("wrapS", "wrapT"):
             if sampler.get(key) is not None:
-                c.integer(sampler[key], f"samplers[{i}].{key}")
+                c.enum(sampler[key], f"samplers[{i}].{key}", _WRAP_MODES, "wrap modes")
     for i, image in enumerate(c.items("images")):
         if image.get("uri") is not None and not isinstance(image["uri"], str):
             raise c.fail(f"images[{i}].uri", "must be a string.")
+        for key in ("mimeType", "name"):
+            if image.get(key) is not None:
+                c.string(image[key], f"images[{i}].{key}")
         if image.get("bufferView") is not None:
             c.index(image["bufferView"], f"images[{i}].bufferView", "bufferViews")
