@@ -117,6 +117,10 @@ def gltf_cases() -> None:
     broken("gltf_bad_component_type", lambda d: d["accessors"][0].update(componentType=1234), "componentType")
     broken("gltf_node_cycle", lambda d: d["nodes"][0].update(children=[0]), "nodes")
     broken("gltf_string_count", lambda d: d["accessors"][0].update(count="3"), "count")
+    broken("gltf_component_type_list", lambda d: d["accessors"][0].update(componentType=[5126]), "componentType")
+    broken("gltf_normalized_float", lambda d: d["accessors"][0].update(normalized=True), "normalized")
+    broken("gltf_huge_count_no_buffer_view", lambda d: d["accessors"][1].update(count=2**45, bufferView=None) or d["accessors"][1].pop("bufferView"), "count")
+    broken("gltf_textures_is_a_number", lambda d: d.update(textures=5), "textures")
 
     doc, _ = _triangle_gltf(positions=np.array([[0, 0, 0], [np.nan, 0, 0], [0, 1, 0]]))
     _, blob = _triangle_gltf(positions=np.array([[0, 0, 0], [np.nan, 0, 0], [0, 1, 0]]))
@@ -179,6 +183,12 @@ def material_cases() -> None:
         '<?xml version="1.0"?>\n<!DOCTYPE m [<!ENTITY x SYSTEM "file:///etc/passwd">]>\n<materialx version="1.39">&x;</materialx>\n'
     )
     (case("mtlx_external_entity", mtlx, "") / "material.mtlx").write_text(entity)
+    # 4 levels of 300 repeated includes: ~8e9 parses if each include were read every time it is named.
+    folder = case("mtlx_include_fan_out", mtlx, "material")
+    head = '<?xml version="1.0"?>\n<materialx version="1.39" xmlns:xi="http://www.w3.org/2001/XInclude">\n'
+    for name, child in (("material", "b"), ("b", "c"), ("c", "d"), ("d", "e")):
+        (folder / f"{name}.mtlx").write_text(head + f'  <xi:include href="{child}.mtlx" />\n' * 300 + "</materialx>\n")
+    (folder / "e.mtlx").write_text(head + "</materialx>\n")
 
 
 # --- images and configs -------------------------------------------------------------------------
