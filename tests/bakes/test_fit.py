@@ -322,3 +322,36 @@ def test_cli_fit_command(tmp_path: Path) -> None:
     assert "PSNR" in result.output and (tmp_path / "out/lod.gltf").is_file()
     bad = CliRunner().invoke(app, [str(tmp_path / "missing.gltf"), "--out", str(tmp_path / "o2"), "-q"])
     assert bad.exit_code == 2 and "does not exist" in bad.output
+
+
+def test_view_counts_are_capped_and_view_memory_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import neuralbake.io.limits as limits
+    from neuralbake.bakes.fit import MAX_VIEWS, estimated_view_bytes
+
+    model = tmp_path / "never_read.gltf"
+    for field, value in (("views", 100_000_000), ("views", MAX_VIEWS + 1), ("held_out_views", MAX_VIEWS + 1), ("views", True)):
+        with pytest.raises(ConfigError) as info:
+            _config(model, **{field: value}).validate()
+        assert info.value.field == field
+    _config(model, views=MAX_VIEWS, held_out_views=MAX_VIEWS).validate()
+    # refused in a moment, before the asset is read or the output folder made
+    with pytest.raises(ConfigError, match=f"at most {MAX_VIEWS}"):
+        fit_lod(_config(model, views=100_000_000), tmp_path / "o1", progress=False)
+    assert not (tmp_path / "o1").exists()
+    big = _config(model, views=MAX_VIEWS, render_size=4096)
+    assert estimated_view_bytes(big) > 500 * 2**30
+    monkeypatch.setattr(limits, "available_memory_bytes", lambda: 2**30)
+    with pytest.raises(InputError, match="reference views") as info:
+        fit_lod(big, tmp_path / "o2", progress=False)
+    assert info.value.field == "views" and not (tmp_path / "o2").exists()
+
+
+def test_cli_refuses_huge_view_counts(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from neuralbake.cli_fit import app
+
+    model = _write_asset(tmp_path / "asset")
+    result = CliRunner().invoke(app, [str(model), "--out", str(tmp_path / "out"), "--views", "100000000", "--device", "cpu", "-q"])
+    assert result.exit_code == 2 and "views" in result.output and "1024" in result.output, result.output
+    assert not (tmp_path / "out").exists()

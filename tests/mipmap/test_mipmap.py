@@ -406,3 +406,47 @@ def test_damaged_helmet_downscaled(shared_dir, tmp_path):
     assert (tmp_path / "helmet" / "mips" / "metallic_L4.png").is_file()
     for baseline in ("box", "toksvig"):
         assert report["mean_psnr_learned_db"] > report[f"mean_psnr_{baseline}_db"] + 1.0
+
+
+def test_size_is_capped_and_memory_checked_before_work(tmp_path, monkeypatch):
+    import neuralbake.io.limits as limits
+    from neuralbake.bakes.mipmap import MAX_SIZE, estimated_bake_bytes
+
+    base, normal = write_maps(tmp_path, 8)
+    for size in (65536, MAX_SIZE * 2, True):
+        with pytest.raises(ConfigError) as info:
+            small_config(base, normal, size=size).validate()
+        assert info.value.field == "size"
+    small_config(base, normal, size=MAX_SIZE).validate()
+    result = runner.invoke(app, [str(base), str(normal), "--size", "65536", "--out", str(tmp_path / "cli"), "--device", "cpu", "--quiet"])
+    assert result.exit_code == 2 and "16384" in result.output, result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "cli").exists()
+    # the estimate grows with the texels and the directions, and a 16K bake is far beyond a usual machine
+    config = small_config(base, normal)
+    assert estimated_bake_bytes(MAX_SIZE, config) > 4 * estimated_bake_bytes(MAX_SIZE // 2, config) * 0.9 > 100 * 2**30
+    monkeypatch.setattr(limits, "available_memory_bytes", lambda: 2**20)
+    with pytest.raises(InputError) as info:
+        bake_mipmap(small_config(base, normal, steps=2, size=16), tmp_path / "out", progress=False)
+    assert info.value.field == "size" and "GiB" in str(info.value)
+    assert not (tmp_path / "out").exists()  # refused before anything is written
+    monkeypatch.setattr(limits, "available_memory_bytes", lambda: 2**40)
+    bake_mipmap(small_config(base, normal, steps=2, levels=1), tmp_path / "ok", progress=False)
+
+
+def test_resume_refuses_a_checkpoint_of_absolute_slopes(tmp_path):
+    from neuralbake.errors import TrainingError
+
+    base, normal = write_maps(tmp_path, 8)
+    out = tmp_path / "out"
+    config = small_config(base, normal, steps=2, levels=1)
+    config.train.checkpoint_every = 1
+    bake_mipmap(config, out, progress=False)
+    state = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert state["compatibility"]["slope_parameterisation"] == "offset_in_alpha_units"
+    bake_mipmap(config, out, resume=True, progress=False)  # a checkpoint of this version resumes
+    del state["compatibility"]["slope_parameterisation"]  # as written before slopes became offsets
+    torch.save(state, out / "checkpoint.pt")
+    with pytest.raises(TrainingError, match="older neuralbake that stored absolute normal slopes") as info:
+        bake_mipmap(config, out, resume=True, progress=False)
+    assert info.value.field == "slope_parameterisation" and "without --resume" in str(info.value)

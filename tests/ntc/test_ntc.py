@@ -15,6 +15,9 @@ from neuralbake.bakes.ntc import (
     BPP_RANGE,
     CONTAINER_NAME,
     LATENT_SHAPES,
+    MAX_HIDDEN_LAYERS,
+    MAX_HIDDEN_WIDTH,
+    MAX_PE_FREQUENCIES,
     ChannelGroup,
     GridTables,
     NTCConfig,
@@ -492,3 +495,95 @@ def test_resume_without_checkpoint_is_an_error(tiny_set: list[str], tmp_path: Pa
 
     with pytest.raises(TrainingError, match="no checkpoint"):
         compress_texture_set(_config(tiny_set), tmp_path / "out", resume=True, progress=False)
+
+
+# -- header types and compress/decompress bounds ------------------------------------------------
+
+
+def _tiny_container(**decoder: object) -> bytes:
+    torch.manual_seed(0)
+    layout = NTCLayout(8, 8, (ChannelGroup("base_color", ("R", "G", "B"), "color"),), LATENT_SHAPES[0], **{"hidden": (8,), **decoder})
+    return pack_container(NTCModel(layout))
+
+
+def _with_header(data: bytes, change) -> bytes:
+    import struct
+
+    prefix = struct.Struct("<8sHI")
+    magic, version, header_len = prefix.unpack_from(data)
+    header = json.loads(data[prefix.size : prefix.size + header_len])
+    change(header)
+    text = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
+    return prefix.pack(magic, version, len(text)) + text + data[prefix.size + header_len :]
+
+
+def _container_folder(folder: Path, data: bytes) -> Path:
+    import hashlib
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / CONTAINER_NAME).write_bytes(data)
+    manifest = {"file": CONTAINER_NAME, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "format": "neuralbake.ntc", "version": 1}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+_WRONG_TYPES = {
+    "activation a list": lambda h: h["decoder"].__setitem__("activation", ["relu"]),
+    "activation a dict": lambda h: h["decoder"].__setitem__("activation", {"relu": 1}),
+    "activation null": lambda h: h["decoder"].__setitem__("activation", None),
+    "group kind a list": lambda h: h["groups"][0].__setitem__("kind", ["color"]),
+    "group kind a dict": lambda h: h["groups"][0].__setitem__("kind", {"color": 1}),
+    "pe_frequencies a list": lambda h: h["decoder"].__setitem__("pe_frequencies", [3]),
+    "hidden width a list": lambda h: h["decoder"].__setitem__("hidden", [[8]]),
+    "leak a list": lambda h: h["decoder"].__setitem__("leak", [0.01]),
+    "decoder a list": lambda h: h.__setitem__("decoder", ["relu"]),
+    "group name a list": lambda h: h["groups"][0].__setitem__("name", ["base"]),
+}
+
+
+@pytest.mark.parametrize("case", list(_WRONG_TYPES))
+def test_header_fields_of_the_wrong_type_are_refused(case: str, tmp_path: Path) -> None:
+    data = _with_header(_tiny_container(), _WRONG_TYPES[case])
+    with pytest.raises(BundleError):
+        read_container(data)
+    folder = _container_folder(tmp_path / "ntc", data)
+    with pytest.raises(BundleError):
+        decompress(folder, tmp_path / "out", device="cpu")
+
+
+def test_cli_decompress_refuses_a_list_activation(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from neuralbake.cli_ntc import ntc_app
+
+    folder = _container_folder(tmp_path / "ntc", _with_header(_tiny_container(), _WRONG_TYPES["activation a list"]))
+    result = CliRunner().invoke(ntc_app, ["decompress", str(folder), "--out", str(tmp_path / "out"), "--device", "cpu"])
+    assert result.exit_code not in (0, 1), result.output
+    assert not isinstance(result.exception, TypeError), result.output
+    assert "activation" in result.output
+
+
+@pytest.mark.parametrize(
+    ("decoder", "field"),
+    [
+        ({"hidden": (MAX_HIDDEN_WIDTH * 2,)}, "hidden"),
+        ({"hidden": (8,) * (MAX_HIDDEN_LAYERS + 1)}, "hidden"),
+        ({"pe_frequencies": MAX_PE_FREQUENCIES + 4}, "pe_frequencies"),
+    ],
+)
+def test_compress_refuses_what_decompress_would_refuse(decoder: dict, field: str) -> None:
+    # the header check refuses a container written with these settings ...
+    with pytest.raises(BundleError):
+        read_container(_tiny_container(**decoder))
+    # ... so compress must refuse them before training
+    config = NTCConfig(sources=["a.png"], device="cpu", **decoder)
+    with pytest.raises(ConfigError) as info:
+        config.validate()
+    assert info.value.field == field
+
+
+def test_decoder_at_the_bounds_round_trips() -> None:
+    decoder = {"hidden": (MAX_HIDDEN_WIDTH,) + (8,) * (MAX_HIDDEN_LAYERS - 1), "pe_frequencies": MAX_PE_FREQUENCIES}
+    NTCConfig(sources=["a.png"], device="cpu", **decoder).validate()
+    layout = read_container(_tiny_container(**decoder)).layout
+    assert layout.hidden == decoder["hidden"] and layout.pe_frequencies == MAX_PE_FREQUENCIES

@@ -66,6 +66,7 @@ from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.files import atomic_path, atomic_write_json, prepare_output_dir
 from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES, Material, Mesh, Scene, TextureRef, load_gltf, write_gltf
 from neuralbake.io.images import load_image, save_png
+from neuralbake.io.limits import check_memory
 from neuralbake.material.texture import linear_to_srgb, srgb_to_linear
 from neuralbake.render.camera import Camera, fibonacci_orbit, framing_radius, random_orbit
 from neuralbake.render.deferred import DirectionalLight, GBuffer, Lighting, interpolate, render
@@ -94,6 +95,15 @@ __all__ = [
 FIT_TARGETS = ("unlit", "vertex-color", "luma-chroma")
 MAX_TEXTURE_SIZE = 8192
 MAX_RENDER_SIZE = 8192
+MAX_VIEWS = 1024
+"""Most training views, and most held-out views (each keeps its reference and G-buffer rows)."""
+VIEW_BYTES_PER_PIXEL = 104
+"""What a training view keeps per hit pixel: pixel and triangle (int64), barycentrics, uv/uv_dx/uv_dy
+for two UV sets, reference and HDR (float32 x 3) and the loss weight."""
+HELD_OUT_BYTES_PER_PIXEL = VIEW_BYTES_PER_PIXEL + 16
+"""A held-out view also keeps its full display image and alpha."""
+RENDER_BYTES_PER_PIXEL = 1024
+"""Transient memory of rendering one view (G-buffer and shading), freed before the next."""
 
 
 # --- configuration ------------------------------------------------------------------------------------
@@ -186,8 +196,16 @@ class FitConfig:
             raise bad("chroma_size", f"chroma_size must be 0 or in [2, {MAX_TEXTURE_SIZE}], got {self.chroma_size!r}.", "pass 0 (half of texture_size) or e.g. 512.")
         for name, low in (("views", 1), ("held_out_views", 1), ("epochs", 1), ("views_per_step", 1), ("environment_samples", 1)):
             v = getattr(self, name)
-            if not isinstance(v, int) or v < low:
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise bad(name, f"{name} must be an integer >= {low}, got {v!r}.", f"pass e.g. {max(low, 4)}.")
+        for name in ("views", "held_out_views"):
+            v = getattr(self, name)
+            if v > MAX_VIEWS:
+                raise bad(
+                    name,
+                    f"{name} must be at most {MAX_VIEWS}, got {v}; every view keeps its reference render in memory.",
+                    f"pass e.g. {32 if name == 'views' else 4} (a few dozen views cover an asset; more epochs revisit them).",
+                )
         if self.views_per_step > self.views:
             raise bad("views_per_step", f"views_per_step ({self.views_per_step}) exceeds views ({self.views}).", "lower it or add views.")
         for name in ("learning_rate", "tonemap_learning_rate"):
@@ -518,6 +536,38 @@ def _load_weights(config: FitConfig, device: torch.device) -> torch.Tensor | Non
     image, _ = load_image(config.weights)
     grey = image[..., :3].mean(-1, keepdims=True) if image.shape[2] >= 3 else image[..., :1]
     return torch.from_numpy(np.ascontiguousarray(grey, np.float32)).to(device)
+
+
+def estimated_view_bytes(config: FitConfig) -> int:
+    """A rough upper estimate of the memory the reference views keep, plus one view's render.
+
+    Every view's hits at most fill the disc that the framed bounding sphere projects to (pi/4 of
+    the frame); each hit keeps :data:`VIEW_BYTES_PER_PIXEL` (held-out views
+    :data:`HELD_OUT_BYTES_PER_PIXEL`, and their full images).
+    """
+    pixels = config.render_size * config.render_size
+    kept = math.pi / 4 * pixels * (config.views * VIEW_BYTES_PER_PIXEL + config.held_out_views * HELD_OUT_BYTES_PER_PIXEL)
+    return int(kept + pixels * RENDER_BYTES_PER_PIXEL)
+
+
+def _check_view_memory(config: FitConfig, device: torch.device) -> None:
+    """Refuse, before any render, views that cannot fit in the memory of ``device`` (host RAM for cpu)."""
+    needed = estimated_view_bytes(config)
+    what = f"the reference views ({config.views} training + {config.held_out_views} held-out, {config.render_size}x{config.render_size})"
+    fix = "lower --views / --held-out or --render-size."
+    if device.type == "cuda":
+        try:
+            free, _ = torch.cuda.mem_get_info(device)
+        except RuntimeError:
+            return
+        if needed > 0.8 * free:
+            raise InputError(
+                f"{what} needs about {needed / 2**30:.1f} GiB of GPU memory; {device} has {free / 2**30:.1f} GiB free.",
+                field="views",
+                fix=fix,
+            )
+        return
+    check_memory(needed, what=what, field="views", fix=fix)
 
 
 def _render_views(rs: Any, cameras: list[Camera], config: FitConfig, lighting: Lighting, mask: torch.Tensor | None, keep_image: bool) -> list[_View]:
@@ -863,8 +913,9 @@ def fit_lod(config: FitConfig, out_dir: str | Path, *, progress: bool = True, si
     """Run a fit (see the module docstring) and write its outputs into ``out_dir``; returns the report."""
     config.validate()
     started = time.perf_counter()
-    out = prepare_output_dir(out_dir)
     device = resolve_device(config.device)
+    _check_view_memory(config, device)
+    out = prepare_output_dir(out_dir)
     seed_everything(config.seed)
     if config.weights is not None and not Path(config.weights).is_file():
         raise InputError("the weights mask does not exist.", path=config.weights, field="weights", fix="pass a greyscale PNG in the asset's uv0 space.")

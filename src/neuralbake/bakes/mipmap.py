@@ -76,9 +76,10 @@ from neuralbake.core.config import save_config
 from neuralbake.core.device import resolve_device, seed_everything
 from neuralbake.core.events import EventSink, EventWriter, JsonlSink, ProgressSink
 from neuralbake.core.report import plot_loss_curve, write_report
-from neuralbake.errors import ConfigError, InputError
+from neuralbake.errors import ConfigError, InputError, TrainingError
 from neuralbake.io.files import prepare_output_dir
 from neuralbake.io.images import load_image, resize_image, save_png
+from neuralbake.io.limits import check_memory
 from neuralbake.material.frame import normalize, square_to_cosine_hemisphere
 from neuralbake.material.gltf import gltf_eval
 from neuralbake.material.microfacet import ggx_reflection_sample
@@ -175,8 +176,10 @@ class MipmapConfig:
             raise ConfigError(f"must be in [0, 1], got {self.roughness}.", field="roughness", fix="use e.g. 0.2 for a shiny surface.")
         if self.metallic is not None and not (0.0 <= self.metallic <= 1.0):
             raise ConfigError(f"must be in [0, 1], got {self.metallic}.", field="metallic", fix="use 0 (dielectric) to 1 (metal).")
-        if self.size is not None and not _is_power_of_two(self.size):
-            raise ConfigError(f"must be a power of two >= 2, got {self.size}.", field="size", fix="use e.g. 128, 512 or 2048.")
+        if self.size is not None and (isinstance(self.size, bool) or not isinstance(self.size, int) or not _is_power_of_two(self.size) or self.size > MAX_SIZE):
+            raise ConfigError(
+                f"must be a power of two from 2 to {MAX_SIZE}, got {self.size}.", field="size", fix="use e.g. 128, 512 or 2048."
+            )
         if self.levels is not None and self.levels < 1:
             raise ConfigError(
                 f"must be >= 1, got {self.levels}.", field="levels", fix="ask for at least one level, or leave it unset for all."
@@ -197,6 +200,44 @@ class MipmapConfig:
                 field="train.precision",
                 fix="use fp32 (GGX peaks of a shiny surface overflow fp16).",
             )
+
+
+MAX_SIZE = 16384
+"""Largest ``size`` a bake resamples to (the 16K texture that image loading also caps)."""
+
+SLOPE_PARAMETERISATION = "offset_in_alpha_units"
+"""What ``LearnedMipLevel.slope`` holds, recorded in checkpoints: an offset from ``slope_origin`` in
+units of the initial GGX alpha. Checkpoints from before this (absolute slopes) carry no such key and
+are refused on ``--resume`` rather than loaded as offsets."""
+
+
+def estimated_bake_bytes(side: int, config: MipmapConfig, device: torch.device | str = "cpu") -> int:
+    """A rough upper estimate of a bake's peak host memory for a ``side`` x ``side`` base.
+
+    Measured on CPU at 256-1024 texels (16 training and 32 held-out directions): about 3.2 KB per
+    base texel plus a fixed ~0.3 GB. Per base texel: the loaded images and full-size maps (~64 B);
+    the mip chains (box, Toksvig x2, learned, 8-bit) and the learned texels' Adam state (~1/3 of a
+    texel each, ~8 floats: ~256 B); the reference shading of every level for the step's, the
+    held-out and the 12 mirror directions (4 B x 3 channels / 3 per direction and texel, kept
+    twice: ~8 B x directions); and the autograd graph of the learned chain's shading, which keeps
+    ~40 floats per (direction, level texel): ~160 B x directions_per_step. On a GPU only the loaded
+    images and the host copies of the outputs stay in host memory.
+    """
+    texels = side * side
+    host = texels * (64 + 128)
+    if torch.device(device).type != "cpu":
+        return host
+    directions = config.directions_per_step + config.held_out_directions + 12
+    return host + texels * (256 + 8 * directions + 160 * config.directions_per_step) + (1 << 29)
+
+
+def _check_bake_memory(side: int, config: MipmapConfig, device: torch.device | str) -> None:
+    check_memory(
+        estimated_bake_bytes(side, config, device),
+        what=f"a learned-mipmap bake of a {side}x{side} texture set",
+        field="size",
+        fix="bake at a smaller --size (e.g. 1024 or 2048), lower --directions-per-step, or bake on a GPU.",
+    )
 
 
 def _is_power_of_two(n: int) -> bool:
@@ -727,8 +768,11 @@ def bake_mipmap(
     wall_start = time.perf_counter()
     config.validate()
     device = resolve_device(config.device)
+    if config.size is not None:  # before the maps are resampled to it
+        _check_bake_memory(config.size, config, device)
     maps_cpu, facts = load_material_maps(config)
     side = maps_cpu.side
+    _check_bake_memory(side, config, device)
     max_levels = int(math.log2(side))
     if config.levels is not None and config.levels > max_levels:
         raise ConfigError(
@@ -779,9 +823,26 @@ def bake_mipmap(
             checkpoint_path=out / "checkpoint.pt",
             events=events,
             evaluate=evaluate,
-            compatibility={"maps_sha256": facts["sha256"], "size": side, "levels": levels, "init": config.init},
+            compatibility={
+                "maps_sha256": facts["sha256"],
+                "size": side,
+                "levels": levels,
+                "init": config.init,
+                "slope_parameterisation": SLOPE_PARAMETERISATION,
+            },
         )
-        result = trainer.fit(resume=resume)
+        try:
+            result = trainer.fit(resume=resume)
+        except TrainingError as exc:
+            if exc.field != "slope_parameterisation":
+                raise
+            raise TrainingError(
+                "the checkpoint was made by an older neuralbake that stored absolute normal slopes; this version learns "
+                f"offsets from the initial slopes ({SLOPE_PARAMETERISATION}), so its texels cannot be resumed.",
+                path=exc.path,
+                field="slope_parameterisation",
+                fix="run without --resume to start the bake over.",
+            ) from exc
 
     with torch.no_grad():
         chains["learned"] = model.chain()

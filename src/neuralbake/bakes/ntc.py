@@ -81,6 +81,9 @@ __all__ = [
     "BPP_RANGE",
     "LATENT_SHAPES",
     "MAX_CHANNELS",
+    "MAX_HIDDEN_LAYERS",
+    "MAX_HIDDEN_WIDTH",
+    "MAX_PE_FREQUENCIES",
     "ChannelGroup",
     "GridTables",
     "LatentShape",
@@ -830,6 +833,13 @@ def pack_container(model: NTCModel) -> bytes:
     return data
 
 
+MAX_HIDDEN_LAYERS = 16
+"""Most hidden layers in the decoder MLP (compress refuses more; decompress refuses a header with more)."""
+MAX_HIDDEN_WIDTH = 1024
+"""Widest hidden layer of the decoder MLP (same bound on compress and decompress)."""
+MAX_PE_FREQUENCIES = 16
+"""Most positional-encoding octaves (same bound on compress and decompress)."""
+
 _MAX_HEADER_BYTES = 1 << 20
 """Largest container header read (a real one is well under 1 KiB)."""
 _GROUP_KINDS = ("color", "normal_xy", "data")
@@ -882,7 +892,7 @@ def _check_header(header: Any, path: Path | None) -> None:
             raise fail(f"group name {name!r} appears twice.", f"{where}.name")
         names.add(name)
         kind = get(group, "kind", where)
-        if kind not in _GROUP_KINDS:
+        if not isinstance(kind, str) or kind not in _GROUP_KINDS:
             raise fail(f"kind must be one of {list(_GROUP_KINDS)}, not {str(kind)[:40]!r}.", f"{where}.kind")
         group_channels = get(group, "channels", where)
         if not isinstance(group_channels, list) or not 1 <= len(group_channels) <= (2 if kind == "normal_xy" else 4):
@@ -900,13 +910,13 @@ def _check_header(header: Any, path: Path | None) -> None:
     integer(get(latents, "bits", "latents"), "latents.bits", 1, 8)
     decoder = obj(get(header, "decoder", ""), "decoder")
     hidden = get(decoder, "hidden", "decoder")
-    if not isinstance(hidden, list) or len(hidden) > 16:
-        raise fail("must be a list of at most 16 layer widths.", "decoder.hidden")
+    if not isinstance(hidden, list) or len(hidden) > MAX_HIDDEN_LAYERS:
+        raise fail(f"must be a list of at most {MAX_HIDDEN_LAYERS} layer widths.", "decoder.hidden")
     for k, value in enumerate(hidden):
-        integer(value, f"decoder.hidden[{k}]", 1, 1024)
-    integer(get(decoder, "pe_frequencies", "decoder"), "decoder.pe_frequencies", 0, 16)
+        integer(value, f"decoder.hidden[{k}]", 1, MAX_HIDDEN_WIDTH)
+    integer(get(decoder, "pe_frequencies", "decoder"), "decoder.pe_frequencies", 0, MAX_PE_FREQUENCIES)
     activation = get(decoder, "activation", "decoder")
-    if activation not in ACTIVATIONS:
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
         raise fail(f"unknown activation {str(activation)[:40]!r}.", "decoder.activation")
     leak = get(decoder, "leak", "decoder")
     if isinstance(leak, bool) or not isinstance(leak, (int, float)) or not math.isfinite(leak):
@@ -1156,10 +1166,19 @@ class NTCConfig:
         check_bpp(self.bpp)
         if self.size is not None and not (_is_power_of_two(self.size) and 4 <= self.size <= 16384):
             raise ConfigError(f"{self.size} is not a power of two from 4 to 16384.", field="size", fix="use e.g. 256, 1024 or 2048.")
-        if not self.hidden or any(h < 1 for h in self.hidden):
-            raise ConfigError(f"hidden widths must be >= 1, got {self.hidden}.", field="hidden", fix="use e.g. 64,48,32.")
-        if self.pe_frequencies < 1:
-            raise ConfigError("must be >= 1.", field="pe_frequencies", fix="use e.g. 3.")
+        hidden = tuple(self.hidden) if isinstance(self.hidden, (list, tuple)) else ()
+        if not hidden or len(hidden) > MAX_HIDDEN_LAYERS or any(isinstance(h, bool) or not isinstance(h, int) or not 1 <= h <= MAX_HIDDEN_WIDTH for h in hidden):
+            raise ConfigError(
+                f"hidden must list 1 to {MAX_HIDDEN_LAYERS} layer widths, each an integer from 1 to {MAX_HIDDEN_WIDTH}, not {str(self.hidden)[:80]}.",
+                field="hidden",
+                fix="use e.g. 64,48,32 (decompress refuses a container with wider or more layers).",
+            )
+        if isinstance(self.pe_frequencies, bool) or not isinstance(self.pe_frequencies, int) or not 1 <= self.pe_frequencies <= MAX_PE_FREQUENCIES:
+            raise ConfigError(
+                f"must be an integer from 1 to {MAX_PE_FREQUENCIES}, not {str(self.pe_frequencies)[:40]}.",
+                field="pe_frequencies",
+                fix="use e.g. 3 (decompress refuses a container with more).",
+            )
         if self.batch_size < 1:
             raise ConfigError("must be >= 1.", field="batch_size", fix="use e.g. 8192.")
         if self.finetune_steps < 0:
