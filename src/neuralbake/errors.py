@@ -8,9 +8,11 @@ asset service all print the same sentence.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "BundleError",
+    "short_repr",
     "ConfigError",
     "InputError",
     "NeuralbakeError",
@@ -69,3 +71,9 @@ class BundleError(NeuralbakeError):
 
 class TrainingError(NeuralbakeError):
     """Training cannot continue (diverged, or a checkpoint does not fit the run)."""
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """``repr`` cut to ``limit`` characters: a message must not echo a whole (possibly huge) input."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from neuralbake.errors import ConfigError, InputError
+from neuralbake.errors import ConfigError, InputError, short_repr
 from neuralbake.io.files import atomic_write_json
 from neuralbake.io.limits import MAX_JSON_DEPTH, bracket_depth, data_depth, parse_json_text
 
@@ -77,10 +77,7 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def _show(value: Any) -> str:
-    """``repr`` cut short: an error must not echo a whole (possibly huge) document."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+_show = short_repr
 
 
 def _coerce(value: Any, tp: Any, where: str, source: str) -> Any:

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from neuralbake.errors import InputError
+from neuralbake.errors import InputError, short_repr
 from neuralbake.io.limits import load_json_file
 from neuralbake.io.refs import resolve_reference
 from neuralbake.material.fresnel import CONDUCTOR_IOR
@@ -164,10 +164,7 @@ def _is_numbers(value: Any, depth: int = 0) -> bool:
     return isinstance(value, list) and depth < 2 and all(_is_numbers(item, depth + 1) for item in value)
 
 
-def _show(value: Any) -> str:
-    """``repr`` cut short: an error must not echo a megabyte of the document."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+_show = short_repr
 
 
 def _kind(value: Any) -> str:
