@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from neuralbake.bakes.neural_material import load_neural_material  # noqa: E402
-from neuralbake.export.neural_material import POINT_FLOATS, export_neural_material_shader  # noqa: E402
+from neuralbake.export.neural_material import export_neural_material_shader  # noqa: E402
+from neuralbake.export.neural_material_codegen import POINT_FLOATS  # noqa: E402
 from neuralbake.material.loader import load_material  # noqa: E402
 
 

@@ -191,8 +191,8 @@ def apply_variants(args: argparse.Namespace) -> None:
         ntc.NTCLayout.mlp_inputs = property(lambda self: 2 * self.shape.features + 4 * self.pe_frequencies + 1)
         concatenated = ntc.sample_features
 
-        def bilinear(high, low, tables, level, x, y, pe_frequencies, quantise=None):
-            out = concatenated(high, low, tables, level, x, y, pe_frequencies, quantise)
+        def bilinear(high, low, tables, level, x, y, pe_frequencies, quantize=None):
+            out = concatenated(high, low, tables, level, x, y, pe_frequencies, quantize)
             features = high.shape[1]
             c = out[:, : 4 * features].reshape(-1, 4, features)
             u = (x.to(high.dtype) + 0.5) / tables.level_w[level].to(high.dtype)
@@ -218,19 +218,19 @@ def apply_variants(args: argparse.Namespace) -> None:
 
         trainer_module.Trainer.__init__ = with_row_adam
     gain = args.latent_lr_gain
-    quantise = ntc.quantise_latents
+    quantize = ntc.fake_quantize_latents
 
-    def quantise_variant(latents, bits, mode, *, noise=None):
+    def quantize_variant(latents, bits, mode, *, noise=None):
         t = latents * gain
         if args.straight_through_clamp:
             t = t + (t.clamp(-1.0, 1.0) - t).detach()
         if args.float:
             return t.clamp(-1.0, 1.0)
-        return quantise(t, bits, mode, noise=noise)
+        return quantize(t, bits, mode, noise=noise)
 
-    ntc.quantise_latents = quantise_variant
+    ntc.fake_quantize_latents = quantize_variant
     if args.float:
-        ntc.fake_quantise_int8 = lambda weight: weight
+        ntc.fake_quantize_int8 = lambda weight: weight
     initialise, pack = ntc.NTCModel.__init__, ntc.pack_container
 
     def init(self, *a, **k):

@@ -47,3 +47,58 @@ def tiny_png(tmp_path: Path) -> Path:
     path = tmp_path / "tiny.png"
     Image.fromarray((make_test_pattern() * 255).round().astype(np.uint8)).save(path)
     return path
+
+
+def _kill_and_resume(argv: list[str], out: Path, *, timeout: float = 240.0) -> dict:
+    """Run ``neuralbake ARGV --out OUT`` in a subprocess, SIGKILL it once its first checkpoint is on
+    disk, then run it again with ``--resume``; return the final report after checking the folder.
+
+    The bake must checkpoint early and run long enough to be killed mid-way (e.g.
+    ``--checkpoint-every 2`` and a few hundred tiny steps); a bake that finishes before the kill
+    fails the test rather than passing it vacuously.
+    """
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from neuralbake.io.manifest import verify_bake_folder
+
+    command = [sys.executable, "-m", "neuralbake", *argv, "--out", str(out), "--quiet"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    checkpoints = out / ".neuralbake" / "checkpoints"
+    started = time.monotonic()
+    try:
+        while not (checkpoints.is_dir() and any(checkpoints.glob("*.pt"))):
+            if process.poll() is not None:
+                output = process.stdout.read().decode() if process.stdout else ""
+                raise AssertionError(f"the bake ended (exit {process.returncode}) before its first checkpoint:\n{output}")
+            if time.monotonic() - started > timeout:
+                raise AssertionError("no checkpoint appeared in time")
+            time.sleep(0.02)
+        assert process.poll() is None, "the bake finished before it could be killed; make it longer"
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert not (out / "report.json").exists() or (out / "bake.json").exists()
+    result = subprocess.run([*command, "--resume"], capture_output=True, text=True, env=env, timeout=timeout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    manifest = verify_bake_folder(out)
+    assert manifest is not None
+    assert not (out / ".neuralbake" / "staging").exists()
+    assert not list(out.rglob("*.partial"))
+    report = json.loads((out / "report.json").read_text())
+    assert report["resumed"] is True
+    return report
+
+
+@pytest.fixture
+def kill_and_resume():
+    """``kill_and_resume(argv, out) -> report``: a bake killed with SIGKILL mid-run, then resumed."""
+    return _kill_and_resume

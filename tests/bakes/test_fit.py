@@ -1,5 +1,4 @@
-"""The PBR-to-LOD fit: building blocks (quantisers, inverse tone maps, SSIM, uv rasterisation) and
-small end-to-end fits on a procedural sphere written as glTF, plus DamagedHelmet when present."""
+"""The PBR-to-LOD fit: uv rasterisation and small end-to-end fits on a procedural sphere written as glTF, plus DamagedHelmet when present."""
 
 from __future__ import annotations
 
@@ -12,21 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from neuralbake.bakes.fit import (
-    FitConfig,
-    InverseToneMap,
-    fit_lod,
-    generate_uv1_atlas,
-    inverse_tone_map_first_order,
-    inverse_tone_map_second_order,
-    quantize_hard,
-    quantize_soft,
-    quantize_ste,
-    rasterize_uv,
-    ssim,
-    tone_map_first_order,
-    tone_map_second_order,
-)
+from neuralbake.bakes.fit import FitConfig, fit_lod, generate_uv1_atlas, rasterize_uv
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.gltf import Material, Mesh, Scene, TextureRef, load_gltf, write_gltf
 
@@ -88,88 +73,7 @@ def _config(model: Path, **kw) -> FitConfig:
     return FitConfig(**base)
 
 
-# --- quantisers ---------------------------------------------------------------------------------------
-
-
-def test_quantizers_are_deterministic_and_store_exact_codes() -> None:
-    x = torch.rand(257, generator=torch.Generator().manual_seed(1))
-    for fn in (lambda t: quantize_ste(t, 8), lambda t: quantize_soft(t, 8, 20.0)):
-        assert torch.equal(fn(x), fn(x.clone()))
-    hard = quantize_hard(x, 8)
-    codes = hard * 255.0
-    assert torch.equal(codes, torch.round(codes)) and bool((codes >= 0).all() and (codes <= 255).all())
-    assert torch.equal(quantize_ste(x, 8), hard)  # STE forward is the hard rounding
-    at_codes = torch.arange(256, dtype=torch.float64) / 255.0
-    torch.testing.assert_close(quantize_soft(at_codes, 8, 5.0), at_codes)  # exact at the codes
-    away = (torch.frac(x.double() * 255.0) - 0.5).abs() > 0.05  # not at a step's midpoint
-    sharp = quantize_soft(x.double(), 8, 400.0)
-    assert (sharp - hard.double())[away].abs().max() < 1e-6  # sharp -> hard rounding
-
-
-def test_ste_gradient_is_identity_and_soft_quantizer_gradcheck() -> None:
-    x = torch.rand(9, dtype=torch.float64, requires_grad=True)
-    quantize_ste(x, 8).sum().backward()
-    torch.testing.assert_close(x.grad, torch.ones_like(x))
-    # keep the points away from code midpoints/boundaries where the finite differences straddle a floor()
-    y = ((torch.arange(7, dtype=torch.float64) * 31 + 10 + torch.linspace(0.2, 0.8, 7)) / 255.0).requires_grad_()
-    assert torch.autograd.gradcheck(lambda t: quantize_soft(t, 8, 3.0), (y,), eps=1e-7, atol=1e-5)
-
-
-# --- inverse tone maps --------------------------------------------------------------------------------
-
-
-def test_inverse_tone_maps_invert_the_forward_curves() -> None:
-    h = torch.linspace(0.0, 8.0, 50, dtype=torch.float64)
-    beta, gamma = torch.tensor(0.9, dtype=torch.float64), torch.tensor(0.12, dtype=torch.float64)
-    torch.testing.assert_close(inverse_tone_map_first_order(tone_map_first_order(h, beta, gamma), beta, gamma), h)
-    a, b, c, d = (torch.tensor(v / 2.51, dtype=torch.float64) for v in (0.03, 2.43, 0.59, 0.14))  # ACES (Narkowicz)
-    cl = tone_map_second_order(h, a, b, c, d)
-    torch.testing.assert_close(inverse_tone_map_second_order(cl, a, b, c, d), h)
-    # the seed's closed-form ACES inverse is the special case
-    x = torch.linspace(0.0, 0.95, 20, dtype=torch.float64)
-    aces_inverse = (0.0062 - 0.1213 * x - 0.0021 * torch.sqrt(9 + 13702 * x - 10127 * x * x)) / (x - 1.03292)
-    exact = (0.03 - 0.59 * x - torch.sqrt(0.0009 + 1.3702 * x - 1.0127 * x * x)) / (2.0 * (2.43 * x - 2.51))
-    torch.testing.assert_close(inverse_tone_map_second_order(x, a, b, c, d), exact)
-    torch.testing.assert_close(exact, aces_inverse, atol=1e-3, rtol=3e-2)  # the slide rounds its constants
-
-
-def test_inverse_tone_map_gradcheck() -> None:
-    cl = torch.linspace(0.02, 0.97, 6, dtype=torch.float64).requires_grad_()
-    p1 = tuple(torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in (0.9, 0.2))
-    assert torch.autograd.gradcheck(inverse_tone_map_first_order, (cl, *p1))
-    p2 = tuple(torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in (0.05, 0.9, 0.3, 0.06))
-    assert torch.autograd.gradcheck(inverse_tone_map_second_order, (cl, *p2))
-    for order in (1, 2):
-        tm = InverseToneMap(order)
-        assert torch.autograd.gradcheck(lambda raw, c: _with_raw(tm, raw, c), (tm.raw.detach().clone().requires_grad_(), cl))
-        codes = torch.linspace(0.0, 1.0, 11, dtype=torch.float64)
-        torch.testing.assert_close(tm.encode(tm(codes[:-1])), codes[:-1], atol=1e-9, rtol=1e-9)
-
-
-def _with_raw(tm: InverseToneMap, raw: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    saved = tm.raw
-    try:
-        del tm.raw
-        tm.raw = raw  # plain tensor attribute so gradcheck can perturb it
-        return tm(c)
-    finally:
-        del tm.raw
-        tm.raw = saved
-
-
-# --- SSIM and uv rasterisation ------------------------------------------------------------------------
-
-
-def test_ssim_identity_ordering_and_gradcheck() -> None:
-    g = torch.Generator().manual_seed(3)
-    a = torch.rand(24, 24, 3, generator=g)
-    assert float(ssim(a, a)) == pytest.approx(1.0, abs=1e-6)
-    slightly = torch.clamp(a + 0.03 * torch.randn(24, 24, 3, generator=g), 0, 1)
-    very = torch.clamp(a + 0.3 * torch.randn(24, 24, 3, generator=g), 0, 1)
-    assert float(ssim(slightly, a)) > float(ssim(very, a))
-    x = torch.rand(12, 12, 1, dtype=torch.float64, generator=g).requires_grad_()
-    y = torch.rand(12, 12, 1, dtype=torch.float64, generator=g)
-    assert torch.autograd.gradcheck(lambda t: ssim(t, y, window=5), (x,))
+# --- uv rasterisation ---------------------------------------------------------------------------------
 
 
 def test_rasterize_uv_covers_triangles_exactly() -> None:

@@ -11,15 +11,14 @@ from neuralbake.bakes.neural_material import (
     NeuralMaterialModel,
     ReferenceSampler,
     bake_neural_material,
-    dequantize_latents,
     load_neural_material,
-    quantize_latents,
     relative_l1,
     texel_features,
 )
 from neuralbake.cli import app
 from neuralbake.errors import ConfigError, InputError, TrainingError
 from neuralbake.material.loader import load_material
+from neuralbake.nn.quantize import dequantize_latents_affine_u8, quantize_latents_affine_u8
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "materials"
 UP = torch.tensor([[0.0, 1.0, 0.0]])
@@ -73,9 +72,9 @@ def test_tiny_bake_learns_and_round_trips(tmp_path):
 
 def test_u8_latents_within_half_a_step():
     latent = torch.randn(6, 5, 8) * torch.linspace(0.1, 3.0, 8)
-    codes, scale, offset = quantize_latents(latent)
+    codes, scale, offset = quantize_latents_affine_u8(latent)
     assert codes.dtype == torch.uint8
-    error = (dequantize_latents(codes, scale, offset) - latent).abs()
+    error = (dequantize_latents_affine_u8(codes, scale, offset) - latent).abs()
     assert (error <= scale / 2 + 1e-6).all()
 
 

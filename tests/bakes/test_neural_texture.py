@@ -113,7 +113,7 @@ def test_16bit_rgb_png_bakes(tmp_path):
 
 def test_size_option_resamples(tiny_png, tmp_path):
     config = tiny_config(tiny_png, steps=10)
-    config.size = (12, 10)
+    config.texture_size = (12, 10)
     report = bake_neural_texture(config, tmp_path / "o", progress=False)
     assert report["trained_size"] == [12, 10]
 
@@ -128,7 +128,7 @@ def test_interrupted_then_resumed_bake_matches_uninterrupted(tiny_png, tmp_path)
 
     with pytest.raises(TrainingInterrupted):
         bake_neural_texture(tiny_config(tiny_png, steps=30, precision="fp16"), tmp_path / "split", progress=False, on_step=stop_at_12)
-    assert (tmp_path / "split" / "checkpoint.pt").is_file()
+    assert (tmp_path / "split" / ".neuralbake" / "checkpoints" / "train.pt").is_file()
     assert not (tmp_path / "split" / "network.json").exists()
     bake_neural_texture(tiny_config(tiny_png, steps=30, precision="fp16"), tmp_path / "split", resume=True, progress=False)
     full = load_file(tmp_path / "full" / "network.safetensors")
@@ -185,3 +185,13 @@ def test_every_command_has_help(args):
 def test_infer_errors(tmp_path):
     result = runner.invoke(app, ["texture", "infer", str(tmp_path), "--out", str(tmp_path / "x.png")])
     assert result.exit_code == 2 and "no bundle manifest" in result.output
+
+
+@pytest.mark.slow
+def test_a_killed_texture_bake_resumes_to_a_valid_bundle(tmp_path, tiny_png, kill_and_resume) -> None:
+    out = tmp_path / "out"
+    report = kill_and_resume(["texture", "bake", str(tiny_png), "--steps", "600", "--batch-size", "64", "--checkpoint-every", "2", "--precision", "fp32"], out)
+    assert report["steps"] == 600
+    from neuralbake.nn.serialize import load_coordinate_network
+
+    load_coordinate_network(out)

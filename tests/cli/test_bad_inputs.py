@@ -23,7 +23,8 @@ import pytest
 from typer.testing import CliRunner
 
 from neuralbake import cli as cli_module
-from neuralbake import cli_run
+from neuralbake.cli import common as cli_run
+from neuralbake.io.manifest import write_bake_manifest
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 CORPUS = DATA / "bad_inputs"
@@ -117,7 +118,7 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("bundles")
     image = Path(__file__).resolve().parents[2] / "examples/neural_texture/grace_hopper_256.png"
-    texture = NeuralTextureConfig(image=str(image), size=(16, 16), device="cpu")
+    texture = NeuralTextureConfig(image=str(image), texture_size=(16, 16), device="cpu")
     texture.train.steps = 5
     texture.train.precision = "fp32"
     bake_neural_texture(texture, root / "texture", progress=False)
@@ -202,6 +203,9 @@ def test_damaged_manifest_is_refused_by_every_reader(
     else:
         mutate(manifest)
     manifest_path.write_text(json.dumps(manifest))
+    # Re-seal the folder's bake.json, as someone crafting a bundle would: the structural checks
+    # behind the checksums must still hold on their own.
+    write_bake_manifest(bundle, bake=json.loads((bundle / "bake.json").read_text())["bake"])
     for argv in _COMMANDS[kind]:
         out = tmp_path / "out"
         argv = [a.replace("{bundle}", str(bundle)).replace("{out}", str(out)) for a in argv]

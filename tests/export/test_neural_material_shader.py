@@ -25,12 +25,20 @@ import typer
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
-from neuralbake.bakes.neural_material import NeuralMaterial, NeuralMaterialConfig, bake_neural_material, load_neural_material, quantize_latents
+from neuralbake.bakes.neural_material import (
+    NeuralMaterial,
+    NeuralMaterialConfig,
+    bake_neural_material,
+    load_neural_material,
+)
 from neuralbake.cli_export import register
 from neuralbake.errors import BundleError, ConfigError
-from neuralbake.export.neural_material import POINT_FLOATS, export_material_pack_shader, export_neural_material_shader
-from neuralbake.io.bundle import LayerTensors, read_bundle, write_bundle
+from neuralbake.export.neural_material import export_material_pack_shader, export_neural_material_shader
+from neuralbake.export.neural_material_codegen import POINT_FLOATS
+from neuralbake.io.bundle import read_bundle, write_bundle
+from neuralbake.io.device_layout import LayerTensors
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
+from neuralbake.nn.quantize import quantize_latents_affine_u8
 from neuralbake.nn.serialize import save_coordinate_network
 from neuralbake.nn.trainer import TrainerConfig
 
@@ -80,7 +88,7 @@ def derived_bundle(source: Path, out: Path, *, decoder: MLP | None = None, laten
         save_file({f"latent.mip{k}": level.half().contiguous() for k, level in enumerate(latents)}, str(out / "latents.fp16.safetensors"))
         quantised = {}
         for k, level in enumerate(latents):
-            codes, scale, offset = quantize_latents(level)
+            codes, scale, offset = quantize_latents_affine_u8(level)
             quantised.update({f"latent.mip{k}.codes": codes, f"latent.mip{k}.scale": scale, f"latent.mip{k}.offset": offset})
         save_file(quantised, str(out / "latents.u8.safetensors"))
     layers = [LayerTensors(f"decoder.layers.{i}", layer.weight, layer.bias) for i, layer in enumerate(decoder.layers)]

@@ -15,7 +15,8 @@ import torch
 
 from neuralbake.errors import BundleError, ConfigError
 from neuralbake.export import export_bundle_shader, generate_mlp_hlsl, generate_mlp_slang
-from neuralbake.io.bundle import pack_device_layout, read_bundle
+from neuralbake.io.bundle import read_bundle
+from neuralbake.io.device_layout import pack_device_layout
 from neuralbake.nn.activations import ACTIVATIONS
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
 from neuralbake.nn.serialize import save_coordinate_network

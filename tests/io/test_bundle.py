@@ -1,10 +1,13 @@
 import json
 
+import numpy as np
 import pytest
 import torch
+from safetensors.numpy import save_file
 
 from neuralbake.errors import BundleError
-from neuralbake.io.bundle import BIAS_ALIGNMENT, WEIGHT_ALIGNMENT, read_bundle, read_device_layout
+from neuralbake.io.bundle import read_bundle, read_device_layout, read_latent_textures, write_bundle
+from neuralbake.io.device_layout import BIAS_ALIGNMENT, WEIGHT_ALIGNMENT
 from neuralbake.nn.mlp import CoordinateNetwork, CoordinateNetworkConfig
 from neuralbake.nn.serialize import load_coordinate_network, save_coordinate_network
 
@@ -110,3 +113,18 @@ def test_missing_bundle(tmp_path):
     with pytest.raises(BundleError, match="no bundle manifest"):
         read_bundle(tmp_path)
     (tmp_path / "x").mkdir()
+
+
+def test_latent_textures_are_read_verified_and_a_flipped_byte_is_refused(tmp_path):
+    levels = {"latent.mip0": np.full((4, 4, 2), 0.5, np.float16), "latent.mip1": np.full((2, 2, 2), 0.25, np.float16)}
+    save_file(levels, str(tmp_path / "latents.fp16.safetensors"))
+    write_bundle(tmp_path, {"w": torch.zeros(1)}, kind="test", metadata={}, extra_files={"latents_fp16": "latents.fp16.safetensors"})
+    bundle = read_bundle(tmp_path)
+    read = read_latent_textures(bundle, "latents.fp16.safetensors", latent_format="fp16", channels=2, mip_levels=None, field="latent.fp16")
+    assert [level[0].shape for level in read] == [(4, 4, 2), (2, 2, 2)]
+    data = bytearray((tmp_path / "latents.fp16.safetensors").read_bytes())
+    data[-1] ^= 0x01  # still finite halfs: only the manifest's sha256 can tell
+    (tmp_path / "latents.fp16.safetensors").write_bytes(bytes(data))
+    with pytest.raises(BundleError, match="sha256") as caught:
+        read_latent_textures(bundle, "latents.fp16.safetensors", latent_format="fp16", channels=2, mip_levels=2, field="latent.fp16")
+    assert caught.value.path.endswith("latents.fp16.safetensors") and caught.value.field == "files.latents_fp16"

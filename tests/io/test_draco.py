@@ -14,7 +14,8 @@ import pytest
 
 from neuralbake.errors import InputError
 from neuralbake.io.gltf import load_gltf
-from tests.io.test_gltf_hardening import glb_bytes
+
+from ._support import glb_bytes
 
 EXT = "KHR_draco_mesh_compression"
 

@@ -19,8 +19,10 @@ from PIL import Image
 
 from neuralbake.errors import InputError
 from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES, load_gltf, load_gltf_materials
-from neuralbake.io.gltf_validate import MAX_ACCESSOR_COUNT
+from neuralbake.io.gltf.validate import MAX_ACCESSOR_COUNT
 from neuralbake.io.refs import allow_outside_refs
+
+from ._support import glb_bytes
 
 # --- tiny assets ----------------------------------------------------------------------------------------
 
@@ -92,17 +94,6 @@ def write_gltf_pair(folder: Path, doc: dict, blob: bytes, name: str = "t") -> Pa
     return path
 
 
-def glb_bytes(doc: dict, blob: bytes | None, *, version: int = 2, length: int | None = None) -> bytes:
-    text = json.dumps(doc).encode()
-    text += b" " * ((-len(text)) % 4)
-    body = struct.pack("<II", len(text), 0x4E4F534A) + text
-    if blob is not None:
-        blob = blob + b"\0" * ((-len(blob)) % 4)
-        body += struct.pack("<II", len(blob), 0x004E4942) + blob
-    total = 12 + len(body)
-    return struct.pack("<4sII", b"glTF", version, total if length is None else length) + body
-
-
 def write_glb(path: Path, doc: dict, blob: bytes | None, **kw) -> Path:
     path.write_bytes(glb_bytes(doc, blob, **kw))
     return path
@@ -161,7 +152,7 @@ def sentinel(tmp_path: Path) -> tuple[Path, Path, bytes]:
 
 
 def test_buffer_uri_outside_the_folder_is_refused(sentinel: tuple[Path, Path, bytes]) -> None:
-    secret, folder, blob = sentinel
+    _secret, folder, blob = sentinel
     doc, _ = tiny_doc()
     doc["buffers"][0]["uri"] = "../secret.bin"
     path = write_gltf_pair(folder, doc, blob)
@@ -180,7 +171,7 @@ def test_absolute_and_climbing_buffer_uris_are_refused(sentinel: tuple[Path, Pat
 
 
 def test_symlink_pointing_outside_is_refused(sentinel: tuple[Path, Path, bytes]) -> None:
-    secret, folder, blob = sentinel
+    secret, folder, _blob = sentinel
     (folder / "link.bin").symlink_to(secret)
     doc, _ = tiny_doc()
     doc["buffers"][0]["uri"] = "link.bin"
@@ -190,7 +181,7 @@ def test_symlink_pointing_outside_is_refused(sentinel: tuple[Path, Path, bytes])
 
 
 def test_image_uri_outside_the_folder_is_refused(sentinel: tuple[Path, Path, bytes]) -> None:
-    secret, folder, blob = sentinel
+    _secret, folder, blob = sentinel
     Image.fromarray(np.zeros((2, 2, 3), np.uint8)).save(folder.parent / "secret.png")
     doc, _ = tiny_doc()
     doc["images"][0] = {"uri": "../secret.png"}

@@ -4,7 +4,7 @@ import pytest
 from PIL import Image
 
 from neuralbake.errors import InputError
-from neuralbake.io.images import MAX_IMAGE_SIDE, load_image, save_png
+from neuralbake.io.images import MAX_IMAGE_SIDE, load_image, save_exr, save_png
 
 
 def test_rgb_png_round_trip(tmp_path):
@@ -79,3 +79,21 @@ def test_oversized_image_rejected_before_decoding(tmp_path, bits):
             writer.write(handle, [[0] * (MAX_IMAGE_SIDE + 1)] * 2)
     with pytest.raises(InputError, match="at most 16384"):
         load_image(path)
+
+
+def test_exr_channels_round_trip(tmp_path):
+    import OpenEXR
+    import torch
+
+    rgb = np.random.default_rng(1).random((3, 5, 3)).astype(np.float32) * 4.0
+    save_exr(tmp_path / "rgb.exr", torch.from_numpy(rgb))
+    save_exr(tmp_path / "xy.exr", rgb[..., :2], channels=("normal_x", "normal_y"))
+    with OpenEXR.File(str(tmp_path / "rgb.exr"), separate_channels=True) as handle:
+        channels = {name: np.asarray(c.pixels) for name, c in handle.channels().items()}
+    assert sorted(channels) == ["B", "G", "R"] and channels["R"].dtype == np.float32
+    np.testing.assert_array_equal(np.stack([channels[c] for c in "RGB"], axis=-1), rgb)
+    with OpenEXR.File(str(tmp_path / "xy.exr"), separate_channels=True) as handle:
+        assert sorted(handle.channels()) == ["normal_x", "normal_y"]
+    with pytest.raises(ValueError, match="channel names"):
+        save_exr(tmp_path / "bad.exr", rgb, channels=("R", "G"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rgb.exr", "xy.exr"]

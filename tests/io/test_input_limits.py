@@ -346,10 +346,10 @@ def test_huge_integer_literal_in_a_material(tmp_path):
     ('{"batch_size": true}', "batch_size"),
     ('{"batch_size": 1e309}', "batch_size"),
     ('{"batch_size": 123456789012345678901234567890}', "batch_size"),
-    ('{"size": [1, 2, 3]}', "size"),
-    ('{"size": "64x64"}', "size"),
-    ('{"size": [64, 1e309]}', "size[1]"),
-    ('{"size": {"w": 1}}', "size"),
+    ('{"texture_size": [1, 2, 3]}', "texture_size"),
+    ('{"texture_size": "64x64"}', "texture_size"),
+    ('{"texture_size": [64, 1e309]}', "texture_size[1]"),
+    ('{"texture_size": {"w": 1}}', "texture_size"),
     ('{"transform": ["zoom"]}', "transform"),
     ('{"transform": {}}', "transform"),
     ('{"train": []}', "train"),
@@ -419,7 +419,7 @@ def test_json_depth_ignores_brackets_inside_strings(text: str, depth: int) -> No
 
 
 def test_materialx_includes_are_read_once_however_often_named(tmp_path: Path) -> None:
-    from neuralbake.io import materialx
+    from neuralbake.io import materialx, materialx_xml
 
     head = '<?xml version="1.0"?>\n<materialx version="1.39" xmlns:xi="http://www.w3.org/2001/XInclude">\n'
     for name, child in (("a", "b"), ("b", "c"), ("c", "d")):
@@ -427,9 +427,9 @@ def test_materialx_includes_are_read_once_however_often_named(tmp_path: Path) ->
         (tmp_path / f"{name}.mtlx").write_text(head + body + "</materialx>\n")
     (tmp_path / "d.mtlx").write_text(head + "</materialx>\n")
     reads: list[str] = []
-    original = materialx._scan_xml
+    original = materialx_xml._scan_xml
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(materialx, "_scan_xml", lambda path, top: reads.append(Path(path).name) or original(path, top))
+        patch.setattr(materialx_xml, "_scan_xml", lambda path, top: reads.append(Path(path).name) or original(path, top))
         with pytest.raises(InputError, match="no material"):
             materialx.load_materialx(tmp_path / "a.mtlx")
     assert sorted(reads) == ["a.mtlx", "b.mtlx", "c.mtlx", "d.mtlx"]

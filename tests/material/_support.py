@@ -39,9 +39,15 @@ def lobe_cases(dtype: torch.dtype = torch.float64, device: torch.device | str = 
     ]
 
 
-def hemisphere_directions(n: int, seed: int, dtype: torch.dtype = torch.float64, min_cos: float = 0.05) -> torch.Tensor:
-    """``n`` unit directions spread over the upper hemisphere with ``cos theta >= min_cos``, ``[n, 3]``."""
-    g = torch.Generator().manual_seed(seed)
+def hemisphere_directions(
+    n: int, seed: int = 0, dtype: torch.dtype = torch.float64, min_cos: float = 0.05, *, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """``n`` unit directions spread over the upper hemisphere with ``cos theta >= min_cos``, ``[n, 3]``.
+
+    Uniform in ``cos theta`` (so uniform in solid angle on that cap); drawn from ``generator`` when
+    given (successive calls continue its stream), else from a fresh one seeded with ``seed``.
+    """
+    g = generator if generator is not None else torch.Generator().manual_seed(seed)
     u = torch.rand(n, 2, generator=g, dtype=torch.float64)
     z = min_cos + (1.0 - min_cos) * u[:, 0]
     r = torch.sqrt(1.0 - z * z)

@@ -1,4 +1,4 @@
-"""MaterialX compiler: the 11 shared documents, gradients, node semantics, the artistic IOR, errors."""
+"""MaterialX compiler: the 11 shared documents, gradients, node semantics, errors."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import torch
 from PIL import Image
 
 from neuralbake.errors import InputError
-from neuralbake.material import fresnel_conductor, layer
-from neuralbake.material.mtlx_compiler import SheenLayer, artistic_ior, compile_materialx, roughness_anisotropy, sheen_albedo
+from neuralbake.material.mtlx_compiler import compile_materialx
 from neuralbake.material.noise import perlin_noise, worley_noise
+
+from ._support import hemisphere_directions
 
 MATERIALX_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "materialx"
 
@@ -38,14 +39,6 @@ def materialx_dir() -> Path:
     if not MATERIALX_DIR.is_dir():
         pytest.skip(f"{MATERIALX_DIR} is absent (the team's shared MaterialX examples; not shipped with neuralbake)")
     return MATERIALX_DIR
-
-
-def _hemisphere(n: int, generator: torch.Generator, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    u = torch.rand(n, 2, generator=generator, dtype=torch.float64)
-    z = 0.05 + 0.95 * u[:, 0]
-    r = torch.sqrt(1.0 - z * z)
-    phi = 2.0 * math.pi * u[:, 1]
-    return torch.stack((r * torch.cos(phi), r * torch.sin(phi), z), dim=-1).to(dtype)
 
 
 def _points(n: int, seed: int = 0, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -109,7 +102,7 @@ def test_shared_document_compiles_or_is_refused(materialx_dir: Path, name: str) 
     n = 512
     uv, normal, position = _points(n)
     bsdf = material(uv, normal, position)
-    value = bsdf.eval(_hemisphere(n, g), _hemisphere(n, g))
+    value = bsdf.eval(hemisphere_directions(n, generator=g, dtype=torch.float32), hemisphere_directions(n, generator=g, dtype=torch.float32))
     assert value.shape == (n, 3) and torch.isfinite(value).all() and (value >= 0.0).all()
     # Directional albedo by importance sampling, at one shading point and three view angles.
     m = 2048
@@ -130,7 +123,7 @@ def test_gradient_wrt_constant_and_graph_input(materialx_dir: Path) -> None:
     g = torch.Generator().manual_seed(2)
     n = 64
     uv, normal, position = _points(n)
-    wi, wo = _hemisphere(n, g), _hemisphere(n, g)
+    wi, wo = hemisphere_directions(n, generator=g, dtype=torch.float32), hemisphere_directions(n, generator=g, dtype=torch.float32)
     copper = compile_materialx(materialx_dir / "standard_surface_copper.mtlx")
     roughness = copper.parameters["SR_copper/specular_roughness"].requires_grad_()
     (grad,) = torch.autograd.grad(copper(uv, normal, position).eval(wi, wo).sum(), roughness)
@@ -147,7 +140,7 @@ def test_gradcheck_float64(materialx_dir: Path) -> None:
     g = torch.Generator().manual_seed(3)
     n = 4
     uv, normal, position = _points(n, dtype=torch.float64)
-    wi, wo = _hemisphere(n, g, torch.float64), _hemisphere(n, g, torch.float64)
+    wi, wo = hemisphere_directions(n, generator=g, dtype=torch.float64), hemisphere_directions(n, generator=g, dtype=torch.float64)
     marble = compile_materialx(materialx_dir / "standard_surface_marble_solid.mtlx", dtype=torch.float64)
     keys = ("SR_marble1/specular_roughness", "NG_marble1/base_color_2", "NG_marble1/noise_power")
     start = tuple(marble.parameters[key].clone().requires_grad_() for key in keys)
@@ -330,30 +323,6 @@ def test_image_and_tiledimage(tmp_path: Path) -> None:
     assert torch.allclose(got[:2], torch.tensor([[1.0, 0, 0], [0, 1.0, 0]], dtype=torch.float64))
 
 
-# --- shading formulas ---------------------------------------------------------------------------
-
-
-def test_artistic_ior_round_trip() -> None:
-    g = torch.Generator().manual_seed(6)
-    r = torch.rand(64, 3, generator=g, dtype=torch.float64) * 0.99
-    edge = torch.rand(64, 3, generator=g, dtype=torch.float64)
-    n, k = artistic_ior(r, edge)
-    assert (n > 0.0).all() and (k >= 0.0).all()
-    f0 = fresnel_conductor(torch.ones(64, 1, dtype=torch.float64), n, k)
-    assert torch.allclose(f0, r, atol=1e-9)
-    # Closed form at normal incidence too.
-    assert torch.allclose(((n - 1) ** 2 + k**2) / ((n + 1) ** 2 + k**2), r, atol=1e-12)
-
-
-def test_roughness_anisotropy_matches_materialx() -> None:
-    r = torch.tensor([0.5, 0.5, 0.0], dtype=torch.float64)
-    a = torch.tensor([0.0, 0.75, 0.5], dtype=torch.float64)
-    ax, ay = roughness_anisotropy(r, a)
-    assert torch.allclose(ax[:2], torch.tensor([0.25, 0.5], dtype=torch.float64))
-    assert torch.allclose(ay[:2], torch.tensor([0.25, 0.125], dtype=torch.float64))
-    assert (ax[2:] > 0.0).all() and (ay[2:] > 0.0).all()
-
-
 # --- errors -------------------------------------------------------------------------------------
 
 
@@ -422,30 +391,6 @@ def test_open_pbr_defaults_and_call_checks(tmp_path: Path, device: torch.device)
         material(torch.zeros(4, 2), torch.zeros(4, 3), parameters={"nope": torch.zeros(1)})
 
 
-def test_sheen_layer_scales_base_and_samples_its_own_pdf() -> None:
-    g = torch.Generator().manual_seed(8)
-    n = 20000
-    dtype = torch.float64
-    base = layer("lambert", {"albedo": torch.tensor([0.9, 0.9, 0.9], dtype=dtype)})
-    weight, roughness = torch.ones(n, dtype=dtype), torch.full((n,), 0.6, dtype=dtype)
-    colour = torch.tensor([[1.0, 1.0, 1.0]], dtype=dtype).expand(n, 3)
-    wi, wo = _hemisphere(64, g, dtype), _hemisphere(64, g, dtype)
-    off = SheenLayer(base, torch.zeros(64, dtype=dtype), colour[:64], roughness[:64])
-    assert torch.allclose(off.eval(wi, wo), base.eval(wi, wo))
-    sheen = SheenLayer(base, weight, colour, roughness)
-    albedo = sheen_albedo(torch.linspace(0.0, 1.0, 9, dtype=dtype), torch.full((9,), 0.6, dtype=dtype))
-    assert (albedo > 0.0).all() and (albedo <= 1.0).all()
-    for cos_o in (0.9, 0.3):
-        wo = torch.tensor([[math.sqrt(1.0 - cos_o**2), 0.0, cos_o]], dtype=dtype).expand(n, 3)
-        sampled, pdf = sheen.sample(wo, torch.rand(n, 2, generator=g, dtype=dtype))
-        assert torch.allclose(pdf, sheen.pdf(sampled, wo))
-        importance = (sheen.eval(sampled, wo) / pdf[:, None]).mean(dim=0)
-        uniform = _hemisphere(n, g, dtype)  # cos >= 0.05: uniform on that cap, density 1 / (2 pi 0.95)
-        reference = (sheen.eval(uniform, wo) * (2.0 * math.pi * 0.95)).mean(dim=0)
-        assert torch.allclose(importance, reference, rtol=0.05, atol=0.02), (importance, reference)
-        assert (importance <= 1.0).all()
-
-
 def test_top_level_nodes_interfaces_material_choice_and_srgb(tmp_path: Path) -> None:
     body = """
   <constant name="top_value" type="float"><input name="value" type="float" value="0.5" /></constant>
@@ -488,7 +433,7 @@ def test_specular_rotation_turns_the_anisotropy(tmp_path: Path) -> None:
     g = torch.Generator().manual_seed(10)
     n = 32
     uv, normal, _ = _points(n, dtype=torch.float64)
-    wi, wo = _hemisphere(n, g, torch.float64), _hemisphere(n, g, torch.float64)
+    wi, wo = hemisphere_directions(n, generator=g, dtype=torch.float64), hemisphere_directions(n, generator=g, dtype=torch.float64)
 
     def quarter(w: torch.Tensor) -> torch.Tensor:  # a direction in the tangent frame turned by 90 degrees
         return torch.stack((w[:, 1], -w[:, 0], w[:, 2]), dim=-1)

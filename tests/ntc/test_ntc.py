@@ -25,8 +25,8 @@ from neuralbake.bakes.ntc import (
     NTCModel,
     LatentShape,
     TexelSampler,
+    TextureSet,
     bc_baselines,
-    build_mip_chain,
     choose_layout,
     compress_rate_distortion,
     compress_texture_set,
@@ -34,16 +34,15 @@ from neuralbake.bakes.ntc import (
     decode_texel,
     decode_texels,
     decompress,
-    fake_quantise_int8,
     load_texture_set,
     open_container,
     pack_container,
-    quantise_latents,
     read_container,
     sample_features,
     set_quality,
 )
 from neuralbake.errors import BundleError, ConfigError, InputError
+from neuralbake.nn.quantize import fake_quantize_int8, fake_quantize_latents
 from neuralbake.nn.trainer import TrainerConfig
 
 from ..conftest import make_test_pattern
@@ -130,7 +129,7 @@ def test_decoded_file_matches_trained_model_quality(compressed: tuple[Path, dict
     """The report's PSNR comes from decoding the file; it must beat the flat mean-colour image."""
     out, report = compressed
     texture_set = load_texture_set(json.loads((out / "config.json").read_text())["sources"])
-    reference = build_mip_chain(texture_set.stacked())
+    reference = texture_set.mip_chain()
     flat = [np.broadcast_to(level.mean(axis=(0, 1), keepdims=True), level.shape).copy() for level in reference]
     trivial = set_quality(flat, reference, texture_set.groups)
     assert report["ntc"]["overall_db"] > trivial["overall_db"] + 3.0
@@ -189,9 +188,9 @@ def test_pack_is_deterministic_and_round_trips() -> None:
         assert first == second
         container = read_container(first)
         model.quant_mode = "round"
-        grid = quantise_latents(model.latents_high, shape.bits, "round").detach()
+        grid = fake_quantize_latents(model.latents_high, shape.bits, "round").detach()
         torch.testing.assert_close(container.latents_high, grid, rtol=0, atol=1e-6)
-        torch.testing.assert_close(container.weights()[0], fake_quantise_int8(model.layers[0].weight).detach(), rtol=0, atol=0)
+        torch.testing.assert_close(container.weights()[0], fake_quantize_int8(model.layers[0].weight).detach(), rtol=0, atol=0)
         # the file decodes exactly what the hard-quantised model computes
         coords = torch.tensor([[0, 3, 5], [1, 7, 2], [4, 0, 0]], dtype=torch.float32)
         expected = model(coords).clamp(0, 1).detach()
@@ -211,7 +210,7 @@ def test_psnr_rises_over_training_and_beats_trivial_baseline(tiny_set: list[str]
     evals = [e["psnr_db"] for e in history if e["event"] == "eval"]
     assert evals[-1] > evals[0] + 6.0
     texture_set = load_texture_set(tiny_set)
-    reference = build_mip_chain(texture_set.stacked())
+    reference = texture_set.mip_chain()
     flat = [np.broadcast_to(level.mean(axis=(0, 1), keepdims=True), level.shape).copy() for level in reference]
     assert report["ntc"]["overall_db"] > set_quality(flat, reference, texture_set.groups)["overall_db"] + 6.0
 
@@ -219,7 +218,7 @@ def test_psnr_rises_over_training_and_beats_trivial_baseline(tiny_set: list[str]
 def test_sampler_covers_every_level_and_targets_match(tiny_set: list[str]) -> None:
     texture_set = load_texture_set(tiny_set)
     layout = choose_layout(SIZE, SIZE, texture_set.groups, 16.0, hidden=(16,), pe_frequencies=2)
-    reference = build_mip_chain(texture_set.stacked())
+    reference = texture_set.mip_chain()
     sampler = TexelSampler(layout, reference, 4096, torch.device("cpu"))
     batch = sampler.sample(torch.Generator().manual_seed(0))
     coords = batch.inputs.long()
@@ -230,7 +229,7 @@ def test_sampler_covers_every_level_and_targets_match(tiny_set: list[str]) -> No
 
 def test_mip_chain_is_a_box_filter() -> None:
     image = make_test_pattern(8, 4, 3)
-    chain = build_mip_chain(image)
+    chain = TextureSet([ChannelGroup("c", ("R", "G", "B"))], [image], ["pattern"]).mip_chain()
     assert [level.shape[:2] for level in chain] == [(4, 8), (2, 4), (1, 2), (1, 1)]
     np.testing.assert_allclose(chain[1][0, 0], image[:2, :2].mean(axis=(0, 1)), atol=1e-6)
     np.testing.assert_allclose(chain[3][0, 0], image.mean(axis=(0, 1)), atol=1e-6)
@@ -313,9 +312,9 @@ def test_gradcheck_noise_quantisation_and_whole_model() -> None:
     gen = torch.Generator().manual_seed(1)
     latents = (torch.rand(6, 3, generator=gen, dtype=torch.float64) * 1.6 - 0.8).requires_grad_()
     noise = torch.rand(6, 3, generator=gen, dtype=torch.float64) - 0.5
-    assert torch.autograd.gradcheck(lambda t: quantise_latents(t, 3, "noise", noise=noise), (latents,))
+    assert torch.autograd.gradcheck(lambda t: fake_quantize_latents(t, 3, "noise", noise=noise), (latents,))
     model = NTCModel(_tiny_layout(), generator=gen).double()
-    model.quant_mode, model.quantise_weights = "none", False
+    model.quant_mode, model.quantize_weights = "none", False
     coords = torch.tensor([[0, 1, 2], [1, 3, 0], [2, 1, 1]], dtype=torch.float64)
     names = [name for name, _ in model.named_parameters()]
     params = tuple(p.detach().clone().requires_grad_() for p in model.parameters())
@@ -329,16 +328,16 @@ def test_gradcheck_noise_quantisation_and_whole_model() -> None:
 def test_straight_through_gradients_are_identity() -> None:
     """Rounding has no useful derivative; its straight-through gradient is the identity (inside the clamp)."""
     latents = torch.tensor([-0.9, -0.2, 0.33, 0.7, 1.5], requires_grad=True)
-    out = quantise_latents(latents, 2, "round")
+    out = fake_quantize_latents(latents, 2, "round")
     assert set(torch.round((out.detach() + 1) * 1.5).tolist()) <= {0.0, 1.0, 2.0, 3.0}
     out.sum().backward()
     assert latents.grad.tolist() == [1.0, 1.0, 1.0, 1.0, 0.0]
     weight = torch.randn(4, 3, requires_grad=True)
-    quantised = fake_quantise_int8(weight)
-    assert torch.allclose(quantised, weight, atol=weight.abs().max().item() / 127)
-    codes = quantised.detach() / (weight.detach().abs().max() / 127)
+    quantized = fake_quantize_int8(weight)
+    assert torch.allclose(quantized, weight, atol=weight.abs().max().item() / 127)
+    codes = quantized.detach() / (weight.detach().abs().max() / 127)
     torch.testing.assert_close(codes, codes.round())
-    quantised.sum().backward()
+    quantized.sum().backward()
     assert torch.equal(weight.grad, torch.ones_like(weight))
 
 
@@ -347,7 +346,7 @@ def test_straight_through_gradients_are_identity() -> None:
 
 def test_bc_baselines_count_the_full_chain(tiny_set: list[str]) -> None:
     texture_set = load_texture_set(tiny_set)
-    reference = build_mip_chain(texture_set.stacked())
+    reference = texture_set.mip_chain()
     result = bc_baselines(reference, texture_set.groups, SIZE, SIZE)
     assert result["bc1"]["formats"] == {"base_color": "bc1", "normal": "bc5", "roughness": "bc1"}
     assert result["bc7"]["formats"] == {"base_color": "bc7", "normal": "bc5", "roughness": "bc7"}

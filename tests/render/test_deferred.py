@@ -1,4 +1,4 @@
-"""Deferred rendering: interpolation, mip-mapped texture sampling and tone mapping (values and
+"""Deferred rendering: mip-mapped texture sampling and tone mapping (values and
 gradcheck), shading that equals the glTF BRDF evaluated by hand for single pixels, gradients of
 whole renders (textures, factors, vertex colours, positions, environment light), shadows,
 normal mapping, determinism, and DamagedHelmet from the shared assets."""
@@ -19,28 +19,17 @@ from neuralbake.io.gltf import Material, Mesh, Scene, TextureRef, load_gltf
 from neuralbake.material.gltf import gltf_eval
 from neuralbake.material.texture import sample_texture
 from neuralbake.render.camera import framing_radius, look_at, orbit
-from neuralbake.render.deferred import DirectionalLight, Lighting, interpolate, render, render_gbuffer, shade
+from neuralbake.render.deferred import DirectionalLight, Lighting, render, shade
 from neuralbake.render.envmap import EnvironmentLight, default_environment
+from neuralbake.render.gbuffer import render_gbuffer
 from neuralbake.render.mip import build_mip_pyramid, mip_level, sample_bilinear, sample_trilinear
 from neuralbake.render.scene import prepare_scene
-from neuralbake.render.tonemap_ops import tone_map_image, tone_map_modified_reinhard
+from neuralbake.render.tonemap import tone_map, tone_map_modified_reinhard
 
 F64 = torch.float64
 
 
 # --- ops -------------------------------------------------------------------------------------------------
-
-
-def test_interpolate_values_and_gradients() -> None:
-    gen = torch.Generator().manual_seed(0)
-    attrs = torch.randn(5, 3, generator=gen, dtype=F64, requires_grad=True)
-    faces = torch.tensor([[0, 1, 2], [2, 3, 4]])
-    tri = torch.tensor([0, 1, 1])
-    bary = torch.tensor([[0.2, 0.3], [0.0, 0.0], [0.5, 0.5]], dtype=F64, requires_grad=True)
-    out = interpolate(attrs, faces, tri, bary)
-    torch.testing.assert_close(out[0], 0.5 * attrs[0] + 0.2 * attrs[1] + 0.3 * attrs[2])
-    torch.testing.assert_close(out[1], attrs[2])
-    assert torch.autograd.gradcheck(lambda a, b: interpolate(a, faces, tri, b), (attrs, bary))
 
 
 def test_bilinear_matches_the_material_sampler_and_wraps_per_axis() -> None:
@@ -98,10 +87,10 @@ def test_tone_mapping() -> None:
     white = torch.tensor(3.5, dtype=F64, requires_grad=True)
     exposure = torch.tensor(0.3, dtype=F64, requires_grad=True)
     for op in ("aces", "reinhard", "modified_reinhard"):
-        assert torch.autograd.gradcheck(lambda h, w, e, op=op: tone_map_image(h, operator=op, white=w, exposure=e), (hdr, white, exposure))
-    assert tone_map_image(torch.tensor([1e6]), operator="reinhard").item() == pytest.approx(1.0)
+        assert torch.autograd.gradcheck(lambda h, w, e, op=op: tone_map(h, operator=op, white=w, exposure=e), (hdr, white, exposure))
+    assert tone_map(torch.tensor([1e6]), operator="reinhard").item() == pytest.approx(1.0)
     with pytest.raises(InputError, match="tone-map operator"):
-        tone_map_image(hdr, operator="filmic")
+        tone_map(hdr, operator="filmic")
 
 
 # --- a tiny scene --------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ import torch
 
 from neuralbake.render.camera import look_at
 from neuralbake.render.visibility import RayCaster, rasterize_triangle_ids, visibility_buffer, warp_available
-from tests.render.test_visibility import brute_force, tiny_mesh
+
+from ._support import brute_force, tiny_mesh
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -7,7 +7,7 @@ How a fit runs (the Mythal approach of the GDC talk in the seeds):
 * **Reference.** A fixed, deterministic light scene (one directional light, optionally the
   procedural sky as an importance-sampled environment with a fixed Sobol seed) renders the PBR
   asset from a pool of training views (a Fibonacci orbit) and from held-out views (a seeded random
-  orbit). Images are compared in *display space*: ``tone_map_image(hdr, display_tone_map,
+  orbit). Images are compared in *display space*: ``tone_map(hdr, display_tone_map,
   exposure)`` -- tone-mapped, sRGB encoded -- which is what a player sees.
 * **LOD image.** The stored values (texels or vertex colours) are read through the *same*
   G-buffer (visibility is not differentiable; gradients flow to texels and vertex colours only),
@@ -45,51 +45,43 @@ carries their product baked into uv1 for standard viewers); a tone-map fit write
 
 from __future__ import annotations
 
-import json
 import math
 import time
 import warnings
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from neuralbake.core.config import save_config
 from neuralbake.core.device import resolve_device, seed_everything
 from neuralbake.core.events import EventSink, EventWriter, JsonlSink, ProgressSink
-from neuralbake.core.metrics import psnr
+from neuralbake.core.metrics import psnr, ssim
 from neuralbake.core.report import plot_loss_curve, write_report
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.files import atomic_path, atomic_write_json, prepare_output_dir
-from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES, Material, Mesh, Scene, TextureRef, load_gltf, write_gltf
+from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES, Material, Scene, TextureRef, load_gltf, write_gltf
 from neuralbake.io.images import load_image, save_png
 from neuralbake.io.limits import check_memory
 from neuralbake.material.texture import linear_to_srgb, srgb_to_linear
+from neuralbake.nn.quantize import quantize_hard, quantize_soft, quantize_ste
 from neuralbake.render.camera import Camera, fibonacci_orbit, framing_radius, random_orbit
-from neuralbake.render.deferred import DirectionalLight, GBuffer, Lighting, interpolate, render
+from neuralbake.render.deferred import DirectionalLight, Lighting, render
 from neuralbake.render.envmap import EnvironmentLight, default_environment
+from neuralbake.render.gbuffer import GBuffer, interpolate
 from neuralbake.render.mip import build_mip_pyramid, sample_bilinear, sample_trilinear
+from neuralbake.render.pictures import comparison_row, panel_grid
 from neuralbake.render.scene import prepare_scene
-from neuralbake.render.tonemap_ops import TONE_MAP_OPERATORS, tone_map_image
+from neuralbake.render.tonemap import TONE_MAP_OPERATORS, InverseToneMap, tone_map
 
 __all__ = [
     "FIT_TARGETS",
     "FitConfig",
-    "InverseToneMap",
     "fit_lod",
     "generate_uv1_atlas",
-    "inverse_tone_map_first_order",
-    "inverse_tone_map_second_order",
-    "quantize_hard",
-    "quantize_soft",
-    "quantize_ste",
     "rasterize_uv",
-    "ssim",
-    "tone_map_first_order",
-    "tone_map_second_order",
 ]
 
 FIT_TARGETS = ("unlit", "vertex-color", "luma-chroma")
@@ -244,160 +236,6 @@ class FitConfig:
     def chroma_side(self) -> int:
         """The chrominance texture side in use."""
         return self.chroma_size or max(self.texture_size // 2, 2)
-
-
-# --- differentiable building blocks ---------------------------------------------------------------------
-
-
-def quantize_hard(x: torch.Tensor, bits: int = 8) -> torch.Tensor:
-    """Nearest ``bits``-bit code of ``x`` clamped to [0, 1], as a float ``k / (2^bits - 1)``."""
-    levels = float(2**bits - 1)
-    return torch.round(torch.clamp(x, 0.0, 1.0) * levels) / levels
-
-
-def quantize_ste(x: torch.Tensor, bits: int = 8) -> torch.Tensor:
-    """Straight-through estimator: the forward pass is :func:`quantize_hard`, the backward pass the
-    identity (a biased gradient by design; it is the one the rounding would have without steps)."""
-    return x + (quantize_hard(x, bits) - x).detach()
-
-
-def quantize_soft(x: torch.Tensor, bits: int = 8, temperature: float = 20.0) -> torch.Tensor:
-    """Soft quantiser: between codes ``n`` and ``n + 1`` (in units of one code) the value follows
-    ``n + 1/2 + tanh(T (f - 1/2)) / (2 tanh(T / 2))`` with ``f`` the fraction past ``n``.
-
-    Continuous, exact at the codes, differentiable everywhere (float64-gradcheckable); the identity
-    as ``T -> 0`` and hard rounding as ``T -> inf``. ``x`` is clamped to [0, 1] first.
-    """
-    levels = float(2**bits - 1)
-    y = torch.clamp(x, 0.0, 1.0) * levels
-    n = torch.floor(y.detach())
-    f = y - n
-    t = float(temperature)
-    step = 0.5 + torch.tanh(t * (f - 0.5)) / (2.0 * math.tanh(t / 2.0))
-    return (n + step) / levels
-
-
-def _softplus_inverse(y: float) -> float:
-    return y + math.log(-math.expm1(-y))
-
-
-def inverse_tone_map_first_order(c: torch.Tensor, beta: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
-    """The seed's first-order inverse tone map ``cH = cL / (beta + alpha cL)``, written with
-    ``gamma = alpha + beta`` so the denominator ``beta (1 - cL) + gamma cL`` stays positive on
-    [0, 1] for ``beta, gamma > 0``. ``beta = 1, gamma -> 0`` is inverse Reinhard ``cL / (1 - cL)``;
-    ``gamma = 1 / cH_max`` bounds the HDR range. Differentiable in all inputs."""
-    return c / (beta * (1.0 - c) + gamma * c)
-
-
-def tone_map_first_order(h: torch.Tensor, beta: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
-    """Forward of :func:`inverse_tone_map_first_order`: ``cL = beta cH / (1 + (beta - gamma) cH)``
-    (the seed's ``cH / (a cH + b)`` with ``a = (beta - gamma) / beta``, ``b = 1 / beta``)."""
-    return beta * h / (1.0 + (beta - gamma) * h)
-
-
-def tone_map_second_order(h: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    """The seed's second-order tone map ``cL = (cH^2 + a cH) / (b cH^2 + c cH + d)`` (ACES's fit is
-    ``a = 0.01195, b = 0.968, c = 0.235, d = 0.0558``); increasing for ``c >= a b``."""
-    return (h * h + a * h) / (b * h * h + c * h + d)
-
-
-def inverse_tone_map_second_order(cl: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`tone_map_second_order`: the positive root of
-    ``(1 - b cL) cH^2 + (a - c cL) cH - d cL = 0`` (needs ``b cL < 1``, ``a, d > 0``).
-
-    The two algebraically equal root formulas are blended by the sign of ``a - c cL`` so neither
-    cancels catastrophically; the branch not taken is fed safe values so its gradient is finite.
-    """
-    qa = 1.0 - b * cl
-    qb = a - c * cl
-    root = torch.sqrt(qb * qb + 4.0 * qa * d * cl)
-    positive = qb >= 0
-    stable_den = torch.where(positive, qb + root, torch.ones_like(root))
-    stable = 2.0 * d * cl / stable_den
-    standard = (root - qb) / (2.0 * qa)
-    return torch.where(positive, stable, standard)
-
-
-class InverseToneMap(torch.nn.Module):
-    """Learnable inverse tone map (first or second order) on raw, unconstrained parameters:
-    softplus keeps ``beta, gamma, a, d > 0`` and ``c - a b > 0`` (monotone), a sigmoid ``b < 1``."""
-
-    def __init__(self, order: int, hdr_max: float = 4.0) -> None:
-        super().__init__()
-        self.order = order
-        if order == 1:
-            init = [_softplus_inverse(1.0), _softplus_inverse(1.0 / max(hdr_max, 1.0))]
-        elif order == 2:
-            a, b, c, d = 0.03 / 2.51, 2.43 / 2.51, 0.59 / 2.51, 0.14 / 2.51  # ACES (Narkowicz) normalised: the seed's special case
-            init = [_softplus_inverse(a), math.log(b / (1.0 - b)), _softplus_inverse(c - a * b), _softplus_inverse(d)]
-        else:
-            raise ConfigError(f"tone map order must be 1 or 2, got {order!r}.", field="tonemap_order", fix="pass 1 or 2.")
-        self.raw = torch.nn.Parameter(torch.tensor(init, dtype=torch.float64))
-
-    def parameters_named(self) -> dict[str, float]:
-        """The curve's parameters in the seed's notation (floats)."""
-        with torch.no_grad():
-            p = self.constrained()
-        if self.order == 1:
-            beta, gamma = (float(v) for v in p)
-            return {"form": "cH = cL / (beta + alpha cL)", "alpha": gamma - beta, "beta": beta, "hdr_max": 1.0 / gamma}
-        a, b, c, d = (float(v) for v in p)
-        return {"form": "cL = (cH^2 + a cH) / (b cH^2 + c cH + d), inverted", "a": a, "b": b, "c": c, "d": d}
-
-    def constrained(self) -> tuple[torch.Tensor, ...]:
-        """The constrained parameters: ``(beta, gamma)`` or ``(a, b, c, d)``."""
-        r = self.raw
-        if self.order == 1:
-            return F.softplus(r[0]), F.softplus(r[1])
-        a, b = F.softplus(r[0]), torch.sigmoid(r[1])
-        return a, b, a * b + F.softplus(r[2]), F.softplus(r[3])
-
-    def forward(self, codes: torch.Tensor) -> torch.Tensor:
-        """HDR radiance of LDR codes in [0, 1] (any shape)."""
-        p = [v.to(codes.dtype) for v in self.constrained()]
-        c = torch.clamp(codes, 0.0, 1.0)
-        return inverse_tone_map_first_order(c, *p) if self.order == 1 else inverse_tone_map_second_order(c, *p)
-
-    def encode(self, hdr: torch.Tensor) -> torch.Tensor:
-        """LDR codes of HDR radiance (the forward curve), clamped to [0, 1]."""
-        p = [v.to(hdr.dtype) for v in self.constrained()]
-        h = torch.clamp(hdr, min=0.0)
-        out = tone_map_first_order(h, *p) if self.order == 1 else tone_map_second_order(h, *p)
-        return torch.clamp(out, 0.0, 1.0)
-
-
-def _gaussian_window(size: int, sigma: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    x = torch.arange(size, dtype=dtype, device=device) - (size - 1) / 2.0
-    g = torch.exp(-(x * x) / (2.0 * sigma * sigma))
-    return g / g.sum()
-
-
-def ssim(x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = None, *, window: int = 11, sigma: float = 1.5) -> torch.Tensor:
-    """Structural similarity of two ``[H, W, C]`` images in [0, 1] (Wang et al. 2004: Gaussian
-    window ``window`` / ``sigma``, ``K1 = 0.01``, ``K2 = 0.03``, 'valid' borders), averaged over
-    channels and over the window centres where ``mask`` ``[H, W]`` is true (all when ``None``).
-    Differentiable in both images; a 0-d tensor."""
-    if x.shape != y.shape or x.dim() != 3:
-        raise InputError(f"ssim needs two [H, W, C] images of one shape, got {tuple(x.shape)} and {tuple(y.shape)}.", field="image", fix="pass matching images.")
-    if min(x.shape[0], x.shape[1]) < window:
-        raise InputError(f"images of {x.shape[1]}x{x.shape[0]} are smaller than the {window}-pixel SSIM window.", field="image", fix="use larger images.")
-    c = x.shape[2]
-    g = _gaussian_window(window, sigma, x.dtype, x.device)
-    kernel = (g[:, None] * g[None, :]).expand(c, 1, window, window).contiguous()
-    blur = lambda t: F.conv2d(t, kernel, groups=c)
-    a, b = x.permute(2, 0, 1)[None], y.permute(2, 0, 1)[None]
-    mu_a, mu_b = blur(a), blur(b)
-    var_a = blur(a * a) - mu_a * mu_a
-    var_b = blur(b * b) - mu_b * mu_b
-    cov = blur(a * b) - mu_a * mu_b
-    c1, c2 = 0.01**2, 0.03**2
-    s = ((2 * mu_a * mu_b + c1) * (2 * cov + c2)) / ((mu_a * mu_a + mu_b * mu_b + c1) * (var_a + var_b + c2))
-    s = s[0].mean(0)
-    if mask is None:
-        return s.mean()
-    r = window // 2
-    m = mask[r : mask.shape[0] - r, r : mask.shape[1] - r].to(s.dtype)
-    return (s * m).sum() / torch.clamp(m.sum(), min=1.0)
 
 
 # --- uv atlas and texture-space rasterisation --------------------------------------------------------------
@@ -646,7 +484,7 @@ class LodAppearance(torch.nn.Module):
         """Filtered value -> display colour compared with the reference."""
         if self.tonemap is None:
             return torch.clamp(linear_to_srgb(torch.clamp(filtered, 0.0, 1.0)), 0.0, 1.0)
-        return tone_map_image(self.tonemap(filtered), operator=self.config.display_tone_map, exposure=self.config.exposure)
+        return tone_map(self.tonemap(filtered), operator=self.config.display_tone_map, exposure=self.config.exposure)
 
     def forward(self, view: _View, *, hard: bool = False) -> torch.Tensor:
         """Display colours ``[N, 3]`` at the view's hits."""
@@ -695,7 +533,7 @@ def _initialise(model: LodAppearance, views: list[_View], num_vertices: int) -> 
     if tm is not None and tm.order == 1:
         hdr_all = torch.cat([v.hdr for v in views]).flatten()
         hdr_max = float(torch.quantile(hdr_all[:: max(1, hdr_all.numel() // 100000)], 0.999).clamp(min=1.0))
-        tm.raw.data[1] = _softplus_inverse(1.0 / hdr_max)
+        tm.set_hdr_max(hdr_max)
 
     def stored_of(v: _View) -> torch.Tensor:
         if tm is not None:
@@ -783,17 +621,10 @@ def _lod_image(model: LodAppearance, v: _View) -> torch.Tensor:
 
 @torch.no_grad()
 def _write_triptych(path: Path, model: LodAppearance, views: list[_View], max_rows: int = 3, error_scale: float = 0.25) -> None:
-    import matplotlib
-
-    colormap = matplotlib.colormaps["inferno"]
     rows = []
     for v in views[:max_rows]:
-        ref = v.image.float().cpu().numpy()
-        lod = _lod_image(model, v).float().cpu().numpy()
-        error = np.abs(lod - ref).mean(-1) / error_scale
-        heat = colormap(np.clip(error, 0.0, 1.0))[..., :3].astype(np.float32)
-        rows.append(np.concatenate([ref, lod, heat], axis=1))
-    save_png(path, np.concatenate(rows, axis=0))
+        rows += comparison_row(v.image, _lod_image(model, v), error="heat", heat_scale=error_scale, colormap="inferno")
+    save_png(path, panel_grid(rows, gap=0))
 
 
 # --- the fit ----------------------------------------------------------------------------------------------------
@@ -838,30 +669,6 @@ def _baked_uv1_texture(model: LodAppearance, rs: Any, config: FitConfig) -> np.n
     return display.float().cpu().numpy()
 
 
-def _lod_meshes(rs: Any, colours: torch.Tensor | None, *, with_uv1: bool) -> list[Mesh]:
-    """The LOD geometry: one glTF mesh per source material (vertices it uses), all on material 0."""
-    cpu = lambda t: t.detach().float().cpu().numpy()
-    meshes = []
-    for m_index in range(len(rs.materials)):
-        tris = rs.faces[rs.material_ids == m_index]
-        if tris.numel() == 0:
-            continue
-        used, inverse = torch.unique(tris.reshape(-1), return_inverse=True)
-        meshes.append(
-            Mesh(
-                positions=cpu(rs.positions[used]),
-                indices=inverse.reshape(-1, 3).cpu().numpy().astype(np.int64),
-                normals=cpu(rs.normals[used]),
-                uv0=cpu(rs.uv0[used]),
-                uv1=cpu(rs.uv1[used]) if with_uv1 else None,
-                colors=None if colours is None else cpu(colours[used]),
-                material=0,
-                name=f"lod_{rs.materials[m_index].name}",
-            )
-        )
-    return meshes
-
-
 @torch.no_grad()
 def _write_outputs(out: Path, model: LodAppearance, rs: Any, config: FitConfig) -> dict[str, Any]:
     """lod.gltf and the stored textures; returns the payload sizes."""
@@ -875,10 +682,12 @@ def _write_outputs(out: Path, model: LodAppearance, rs: Any, config: FitConfig) 
         stored = model.store(model.vertex, hard=True)
         lin = stored
         if model.tonemap is not None:  # a standard viewer shows COLOR_0 directly: store the display colour (linearised)
-            lin = srgb_to_linear(tone_map_image(model.tonemap(stored), operator=config.display_tone_map, exposure=config.exposure))
+            lin = srgb_to_linear(tone_map(model.tonemap(stored), operator=config.display_tone_map, exposure=config.exposure))
             codes["codes_vertex"] = cpu(stored)
         colours = torch.cat((lin, torch.ones_like(lin[:, :1])), 1)
-    meshes = _lod_meshes(rs, colours, with_uv1=config.target != "vertex-color")
+    # One mesh per source material (the vertices it uses), all on the LOD material.
+    attributes = ("normals", "uv0", "colors") if config.target == "vertex-color" else ("normals", "uv0", "uv1")
+    meshes = rs.gltf_meshes(attributes=attributes, colors=colours, material=0, name_prefix="lod_")
     if config.target == "vertex-color":
         info["bytes"] = int(model.vertex.shape[0] * 3 * (1 if config.quantize else 4))
     elif config.target == "unlit":

@@ -69,7 +69,6 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from rich.console import Console
 
 from neuralbake.core.config import save_config
@@ -85,6 +84,8 @@ from neuralbake.material.gltf import gltf_eval
 from neuralbake.material.microfacet import ggx_reflection_sample
 from neuralbake.material.texture import linear_to_srgb, srgb_to_linear
 from neuralbake.nn.trainer import Batch, Trainer, TrainerConfig
+from neuralbake.render.mip import box_downsample, build_mip_pyramid, is_power_of_two
+from neuralbake.render.pictures import panel_grid
 from neuralbake.render.tonemap import tone_map, tone_map_reinhard
 
 __all__ = [
@@ -176,7 +177,7 @@ class MipmapConfig:
             raise ConfigError(f"must be in [0, 1], got {self.roughness}.", field="roughness", fix="use e.g. 0.2 for a shiny surface.")
         if self.metallic is not None and not (0.0 <= self.metallic <= 1.0):
             raise ConfigError(f"must be in [0, 1], got {self.metallic}.", field="metallic", fix="use 0 (dielectric) to 1 (metal).")
-        if self.size is not None and (isinstance(self.size, bool) or not isinstance(self.size, int) or not _is_power_of_two(self.size) or self.size > MAX_SIZE):
+        if self.size is not None and (not is_power_of_two(self.size) or not 2 <= self.size <= MAX_SIZE):
             raise ConfigError(
                 f"must be a power of two from 2 to {MAX_SIZE}, got {self.size}.", field="size", fix="use e.g. 128, 512 or 2048."
             )
@@ -240,10 +241,6 @@ def _check_bake_memory(side: int, config: MipmapConfig, device: torch.device | s
     )
 
 
-def _is_power_of_two(n: int) -> bool:
-    return isinstance(n, int) and n >= 2 and (n & (n - 1)) == 0
-
-
 # -- maps -----------------------------------------------------------------------------------------
 
 
@@ -305,7 +302,7 @@ def load_material_maps(config: MipmapConfig) -> tuple[MaterialMaps, dict[str, An
                 fix="resample the maps to one size (or pass --size to resample them all).",
             )
     height, width = first.shape[:2]
-    if height != width or not _is_power_of_two(width):
+    if height != width or not is_power_of_two(width):
         raise InputError(
             f"the maps are {width}x{height}; mipmaps need a square map with a power-of-two side.",
             path=paths["base_color"],
@@ -437,22 +434,10 @@ def shade_chain(chain: Sequence[MaterialMaps], wi: torch.Tensor, wo: torch.Tenso
     return torch.cat([shade_maps(level, wi, wo, light_intensity=light_intensity).reshape(count, -1) for level in chain], dim=1)
 
 
-def _box_down(x: torch.Tensor, factor: int) -> torch.Tensor:
-    """Box average of ``[S, S, C]`` or ``[D, S, S, C]`` over ``factor x factor`` footprints."""
-    if factor == 1:
-        return x
-    batched = x if x.dim() == 4 else x[None]
-    pooled = F.avg_pool2d(batched.permute(0, 3, 1, 2), factor).permute(0, 2, 3, 1)
-    return pooled if x.dim() == 4 else pooled[0]
-
-
 def reference_chain(full: torch.Tensor, levels: int) -> torch.Tensor:
     """Box averages of full-resolution shading ``[D, S, S, 3]`` for levels ``1..levels``: ``[D, sum S_k^2 * 3]``."""
-    parts, current = [], full
-    for _ in range(levels):
-        current = _box_down(current, 2)
-        parts.append(current.reshape(full.shape[0], -1))
-    return torch.cat(parts, dim=1)
+    chain = build_mip_pyramid(full, levels=levels + 1)[1:]
+    return torch.cat([level.reshape(full.shape[0], -1) for level in chain], dim=1)
 
 
 def box_mip_chain(maps: MaterialMaps, levels: int) -> list[MaterialMaps]:
@@ -460,7 +445,7 @@ def box_mip_chain(maps: MaterialMaps, levels: int) -> list[MaterialMaps]:
     chain = []
     for k in range(1, levels + 1):
         f = 2**k
-        chain.append(MaterialMaps(*(_box_down(t, f) for t in (maps.base_color, maps.normal, maps.roughness, maps.metallic))))
+        chain.append(MaterialMaps(*(box_downsample(t, f) for t in (maps.base_color, maps.normal, maps.roughness, maps.metallic))))
     return chain
 
 
@@ -724,17 +709,13 @@ def _comparison_image(maps: MaterialMaps, chains: dict[str, list[MaterialMaps]],
             full = shade_maps(maps, wi, wo, light_intensity=light_intensity)[0]
             rows = []
             for k in range(len(chains["box"])):
-                reference = _box_down(full, 2 ** (k + 1))
+                reference = box_downsample(full, 2 ** (k + 1))
                 panels = [reference] + [
                     shade_maps(chains[name][k], wi, wo, light_intensity=light_intensity)[0] for name in ("box", "toksvig", "learned")
                 ]
-                shown = [_fit_panel(tone_map(p, curve="reinhard"), panel) for p in panels]
-                gap = torch.ones(shown[0].shape[0], 4, 3, device=device)
-                rows.append(torch.cat([x for p in shown for x in (p, gap)][:-1], dim=1))
-                rows.append(torch.ones(4, rows[-1].shape[1], 3, device=device))
-            blocks.append(torch.cat(rows[:-1], dim=0))
-    separator = torch.ones(blocks[0].shape[0], 16, 3, device=device)
-    return torch.cat((blocks[0], separator, blocks[1]), dim=1).cpu().numpy()
+                rows.append([_fit_panel(tone_map(p, operator="reinhard"), panel) for p in panels])
+            blocks.append(panel_grid(rows, gap=4))
+    return panel_grid([blocks], gap=16)
 
 
 def _write_chain(folder: Path, base: MaterialMaps, chain_images: list[dict[str, np.ndarray]], write_metallic: bool) -> list[str]:

@@ -43,7 +43,9 @@ from neuralbake.core.events import EventSink, EventWriter, JsonlSink, ProgressSi
 from neuralbake.core.metrics import psnr
 from neuralbake.core.report import plot_loss_curve, write_report
 from neuralbake.errors import BundleError, ConfigError, InputError, TrainingError
-from neuralbake.io.bundle import LayerTensors, read_bundle, sha256_file, write_bundle
+from neuralbake.io.bundle import read_bundle, write_bundle
+from neuralbake.io.files import sha256_file
+from neuralbake.io.device_layout import LayerTensors
 from neuralbake.io.files import atomic_write_bytes, prepare_output_dir
 from neuralbake.io.refs import outside_refs_allowed
 from neuralbake.io.images import save_png
@@ -51,8 +53,11 @@ from neuralbake.material.frame import cosine_hemisphere_pdf, square_to_cosine_he
 from neuralbake.material.loader import load_material
 from neuralbake.material.texture import sample_texture
 from neuralbake.nn.mlp import MLP, MLPConfig
+from neuralbake.nn.quantize import dequantize_latents_affine_u8, quantize_latents_affine_u8
 from neuralbake.nn.trainer import Batch, Trainer, TrainerConfig
 from neuralbake.render.compare import compare_materials
+from neuralbake.render.mip import build_mip_pyramid
+from neuralbake.render.pictures import comparison_row, panel_grid
 from neuralbake.render.preview import SCENES
 from neuralbake.render.tonemap import tone_map
 
@@ -383,32 +388,12 @@ def bake_latent_pyramid(model: NeuralMaterialModel, material: Any, normal: torch
     uv = _uv_grid(resolution, device)
     with torch.no_grad():
         features = torch.cat([texel_features(material, part, normal.expand(len(part), 3)) for part in uv.split(chunk)])
-        grid = features.reshape(resolution, resolution, -1)
         levels = []
-        while True:
+        for grid in build_mip_pyramid(features.reshape(resolution, resolution, -1), odd="ceil"):
             flat = grid.reshape(-1, grid.shape[-1])
             latent = torch.cat([model.encoder(part) for part in flat.split(chunk)])
             levels.append(latent.reshape(grid.shape[0], grid.shape[1], -1).float())
-            if min(grid.shape[:2]) == 1:
-                break
-            grid = F.avg_pool2d(grid.permute(2, 0, 1)[None], 2, ceil_mode=True)[0].permute(1, 2, 0)
     return levels
-
-
-def quantize_latents(latent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """8-bit latents with a per-channel affine map: ``(codes uint8 [H, W, C], scale [C], offset [C])``.
-
-    ``latent ~= codes * scale + offset``; the error is at most ``scale / 2`` per channel.
-    """
-    low = latent.amin(dim=(0, 1))
-    high = latent.amax(dim=(0, 1))
-    scale = torch.clamp((high - low) / 255.0, min=1e-12)
-    codes = torch.round((latent - low) / scale).clamp(0, 255).to(torch.uint8)
-    return codes, scale, low
-
-
-def dequantize_latents(codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
-    return codes.float() * scale + offset
 
 
 # -- the bake ------------------------------------------------------------------------------------
@@ -528,7 +513,7 @@ def _write_bundle(out: Path, neural: NeuralMaterial, config: NeuralMaterialConfi
     atomic_write_bytes(out / "latents.fp16.safetensors", save({k: v.detach().cpu().half().contiguous() for k, v in latents.items()}))
     quantized: dict[str, torch.Tensor] = {}
     for key, level in latents.items():
-        codes, scale, offset = quantize_latents(level.detach().cpu())
+        codes, scale, offset = quantize_latents_affine_u8(level.detach().cpu())
         quantized.update({f"{key}.codes": codes, f"{key}.scale": scale, f"{key}.offset": offset})
     atomic_write_bytes(out / "latents.u8.safetensors", save(quantized))
     decoder = neural.decoder
@@ -563,7 +548,7 @@ def _compare(out: Path, reference: Any, neural: NeuralMaterial, normal: torch.Te
     )
     size = min(config.resolution, 128)
     half = neural.to(torch.float16)
-    u8 = NeuralMaterial([dequantize_latents(*quantize_latents(level)) for level in neural.latents], neural.decoder, neural.direction_inputs)
+    u8 = NeuralMaterial([dequantize_latents_affine_u8(*quantize_latents_affine_u8(level)) for level in neural.latents], neural.decoder, neural.direction_inputs)
     scores: dict[str, list[float]] = {"fp32": [], "fp16": [], "u8": []}
     rows = []
     for wi, wo in _held_out_directions(normal.device):
@@ -574,12 +559,8 @@ def _compare(out: Path, reference: Any, neural: NeuralMaterial, normal: torch.Te
         scores["fp32"].append(psnr(net_ldr, ref_ldr))
         scores["fp16"].append(psnr(_auto_exposed(_render_directional(half, normal, wi, size, wo), ref), ref_ldr))
         scores["u8"].append(psnr(_auto_exposed(_render_directional(u8, normal, wi, size, wo), ref), ref_ldr))
-        error = (net_ldr - ref_ldr).abs().mean(dim=2, keepdim=True)
-        heat = torch.cat([error.clamp(0, 1) * 4, (1 - error * 4).clamp(0, 1) * 0.2, torch.zeros_like(error)], dim=2).clamp(0, 1)
-        gap = torch.ones(size, 2, 3, device=ref.device)
-        rows.append(torch.cat([ref_ldr, gap, net_ldr, gap, heat], dim=1))
-    strip = torch.cat([torch.cat([row, torch.ones(2, row.shape[1], 3, device=row.device)]) for row in rows])
-    save_png(out / "texture_views.png", strip.cpu().numpy())
+        rows += comparison_row(ref_ldr, net_ldr, error="heat", heat_scale=0.25, colormap="red")
+    save_png(out / "texture_views.png", panel_grid(rows, gap=2))
     return {
         "psnr_db": renders["psnr_db"],
         "flip": renders["flip"],
@@ -648,11 +629,11 @@ def load_neural_material(bundle_dir: str | Path, *, device: torch.device | str =
     """Read a baked neural material (decoder bundle + fp16 or 8-bit latents).
 
     The manifest, the weights and the latent file are checked before use
-    (:func:`neuralbake.export.neural_material.read_neural_material_manifest` and
+    (:func:`neuralbake.export.neural_material_manifest.read_neural_material_manifest` and
     ``read_latent_levels``): anything missing, mistyped, truncated or inconsistent is a
     BundleError naming the file and the field.
     """
-    from neuralbake.export.neural_material import read_latent_levels, read_neural_material_manifest
+    from neuralbake.export.neural_material_manifest import read_latent_levels, read_neural_material_manifest
 
     bundle = read_bundle(bundle_dir, kind=BUNDLE_KIND)
     info = read_neural_material_manifest(bundle)
@@ -671,7 +652,7 @@ def load_neural_material(bundle_dir: str | Path, *, device: torch.device | str =
     for data, scale, offset in read_latent_levels(bundle, info, "u8" if quantized else "fp16"):
         tensor = torch.from_numpy(data.copy())
         if quantized:
-            levels.append(dequantize_latents(tensor, torch.from_numpy(scale), torch.from_numpy(offset)))
+            levels.append(dequantize_latents_affine_u8(tensor, torch.from_numpy(scale), torch.from_numpy(offset)))
         else:
             levels.append(tensor.float())
     device = torch.device(device)
@@ -763,7 +744,7 @@ def render_neural_material(
     bake) is refused with an InputError unless ``allow_other_material``, since the comparison
     would silently score the bake against the wrong reference.
     """
-    from neuralbake.export.neural_material import read_neural_material_manifest
+    from neuralbake.export.neural_material_manifest import read_neural_material_manifest
 
     torch_device = resolve_device(device)
     bundle = read_bundle(bundle_dir, kind=BUNDLE_KIND)

@@ -10,13 +10,13 @@ at ``((x + 0.5) / width, (y + 0.5) / height)``.
 Outputs in ``--out``: ``network.safetensors`` + ``network.json`` (+ packed fp16/fp32 device
 layouts), ``output.png`` (the network rendered at the reference size), ``preview.png``
 (reference | network | error x10 around mid-grey), ``loss.png``, ``report.json``,
-``config.json``, ``events.jsonl`` and ``checkpoint.pt`` (for ``--resume``).
+``config.json``, ``events.jsonl`` and ``bake.json`` (a sha256 per file); the checkpoint for
+``--resume`` lives in ``.neuralbake/``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,13 +25,11 @@ from typing import Any, Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
-from rich.console import Console
 
-from neuralbake.core.config import save_config
-from neuralbake.core.device import resolve_device, seed_everything
-from neuralbake.core.events import EventSink, EventWriter, JsonlSink, ProgressSink, progress_task
+from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, run_bake
+from neuralbake.core.device import resolve_device
+from neuralbake.core.events import EventSink, progress_task
 from neuralbake.core.metrics import psnr
-from neuralbake.core.report import plot_loss_curve, write_report
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.files import prepare_output_dir
 from neuralbake.io.images import ImageInfo, load_image, resize_image, save_png
@@ -39,7 +37,8 @@ from neuralbake.io.limits import MAX_IMAGE_PIXELS, TooManyPixelsError, check_mem
 from neuralbake.nn.mlp import CoordinateNetwork, CoordinateNetworkConfig
 from neuralbake.nn.precision import compute_dtype
 from neuralbake.nn.serialize import load_coordinate_network, save_coordinate_network
-from neuralbake.nn.trainer import Batch, Trainer, TrainerConfig, TrainResult, cast_model
+from neuralbake.nn.trainer import Batch, TrainerConfig, TrainResult, cast_model
+from neuralbake.render.pictures import preview_strip
 
 __all__ = [
     "TRANSFORMS",
@@ -73,8 +72,8 @@ class NeuralTextureConfig:
 
     image: str = ""
     """Path of the reference image (PNG, JPEG, TGA, BMP, TIFF; 8 or 16 bits; grey, RGB or RGBA)."""
-    size: tuple[int, int] | None = None
-    """Resample the reference to (width, height) before training; None keeps its own size."""
+    texture_size: tuple[int, int] | None = None
+    """Resample the reference to WxH (at most 4096x4096) before training; None keeps its own size."""
     transform: Literal["identity", "flip", "zoom"] = "identity"
     """UV transform the network learns: identity, flip (swap u and v) or zoom (the centre half)."""
     batch_size: int = 1024
@@ -94,12 +93,13 @@ class NeuralTextureConfig:
             raise ConfigError(f"unknown transform {self.transform!r}.", field="transform", fix=f"use one of {', '.join(TRANSFORMS)}.")
         if self.batch_size < 1:
             raise ConfigError(f"must be >= 1, got {self.batch_size}.", field="batch_size", fix="use e.g. 1024.")
-        if self.size is not None:
-            _check_size(self.size, "size")
-            if self.size[0] * self.size[1] > MAX_BAKE_PIXELS:
+        if self.texture_size is not None:
+            _check_size(self.texture_size, "texture_size")
+            width, height = self.texture_size
+            if width * height > MAX_BAKE_PIXELS:
                 raise ConfigError(
-                    f"{self.size[0]}x{self.size[1]} is {self.size[0] * self.size[1]:,} texels; the bake trains on at most {MAX_BAKE_PIXELS:,} (4096x4096).",
-                    field="size",
+                    f"{width}x{height} is {width * height:,} texels; the bake trains on at most {MAX_BAKE_PIXELS:,} (4096x4096).",
+                    field="texture_size",
                     fix="bake at 4096x4096 or less, then render any size with `neuralbake texture infer --size`.",
                 )
         for name in ("frequencies", "hidden", "coordinates"):
@@ -204,37 +204,12 @@ def mse_loss(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.mse_loss(prediction, target)
 
 
-# -- pictures ---------------------------------------------------------------------------------
-
-
-def _display(image: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """Split ``[H, W, C]`` into an RGB picture and (if there is one) an alpha picture."""
-    channels = image.shape[2]
-    colour = image[..., :3] if channels >= 3 else np.repeat(image[..., :1], 3, axis=2)
-    alpha = image[..., -1:] if channels in (2, 4) else None
-    return colour, None if alpha is None else np.repeat(alpha, 3, axis=2)
-
-
-def preview_strip(reference: np.ndarray, output: np.ndarray, *, error_gain: float = 10.0) -> np.ndarray:
-    """``reference | output | (output - reference) * gain / 2 + 0.5``, with an alpha row below if any."""
-    delta = np.clip((output - reference) * 0.5 * error_gain + 0.5, 0.0, 1.0)
-    panels = [_display(part) for part in (reference, output, delta)]
-    gap = np.ones((reference.shape[0], 4, 3), dtype=np.float32)
-    rows = [np.concatenate([panels[0][0], gap, panels[1][0], gap, panels[2][0]], axis=1)]
-    if panels[0][1] is not None:
-        rows.append(np.ones((4, rows[0].shape[1], 3), dtype=np.float32))
-        rows.append(np.concatenate([panels[0][1], gap, panels[1][1], gap, panels[2][1]], axis=1))
-    strip = np.concatenate(rows, axis=0)
-    scale = max(1, 256 // max(reference.shape[0], 1))
-    return strip.repeat(scale, axis=0).repeat(scale, axis=1) if scale > 1 else strip
-
-
 # -- the bake ---------------------------------------------------------------------------------
 
 
 def _load_reference(config: NeuralTextureConfig) -> tuple[np.ndarray, ImageInfo, str]:
     try:
-        image, info = load_image(config.image, max_pixels=MAX_BAKE_PIXELS if config.size is None else MAX_IMAGE_PIXELS)
+        image, info = load_image(config.image, max_pixels=MAX_BAKE_PIXELS if config.texture_size is None else MAX_IMAGE_PIXELS)
     except TooManyPixelsError as exc:
         if exc.limit != MAX_BAKE_PIXELS:  # over the loader's own limit: --size cannot help
             raise
@@ -246,9 +221,37 @@ def _load_reference(config: NeuralTextureConfig) -> tuple[np.ndarray, ImageInfo,
             fix="pass --size WxH (e.g. --size 2048x2048) to resample it first, or downscale the image.",
         ) from exc
     digest = hashlib.sha256(np.ascontiguousarray(image).tobytes()).hexdigest()[:16]
-    if config.size is not None:
-        image = resize_image(image, *config.size)
+    if config.texture_size is not None:
+        image = resize_image(image, *config.texture_size)
     return image, info, digest
+
+
+def _bake_body(run: BakeRun) -> BakeOutcome:
+    config: NeuralTextureConfig = run.config
+    image, info, digest = _load_reference(config)
+    height, width, channels = image.shape
+    config.network.outputs = channels
+    network = CoordinateNetwork(config.network).to(run.device)
+    reference_image = torch.from_numpy(np.ascontiguousarray(image)).to(run.device)
+    sampler = ImageSampler(reference_image, config.transform, config.batch_size)
+    target = sampler.reference(width, height)
+
+    def evaluate(model: torch.nn.Module) -> dict[str, float]:
+        return {"psnr_db": psnr(render_network(model, width, height), target)}
+
+    compatibility = {
+        "image_sha256": digest,
+        "size": [width, height],
+        "transform": config.transform,
+        "batch_size": config.batch_size,
+        "network": asdict(config.network),
+    }
+    result = run.train(network, sampler, mse_loss, config.train, evaluate=evaluate, compatibility=compatibility)
+    return _write_outputs(run.stage, config, network, result, image, target, info)
+
+
+NEURAL_TEXTURE = Bake("neural_texture", NeuralTextureConfig, _bake_body, title="neural texture")
+"""The neural texture bake, as the runner (:mod:`neuralbake.bakes.run`) runs it."""
 
 
 def bake_neural_texture(
@@ -262,55 +265,12 @@ def bake_neural_texture(
 ) -> dict[str, Any]:
     """Train a neural texture and write its bundle, pictures and report to ``out_dir``.
 
-    Everything is validated (config, device, image, output folder) before any training starts.
-    Returns the report as a dict. Raises :class:`~neuralbake.nn.trainer.TrainingInterrupted`
-    when stopped with Ctrl-C (a checkpoint is saved; ``resume=True`` continues it).
+    Runs through :func:`neuralbake.bakes.run.run_bake` (validation, lock, staging, checkpoints,
+    manifest). Returns the report as a dict. Raises
+    :class:`~neuralbake.nn.trainer.TrainingInterrupted` when stopped with Ctrl-C or SIGTERM (a
+    checkpoint is saved; ``resume=True`` continues it).
     """
-    wall_start = time.perf_counter()
-    config.validate()
-    device = resolve_device(config.device)
-    image, info, digest = _load_reference(config)
-    out = prepare_output_dir(out_dir)
-    height, width, channels = image.shape
-
-    seed_everything(config.train.seed)
-    config.network.outputs = channels
-    network = CoordinateNetwork(config.network).to(device)
-    reference_image = torch.from_numpy(np.ascontiguousarray(image)).to(device)
-    sampler = ImageSampler(reference_image, config.transform, config.batch_size)
-    target = sampler.reference(width, height)
-    save_config(out / "config.json", config)
-
-    def evaluate(model: torch.nn.Module) -> dict[str, float]:
-        return {"psnr_db": psnr(render_network(model, width, height), target)}
-
-    log_path = out / "events.jsonl"
-    if not resume:
-        log_path.unlink(missing_ok=True)
-    all_sinks: list[EventSink] = [JsonlSink(log_path), *(sinks or [])]
-    if progress:
-        all_sinks.append(ProgressSink("neural texture", console=Console(stderr=True)))
-    with EventWriter(all_sinks) as events:
-        trainer = Trainer(
-            network,
-            sampler,
-            mse_loss,
-            config.train,
-            device=device,
-            checkpoint_path=out / "checkpoint.pt",
-            events=events,
-            evaluate=evaluate,
-            on_step=on_step,
-            compatibility={
-                "image_sha256": digest,
-                "size": [width, height],
-                "transform": config.transform,
-                "batch_size": config.batch_size,
-                "network": asdict(config.network),
-            },
-        )
-        result = trainer.fit(resume=resume)
-    return _write_outputs(out, config, network, result, image, target, info, device, wall_start)
+    return run_bake(NEURAL_TEXTURE, config, out_dir, resume=resume, progress=progress, sinks=sinks, on_step=on_step)
 
 
 def _write_outputs(
@@ -321,9 +281,7 @@ def _write_outputs(
     image: np.ndarray,
     target: torch.Tensor,
     info: ImageInfo,
-    device: torch.device,
-    wall_start: float,
-) -> dict[str, Any]:
+) -> BakeOutcome:
     height, width, channels = image.shape
     output = render_network(network, width, height)
     psnr_fp32 = psnr(output, target)
@@ -339,21 +297,15 @@ def _write_outputs(
     output_np = output.cpu().numpy()
     save_png(out / "output.png", output_np)
     save_png(out / "preview.png", preview_strip(target.cpu().numpy(), output_np))
-    plot_loss_curve(out / "loss.png", result.history, title=f"neural texture: {Path(config.image).name}", quality_key="psnr_db")
 
     bundle_bytes = sum(p.stat().st_size for p in out.glob("network.*"))
     curve = [[e["train_seconds"], e["psnr_db"]] for e in result.history if e.get("event") == "eval"]
     metrics = {"psnr_db": psnr_fp32, f"psnr_{config.train.precision}_db": psnr_low, "final_loss": result.final_loss}
-    return write_report(
-        out / "report.json",
-        bake="neural_texture",
-        device=device,
-        metrics=metrics,
+    fields: dict[str, Any] = dict(  # noqa: C408  (keyword style reads as the report's fields)
         steps=result.steps,
         skipped_steps=result.skipped_steps,
         samples_seen=result.samples_seen,
         seconds=round(result.train_seconds, 3),
-        wall_seconds=round(time.perf_counter() - wall_start, 3),
         samples_per_second=round(result.samples_seen / max(result.train_seconds, 1e-9)),
         params=network.parameter_count(),
         precision=config.train.precision,
@@ -364,6 +316,7 @@ def _write_outputs(
         bundle={"manifest": manifest_path.name, "bytes": bundle_bytes},
         image_bytes_uncompressed=width * height * channels,
     )
+    return BakeOutcome(metrics, fields, curve_title=f"neural texture: {Path(config.image).name}", quality_key="psnr_db")
 
 
 def render_saved_network(

@@ -70,12 +70,15 @@ from neuralbake.core.metrics import mse
 from neuralbake.core.report import plot_loss_curve, write_report
 from neuralbake.errors import BundleError, ConfigError, InputError
 from neuralbake.io.files import atomic_path, atomic_write_bytes, atomic_write_json, prepare_output_dir
-from neuralbake.io.images import load_image, resize_image, save_png
+from neuralbake.io.images import load_image, resize_image, save_exr, save_png
 from neuralbake.io.limits import MAX_IMAGE_PIXELS, load_json_file, parse_json_text
 from neuralbake.io.refs import resolve_reference
 from neuralbake.nn.activations import ACTIVATIONS, DEFAULT_LEAK, activation_fn
 from neuralbake.nn.encoding import frequency_encode
+from neuralbake.nn.quantize import codes_to_latents, fake_quantize_int8, fake_quantize_latents, latent_codes, quantize_int8
 from neuralbake.nn.trainer import Batch, Trainer, TrainerConfig, TrainResult
+from neuralbake.render.mip import build_mip_pyramid, is_power_of_two
+from neuralbake.render.pictures import comparison_row, display_rgb, panel_grid
 
 __all__ = [
     "BPP_RANGE",
@@ -94,11 +97,9 @@ __all__ = [
     "TexelSampler",
     "TextureSet",
     "bc_baselines",
-    "build_mip_chain",
     "check_bpp",
     "check_texture_set",
     "choose_layout",
-    "codes_to_latents",
     "compress_rate_distortion",
     "compress_texture_set",
     "decode_all_levels",
@@ -106,15 +107,12 @@ __all__ = [
     "decode_texels",
     "decoder_forward",
     "decompress",
-    "fake_quantise_int8",
-    "latent_codes",
     "load_config_texture_set",
     "load_gltf_material",
     "load_texture_set",
     "open_container",
     "pack_container",
     "plot_rate_distortion",
-    "quantise_latents",
     "rate_distortion_summary",
     "read_container",
     "sample_features",
@@ -173,15 +171,17 @@ class TextureSet:
         """All groups side by side, ``[H, W, channels]``."""
         return np.concatenate(self.images, axis=2).astype(np.float32)
 
+    def mip_chain(self) -> list[np.ndarray]:
+        """The box-filtered mip chain of :meth:`stacked`, float32 ``[H_k, W_k, channels]`` down to 1x1
+        (:func:`~neuralbake.render.mip.build_mip_pyramid`, averaged in float64 per level)."""
+        chain = build_mip_pyramid(torch.from_numpy(self.stacked()), compute_dtype=torch.float64)
+        return [np.ascontiguousarray(level.numpy()) for level in chain]
+
     def resized(self, side: int) -> TextureSet:
         """The set resampled so that its larger side is ``side`` (a power of two), keeping the aspect."""
         scale = side / max(self.width, self.height)
         width, height = max(1, int(round(self.width * scale))), max(1, int(round(self.height * scale)))
         return TextureSet(self.groups, [resize_image(image, width, height) for image in self.images], self.sources)
-
-
-def _is_power_of_two(value: int) -> bool:
-    return value >= 1 and value & (value - 1) == 0
 
 
 def check_texture_set(texture_set: TextureSet) -> None:
@@ -196,7 +196,7 @@ def check_texture_set(texture_set: TextureSet) -> None:
                 fix="resize the textures to one size (e.g. all 2048x2048) before compressing.",
             )
     height, width = first
-    if not (_is_power_of_two(width) and _is_power_of_two(height)):
+    if not (is_power_of_two(width) and is_power_of_two(height)):
         raise InputError(
             f"{width}x{height} is not a power-of-two size; mip chains and latent grids need 2^n sides.",
             path=texture_set.sources[0],
@@ -335,17 +335,6 @@ def _material_index(materials: Sequence[Any], material: str, path: Path) -> int:
         field="material",
         fix=f"use an index 0-{len(names) - 1} or one of the names {names}.",
     )
-
-
-def build_mip_chain(image: np.ndarray) -> list[np.ndarray]:
-    """Box-filtered mip chain of a power-of-two ``[H, W, C]`` image, down to 1x1 (2x2 averages; 2x1 once a side is 1)."""
-    levels = [np.ascontiguousarray(image, dtype=np.float32)]
-    while max(levels[-1].shape[:2]) > 1:
-        level = torch.from_numpy(levels[-1]).permute(2, 0, 1)[None].double()
-        height, width = level.shape[2:]
-        kernel = (min(2, height), min(2, width))
-        levels.append(F.avg_pool2d(level, kernel)[0].permute(1, 2, 0).float().numpy())
-    return levels
 
 
 # -- rate control -------------------------------------------------------------------------------
@@ -546,50 +535,6 @@ def check_bpp(bpp: float) -> None:
 # -- the differentiable parts -------------------------------------------------------------------
 
 
-def quantise_latents(latents: torch.Tensor, bits: int, mode: str, *, noise: torch.Tensor | None = None) -> torch.Tensor:
-    """Latents clamped to [-1, 1] and quantised to ``2^bits`` uniform levels.
-
-    ``mode``: ``none`` (clamp only), ``noise`` (add ``noise`` * step, with ``noise`` uniform in
-    [-0.5, 0.5); drawn here when not given), ``round`` (hard rounding, straight-through gradient).
-    """
-    clamped = latents.clamp(-1.0, 1.0)
-    step = 2.0 / (2**bits - 1)
-    if mode == "none":
-        return clamped
-    if mode == "noise":
-        if noise is None:
-            noise = torch.rand_like(clamped) - 0.5
-        return clamped + noise * step
-    if mode == "round":
-        rounded = torch.round((clamped + 1.0) / step) * step - 1.0
-        return clamped + (rounded - clamped).detach()
-    raise ValueError(f"unknown quantisation mode {mode!r}")
-
-
-def latent_codes(latents: torch.Tensor, bits: int) -> torch.Tensor:
-    """Integer codes ``0 .. 2^bits - 1`` of latents (what is stored)."""
-    step = 2.0 / (2**bits - 1)
-    return torch.round((latents.detach().float().clamp(-1.0, 1.0) + 1.0) / step).to(torch.int64)
-
-
-def codes_to_latents(codes: torch.Tensor, bits: int) -> torch.Tensor:
-    """Float32 latents of integer codes (the inverse of :func:`latent_codes` on the quantisation grid)."""
-    step = 2.0 / (2**bits - 1)
-    return codes.to(torch.float32) * step - 1.0
-
-
-def _int8_scale(weight: torch.Tensor) -> torch.Tensor:
-    peak = weight.detach().abs().max()
-    return torch.where(peak > 0, peak / 127.0, torch.ones_like(peak))
-
-
-def fake_quantise_int8(weight: torch.Tensor) -> torch.Tensor:
-    """Weights rounded to int8 with a per-tensor symmetric scale ``max|w| / 127``; straight-through gradient."""
-    scale = _int8_scale(weight)
-    quantised = torch.clamp(torch.round(weight / scale), -127, 127) * scale
-    return weight + (quantised - weight).detach()
-
-
 @dataclass
 class GridTables:
     """Per-level and per-grid lookup tables for :func:`sample_features` (small integer tensors)."""
@@ -656,14 +601,14 @@ def sample_features(
     x: torch.Tensor,
     y: torch.Tensor,
     pe_frequencies: int,
-    quantise: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    quantize: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Decoder inputs for texels ``(level, x, y)`` (int64 ``[N]`` each).
 
     ``high`` ``[high cells, F]`` and ``low`` ``[low cells, F]`` hold every mip pair's grids, row-major,
     one after another. Returns ``[N, 5F + 4 * pe_frequencies + 1]``: the four high-resolution cells
     around the texel (concatenated), the low-resolution grid sampled bilinearly, the encoded
-    position inside the high-resolution cell and the level within the pair. ``quantise`` is applied
+    position inside the high-resolution cell and the level within the pair. ``quantize`` is applied
     to fetched latents (training); decoding passes already-dequantised latents.
     """
     dtype = high.dtype
@@ -671,7 +616,7 @@ def sample_features(
     v = (y.to(dtype) + 0.5) / tables.level_h[level].to(dtype)
     pair = torch.div(level, 2, rounding_mode="floor")
     in_pair = (level - 2 * pair).to(dtype)[:, None]
-    q = quantise if quantise is not None else (lambda t: t)
+    q = quantize if quantize is not None else (lambda t: t)
 
     count, features = x.shape[0], high.shape[1]
     hw, hh, ho = tables.high_w[pair], tables.high_h[pair], tables.high_offset[pair]
@@ -707,7 +652,7 @@ class NTCModel(nn.Module):
 
     ``forward(inputs)``: ``inputs`` ``[N, 3]`` float (level, x, y as whole numbers) -> ``[N, channels]``.
     ``quant_mode`` (``noise``, ``round`` or ``none``) selects how latents are quantised in the
-    forward pass; weights are always int8 fake-quantised unless ``quantise_weights`` is False.
+    forward pass; weights are always int8 fake-quantised unless ``quantize_weights`` is False.
     """
 
     def __init__(self, layout: NTCLayout, *, generator: torch.Generator | None = None) -> None:
@@ -721,7 +666,7 @@ class NTCModel(nn.Module):
         widths = layout.layer_widths
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
         self.quant_mode = "noise"
-        self.quantise_weights = True
+        self.quantize_weights = True
         self._act = activation_fn(layout.activation, layout.leak)
         for name, value in asdict(GridTables.from_layout(layout)).items():
             self.register_buffer(f"table_{name}", value, persistent=False)
@@ -731,7 +676,7 @@ class NTCModel(nn.Module):
         return GridTables(**{name: getattr(self, f"table_{name}") for name in GridTables.__dataclass_fields__})
 
     def weights(self) -> list[torch.Tensor]:
-        return [fake_quantise_int8(layer.weight) if self.quantise_weights else layer.weight for layer in self.layers]
+        return [fake_quantize_int8(layer.weight) if self.quantize_weights else layer.weight for layer in self.layers]
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         coords = inputs.to(torch.int64)
@@ -744,7 +689,7 @@ class NTCModel(nn.Module):
             coords[:, 1],
             coords[:, 2],
             self.layout.pe_frequencies,
-            quantise=lambda t: quantise_latents(t, bits, self.quant_mode),
+            quantize=lambda t: fake_quantize_latents(t, bits, self.quant_mode),
         )
         return decoder_forward(features, self.weights(), [layer.bias for layer in self.layers], self._act)
 
@@ -824,9 +769,8 @@ def pack_container(model: NTCModel) -> bytes:
         parts.append(_pack_bits(latent_codes(latents, bits).cpu().numpy(), bits))
     for layer in model.layers:
         weight = layer.weight.detach().float()
-        scale = _int8_scale(weight)
-        quantised = torch.clamp(torch.round(weight / scale), -127, 127).to(torch.int8)
-        parts += [quantised.cpu().numpy().tobytes(), np.float32(scale.item()).tobytes(), layer.bias.detach().float().cpu().numpy().astype("<f4").tobytes()]
+        codes, scale = quantize_int8(weight)
+        parts += [codes.cpu().numpy().tobytes(), np.float32(scale.item()).tobytes(), layer.bias.detach().float().cpu().numpy().astype("<f4").tobytes()]
     data = b"".join(parts)
     if len(data) != layout.file_bytes():  # the rate controller's count must be the file's
         raise RuntimeError(f"container is {len(data)} bytes, layout predicted {layout.file_bytes()}")
@@ -1164,7 +1108,7 @@ class NTCConfig:
         if not self.sources:
             raise ConfigError("no textures given.", field="sources", fix="pass image files or a .gltf file.")
         check_bpp(self.bpp)
-        if self.size is not None and not (_is_power_of_two(self.size) and 4 <= self.size <= 16384):
+        if self.size is not None and not (is_power_of_two(self.size) and 4 <= self.size <= 16384):
             raise ConfigError(f"{self.size} is not a power of two from 4 to 16384.", field="size", fix="use e.g. 256, 1024 or 2048.")
         hidden = tuple(self.hidden) if isinstance(self.hidden, (list, tuple)) else ()
         if not hidden or len(hidden) > MAX_HIDDEN_LAYERS or any(isinstance(h, bool) or not isinstance(h, int) or not 1 <= h <= MAX_HIDDEN_WIDTH for h in hidden):
@@ -1261,7 +1205,7 @@ def compress_texture_set(
     out = prepare_output_dir(out_dir)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    reference = build_mip_chain(texture_set.stacked())
+    reference = texture_set.mip_chain()
     save_config(out / "config.json", config)
 
     seed_everything(config.train.seed)
@@ -1361,31 +1305,14 @@ def _all_texel_coords(layout: NTCLayout, device: torch.device) -> torch.Tensor:
     return torch.cat(parts).to(torch.float32)
 
 
-def _display(image: np.ndarray, group: ChannelGroup) -> np.ndarray:
-    """An RGB picture of one group (normal XY gets its Z rebuilt; one channel becomes grey)."""
-    if group.kind == "normal_xy":
-        xy = image * 2.0 - 1.0
-        z = np.sqrt(np.clip(1.0 - (xy**2).sum(axis=2, keepdims=True), 0.0, 1.0))
-        return np.concatenate([image, z * 0.5 + 0.5], axis=2)
-    if image.shape[2] == 1:
-        return np.repeat(image, 3, axis=2)
-    if image.shape[2] == 2:
-        return np.concatenate([image, np.zeros_like(image[..., :1])], axis=2)
-    return image[..., :3]
-
-
 def _save_preview(path: Path, reference: np.ndarray, decoded: np.ndarray, groups: Sequence[ChannelGroup]) -> None:
     """Rows per group: reference | NTC | error x10 around mid-grey."""
     rows, start = [], 0
-    gap = np.ones((reference.shape[0], 4, 3), dtype=np.float32)
     for group in groups:
         stop = start + len(group.channels)
-        ref, out = reference[..., start:stop], decoded[..., start:stop]
-        error = np.clip((out - ref) * 5.0 + 0.5, 0.0, 1.0)
-        rows.append(np.concatenate([_display(ref, group), gap, _display(out, group), gap, _display(error, ChannelGroup("e", group.channels, "data"))], axis=1))
-        rows.append(np.ones((4, rows[-1].shape[1], 3), dtype=np.float32))
+        rows += comparison_row(reference[..., start:stop], decoded[..., start:stop], error="signed", error_gain=10.0, kind=group.kind)
         start = stop
-    save_png(path, np.concatenate(rows[:-1], axis=0))
+    save_png(path, panel_grid(rows, gap=4))
 
 
 def compress_rate_distortion(
@@ -1406,7 +1333,7 @@ def compress_rate_distortion(
     for bpp in bpps:  # every rate must fit before hours of training start
         choose_layout(texture_set.width, texture_set.height, texture_set.groups, bpp, hidden=config.hidden, pe_frequencies=config.pe_frequencies)
     out = prepare_output_dir(out_dir)
-    reference = build_mip_chain(texture_set.stacked())
+    reference = texture_set.mip_chain()
     baselines = None
     if config.baselines:
         baselines = bc_baselines(reference, texture_set.groups, texture_set.width, texture_set.height, bc7_uber_level=config.bc7_uber_level)
@@ -1557,18 +1484,9 @@ def decompress(
             part = level[..., start:stop]
             path = out / f"{group.name}_mip{index}.{image_format}"
             if image_format == "png":
-                save_png(path, _display(part, group))
+                save_png(path, display_rgb(part, kind=group.kind))
             else:
-                _write_exr(path, part, group)
+                save_exr(path, part, channels=group.channels)
             written.append(path)
             start = stop
     return written
-
-
-def _write_exr(path: Path, image: np.ndarray, group: ChannelGroup) -> None:
-    import OpenEXR
-
-    channels = {name: np.ascontiguousarray(image[..., i], dtype=np.float32) for i, name in enumerate(group.channels)}
-    header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
-    with atomic_path(path) as tmp:
-        OpenEXR.File(header, channels).write(str(tmp))

@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 
 from neuralbake.errors import BundleError, ConfigError
-from neuralbake.io.bundle import manifest_float, manifest_object, manifest_str, read_bundle, read_device_layout
+from neuralbake.io.bundle import read_bundle, read_device_layout
+from neuralbake.io.bundle_manifest import manifest_float, manifest_object, manifest_str
 from neuralbake.io.files import atomic_write_bytes, atomic_write_text
 from neuralbake.nn.activations import DEFAULT_LEAK
 from neuralbake.nn.serialize import COORDINATE_NETWORK_KIND, coordinate_network_config

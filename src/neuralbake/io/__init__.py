@@ -1,6 +1,7 @@
 """File formats: images, network bundles, MaterialX documents, crash-safe writes."""
 
-from neuralbake.io.bundle import Bundle, LayerTensors, read_bundle, read_device_layout, write_bundle
+from neuralbake.io.bundle import Bundle, read_bundle, read_device_layout, write_bundle
+from neuralbake.io.device_layout import LayerTensors
 from neuralbake.io.images import ImageInfo, load_image, resize_image, save_png
 from neuralbake.io.materialx import MaterialXDocument, load_materialx, require_supported, surface_parameters, unsupported_nodes
 

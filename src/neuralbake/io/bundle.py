@@ -12,12 +12,10 @@ A bundle is a folder holding
     the *device layout*: every layer's weight matrix and bias vector packed into one contiguous
     little-endian buffer that a shader binds as a ``ByteAddressBuffer`` / ``StructuredBuffer``.
 
-Device layout (format version 1), the analog of RTX Neural Shaders' host vs device-optimal layout:
-layers follow each other in network order; each layer stores its weight matrix row-major
-(``[outputs, inputs]``, element ``(o, i)`` at ``weight_offset + (o * inputs + i) * elem_size``),
-then its bias vector. Every weight matrix starts on a 64-byte boundary and every bias vector on a
-16-byte boundary (the alignments cooperative-vector matrix loads and 16-byte vector loads want);
-the gaps are zero. Offsets in the manifest are in bytes from the start of the buffer.
+The device layout is :mod:`neuralbake.io.device_layout`; the manifest's format, typed field access
+and structural check are :mod:`neuralbake.io.bundle_manifest`. This module writes bundles and reads
+them back verified: the manifest, the weights, the device layouts and the other files a manifest
+lists with their sha256 (e.g. a neural material's latent textures, :func:`read_latent_textures`).
 
 This module knows tensors and dicts only; turning a bundle back into a model is the job of
 ``neuralbake.nn.serialize`` (``io`` sits below ``nn`` and does not import it).
@@ -26,7 +24,7 @@ This module knows tensors and dicts only; turning a bundle back into a model is 
 from __future__ import annotations
 
 import hashlib
-import math
+import itertools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,57 +36,34 @@ import torch
 from safetensors.numpy import load_file as load_numpy_file
 from safetensors.torch import load_file, save
 
-from neuralbake.errors import BundleError, InputError
-from neuralbake.io.files import atomic_write_bytes, atomic_write_json
+from neuralbake.errors import BundleError, ConfigError, InputError
+from neuralbake.io.bundle_manifest import BUNDLE_FORMAT, BUNDLE_FORMAT_VERSION, bundle_file_path, is_plain_name, validate_manifest
+from neuralbake.io.device_layout import (
+    BIAS_ALIGNMENT,
+    DEVICE_DTYPES,
+    WEIGHT_ALIGNMENT,
+    LayerTensors,
+    pack_device_layout,
+    unpack_device_layout,
+)
+from neuralbake.io.files import atomic_write_bytes, atomic_write_json, sha256_file
 from neuralbake.io.limits import load_json_file
-from neuralbake.io.refs import resolve_reference
+from neuralbake.io.manifest import verify_bake_folder
 
 __all__ = [
-    "BIAS_ALIGNMENT",
-    "BUNDLE_FORMAT",
-    "BUNDLE_FORMAT_VERSION",
-    "WEIGHT_ALIGNMENT",
+    "LATENT_FORMATS",
     "Bundle",
-    "LayerTensors",
-    "bundle_file_path",
+    "LatentLevel",
     "check_mlp_tensors",
-    "manifest_float",
-    "manifest_int",
-    "manifest_key",
-    "manifest_list",
-    "manifest_object",
-    "manifest_sha256",
-    "manifest_str",
-    "pack_device_layout",
     "read_bundle",
     "read_bundle_tensors",
     "read_device_layout",
-    "sha256_file",
-    "unpack_device_layout",
-    "validate_manifest",
+    "read_latent_textures",
     "write_bundle",
 ]
 
-BUNDLE_FORMAT = "neuralbake.network"
-BUNDLE_FORMAT_VERSION = 1
-WEIGHT_ALIGNMENT = 64
-"""Byte alignment of every weight matrix in the device layout."""
-BIAS_ALIGNMENT = 16
-"""Byte alignment of every bias vector in the device layout."""
-
-_DEVICE_DTYPES = {"fp16": (torch.float16, np.dtype("<f2")), "fp32": (torch.float32, np.dtype("<f4"))}
-
-
-@dataclass(frozen=True)
-class LayerTensors:
-    """One linear layer as it goes into the device layout."""
-
-    name: str
-    """Layer name, e.g. ``layers.0``."""
-    weight: torch.Tensor
-    """Weight matrix, shape ``[outputs, inputs]``."""
-    bias: torch.Tensor
-    """Bias vector, shape ``[outputs]``."""
+LATENT_FORMATS = ("fp16", "u8")
+"""How a latent texture file stores latents: halfs, or bytes with a per-level, per-channel scale and offset."""
 
 
 @dataclass
@@ -110,85 +85,6 @@ class Bundle:
         return self.directory / f"{self.name}.json"
 
 
-def sha256_file(path: str | Path) -> str:
-    """Hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _align(offset: int, alignment: int) -> int:
-    return (offset + alignment - 1) // alignment * alignment
-
-
-def pack_device_layout(layers: Sequence[LayerTensors], precision: str) -> tuple[bytes, list[dict[str, Any]]]:
-    """Pack layers into one contiguous buffer (see the module docstring for the layout).
-
-    Returns
-    -------
-    buffer, layer_table
-        The bytes, and per layer ``name``, ``inputs``, ``outputs``, ``weight_offset``,
-        ``bias_offset`` (bytes).
-    """
-    if precision not in _DEVICE_DTYPES:
-        raise ValueError(f"precision must be one of {sorted(_DEVICE_DTYPES)}, got {precision!r}")
-    torch_dtype, np_dtype = _DEVICE_DTYPES[precision]
-    table: list[dict[str, Any]] = []
-    chunks: list[tuple[int, bytes]] = []
-    offset = 0
-    for layer in layers:
-        outputs, inputs = layer.weight.shape
-        if layer.bias.shape != (outputs,):
-            raise ValueError(f"layer {layer.name}: bias shape {tuple(layer.bias.shape)} does not match {outputs} outputs")
-        weight_offset = _align(offset, WEIGHT_ALIGNMENT)
-        weight_bytes = layer.weight.detach().to("cpu", torch_dtype).contiguous().numpy().astype(np_dtype).tobytes()
-        bias_offset = _align(weight_offset + len(weight_bytes), BIAS_ALIGNMENT)
-        bias_bytes = layer.bias.detach().to("cpu", torch_dtype).contiguous().numpy().astype(np_dtype).tobytes()
-        chunks += [(weight_offset, weight_bytes), (bias_offset, bias_bytes)]
-        offset = bias_offset + len(bias_bytes)
-        table.append(
-            {
-                "name": layer.name,
-                "inputs": int(inputs),
-                "outputs": int(outputs),
-                "weight_offset": weight_offset,
-                "bias_offset": bias_offset,
-            }
-        )
-    buffer = bytearray(_align(offset, WEIGHT_ALIGNMENT))
-    for start, data in chunks:
-        buffer[start : start + len(data)] = data
-    return bytes(buffer), table
-
-
-def unpack_device_layout(buffer: bytes, layer_table: Sequence[Mapping[str, Any]], precision: str) -> list[LayerTensors]:
-    """Inverse of :func:`pack_device_layout`; returns fp32 tensors."""
-    _, np_dtype = _DEVICE_DTYPES[precision]
-    layers = []
-    for entry in layer_table:
-        outputs, inputs = int(entry["outputs"]), int(entry["inputs"])
-        weight_end = entry["weight_offset"] + outputs * inputs * np_dtype.itemsize
-        bias_end = entry["bias_offset"] + outputs * np_dtype.itemsize
-        if max(weight_end, bias_end) > len(buffer):
-            raise BundleError(
-                f"the device buffer ends at byte {len(buffer)} but layer {entry['name']} needs {max(weight_end, bias_end)}.",
-                field=entry["name"],
-                fix="re-export the bundle; the file is truncated.",
-            )
-        weight = np.frombuffer(buffer, dtype=np_dtype, count=outputs * inputs, offset=entry["weight_offset"])
-        bias = np.frombuffer(buffer, dtype=np_dtype, count=outputs, offset=entry["bias_offset"])
-        layers.append(
-            LayerTensors(
-                name=entry["name"],
-                weight=torch.from_numpy(weight.astype(np.float32).reshape(outputs, inputs)),
-                bias=torch.from_numpy(bias.astype(np.float32)),
-            )
-        )
-    return layers
-
-
 def write_bundle(
     directory: str | Path,
     tensors: Mapping[str, torch.Tensor],
@@ -197,7 +93,7 @@ def write_bundle(
     metadata: Mapping[str, Any],
     layers: Sequence[LayerTensors] = (),
     name: str = "network",
-    extra_files: Mapping[str, str] = {},  # noqa: B006 - read only
+    extra_files: Mapping[str, str] = {},
 ) -> Path:
     """Write ``<name>.safetensors``, the device layouts and the manifest ``<name>.json``.
 
@@ -226,11 +122,11 @@ def write_bundle(
     atomic_write_bytes(weights_path, save(cpu_tensors, metadata={"format": BUNDLE_FORMAT}))
     files = {"weights": _file_entry(weights_path)}
     for key, file_name in extra_files.items():
-        if key in files or not _is_plain_name(file_name):
+        if key in files or not is_plain_name(file_name):
             raise ValueError(f"extra_files: {key!r} -> {file_name!r} must be a new key and a plain file name")
         files[key] = _file_entry(directory / file_name)
     device_layouts = {}
-    for precision in _DEVICE_DTYPES:
+    for precision in DEVICE_DTYPES:
         if not layers:
             break
         buffer, table = pack_device_layout(layers, precision)
@@ -261,223 +157,6 @@ def write_bundle(
 
 def _file_entry(path: Path) -> dict[str, Any]:
     return {"file": path.name, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
-
-
-# -- typed access to manifest fields -----------------------------------------------------------------
-#
-# A manifest is untrusted input: every field is checked for its type and range before it is used,
-# so a damaged or hostile manifest gives a BundleError naming the file and the field, never a
-# TypeError from deep inside a loader.
-
-_REEXPORT = "re-export the bundle with neuralbake, or copy the bundle folder again from its source."
-_SHA256 = re.compile(r"[0-9a-f]{64}")
-
-
-def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"a boolean ({str(value).lower()})"
-    kinds = {dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number"}
-    text = repr(value)
-    return f"{kinds.get(type(value), type(value).__name__)} ({text[:40]}{'...' if len(text) > 40 else ''})"
-
-
-def _error(problem: str, path: Path | str, field: str | None, fix: str = _REEXPORT) -> BundleError:
-    return BundleError(problem, path=path, field=field, fix=fix)
-
-
-def manifest_key(mapping: Mapping[str, Any], key: str, *, path: Path | str, field: str | None) -> Any:
-    """``mapping[key]``, or a BundleError naming ``field`` (the dotted field of ``mapping``; ``None`` at the top) when it is missing."""
-    if key not in mapping:
-        where = f"{field}.{key}" if field else key
-        raise _error(f"the manifest has no {key!r} field{f' in {field}' if field else ''}.", path, where)
-    return mapping[key]
-
-
-def manifest_object(value: Any, *, path: Path | str, field: str) -> dict[str, Any]:
-    """``value`` if it is a JSON object (with string keys), else a BundleError naming ``field``."""
-    if not isinstance(value, dict):
-        raise _error(f"must be an object, not {_describe(value)}.", path, field)
-    return value
-
-
-def manifest_list(value: Any, *, path: Path | str, field: str) -> list[Any]:
-    """``value`` if it is a JSON list, else a BundleError naming ``field``."""
-    if not isinstance(value, list):
-        raise _error(f"must be a list, not {_describe(value)}.", path, field)
-    return value
-
-
-def manifest_str(value: Any, *, path: Path | str, field: str, choices: Sequence[str] | None = None) -> str:
-    """``value`` if it is a string (one of ``choices`` when given), else a BundleError naming ``field``."""
-    if not isinstance(value, str):
-        raise _error(f"must be a string, not {_describe(value)}.", path, field)
-    if choices is not None and value not in choices:
-        raise _error(f"{value[:60]!r} is not one of {list(choices)}.", path, field)
-    return value
-
-
-def manifest_int(value: Any, *, path: Path | str, field: str, minimum: int | None = None, maximum: int | None = None) -> int:
-    """``value`` if it is an integer in ``[minimum, maximum]``, else a BundleError naming ``field``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _error(f"must be an integer, not {_describe(value)}.", path, field)
-    if minimum is not None and value < minimum:
-        raise _error(f"must be at least {minimum}, got {value}.", path, field)
-    if maximum is not None and value > maximum:
-        raise _error(f"must be at most {maximum}, got {value}.", path, field)
-    return value
-
-
-def manifest_float(value: Any, *, path: Path | str, field: str) -> float:
-    """``value`` as a float if it is a finite JSON number, else a BundleError naming ``field``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _error(f"must be a finite number, not {_describe(value)}.", path, field)
-    return float(value)
-
-
-def manifest_sha256(value: Any, *, path: Path | str, field: str) -> str:
-    """``value`` if it is 64 lower-case hex digits, else a BundleError naming ``field``."""
-    if not isinstance(value, str) or not _SHA256.fullmatch(value):
-        raise _error(f"must be a sha256 (64 lower-case hex digits), not {_describe(value)}.", path, field)
-    return value
-
-
-def _is_plain_name(name: Any) -> bool:
-    return (
-        isinstance(name, str)
-        and 0 < len(name) <= 255
-        and name not in (".", "..")
-        and not any(char in name for char in "/\\:\x00")
-        and name == name.strip()
-    )
-
-
-def bundle_file_path(manifest_path: Path, name: Any, *, field: str) -> Path:
-    """The file a manifest names, confined to the manifest's folder.
-
-    Bundle entries are always plain file names (``network.fp16.bin``): a name with a path
-    separator, a drive, ``..`` or a NUL is refused, and so is a symlink that resolves outside the
-    folder (:func:`neuralbake.io.refs.resolve_reference`, which honours the CLI's
-    ``--allow-outside-refs``). Whether the file exists is the caller's check.
-    """
-    if not _is_plain_name(name):
-        raise _error(
-            f"names the file {_describe(name)}; a bundle names its files by plain file name, inside the bundle folder.",
-            manifest_path,
-            field,
-            fix="re-export the bundle; neuralbake never writes paths into a manifest.",
-        )
-    try:
-        return resolve_reference(manifest_path, name, field=field, what="bundle file")
-    except InputError as exc:
-        raise BundleError(exc.problem, path=manifest_path, field=field, fix=exc.fix) from exc
-
-
-def _validate_file_entry(entry: Any, path: Path, field: str) -> dict[str, Any]:
-    entry = manifest_object(entry, path=path, field=field)
-    bundle_file_path(path, manifest_key(entry, "file", path=path, field=field), field=f"{field}.file")
-    manifest_int(manifest_key(entry, "bytes", path=path, field=field), path=path, field=f"{field}.bytes", minimum=0)
-    manifest_sha256(manifest_key(entry, "sha256", path=path, field=field), path=path, field=f"{field}.sha256")
-    return entry
-
-
-def _validate_layout(layout: Any, precision: str, tensor_specs: Mapping[str, Any], path: Path) -> None:
-    field = f"device_layouts.{precision}"
-    layout = _validate_file_entry(layout, path, field)
-    for key, expected in (("weight_alignment", WEIGHT_ALIGNMENT), ("bias_alignment", BIAS_ALIGNMENT)):
-        if key in layout and manifest_int(layout[key], path=path, field=f"{field}.{key}") != expected:
-            raise _error(f"is {layout[key]}; format version {BUNDLE_FORMAT_VERSION} aligns to {expected} bytes.", path, f"{field}.{key}")
-    if "matrix_layout" in layout:
-        manifest_str(layout["matrix_layout"], path=path, field=f"{field}.matrix_layout", choices=("row_major",))
-    layers = manifest_list(manifest_key(layout, "layers", path=path, field=field), path=path, field=f"{field}.layers")
-    if not layers:
-        raise _error("the device layout has no layers.", path, f"{field}.layers")
-    size = layout["bytes"]
-    element = _DEVICE_DTYPES[precision][1].itemsize
-    end, names, previous_outputs = 0, set(), None
-    for index, entry in enumerate(layers):
-        where = f"{field}.layers[{index}]"
-        entry = manifest_object(entry, path=path, field=where)
-        name = manifest_str(manifest_key(entry, "name", path=path, field=where), path=path, field=f"{where}.name")
-        if name in names:
-            raise _error(f"layer name {name!r} appears twice.", path, f"{where}.name")
-        names.add(name)
-        inputs, outputs, weight_offset, bias_offset = (
-            manifest_int(manifest_key(entry, key, path=path, field=where), path=path, field=f"{where}.{key}", minimum=minimum)
-            for key, minimum in (("inputs", 1), ("outputs", 1), ("weight_offset", 0), ("bias_offset", 0))
-        )
-        if weight_offset % WEIGHT_ALIGNMENT:
-            raise _error(f"{weight_offset} is not a multiple of {WEIGHT_ALIGNMENT} bytes.", path, f"{where}.weight_offset")
-        if bias_offset % BIAS_ALIGNMENT:
-            raise _error(f"{bias_offset} is not a multiple of {BIAS_ALIGNMENT} bytes.", path, f"{where}.bias_offset")
-        if weight_offset < end:
-            raise _error(f"the weights start at byte {weight_offset}, inside the layer before (which ends at {end}).", path, f"{where}.weight_offset")
-        weight_end = weight_offset + inputs * outputs * element
-        if bias_offset < weight_end:
-            raise _error(f"the bias starts at byte {bias_offset}, inside the weights (which end at {weight_end}).", path, f"{where}.bias_offset")
-        end = bias_offset + outputs * element
-        if end > size:
-            raise _error(f"the layer ends at byte {end}, past the end of the {size}-byte buffer.", path, where)
-        if previous_outputs is not None and inputs != previous_outputs:
-            raise _error(f"takes {inputs} inputs but the layer before it has {previous_outputs} outputs.", path, f"{where}.inputs")
-        previous_outputs = outputs
-        for suffix, shape in (("weight", [outputs, inputs]), ("bias", [outputs])):
-            spec = tensor_specs.get(f"{name}.{suffix}")
-            if spec is not None and spec["shape"] != shape:
-                raise _error(
-                    f"the layer is {outputs}x{inputs} but tensor {name}.{suffix} has shape {spec['shape']}.",
-                    path,
-                    where,
-                    fix="the device layout and the weights come from different bakes; re-export the bundle.",
-                )
-
-
-def validate_manifest(manifest: Any, path: Path) -> dict[str, Any]:
-    """Check the structure and types of everything :func:`write_bundle` writes into a manifest.
-
-    Format and version, ``kind``, every ``files`` entry (a plain file name, a byte count, a
-    sha256), the ``tensors`` table (integer shapes, ``float32``) and every device layout (known
-    precision, file entry, alignments, and a layer table whose offsets are aligned, in order,
-    inside the buffer, chained input to output and in agreement with the tensor shapes). The
-    fields owned by the code that made the network (``architecture``...) are its reader's to check.
-
-    Returns the manifest; raises BundleError naming ``path`` and the field.
-    """
-    if not isinstance(manifest, dict):
-        raise _error(f"the manifest must be a JSON object, not {_describe(manifest)}.", path, None)
-    if manifest_key(manifest, "format", path=path, field=None) != BUNDLE_FORMAT:
-        raise _error(f"format is {_describe(manifest['format'])}, expected {BUNDLE_FORMAT!r}.", path, "format", fix="pass a neuralbake network bundle.")
-    version = manifest_key(manifest, "format_version", path=path, field=None)
-    if version != BUNDLE_FORMAT_VERSION or isinstance(version, bool):
-        raise _error(
-            f"format_version {version} is not supported (this neuralbake reads version {BUNDLE_FORMAT_VERSION}).",
-            path,
-            "format_version",
-            fix="use the neuralbake version that wrote the bundle, or re-run the bake.",
-        )
-    manifest_str(manifest_key(manifest, "kind", path=path, field=None), path=path, field="kind")
-    files = manifest_object(manifest_key(manifest, "files", path=path, field=None), path=path, field="files")
-    manifest_key(files, "weights", path=path, field="files")
-    for key, entry in files.items():
-        _validate_file_entry(entry, path, f"files.{key}")
-    specs = manifest_object(manifest_key(manifest, "tensors", path=path, field=None), path=path, field="tensors")
-    for key, spec in specs.items():
-        where = f"tensors.{key}"
-        spec = manifest_object(spec, path=path, field=where)
-        shape = manifest_list(manifest_key(spec, "shape", path=path, field=where), path=path, field=f"{where}.shape")
-        if len(shape) > 8:
-            raise _error(f"a shape of {len(shape)} dimensions is not a network tensor.", path, f"{where}.shape")
-        for axis, extent in enumerate(shape):
-            manifest_int(extent, path=path, field=f"{where}.shape[{axis}]", minimum=0)
-        if "dtype" in spec:
-            manifest_str(spec["dtype"], path=path, field=f"{where}.dtype", choices=("float32",))
-    layouts = manifest_object(manifest.get("device_layouts", {}), path=path, field="device_layouts")
-    for precision, layout in layouts.items():
-        if precision not in _DEVICE_DTYPES:
-            raise _error(f"unknown device-layout precision {precision!r} (this neuralbake knows {sorted(_DEVICE_DTYPES)}).", path, f"device_layouts.{precision}")
-        _validate_layout(layout, precision, specs, path)
-    return manifest
 
 
 def _verify_file(path: Path, entry: Mapping[str, Any], manifest_path: Path, field: str) -> None:
@@ -519,8 +198,10 @@ def _check_file(entry: Mapping[str, Any], manifest_path: Path, field: str) -> Pa
 def read_bundle(directory: str | Path, *, kind: str | None = None, name: str = "network") -> Bundle:
     """Read and verify a bundle written by :func:`write_bundle`.
 
-    Checks the manifest's structure and types (:func:`validate_manifest`), the kind, the weight
-    file's size and sha256, and that the tensors have the shapes the manifest records.
+    First every file of the bake folder against its ``bake.json`` (size and sha256, see
+    :mod:`neuralbake.io.manifest`), then the manifest's structure and types
+    (:func:`validate_manifest`), the kind, the weight file's size and sha256, and that the tensors
+    have the shapes the manifest records.
 
     Raises
     ------
@@ -530,6 +211,7 @@ def read_bundle(directory: str | Path, *, kind: str | None = None, name: str = "
     """
     directory = Path(directory)
     manifest_path = directory / f"{name}.json"
+    verify_bake_folder(directory)  # every file the bake wrote, latents and manifests included
     if not manifest_path.is_file():
         raise BundleError(
             f"no bundle manifest {manifest_path.name} here.",
@@ -548,7 +230,7 @@ def read_bundle(directory: str | Path, *, kind: str | None = None, name: str = "
     weights_path = _check_file(manifest["files"]["weights"], manifest_path, "files.weights")
     try:
         tensors = load_file(str(weights_path))
-    except Exception as exc:  # noqa: BLE001 - any failure to parse the file is a damaged file
+    except Exception as exc:
         raise BundleError(f"the weight file cannot be read ({_reason(exc)}).", path=weights_path, field="files.weights", fix="re-run the bake.") from exc
     specs = manifest["tensors"]
     for key, spec in specs.items():
@@ -572,7 +254,7 @@ def read_bundle(directory: str | Path, *, kind: str | None = None, name: str = "
 def read_device_layout(bundle: Bundle, precision: str) -> tuple[bytes, list[LayerTensors]]:
     """Read, verify and unpack one of the bundle's device-layout buffers."""
     layouts = bundle.manifest.get("device_layouts", {})
-    if precision not in layouts or precision not in _DEVICE_DTYPES:
+    if precision not in layouts or precision not in DEVICE_DTYPES:
         raise BundleError(
             f"no {precision} device layout in this bundle (it has: {sorted(layouts) or 'none'}).",
             path=bundle.directory,
@@ -612,7 +294,7 @@ def read_bundle_tensors(
     loader = load_numpy_file if framework == "numpy" else load_file
     try:
         tensors = dict(loader(str(path)))
-    except Exception as exc:  # noqa: BLE001 - any failure to parse the file is a damaged file
+    except Exception as exc:
         raise BundleError(
             f"the {what} cannot be read; it is truncated or damaged ({_reason(exc)}).",
             path=path,
@@ -627,6 +309,87 @@ def read_bundle_tensors(
     return tensors
 
 
+LatentLevel = tuple[np.ndarray, "np.ndarray | None", "np.ndarray | None"]
+"""One mip level as stored: the data ``[height, width, channels]`` (fp16, or u8 codes) and, for u8,
+fp32 ``scale[channels]`` and ``offset[channels]`` (the value is ``code * scale[c] + offset[c]``)."""
+
+
+def read_latent_textures(
+    bundle: Bundle,
+    file_name: Any,
+    *,
+    latent_format: str,
+    channels: int,
+    mip_levels: int | None,
+    field: str,
+    fix: str = "re-run the bake that wrote this bundle.",
+) -> list[LatentLevel]:
+    """Read and check a latent mip pyramid file the manifest names (``fp16`` or ``u8``), confined and verified.
+
+    The file holds ``latent.mip<k>`` (fp16, ``[height, width, channels]``) or, for ``u8``,
+    ``latent.mip<k>.codes`` (uint8) with ``latent.mip<k>.scale`` and ``.offset`` (``channels``
+    floats each). Through :func:`read_bundle_tensors`: the file must lie in the bundle folder and
+    parse as safetensors; every level (``mip_levels`` of them, or as many as the file holds when
+    ``None``) must be there with that shape and dtype, finite, each at most the size of the one
+    above; then the file's size and sha256 are checked against the manifest's ``files`` entry, so
+    a flipped byte is refused. Every problem is a BundleError naming the file and the field or
+    tensor (``fix`` says what to do, e.g. which bake to re-run). Returns the levels, largest first,
+    little-endian and contiguous.
+    """
+    if latent_format not in LATENT_FORMATS:
+        raise ConfigError(f"unknown latent format {latent_format!r}.", field="latent_format", fix=f"use one of {list(LATENT_FORMATS)}.")
+    levels: list[LatentLevel] = []
+
+    def error(problem: str, path: Path, where: str, fix: str = fix) -> BundleError:
+        return BundleError(problem, path=path, field=where, fix=fix)
+
+    def check(tensors: dict[str, Any], path: Path) -> None:
+        count = mip_levels
+        if count is None:
+            count = sum(1 for key in tensors if re.fullmatch(r"latent\.mip\d+", key.removesuffix(".codes")))
+        if count < 1:
+            raise error("the latent texture file holds no mip levels.", path, "latent.mip_levels")
+        expected_dtype = np.dtype(np.float16) if latent_format == "fp16" else np.dtype(np.uint8)
+        previous: tuple[int, int] | None = None
+        for k in range(count):
+            key = f"latent.mip{k}"
+            data_key = key if latent_format == "fp16" else f"{key}.codes"
+            needed = [data_key] if latent_format == "fp16" else [data_key, f"{key}.scale", f"{key}.offset"]
+            missing = [name for name in needed if name not in tensors]
+            if missing:
+                raise error(f"the tensors {missing} are missing.", path, key)
+            data = tensors[data_key]
+            if data.ndim != 3 or data.shape[2] != channels or data.dtype != expected_dtype or 0 in data.shape:
+                raise error(
+                    f"has shape {list(data.shape)} ({data.dtype}); expected [height, width, {channels}] {expected_dtype}.",
+                    path,
+                    data_key,
+                    fix="the latents and the decoder come from different bakes; copy a matching bake folder.",
+                )
+            size = (int(data.shape[0]), int(data.shape[1]))
+            if previous is not None and (size[0] > previous[0] or size[1] > previous[1]):
+                raise error(f"level {k} is {size[1]}x{size[0]}, larger than level {k - 1} ({previous[1]}x{previous[0]}).", path, data_key)
+            previous = size
+            scale = offset = None
+            if latent_format == "u8":
+                parts = []
+                for part in ("scale", "offset"):
+                    value = tensors[f"{key}.{part}"]
+                    if value.dtype.kind != "f" or value.size != channels:
+                        raise error(f"must hold {channels} floating-point values, not {list(value.shape)} ({value.dtype}).", path, f"{key}.{part}")
+                    value = np.ascontiguousarray(value, dtype="<f4").reshape(-1)
+                    if not np.isfinite(value).all():
+                        raise error("holds non-finite values.", path, f"{key}.{part}")
+                    parts.append(value)
+                scale, offset = parts
+            elif not np.isfinite(data).all():
+                raise error("holds non-finite values.", path, data_key)
+            levels.append((np.ascontiguousarray(data.astype(data.dtype.newbyteorder("<"))), scale, offset))
+
+    read_bundle_tensors(bundle, file_name, field=field, what="latent texture file", framework="numpy", check=check)
+    return levels
+
+
 def check_mlp_tensors(bundle: Bundle, *, prefix: str, inputs: int, hidden: int, layers: int, outputs: int, field: str) -> None:
     """Check that the bundle's MLP (``<prefix>layers.<i>.weight/bias``) and its device layouts have the stated shape.
 
@@ -639,12 +402,12 @@ def check_mlp_tensors(bundle: Bundle, *, prefix: str, inputs: int, hidden: int, 
     present = sorted(int(match.group(1)) for key in bundle.tensors if (match := pattern.fullmatch(key)))
     fix = "the weights and manifest come from different bakes; copy a matching pair, or re-run the bake."
     if len(present) != layers + 1 or present != list(range(len(present))):
-        raise _error(
+        raise BundleError(
             f"the weights do not fit the architecture in the manifest: it states {layers} hidden layers ({layers + 1} linear layers) but the "
             f"weights hold {len(present)} ({prefix}layers.N).",
-            path,
-            f"{field}.layers",
-            fix,
+            path=path,
+            field=f"{field}.layers",
+            fix=fix,
         )
     widths = [inputs] + [hidden] * layers + [outputs]
     for index in range(layers + 1):
@@ -660,20 +423,20 @@ def check_mlp_tensors(bundle: Bundle, *, prefix: str, inputs: int, hidden: int, 
                 which = "outputs"
             else:
                 which = "hidden"
-            raise _error(
+            raise BundleError(
                 f"the weights do not fit the architecture in the manifest: {key} has shape {actual} but {inputs} inputs, "
                 f"{layers} hidden layers of {hidden} and {outputs} outputs need {shape}.",
-                path,
-                f"{field}.{which}",
-                fix,
+                path=path,
+                field=f"{field}.{which}",
+                fix=fix,
             )
     for precision, layout in bundle.manifest.get("device_layouts", {}).items():
         table = layout["layers"]
         shapes = [(entry["inputs"], entry["outputs"]) for entry in table]
-        if shapes != list(zip(widths[:-1], widths[1:])):
-            raise _error(
-                f"the device layout's layers are {shapes} (inputs, outputs) but the architecture states {list(zip(widths[:-1], widths[1:]))}.",
-                path,
-                f"device_layouts.{precision}.layers",
-                fix,
+        if shapes != list(itertools.pairwise(widths)):
+            raise BundleError(
+                f"the device layout's layers are {shapes} (inputs, outputs) but the architecture states {list(itertools.pairwise(widths))}.",
+                path=path,
+                field=f"device_layouts.{precision}.layers",
+                fix=fix,
             )

@@ -9,6 +9,7 @@ one.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -24,6 +25,7 @@ __all__ = [
     "atomic_write_json",
     "atomic_write_text",
     "prepare_output_dir",
+    "sha256_file",
 ]
 
 
@@ -105,3 +107,12 @@ def prepare_output_dir(path: str | Path) -> Path:
             fix="choose a folder you can write to with --out, or fix its permissions.",
         ) from exc
     return path
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

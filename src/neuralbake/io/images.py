@@ -19,8 +19,10 @@ import stat
 import struct
 import warnings
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import png
@@ -30,7 +32,7 @@ from neuralbake.errors import InputError
 from neuralbake.io.files import atomic_path
 from neuralbake.io.limits import MAX_IMAGE_PIXELS, check_image_pixels, check_memory
 
-__all__ = ["MAX_IMAGE_SIDE", "ImageInfo", "load_image", "resize_image", "save_png"]
+__all__ = ["MAX_IMAGE_SIDE", "ImageInfo", "load_image", "resize_image", "save_exr", "save_png"]
 
 MAX_IMAGE_SIDE = 16384
 """Largest width or height accepted (the largest texture any current GPU samples)."""
@@ -309,3 +311,47 @@ def save_png(path: str | Path, image: np.ndarray, *, bits: int = 8) -> None:
                 writer.write(handle, data.reshape(data.shape[0], -1).tolist())
         else:
             raise ValueError(f"save_png: bits must be 8 or 16, got {bits}")
+
+
+_EXR_DEFAULT_CHANNELS = {1: ("Y",), 2: ("Y", "A"), 3: ("R", "G", "B"), 4: ("R", "G", "B", "A")}
+
+
+def save_exr(path: str | Path, image: Any, *, channels: Sequence[str] | None = None) -> None:
+    """Write a linear float image as a float32, ZIP-compressed, scanline OpenEXR file, atomically.
+
+    Parameters
+    ----------
+    path : str or Path
+        The ``.exr`` file; it appears atomically (a crash never leaves a partial file).
+    image : numpy.ndarray or torch.Tensor
+        ``[H, W, C]`` (or ``[H, W]``, one channel) of any float dtype; stored as float32, unclipped.
+        A tensor is detached and copied to the CPU.
+    channels : sequence of str, optional
+        One EXR channel name per ``C`` (e.g. a texture group's ``("normal_x", "normal_y")``).
+        Default: ``Y`` for 1 channel, ``Y, A`` for 2, ``R, G, B`` for 3, ``R, G, B, A`` for 4.
+
+    Raises
+    ------
+    ValueError
+        A shape other than ``[H, W]`` or ``[H, W, C]``, no default names for ``C`` channels, or
+        ``channels`` of the wrong length or with repeated names.
+    """
+    import OpenEXR
+
+    if hasattr(image, "detach"):
+        image = image.detach().cpu().numpy()
+    data = np.asarray(image)
+    if data.ndim == 2:
+        data = data[..., None]
+    if data.ndim != 3:
+        raise ValueError(f"save_exr: {path}: expected an [H, W, C] image, got an array of shape {data.shape}")
+    if channels is None:
+        if data.shape[2] not in _EXR_DEFAULT_CHANNELS:
+            raise ValueError(f"save_exr: {path}: {data.shape[2]} channels have no default names; pass channels=[...]")
+        channels = _EXR_DEFAULT_CHANNELS[data.shape[2]]
+    if len(channels) != data.shape[2] or len(set(channels)) != len(channels):
+        raise ValueError(f"save_exr: {path}: channel names {list(channels)} do not name the {data.shape[2]} channels once each")
+    planes = {name: np.ascontiguousarray(data[..., i], dtype=np.float32) for i, name in enumerate(channels)}
+    header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
+    with atomic_path(path) as tmp:
+        OpenEXR.File(header, planes).write(str(tmp))

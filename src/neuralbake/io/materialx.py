@@ -11,35 +11,23 @@ the caller cannot compile, so that no node is ever dropped silently. Every node 
 ``nodedef``'s inputs, so :func:`surface_parameters` can list every shader parameter with the
 standard library's default filled in where the document sets none.
 
-A document is untrusted input, and MaterialX's reader would follow any ``<xi:include href>`` (an
-absolute path, ``../..``) and quote the included file in its parse errors. So the XML is first
-scanned with expat (streaming, no recursion; a ``DOCTYPE`` or entity declaration is refused, so
-nothing is expanded), each include is resolved with :func:`neuralbake.io.refs.resolve_reference`
-(inside the folder of the file that names it, unless ``--allow-outside-refs``), cycles and nesting
-beyond :data:`MAX_INCLUDE_DEPTH` are refused, and MaterialX then reads each file with its own
-include processing switched off while neuralbake imports the checked includes itself.
+Reading the file itself (the XML checked before MaterialX sees it, includes confined to the
+document's folder, validation against the standard libraries) is :mod:`neuralbake.io.materialx_xml`.
 """
 
 from __future__ import annotations
 
 import heapq
-import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeAlias
-from xml.parsers import expat
 
 import MaterialX as mx
 
-from neuralbake.errors import InputError
-from neuralbake.io.refs import resolve_reference
+from neuralbake.io.materialx_xml import materialx_error, read_materialx_xml
 
 __all__ = [
-    "MAX_INCLUDE_DEPTH",
-    "MAX_XML_BYTES",
-    "MAX_XML_DEPTH",
     "SURFACE_SHADER_CATEGORIES",
     "DefaultGeomProp",
     "MaterialXConnection",
@@ -59,15 +47,6 @@ __all__ = [
 
 SURFACE_SHADER_CATEGORIES = frozenset({"standard_surface", "open_pbr_surface"})
 """Surface shader node categories a material may use."""
-
-MAX_XML_BYTES = 64 * 1024 * 1024
-"""Largest ``.mtlx`` file read (the document and each file it includes)."""
-
-MAX_XML_DEPTH = 64
-"""Deepest element nesting accepted (MaterialX needs four or five levels)."""
-
-MAX_INCLUDE_DEPTH = 8
-"""Deepest chain of ``xi:include`` (a document including a library including another...)."""
 
 MaterialXValue: TypeAlias = float | int | bool | str | tuple[float, ...] | tuple[tuple[float, ...], ...]
 """A constant: ``float``/``integer``/``boolean``/``string``/``filename`` as Python scalars,
@@ -199,17 +178,6 @@ class MaterialXDocument:
     """Every node category in the document: materials, shaders, graph and top-level nodes."""
 
 
-def _fail(path: Path | str, element: str | None, problem: str, fix: str) -> InputError:
-    return InputError(problem, path=path, field=element, fix=fix)
-
-
-@lru_cache(maxsize=1)
-def _standard_library() -> Any:
-    # Loaded once per process (~800 nodedefs, tens of milliseconds); documents only reference it.
-    library = mx.createDocument()
-    mx.loadLibraries(mx.getDefaultDataLibraryFolders(), mx.getDefaultDataSearchPath(), library)
-    return library
-
 
 _VECTOR_TYPES = {"color3", "color4", "vector2", "vector3", "vector4", "floatarray"}
 _MATRIX_SIDES = {"matrix33": 3, "matrix44": 4}
@@ -263,7 +231,7 @@ def _input(port: Any) -> MaterialXInput:
         try:
             value = _parse_value(port.getType(), text)
         except ValueError as error:
-            raise _fail(
+            raise materialx_error(
                 port.getActiveSourceUri() or "MaterialX document",
                 port.getNamePath(),
                 f"the value '{text}' is not a valid {port.getType()}.",
@@ -315,7 +283,7 @@ def _topological_order(nodes: list[MaterialXNode], path: Path, scope: str) -> tu
                 heapq.heappush(ready, reader)
     if len(order) < len(nodes):
         stuck = ", ".join(node.path for position, node in enumerate(nodes) if waiting[position] > 0)
-        raise _fail(
+        raise materialx_error(
             path,
             scope,
             f"the nodes {stuck} lie on (or downstream of) a connection cycle, so they have no evaluation order.",
@@ -328,7 +296,7 @@ def _node_graph(graph: Any, path: Path) -> MaterialXNodeGraph:
     nodes = []
     for child in graph.getChildren():
         if child.isA(mx.NodeGraph):
-            raise _fail(
+            raise materialx_error(
                 path,
                 child.getNamePath(),
                 "node graphs nested inside node graphs are not supported.",
@@ -350,7 +318,7 @@ def _node_graph(graph: Any, path: Path) -> MaterialXNodeGraph:
 def _surface_material(material: Any, path: Path) -> tuple[SurfaceMaterial, Any]:
     where = material.getNamePath()
     if material.getCategory() != "surfacematerial":
-        raise _fail(
+        raise materialx_error(
             path,
             where,
             f"the material is a '{material.getCategory()}'; only 'surfacematerial' is supported.",
@@ -358,7 +326,7 @@ def _surface_material(material: Any, path: Path) -> tuple[SurfaceMaterial, Any]:
         )
     for port in material.getInputs():
         if port.getName() != "surfaceshader" and _connection(port) is not None:
-            raise _fail(
+            raise materialx_error(
                 path,
                 f"{where}/{port.getName()}",
                 f"the material's '{port.getName()}' input is connected; only 'surfaceshader' is supported.",
@@ -367,16 +335,16 @@ def _surface_material(material: Any, path: Path) -> tuple[SurfaceMaterial, Any]:
     port = material.getInput("surfaceshader")
     shader = port.getConnectedNode() if port is not None else None
     if shader is None:
-        raise _fail(path, where, "the material has no surface shader connected.", "connect its 'surfaceshader' input to a shader node.")
+        raise materialx_error(path, where, "the material has no surface shader connected.", "connect its 'surfaceshader' input to a shader node.")
     if shader.getParent() != material.getDocument():
-        raise _fail(
+        raise materialx_error(
             path,
             f"{where}/surfaceshader",
             f"the surface shader '{shader.getNamePath()}' sits inside a node graph.",
             "place the standard_surface or open_pbr_surface node at the document's top level.",
         )
     if shader.getCategory() not in SURFACE_SHADER_CATEGORIES:
-        raise _fail(
+        raise materialx_error(
             path,
             shader.getNamePath(),
             f"the surface shader of material '{material.getName()}' is a '{shader.getCategory()}'; "
@@ -385,128 +353,6 @@ def _surface_material(material: Any, path: Path) -> tuple[SurfaceMaterial, Any]:
         )
     return SurfaceMaterial(material.getName(), where, _node(shader)), shader
 
-
-def _scan_xml(path: Path, top: Path) -> list[str]:
-    """Check ``path``'s XML with expat and return the ``href`` of each top-level ``xi:include``.
-
-    Raises :class:`InputError` for a file that is not a regular file, too large, not well-formed,
-    nested too deeply, or that declares a DOCTYPE or entities (no MaterialX document needs them,
-    and entity expansion is the classic XML bomb).
-    """
-    try:
-        status = path.stat()
-        if not stat.S_ISREG(status.st_mode):
-            raise _fail(top, None, f"'{path.name}' is not a regular file.", "pass a .mtlx file.")
-        if status.st_size > MAX_XML_BYTES:
-            raise _fail(
-                top, None, f"'{path.name}' is {status.st_size:,} bytes; at most {MAX_XML_BYTES:,} is read.", "pass the right file."
-            )
-        data = path.read_bytes()
-    except OSError as error:
-        raise _fail(top, None, f"'{path.name}' cannot be read ({error.strerror or error}).", "check the file and its permissions.") from error
-    includes: list[str] = []
-    depth = 0
-
-    def start(name: str, attributes: dict[str, str]) -> None:
-        nonlocal depth
-        depth += 1
-        if depth > MAX_XML_DEPTH:
-            raise _fail(top, None, f"'{path.name}' nests XML elements more than {MAX_XML_DEPTH} deep.", "flatten the document.")
-        if depth == 2 and name == "xi:include":  # MaterialX follows only the root's includes
-            includes.append(attributes.get("href", ""))
-
-    def end(name: str) -> None:
-        nonlocal depth
-        depth -= 1
-
-    def refuse_dtd(*_: Any) -> None:
-        raise _fail(
-            top,
-            None,
-            f"'{path.name}' declares a DOCTYPE or entities, which neuralbake does not read.",
-            "remove the <!DOCTYPE ...> / <!ENTITY ...> declarations; MaterialX documents need none.",
-        )
-
-    parser = expat.ParserCreate()  # no namespace processing: MaterialX files often leave xi: undeclared
-    parser.StartElementHandler = start
-    parser.EndElementHandler = end
-    parser.StartDoctypeDeclHandler = refuse_dtd
-    parser.EntityDeclHandler = refuse_dtd
-    parser.ExternalEntityRefHandler = lambda *_: 0
-    try:
-        parser.Parse(data, True)
-    except expat.ExpatError as error:
-        raise _fail(
-            top,
-            None,
-            f"'{path.name}' is not well-formed MaterialX XML ({expat.ErrorString(error.code)} at line {error.lineno}, column {error.offset}).",
-            "repair the XML or re-export the document.",
-        ) from error
-    return includes
-
-
-MAX_INCLUDED_FILES = 256
-"""Most distinct documents one MaterialX read includes (directly or through other includes)."""
-
-
-def _read_confined(path: Path, top: Path, chain: tuple[Path, ...], seen: set[Path] | None = None) -> Any:
-    """Read ``path`` (``top`` or a file it includes, through ``chain``) into a MaterialX document.
-
-    Includes are resolved by :func:`resolve_reference` against the folder of the file naming
-    them, checked for cycles and depth, read by this function and imported; MaterialX's own include
-    processing is switched off, so it never opens a file neuralbake has not checked. Each file is
-    read once however often it is included (``seen``), so a few kB of repeated includes cannot
-    fan out into millions of parses; at most :data:`MAX_INCLUDED_FILES` distinct files are read.
-    """
-    seen = set() if seen is None else seen
-    where = " > ".join(p.name for p in chain[1:])
-    includes = _scan_xml(path, top)
-    options = mx.XmlReadOptions()
-    options.readXIncludeFunction = None
-    document = mx.createDocument()
-    try:
-        mx.readFromXmlFile(document, str(path), mx.FileSearchPath(), options)
-    except mx.ExceptionParseError as error:
-        raise _fail(
-            top, where or None, f"the file is not well-formed MaterialX XML ({error}).", "repair the XML or re-export the document."
-        ) from error
-    except (mx.Exception, mx.ExceptionFileMissing) as error:
-        raise _fail(top, where or None, f"MaterialX could not read the document ({error}).", "check the file.") from error
-    for index, href in enumerate(includes):
-        field = f"{where + ' > ' if where else ''}xi:include[{index}]/href"
-        included = resolve_reference(path, href, field=field, what="MaterialX include")
-        if included in chain:
-            raise _fail(
-                top, field, f"the include '{href}' forms a cycle ({' > '.join(p.name for p in (*chain, included))}).", "remove the circular include."
-            )
-        if len(chain) > MAX_INCLUDE_DEPTH:
-            raise _fail(top, field, f"includes nest more than {MAX_INCLUDE_DEPTH} deep.", "flatten the chain of included documents.")
-        if not included.is_file():
-            raise _fail(top, field, f"the included document '{href}' does not exist.", "put it beside the document that includes it.")
-        if included in seen:
-            continue  # already imported: its elements are in the document
-        seen.add(included)
-        if len(seen) > MAX_INCLUDED_FILES:
-            raise _fail(top, field, f"more than {MAX_INCLUDED_FILES} documents are included.", "merge the included libraries.")
-        document.importLibrary(_read_confined(included, top, (*chain, included), seen))
-    return document
-
-
-def _read_document(path: Path) -> Any:
-    if not path.is_file():
-        what = "is a folder, not a file" if path.is_dir() else "does not exist"
-        raise _fail(path, None, f"the MaterialX document {what}.", "check the path; MaterialX documents end in .mtlx.")
-    document = _read_confined(path, path, (path.resolve(),))
-    document.setDataLibrary(_standard_library())
-    valid, message = document.validate()
-    if not valid:
-        raise _fail(
-            path,
-            None,
-            f"the document fails MaterialX validation: {'; '.join(line.strip() for line in message.splitlines() if line.strip())}.",
-            "correct the elements named above (MaterialX's message quotes each one).",
-        )
-    return document
 
 
 def load_materialx(path: str | Path, supported: Iterable[str] | None = None) -> MaterialXDocument:
@@ -528,13 +374,13 @@ def load_materialx(path: str | Path, supported: Iterable[str] | None = None) -> 
         ``supported``) uses node categories outside it.
     """
     path = Path(path)
-    document = _read_document(path)
+    document = read_materialx_xml(path)
     # Only the document's own children: with the data library attached, getNodeGraphs() and
     # friends also return the standard library's ~270 implementation graphs.
     children = document.getChildren()
     material_nodes = [child for child in children if child.isA(mx.Node) and child.getType() == "material"]
     if not material_nodes:
-        raise _fail(
+        raise materialx_error(
             path,
             None,
             "the document holds no material (no <surfacematerial> node).",
@@ -590,7 +436,7 @@ def require_supported(document: MaterialXDocument, supported: Iterable[str]) -> 
         return
     listing = "; ".join(f"{category} ({', '.join(paths)})" for category, paths in missing.items())
     count = f"{len(missing)} node categor{'y is' if len(missing) == 1 else 'ies are'}"
-    raise _fail(
+    raise materialx_error(
         document.path,
         None,
         f"{count} not supported by the material compiler: {listing}.",

@@ -30,11 +30,13 @@ maps, height to normal), :mod:`~neuralbake.material.noise` (value, Perlin, Worle
 
 MaterialX: :func:`compile_materialx` turns a standard_surface / open_pbr_surface document (with
 its node graphs) into a :class:`CompiledMaterial`, a differentiable function from shading points
-to a layer tree (:mod:`~neuralbake.material.mtlx_compiler`, :mod:`~neuralbake.material.mtlx_nodes`).
+to a layer tree (:mod:`~neuralbake.material.mtlx_compiler`, :mod:`~neuralbake.material.mtlx_nodes`,
+:mod:`~neuralbake.material.mtlx_shaders`); the Standard Surface and OpenPBR closures themselves are
+:mod:`~neuralbake.material.surfaces`.
 """
 
 from neuralbake.material.frame import square_to_cosine_hemisphere
-from neuralbake.material.fresnel import CONDUCTOR_IOR, conductor_ior, fresnel_conductor, fresnel_dielectric, fresnel_schlick
+from neuralbake.material.fresnel import CONDUCTOR_IOR, artistic_ior, conductor_ior, fresnel_conductor, fresnel_dielectric, fresnel_schlick
 from neuralbake.material.gltf import gltf_eval, gltf_pdf, gltf_sample
 from neuralbake.material.graph import MaterialGraph, compile_material
 from neuralbake.material.layering import (
@@ -73,10 +75,11 @@ from neuralbake.material.microfacet import (
     smith_g_height_correlated,
     smith_g_separable,
 )
-from neuralbake.material.mtlx_compiler import CompiledMaterial, SheenLayer, artistic_ior, compile_materialx
+from neuralbake.material.mtlx_compiler import CompiledMaterial, compile_materialx
 from neuralbake.material.nodes import MATH_NODES, clamp, invert, lerp, math_node, power, ramp, remap, smoothstep, up_facing
 from neuralbake.material.noise import fbm, perlin_noise, value_noise, worley_noise
 from neuralbake.material.sheen import sheen_eval, sheen_pdf, sheen_sample
+from neuralbake.material.surfaces import SheenLayer
 from neuralbake.material.texture import (
     WRAP_MODES,
     decode_normal_map,
@@ -94,12 +97,10 @@ __all__ = [
     "WRAP_MODES",
     "CoatLayer",
     "CompiledMaterial",
-    "MaterialGraph",
-    "compile_material",
-    "load_material",
     "Layer",
     "Lobe",
     "LobeLayer",
+    "MaterialGraph",
     "MixLayer",
     "SheenLayer",
     "artistic_ior",
@@ -111,6 +112,7 @@ __all__ = [
     "coating_eval",
     "coating_pdf",
     "coating_sample",
+    "compile_material",
     "compile_materialx",
     "conductor_eval",
     "conductor_ior",
@@ -138,6 +140,7 @@ __all__ = [
     "layer",
     "lerp",
     "linear_to_srgb",
+    "load_material",
     "load_texture",
     "math_node",
     "mix",

@@ -1,5 +1,6 @@
 """Fresnel reflectance for the material lobes: exact conductor and dielectric equations, Schlick's
-approximation, and RGB complex indices of refraction for common metals.
+approximation, RGB complex indices of refraction for common metals, and Gulbrandsen's
+artist-friendly mapping from a metal's colours to its complex index.
 
 Both exact forms give the unpolarised reflectance (mean of the s and p terms) of light arriving
 from a medium of index 1 (air) at a surface whose relative index is ``eta`` (dielectric) or
@@ -17,6 +18,7 @@ from neuralbake.material.frame import safe_sqrt
 
 __all__ = [
     "CONDUCTOR_IOR",
+    "artistic_ior",
     "conductor_ior",
     "fresnel_conductor",
     "fresnel_dielectric",
@@ -103,3 +105,20 @@ def fresnel_schlick(cos_i: torch.Tensor, f0: torch.Tensor) -> torch.Tensor:
     w = torch.clamp(1.0 - torch.abs(cos_i), min=0.0)
     w2 = w * w
     return f0 + (1.0 - f0) * (w2 * w2 * w)
+
+
+def artistic_ior(reflectivity: torch.Tensor, edge_color: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Complex index ``(n, k)`` of a metal from its reflectivity ``r`` and edge tint ``g``, RGB each.
+
+    Gulbrandsen, "Artist Friendly Metallic Fresnel", JCGT 3(4), 2014: with ``r`` clamped to
+    ``[0, 0.99]``, ``n = g (1 - r)/(1 + r) + (1 - g)(1 + sqrt r)/(1 - sqrt r)`` and
+    ``k = sqrt((r (n + 1)^2 - (n - 1)^2) / (1 - r))``, so the normal-incidence Fresnel
+    ``((n - 1)^2 + k^2) / ((n + 1)^2 + k^2)`` is exactly ``r``. Shapes broadcast.
+    """
+    r = torch.clamp(reflectivity, 0.0, 0.99)
+    r_sqrt = safe_sqrt(r)
+    n_min = (1.0 - r) / (1.0 + r)
+    n_max = (1.0 + r_sqrt) / (1.0 - r_sqrt)
+    n = edge_color * n_min + (1.0 - edge_color) * n_max
+    k2 = ((n + 1.0) ** 2 * r - (n - 1.0) ** 2) / (1.0 - r)
+    return n, safe_sqrt(torch.clamp(k2, min=0.0))

@@ -15,6 +15,10 @@ Written here rather than taken from a library: the ecosystem's material language
 which neuralbake reads too (``neuralbake.io.materialx``); this small JSON form exists because it
 is quick to write by hand and maps one to one onto the layering operations.
 
+The node types are :mod:`~neuralbake.material.graph_nodes`; reading the file and checking its
+header is :mod:`~neuralbake.material.graph_document`. This module compiles and validates the
+nodes and layers and evaluates them.
+
 The document is untrusted input: it is read with the shared JSON limits
 (:func:`neuralbake.io.limits.load_json_file`), layers may nest at most :data:`MAX_LAYER_DEPTH`
 deep, texture files are resolved with :func:`neuralbake.io.refs.resolve_reference` (only inside
@@ -26,7 +30,7 @@ field, instead of in the middle of a bake.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,24 +38,17 @@ from typing import Any
 import torch
 
 from neuralbake.errors import InputError, short_repr
-from neuralbake.io.limits import load_json_file
 from neuralbake.io.refs import resolve_reference
 from neuralbake.material.fresnel import CONDUCTOR_IOR
+from neuralbake.material.graph_document import check_document_header, load_material_document
+from neuralbake.material.graph_nodes import INT_RANGES, NODE_OPS, REQUIRED, STR_CHOICES
 from neuralbake.material.layering import MAX_LAYER_DEPTH, Layer, coat, layer, mix
 from neuralbake.material.lobes import LOBES
-from neuralbake.material.noise import fbm, perlin_noise, value_noise, worley_noise
-from neuralbake.material.nodes import clamp, invert, lerp, power, ramp, remap, smoothstep, up_facing
-from neuralbake.material.texture import WRAP_MODES, load_texture, sample_texture
+from neuralbake.material.texture import load_texture
 
-__all__ = ["MATERIAL_FORMAT", "MAX_LAYER_DEPTH", "NODE_OPS", "MaterialGraph", "compile_material", "load_material_document"]
-
-MATERIAL_FORMAT = "neuralbake.material"
-MATERIAL_VERSION = 1
-_REQUIRED = object()
+__all__ = ["MaterialGraph", "compile_material"]
 
 
-# Whole-number inputs: allowed range (inclusive); beyond it a value is a typo, or would overflow.
-_INT_RANGES = {"seed": (0, 2**31 - 1), "octaves": (1, 16), "axis": (0, 2), "index": (0, 3)}
 
 # What evaluating a mis-shaped graph can raise (torch broadcasting errors are RuntimeErrors).
 _EVAL_ERRORS = (RuntimeError, ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError)
@@ -81,78 +78,6 @@ class _Param:
     key: str
 
 
-@dataclass(frozen=True)
-class NodeOp:
-    """One node type: its inputs (name -> (kind, default)) and the function that evaluates it."""
-
-    inputs: Mapping[str, tuple[str, Any]]
-    fn: Callable[..., torch.Tensor]
-
-
-def _noise(ctx: _Context, *, type: str, point: torch.Tensor, scale: torch.Tensor, seed: int, octaves: int, lacunarity: float, gain: torch.Tensor) -> torch.Tensor:
-    base = {"value": value_noise, "perlin": perlin_noise, "worley": worley_noise}[type]
-    out = fbm(point * scale, octaves=octaves, lacunarity=lacunarity, gain=gain, seed=seed, noise=base)
-    return 0.5 + 0.5 * out if type == "perlin" else out
-
-
-def _texture(ctx: _Context, *, file: str, srgb: bool, wrap: str, point: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    return sample_texture(ctx.texture(file, srgb), point * scale, wrap=wrap)
-
-
-NODE_OPS: dict[str, NodeOp] = {
-    "uv": NodeOp({}, lambda ctx: ctx.uv),
-    "position": NodeOp({}, lambda ctx: ctx.position),
-    "normal": NodeOp({}, lambda ctx: ctx.normal),
-    "noise": NodeOp(
-        {
-            "type": ("str", "perlin"),
-            "point": ("value", "@uv"),
-            "scale": ("value", 1.0),
-            "seed": ("int", 0),
-            "octaves": ("int", 1),
-            "lacunarity": ("const", 2.0),
-            "gain": ("value", 0.5),
-        },
-        _noise,
-    ),
-    "texture": NodeOp(
-        {"file": ("str", _REQUIRED), "srgb": ("bool", True), "wrap": ("str", "repeat"), "point": ("value", "@uv"), "scale": ("value", 1.0)},
-        _texture,
-    ),
-    "ramp": NodeOp({"x": ("value", _REQUIRED), "positions": ("value", _REQUIRED), "colors": ("value", _REQUIRED)}, lambda ctx, x, positions, colors: ramp(x, positions, colors)),
-    "mix": NodeOp({"a": ("value", _REQUIRED), "b": ("value", _REQUIRED), "t": ("value", _REQUIRED)}, lambda ctx, a, b, t: lerp(a, b, _match(t, a, b))),
-    "add": NodeOp({"a": ("value", _REQUIRED), "b": ("value", _REQUIRED)}, lambda ctx, a, b: a + b),
-    "subtract": NodeOp({"a": ("value", _REQUIRED), "b": ("value", _REQUIRED)}, lambda ctx, a, b: a - b),
-    "multiply": NodeOp({"a": ("value", _REQUIRED), "b": ("value", _REQUIRED)}, lambda ctx, a, b: _match(a, b) * _match(b, a)),
-    "maximum": NodeOp({"a": ("value", _REQUIRED), "b": ("value", _REQUIRED)}, lambda ctx, a, b: torch.maximum(a, b)),
-    "minimum": NodeOp({"a": ("value", _REQUIRED), "b": ("value", _REQUIRED)}, lambda ctx, a, b: torch.minimum(a, b)),
-    "power": NodeOp({"x": ("value", _REQUIRED), "exponent": ("value", _REQUIRED)}, lambda ctx, x, exponent: power(x, exponent)),
-    "clamp": NodeOp({"x": ("value", _REQUIRED), "min": ("const", 0.0), "max": ("const", 1.0)}, lambda ctx, x, min, max: clamp(x, min, max)),
-    "invert": NodeOp({"x": ("value", _REQUIRED)}, lambda ctx, x: invert(x)),
-    "absolute": NodeOp({"x": ("value", _REQUIRED)}, lambda ctx, x: torch.abs(x)),
-    "smoothstep": NodeOp(
-        {"edge0": ("value", _REQUIRED), "edge1": ("value", _REQUIRED), "x": ("value", _REQUIRED)}, lambda ctx, edge0, edge1, x: smoothstep(edge0, edge1, x)
-    ),
-    "remap": NodeOp(
-        {"x": ("value", _REQUIRED), "in_low": ("value", 0.0), "in_high": ("value", 1.0), "out_low": ("value", 0.0), "out_high": ("value", 1.0)},
-        lambda ctx, x, in_low, in_high, out_low, out_high: remap(x, in_low, in_high, out_low, out_high),
-    ),
-    "up_facing": NodeOp(
-        {"threshold": ("value", 0.5), "softness": ("value", 0.2), "axis": ("int", 1)},
-        lambda ctx, threshold, softness, axis: up_facing(ctx.normal, threshold=threshold, softness=softness, up=axis),
-    ),
-    "component": NodeOp({"x": ("value", _REQUIRED), "index": ("int", 0)}, lambda ctx, x, index: x[..., index]),
-}
-"""Every node type of the format by ``op`` name (see ``docs/material-format.md``)."""
-
-_STR_CHOICES = {("noise", "type"): ("value", "perlin", "worley"), ("texture", "wrap"): tuple(WRAP_MODES)}
-
-
-def _match(t: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
-    """Give a per-point scalar ``[N]`` a trailing axis when it meets colours ``[N, C]``."""
-    if t.dim() == 1 and any(o.dim() == 2 for o in others):
-        return t[:, None]
-    return t
 
 
 def _is_numbers(value: Any, depth: int = 0) -> bool:
@@ -240,15 +165,7 @@ class MaterialGraph:
         return self._constant(value, where, bounds)
 
     def _compile(self, document: Mapping[str, Any]) -> None:
-        if not isinstance(document, Mapping):
-            raise self._error("the material must be a JSON object.", "", 'start the file with {"format": "neuralbake.material", ...}.')
-        if document.get("format") != MATERIAL_FORMAT:
-            raise self._error(f"format is {document.get('format')!r}, expected {MATERIAL_FORMAT!r}.", "format", f'add "format": "{MATERIAL_FORMAT}".')
-        if isinstance(document.get("version"), bool) or document.get("version") != MATERIAL_VERSION:
-            raise self._error(f"version {document.get('version')!r} is not supported.", "version", f"use version {MATERIAL_VERSION}.")
-        unknown_top = sorted(set(document) - {"format", "version", "name", "description", "nodes", "surface"})
-        if unknown_top:
-            raise self._error(f"unknown top-level keys {unknown_top}.", unknown_top[0], "use format, version, name, description, nodes, surface.")
+        check_document_header(document, self.source)
         nodes = document.get("nodes", {})
         if not isinstance(nodes, Mapping):
             raise self._error("nodes must be an object mapping names to nodes.", "nodes", 'write "nodes": {"name": {"op": ...}}.')
@@ -279,14 +196,14 @@ class MaterialGraph:
         for key, (kind, default) in op.inputs.items():
             value = spec.get(key, default)
             field = f"{where}.{key}"
-            if value is _REQUIRED:
+            if value is REQUIRED:
                 raise self._error(f"node op {spec['op']!r} needs input {key!r}.", field, f"add {key!r} to the node.")
             if kind == "value":
                 resolved[key] = self._value(value, field)
             elif kind == "int":
                 if isinstance(value, bool) or not isinstance(value, int):
                     raise self._error(f"expected a whole number, got {_show(value)}.", field, "write an integer.")
-                low, high = _INT_RANGES.get(key, (-(2**31), 2**31 - 1))
+                low, high = INT_RANGES.get(key, (-(2**31), 2**31 - 1))
                 if not low <= value <= high:
                     raise self._error(f"{key} {_show(value)} is outside [{low}, {high}].", field, f"use {low} to {high}.")
                 resolved[key] = value
@@ -299,7 +216,7 @@ class MaterialGraph:
                     raise self._error(f"expected true or false, got {_show(value)}.", field, "write true or false.")
                 resolved[key] = value
             else:  # str
-                choices = _STR_CHOICES.get((spec["op"], key))
+                choices = STR_CHOICES.get((spec["op"], key))
                 if not isinstance(value, str) or (choices and value not in choices):
                     raise self._error(f"{_show(value)} is not valid here.", field, f"use one of {', '.join(choices)}." if choices else "write a string.")
                 resolved[key] = value
@@ -565,17 +482,6 @@ class MaterialGraph:
         columns = [value.reshape(1, -1).expand(n, -1) if constant else value.reshape(n, -1) for value, constant in record]
         return built, torch.cat(columns, dim=1)
 
-
-def load_material_document(path: str | Path) -> dict[str, Any]:
-    """Read a material JSON file (errors name the file and the fix)."""
-    path = Path(path)
-    if not path.exists():
-        raise InputError("the material file does not exist.", path=path, fix="check the path.")
-    # Size and nesting limits first: a 100,000-deep document must not reach json's recursion.
-    document = load_json_file(path, what="material", fix="correct the JSON syntax.")
-    if not isinstance(document, dict):
-        raise InputError("the material must be a JSON object.", path=path, fix='start the file with {"format": "neuralbake.material", ...}.')
-    return document
 
 
 def compile_material(path: str | Path, *, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> MaterialGraph:

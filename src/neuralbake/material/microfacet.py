@@ -28,6 +28,7 @@ __all__ = [
     "ggx_reflection_pdf",
     "ggx_reflection_sample",
     "ggx_sample_visible_normal",
+    "roughness_anisotropy",
     "smith_g_height_correlated",
     "smith_g_separable",
 ]
@@ -157,3 +158,16 @@ def ggx_reflection_sample(
     m = ggx_sample_visible_normal(wo_up, u, alpha_x, alpha_y)
     wi = reflect(wo, m)
     return wi, ggx_reflection_pdf(wi, wo, alpha_x, alpha_y)
+
+
+def roughness_anisotropy(roughness: torch.Tensor, anisotropy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """GGX ``(alpha_x, alpha_y)`` from artist roughness and anisotropy, as MaterialX's ``roughness_anisotropy`` node.
+
+    ``a = clamp(r^2, eps, 1)``, and for anisotropy ``t > 0``: ``s = sqrt(1 - min(t, 0.98))``,
+    ``alpha_x = min(a / s, 1)``, ``alpha_y = a s`` (tangent = +x of the local frame). ``roughness``,
+    ``anisotropy`` and both results: ``[N]``.
+    """
+    alpha = torch.clamp(roughness * roughness, torch.finfo(roughness.dtype).eps, 1.0)
+    aspect = torch.sqrt(1.0 - torch.clamp(anisotropy, 0.0, 0.98))
+    stretched = anisotropy > 0.0
+    return torch.where(stretched, torch.clamp(alpha / aspect, max=1.0), alpha), torch.where(stretched, alpha * aspect, alpha)

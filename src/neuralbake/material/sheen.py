@@ -10,11 +10,13 @@ SIGGRAPH 2017) with the coefficients listed in the KHR_materials_sheen extension
 shader safeguard, not part of the published model. ``alpha`` is clamped to at
 least ``1e-3`` (roughness ~0.03), below which ``sin^(1/alpha)`` underflows everywhere.
 Sampling is cosine-weighted over the hemisphere (the Charlie distribution has no simple
-visible-normal sampler).
+visible-normal sampler). :func:`sheen_albedo` tabulates the lobe's directional albedo, which
+layering the sheen over a base by albedo scaling needs (:class:`~neuralbake.material.surfaces.SheenLayer`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -28,11 +30,12 @@ from neuralbake.material.frame import (
     cos_theta,
     cosine_hemisphere_pdf,
     half_vector,
+    safe_sqrt,
     square_to_cosine_hemisphere,
     upper_pair,
 )
 
-__all__ = ["MIN_SHEEN_ALPHA", "charlie_d", "charlie_lambda", "sheen_eval", "sheen_pdf", "sheen_sample"]
+__all__ = ["MIN_SHEEN_ALPHA", "charlie_d", "charlie_lambda", "sheen_albedo", "sheen_eval", "sheen_pdf", "sheen_sample"]
 
 MIN_SHEEN_ALPHA = 1e-3
 
@@ -102,3 +105,49 @@ def sheen_sample(
     wo = check_directions("wo", wo)
     wi = square_to_cosine_hemisphere(check_uniforms(u, wo))
     return wi, sheen_pdf(wi, wo)
+
+
+# --- directional albedo, for layering the sheen over a base by albedo scaling ----------------------
+
+_SHEEN_TABLE = 17  # nodes along sqrt(cos theta) and along sheen roughness, both on [0, 1]
+_SHEEN_STRATA = 16  # 16 x 16 stratified cosine-weighted directions per entry
+
+
+@functools.lru_cache(maxsize=1)
+def _sheen_table_cpu64() -> torch.Tensor:
+    # E(mu, r) = E_wi[f cos_i / pdf] with cosine-weighted wi, the sampler of the sheen lobe itself.
+    s = _SHEEN_STRATA
+    grid = (torch.arange(s, dtype=torch.float64) + 0.5) / s
+    wi = square_to_cosine_hemisphere(torch.stack(torch.meshgrid(grid, grid, indexing="ij"), dim=-1).reshape(-1, 2))
+    axis = torch.linspace(0.0, 1.0, _SHEEN_TABLE, dtype=torch.float64)
+    mu, rough = torch.meshgrid(torch.clamp(axis**2, min=1e-3), axis, indexing="ij")
+    mu, rough = mu.reshape(-1, 1).expand(-1, len(wi)).reshape(-1), rough.reshape(-1, 1).expand(-1, len(wi)).reshape(-1)
+    wo = torch.stack((torch.sqrt(1.0 - mu * mu), torch.zeros_like(mu), mu), dim=-1)
+    wi = wi.repeat(_SHEEN_TABLE * _SHEEN_TABLE, 1)
+    ratio = sheen_eval(wi, wo, color=1.0, roughness=rough)[:, 0] / torch.clamp(sheen_pdf(wi, wo), min=1e-300)
+    # Clamped: Charlie sheen with the fitted visibility exceeds 1 at grazing angles and low roughness.
+    return torch.clamp(ratio.reshape(_SHEEN_TABLE, _SHEEN_TABLE, -1).mean(dim=-1), 0.0, 1.0)
+
+
+@functools.lru_cache(maxsize=8)
+def _sheen_table(dtype: torch.dtype, device: str) -> torch.Tensor:
+    return _sheen_table_cpu64().to(dtype=dtype, device=device)
+
+
+def sheen_albedo(cos_theta_o: torch.Tensor, roughness: torch.Tensor) -> torch.Tensor:
+    """Directional albedo of the white sheen lobe (:func:`sheen_eval`), ``[N]``.
+
+    Bilinear in a 17 x 17 table over ``sqrt(cos)`` and roughness (both ``[0, 1]``, clamped),
+    integrated once (float64, 16 x 16 strata) and clamped to 1; differentiable (piecewise linear)
+    in both arguments. ``cos_theta_o`` and ``roughness``: ``[N]``.
+    """
+    table = _sheen_table(cos_theta_o.dtype, str(cos_theta_o.device))
+    n = _SHEEN_TABLE - 1
+    x = torch.clamp(safe_sqrt(torch.clamp(cos_theta_o, 0.0, 1.0)), 0.0, 1.0) * n
+    y = torch.clamp(roughness, 0.0, 1.0) * n
+    i = torch.clamp(x.detach().floor().long(), max=n - 1)
+    j = torch.clamp(y.detach().floor().long(), max=n - 1)
+    tx, ty = x - i, y - j
+    top = table[i, j] * (1.0 - ty) + table[i, j + 1] * ty
+    bottom = table[i + 1, j] * (1.0 - ty) + table[i + 1, j + 1] * ty
+    return top * (1.0 - tx) + bottom * tx

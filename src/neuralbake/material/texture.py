@@ -28,6 +28,7 @@ __all__ = [
     "load_texture",
     "sample_texture",
     "srgb_to_linear",
+    "wrap_texel_index",
 ]
 
 WRAP_MODES = ("repeat", "clamp", "mirror")
@@ -49,7 +50,9 @@ def linear_to_srgb(c: torch.Tensor) -> torch.Tensor:
     return torch.where(c <= 0.0031308, 12.92 * c, high)
 
 
-def _wrap(i: torch.Tensor, n: int, mode: str) -> torch.Tensor:
+def wrap_texel_index(i: torch.Tensor, n: int, mode: str) -> torch.Tensor:
+    """Integer texel indices ``i`` (any shape) wrapped into ``[0, n)``: ``repeat``, ``clamp`` (to the
+    edge) or ``mirror`` (mirrored repeat, ``..., 1, 0, 0, 1, ..., n-1, n-1, n-2, ...``); same shape and dtype."""
     if mode == "repeat":
         return torch.remainder(i, n)
     if mode == "clamp":
@@ -96,8 +99,8 @@ def sample_texture(texture: torch.Tensor, uv: torch.Tensor, *, wrap: str = "repe
     x0, y0 = torch.floor(x.detach()), torch.floor(y.detach())
     tx, ty = (x - x0)[:, None], (y - y0)[:, None]
     x0, y0 = x0.long(), y0.long()
-    xs = (_wrap(x0, w, wrap), _wrap(x0 + 1, w, wrap))
-    ys = (_wrap(y0, h, wrap), _wrap(y0 + 1, h, wrap))
+    xs = (wrap_texel_index(x0, w, wrap), wrap_texel_index(x0 + 1, w, wrap))
+    ys = (wrap_texel_index(y0, h, wrap), wrap_texel_index(y0 + 1, h, wrap))
     flat = texture.reshape(h * w, c)
 
     def tap(yi: torch.Tensor, xi: torch.Tensor) -> torch.Tensor:

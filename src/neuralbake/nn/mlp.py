@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch import nn
 
-from neuralbake.io.bundle import LayerTensors
+from neuralbake.io.device_layout import LayerTensors
 from neuralbake.nn.activations import ACTIVATIONS, DEFAULT_LEAK, activation_fn
 from neuralbake.nn.encoding import FrequencyEncoding
 

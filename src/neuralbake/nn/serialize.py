@@ -9,7 +9,8 @@ from typing import Any
 import torch
 
 from neuralbake.errors import BundleError
-from neuralbake.io.bundle import Bundle, check_mlp_tensors, manifest_float, manifest_int, manifest_object, manifest_str, read_bundle, write_bundle
+from neuralbake.io.bundle import Bundle, check_mlp_tensors, read_bundle, write_bundle
+from neuralbake.io.bundle_manifest import manifest_float, manifest_int, manifest_object, manifest_str
 from neuralbake.nn.activations import ACTIVATIONS
 from neuralbake.nn.mlp import CoordinateNetwork, CoordinateNetworkConfig
 

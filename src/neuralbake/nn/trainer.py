@@ -5,7 +5,7 @@ fp32 master weights, forward and backward through a :class:`ForwardBackward` (by
 autograd; a fused GPU kernel can stand in without the bake noticing), unscale and check the
 gradients, then an Adam step on the masters or a skipped step. Around it: metric events,
 periodic evaluation, checkpoints that resume bit-exactly, a guard that stops a diverged run, and
-Ctrl-C that stops at the next step boundary after saving a checkpoint.
+Ctrl-C or SIGTERM that stops at the next step boundary after saving a checkpoint.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ CHECKPOINT_VERSION = 1
 
 # Config fields that change only how a run is watched, not what it computes; a resumed run may
 # change these (and `steps`, which extends or shortens the run) without breaking bit-exactness.
-_RESUME_FREE_FIELDS = {"steps", "log_every", "eval_every", "checkpoint_every", "max_nonfinite_steps", "cuda_graph"}
+_RESUME_FREE_FIELDS = {"steps", "log_every", "eval_every", "checkpoint_every", "checkpoint_seconds", "max_nonfinite_steps", "cuda_graph"}
 
 
 @dataclass
@@ -85,7 +85,9 @@ class TrainerConfig:
     eval_every: int = 250
     """Run the bake's evaluation every this many steps (0: only at the end)."""
     checkpoint_every: int = 500
-    """Save a resumable checkpoint every this many steps (0: only when stopped)."""
+    """Save a resumable checkpoint every this many steps (0: only by time, when stopped and at the end)."""
+    checkpoint_seconds: float = 60.0
+    """Also save one when this many seconds have passed since the last (0: by steps only), so a killed run loses at most this much."""
     max_nonfinite_steps: int = 50
     """Stop with an error after this many skipped steps in a row (the run has diverged)."""
     cuda_graph: bool = True
@@ -97,6 +99,8 @@ class TrainerConfig:
         for name, value in positive.items():
             if not (value > 0 and math.isfinite(value)):
                 raise ConfigError(f"must be a positive number, got {value}.", field=name, fix=f"set {name} > 0.")
+        if not (self.checkpoint_seconds >= 0 and math.isfinite(self.checkpoint_seconds)):
+            raise ConfigError(f"must be >= 0, got {self.checkpoint_seconds}.", field="checkpoint_seconds", fix="set checkpoint_seconds to 0 or more.")
         for name in ("warmup_steps", "log_every", "eval_every", "checkpoint_every"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"must be >= 0, got {getattr(self, name)}.", field=name, fix=f"set {name} to 0 or more.")
@@ -224,6 +228,9 @@ class Trainer:
     compatibility:
         Extra JSON-able facts a checkpoint must share with the run that resumes it (e.g. the
         bake's input size); a mismatch is an error naming the field.
+    lr_scales:
+        Learning-rate multipliers by parameter-name prefix (``{"tone_map.": 0.1}``): each matching
+        parameter follows the schedule times its scale (the longest matching prefix wins; others 1).
     """
 
     def __init__(
@@ -240,6 +247,7 @@ class Trainer:
         forward_backward: ForwardBackward | None = None,
         on_step: Callable[[Trainer, int], None] | None = None,
         compatibility: dict[str, Any] | None = None,
+        lr_scales: dict[str, float] | None = None,
     ) -> None:
         config.validate()
         self.model = model
@@ -250,7 +258,9 @@ class Trainer:
         self.events = events or EventWriter()
         self.evaluate = evaluate
         self.on_step = on_step
-        self.compatibility = compatibility or {}
+        self.compatibility = dict(compatibility or {})
+        if lr_scales:
+            self.compatibility["lr_scales"] = dict(sorted(lr_scales.items()))
         self.dtype = compute_dtype(config.precision)
         self.master = dict(model.named_parameters())
         for name, param in self.master.items():
@@ -266,10 +276,11 @@ class Trainer:
         )
         # Fused Adam takes the learning rate as a device tensor and skips the update on device
         # when `found_inf` is set, so a step needs no host round trip.
-        self._lr_t = torch.tensor(config.learning_rate, device=device)
+        groups = _parameter_groups(self.master, lr_scales or {})
+        self._lr_groups = [(torch.tensor(config.learning_rate * scale, device=device), scale) for scale in groups]
         self.optimizer = torch.optim.Adam(
-            self.master.values(),
-            lr=self._lr_t,
+            [{"params": params, "lr": lr_t} for params, (lr_t, _) in zip(groups.values(), self._lr_groups)],
+            lr=self._lr_groups[0][0],
             betas=(config.adam_beta1, config.adam_beta2),
             eps=config.adam_eps,
             fused=True,
@@ -291,6 +302,8 @@ class Trainer:
         self._last_loss = math.nan
         self._stop_requested = False
         self._lr = config.learning_rate
+        self._saved_at_step = -1
+        self._saved_at_time = time.monotonic()
 
     @property
     def skipped_steps(self) -> int:
@@ -312,7 +325,8 @@ class Trainer:
             warmup_steps=self.config.warmup_steps,
             final_fraction=self.config.final_lr_fraction,
         )
-        self._lr_t.fill_(self._lr)
+        for lr_t, scale in self._lr_groups:
+            lr_t.fill_(self._lr * scale)
 
     def _device_step(self) -> None:
         """One step with every decision on the device (no host sync), so it can be graph-captured."""
@@ -382,6 +396,8 @@ class Trainer:
         with _StopOnSigint(self):
             self._loop()
         self._check_finished_finite()
+        if self._saved_at_step != self.step:
+            self._save_checkpoint()  # a finished phase resumes as finished (multi-phase bakes)
         if self.evaluate is not None:
             self._run_eval()
         self.events.emit("end", step=self.step, train_seconds=self.train_seconds, skipped_steps=self.skipped_steps)
@@ -421,7 +437,10 @@ class Trainer:
             if self.on_step is not None:
                 self.on_step(self, self.step)
             eval_now = self.evaluate is not None and cfg.eval_every and self.step % cfg.eval_every == 0 and not at_end
-            ckpt_now = self.checkpoint_path is not None and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and not at_end
+            ckpt_now = self.checkpoint_path is not None and not at_end and (
+                (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0)
+                or (cfg.checkpoint_seconds and time.monotonic() - self._saved_at_time >= cfg.checkpoint_seconds)
+            )
             if log_now or eval_now or ckpt_now:
                 self.train_seconds += self._elapsed(started)
                 if log_now:
@@ -526,6 +545,8 @@ class Trainer:
             return
         with atomic_path(self.checkpoint_path) as tmp:
             torch.save(self._state(), tmp)
+        self._saved_at_step = self.step
+        self._saved_at_time = time.monotonic()
         self.events.emit("checkpoint", step=self.step, path=str(self.checkpoint_path))
 
     def _load_checkpoint(self) -> None:
@@ -573,8 +594,8 @@ class Trainer:
             for name, param in self.master.items():
                 param.copy_(state["model"][name].to(param.device))
         self.optimizer.load_state_dict(state["optimizer"])
-        for group in self.optimizer.param_groups:
-            group["lr"] = self._lr_t  # loading replaced it with a copy; the schedule writes into ours
+        for group, (lr_t, _) in zip(self.optimizer.param_groups, self._lr_groups):
+            group["lr"] = lr_t  # loading replaced it with a copy; the schedule writes into ours
         self.scaler.load_state_dict(state["scaler"])
         self.generator.set_state(state["generator"])
         self.step = state["step"]
@@ -584,19 +605,39 @@ class Trainer:
         for name, value in state["counters"].items():
             getattr(self, f"_{name}").fill_(value)
         self.history = list(state["history"])
+        self._saved_at_step = self.step
+
+
+def _parameter_groups(master: dict[str, torch.Tensor], lr_scales: dict[str, float]) -> dict[float, list[torch.Tensor]]:
+    """Group parameters by learning-rate scale (the longest matching name prefix wins; others 1)."""
+    for prefix, scale in lr_scales.items():
+        if not any(name.startswith(prefix) for name in master):
+            raise TrainingError(f"no parameter name starts with {prefix!r}.", field="lr_scales", fix=f"use a prefix of one of: {', '.join(list(master)[:8])}.")
+        if not (scale > 0 and math.isfinite(scale)):
+            raise TrainingError(f"the scale for {prefix!r} must be a positive number, got {scale}.", field="lr_scales", fix="use a scale > 0.")
+    groups: dict[float, list[torch.Tensor]] = {}
+    for name, param in master.items():
+        matches = [prefix for prefix in lr_scales if name.startswith(prefix)]
+        scale = lr_scales[max(matches, key=len)] if matches else 1.0
+        groups.setdefault(scale, []).append(param)
+    return groups
 
 
 class _StopOnSigint:
-    """While training in the main thread, the first Ctrl-C requests a clean stop; a second one aborts."""
+    """While training in the main thread, the first Ctrl-C or SIGTERM requests a clean stop (a
+    checkpoint is saved at the next step boundary); a second one aborts at once."""
+
+    _signals = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
-        self.previous: Any = None
+        self.previous: dict[int, Any] = {}
 
     def __enter__(self) -> _StopOnSigint:
         if threading.current_thread() is threading.main_thread():
-            self.previous = signal.getsignal(signal.SIGINT)
-            signal.signal(signal.SIGINT, self._handle)
+            for sig in self._signals:
+                self.previous[sig] = signal.getsignal(sig)
+                signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
@@ -605,5 +646,5 @@ class _StopOnSigint:
         self.trainer.request_stop()
 
     def __exit__(self, *exc: object) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
+        for sig, previous in self.previous.items():
+            signal.signal(sig, previous)

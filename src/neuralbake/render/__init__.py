@@ -14,7 +14,6 @@ from neuralbake.render.envmap import (
     equirect_to_direction,
     load_environment,
     read_exr,
-    write_exr,
 )
 from neuralbake.render.preview import BACKGROUND_GREY, LIGHTS, SCENES, Material, PreviewImages, render_preview, write_preview
 from neuralbake.render.tonemap import tone_map, tone_map_aces_fitted, tone_map_reinhard
@@ -37,6 +36,5 @@ __all__ = [
     "tone_map",
     "tone_map_aces_fitted",
     "tone_map_reinhard",
-    "write_exr",
     "write_preview",
 ]

@@ -30,8 +30,8 @@ import torch
 
 from neuralbake.core.metrics import psnr
 from neuralbake.io.files import prepare_output_dir
-from neuralbake.io.images import save_png
-from neuralbake.render.envmap import write_exr
+from neuralbake.io.images import save_exr, save_png
+from neuralbake.render.pictures import panel_grid
 from neuralbake.render.preview import SCENES, render_preview
 from neuralbake.render.tonemap import tone_map
 
@@ -77,8 +77,7 @@ def compare_materials(
         ref_ldr, tst_ldr = tone_map(ref, exposure=exposure), tone_map(tst, exposure=exposure)
         mean_flip, flip_map = flip_error(ref * 2.0**exposure, tst * 2.0**exposure)
         scores[scene] = {"psnr_db": round(psnr(tst_ldr, ref_ldr), 3), "flip": round(mean_flip, 5)}
-        gap = np.ones((size, 3, 3), dtype=np.float32)
-        rows.append(np.concatenate([ref_ldr.cpu().numpy(), gap, tst_ldr.cpu().numpy(), gap, flip_map], axis=1))
+        rows.append([ref_ldr, tst_ldr, flip_map])
     result: dict[str, Any] = {
         "scenes": scores,
         "psnr_db": float(np.mean([s["psnr_db"] for s in scores.values()])),
@@ -92,12 +91,8 @@ def compare_materials(
     }
     if out_dir is not None:
         out = prepare_output_dir(out_dir)
-        sep = np.ones((3, rows[0].shape[1], 3), dtype=np.float32)
-        picture = rows[0]
-        for row in rows[1:]:
-            picture = np.concatenate([picture, sep, row], axis=0)
-        save_png(out / "comparison.png", picture)
+        save_png(out / "comparison.png", panel_grid(rows, gap=3))
         for scene in scenes:
-            write_exr(out / f"{scene}_{labels[0]}.exr", ref_images[scene].cpu())
-            write_exr(out / f"{scene}_{labels[1]}.exr", test_images[scene].cpu())
+            save_exr(out / f"{scene}_{labels[0]}.exr", ref_images[scene])
+            save_exr(out / f"{scene}_{labels[1]}.exr", test_images[scene])
     return result

@@ -25,7 +25,6 @@ import numpy as np
 import torch
 
 from neuralbake.errors import InputError
-from neuralbake.io.files import atomic_path
 from neuralbake.io.images import load_image
 
 __all__ = [
@@ -37,7 +36,6 @@ __all__ = [
     "equirect_to_direction",
     "load_environment",
     "read_exr",
-    "write_exr",
 ]
 
 LUMINANCE_WEIGHTS = (0.2126, 0.7152, 0.0722)
@@ -113,19 +111,6 @@ def default_environment(width: int = 256, height: int = 128, *, device: torch.de
 
 
 # --- files ------------------------------------------------------------------------------------
-
-
-def write_exr(path: str | Path, image: torch.Tensor | np.ndarray) -> None:
-    """Write a ``[H, W, 3]`` linear RGB image as a float32, ZIP-compressed scanline EXR, atomically."""
-    import OpenEXR
-
-    data = image.detach().cpu().numpy() if isinstance(image, torch.Tensor) else np.asarray(image)
-    if data.ndim != 3 or data.shape[2] != 3:
-        raise InputError(f"an EXR image must be [H, W, 3], got {data.shape}.", path=path, field="image", fix="pass an RGB image.")
-    data = np.ascontiguousarray(data, dtype=np.float32)
-    header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
-    with atomic_path(path) as tmp:
-        OpenEXR.File(header, {"RGB": data}).write(str(tmp))
 
 
 def read_exr(path: str | Path) -> np.ndarray:

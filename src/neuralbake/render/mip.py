@@ -19,11 +19,9 @@ import torch
 import torch.nn.functional as F
 
 from neuralbake.errors import InputError
+from neuralbake.material.texture import WRAP_MODES, wrap_texel_index
 
-__all__ = ["WRAP_MODES", "build_mip_pyramid", "mip_level", "sample_bilinear", "sample_trilinear"]
-
-WRAP_MODES = ("repeat", "clamp", "mirror")
-"""Texture addressing per axis (glTF REPEAT, CLAMP_TO_EDGE, MIRRORED_REPEAT)."""
+__all__ = ["box_downsample", "build_mip_pyramid", "is_power_of_two", "mip_level", "sample_bilinear", "sample_trilinear"]
 
 
 def _check_texture(texture: torch.Tensor) -> None:
@@ -32,26 +30,85 @@ def _check_texture(texture: torch.Tensor) -> None:
         raise InputError(f"a texture must be a float tensor [H, W, C], got {shape}.", field="texture", fix="pass [H, W, C] texels.")
 
 
-def build_mip_pyramid(texture: torch.Tensor) -> list[torch.Tensor]:
-    """Levels ``[H, W, C], [H/2, W/2, C], ..., [1, 1, C]`` (sides rounded down, at least 1), each the
-    2x2 (area) average of the one above; differentiable in ``texture``."""
-    _check_texture(texture)
-    levels = [texture]
-    x = texture.permute(2, 0, 1)[None]
-    while x.shape[-2] > 1 or x.shape[-1] > 1:
-        h, w = max(x.shape[-2] // 2, 1), max(x.shape[-1] // 2, 1)
-        x = F.avg_pool2d(x, 2) if (x.shape[-2] == 2 * h and x.shape[-1] == 2 * w) else F.interpolate(x, size=(h, w), mode="area")
-        levels.append(x[0].permute(1, 2, 0))
-    return levels
+def is_power_of_two(n: int) -> bool:
+    """Whether ``n`` is an ``int`` (not a bool) of the form ``2^k``, ``k >= 0`` (1 counts)."""
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 1 and (n & (n - 1)) == 0
 
 
-def _wrap(i: torch.Tensor, n: int, mode: str) -> torch.Tensor:
-    if mode == "repeat":
-        return torch.remainder(i, n)
-    if mode == "clamp":
-        return torch.clamp(i, 0, n - 1)
-    m = torch.remainder(i, 2 * n)
-    return torch.where(m < n, m, 2 * n - 1 - m)
+def box_downsample(texture: torch.Tensor, factor: int = 2) -> torch.Tensor:
+    """Box average of ``texture`` over ``factor x factor`` footprints.
+
+    Parameters
+    ----------
+    texture : torch.Tensor
+        Float ``[H, W, C]`` or batched ``[..., H, W, C]`` (channels last), ``H`` and ``W``
+        multiples of ``factor``.
+    factor : int
+        Footprint side; 1 returns ``texture`` itself.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[..., H / factor, W / factor, C]``, same dtype; differentiable in ``texture``.
+    """
+    if factor == 1:
+        return texture
+    lead = texture.shape[:-3]
+    x = texture.reshape(-1, *texture.shape[-3:]).permute(0, 3, 1, 2)
+    x = F.avg_pool2d(x, factor).permute(0, 2, 3, 1)
+    return x.reshape(*lead, *x.shape[1:])
+
+
+def build_mip_pyramid(
+    texture: torch.Tensor,
+    *,
+    levels: int | None = None,
+    odd: str = "floor",
+    compute_dtype: torch.dtype | None = None,
+) -> list[torch.Tensor]:
+    """The box-filtered mip chain of ``texture``: each level the 2x2 average of the one above.
+
+    Parameters
+    ----------
+    texture : torch.Tensor
+        Float ``[H, W, C]`` or batched ``[..., H, W, C]`` (channels last); level 0, returned as is.
+    levels : int, optional
+        Most levels to return, level 0 included; ``None``: down to ``1 x 1``.
+    odd : str
+        Side rounding for odd sizes. ``"floor"`` (OpenGL's rule): ``max(side // 2, 1)``, an odd
+        level resampled with ``area`` interpolation. ``"ceil"``: ``ceil(side / 2)``, the last row
+        or column averaged on its own (2x2 pooling with ``ceil_mode``). Power-of-two sides give
+        the same chain either way; a side of 1 stays 1 (2x1 averages).
+    compute_dtype : torch.dtype, optional
+        Average in this dtype (e.g. ``torch.float64``) and round each level back to
+        ``texture``'s dtype before the next; ``None``: in ``texture``'s dtype.
+
+    Returns
+    -------
+    list of torch.Tensor
+        ``[H, W, C], [H/2, W/2, C], ...``, same dtype and device; differentiable in ``texture``.
+    """
+    if not isinstance(texture, torch.Tensor) or texture.dim() < 3 or not texture.is_floating_point():
+        _check_texture(texture)
+    if odd not in ("floor", "ceil"):
+        raise InputError(f"unknown odd-size rule {odd!r}.", field="odd", fix="use 'floor' or 'ceil'.")
+    lead = texture.shape[:-3]
+    chain = [texture]
+    x = texture.reshape(-1, *texture.shape[-3:]).permute(0, 3, 1, 2)
+    while (x.shape[-2] > 1 or x.shape[-1] > 1) and (levels is None or len(chain) < levels):
+        h, w = x.shape[-2:]
+        kernel = (min(2, h), min(2, w))
+        y = x if compute_dtype is None else x.to(compute_dtype)
+        if odd == "ceil":
+            y = F.avg_pool2d(y, kernel, ceil_mode=True)
+        elif h % kernel[0] == 0 and w % kernel[1] == 0:
+            y = F.avg_pool2d(y, kernel)
+        else:
+            y = F.interpolate(y, size=(max(h // 2, 1), max(w // 2, 1)), mode="area")
+        x = y if compute_dtype is None else y.to(texture.dtype)
+        level = x.permute(0, 2, 3, 1)
+        chain.append(level.reshape(*lead, *level.shape[1:]))
+    return chain
 
 
 def _check_wrap(wrap_s: str, wrap_t: str) -> None:
@@ -71,8 +128,8 @@ def sample_bilinear(texture: torch.Tensor, uv: torch.Tensor, *, wrap_s: str = "r
     x0, y0 = torch.floor(x.detach()), torch.floor(y.detach())
     fx, fy = (x - x0)[:, None], (y - y0)[:, None]
     x0, y0 = x0.long(), y0.long()
-    xa, xb = _wrap(x0, w, wrap_s), _wrap(x0 + 1, w, wrap_s)
-    ya, yb = _wrap(y0, h, wrap_t) * w, _wrap(y0 + 1, h, wrap_t) * w
+    xa, xb = wrap_texel_index(x0, w, wrap_s), wrap_texel_index(x0 + 1, w, wrap_s)
+    ya, yb = wrap_texel_index(y0, h, wrap_t) * w, wrap_texel_index(y0 + 1, h, wrap_t) * w
     flat = texture.reshape(h * w, c)
     top = torch.lerp(flat[ya + xa], flat[ya + xb], fx)
     bottom = torch.lerp(flat[yb + xa], flat[yb + xb], fx)

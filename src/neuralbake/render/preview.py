@@ -45,10 +45,10 @@ import torch
 
 from neuralbake.errors import InputError
 from neuralbake.io.files import prepare_output_dir
-from neuralbake.io.images import save_png
+from neuralbake.io.images import save_exr, save_png
 from neuralbake.io.limits import check_memory
 from neuralbake.material.layering import Layer
-from neuralbake.render.envmap import EnvironmentLight, default_environment, load_environment, write_exr
+from neuralbake.render.envmap import EnvironmentLight, default_environment, load_environment
 from neuralbake.render.tonemap import tone_map
 
 __all__ = [
@@ -427,7 +427,7 @@ def write_preview(images: dict[str, torch.Tensor], out_dir: str | Path, *, expos
         linear = images[scene].detach().to("cpu", torch.float32)
         if linear.dim() != 3 or linear.shape[2] != 3:
             raise InputError(f"image {scene!r} has shape {tuple(linear.shape)}, not [H, W, 3].", field=scene, fix="pass [H, W, 3] images.")
-        write_exr(out / f"{scene}.exr", linear)
+        save_exr(out / f"{scene}.exr", linear)
         display = tone_map(linear, exposure=exposure).numpy()
         save_png(out / f"{scene}.png", display)
         written[f"{scene}.exr"], written[f"{scene}.png"] = out / f"{scene}.exr", out / f"{scene}.png"

@@ -12,6 +12,7 @@ shading work in linear space; :meth:`RenderScene.to_gltf_scene` encodes them bac
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,7 +24,7 @@ from neuralbake.material.texture import linear_to_srgb, srgb_to_linear
 from neuralbake.render.mip import build_mip_pyramid
 from neuralbake.render.visibility import RayCaster
 
-__all__ = ["MATERIAL_SLOTS", "MaterialParameters", "RenderScene", "TextureSlot", "prepare_scene"]
+__all__ = ["GLTF_VERTEX_ATTRIBUTES", "MATERIAL_SLOTS", "MaterialParameters", "RenderScene", "TextureSlot", "prepare_scene"]
 
 MATERIAL_SLOTS = {
     "base_color": ("base_color_texture", True),
@@ -33,6 +34,9 @@ MATERIAL_SLOTS = {
     "emissive": ("emissive_texture", True),
 }
 """Texture slot name -> (glTF :class:`~neuralbake.io.gltf.Material` field, stored as sRGB)."""
+
+GLTF_VERTEX_ATTRIBUTES = ("normals", "tangents", "uv0", "uv1", "colors")
+"""Vertex attributes :meth:`RenderScene.gltf_meshes` can write (positions and indices always are)."""
 
 
 @dataclass(eq=False)
@@ -144,9 +148,39 @@ class RenderScene:
         self.caster.refit(positions)
         self.positions = positions
 
-    def to_gltf_scene(self) -> Scene:
-        """A single-mesh :class:`~neuralbake.io.gltf.Scene` of the current tensors (detached, on the CPU),
-        colour textures encoded back to sRGB; one primitive per material, for :func:`~neuralbake.io.gltf.write_gltf`."""
+    def gltf_meshes(
+        self,
+        *,
+        attributes: Sequence[str] = GLTF_VERTEX_ATTRIBUTES,
+        colors: torch.Tensor | None = None,
+        material: int | None = None,
+        name_prefix: str = "",
+    ) -> list[Mesh]:
+        """The current geometry as glTF :class:`~neuralbake.io.gltf.Mesh` es (detached, float32, on the
+        CPU): one per material that has triangles, holding only the vertices its triangles use.
+
+        Parameters
+        ----------
+        attributes:
+            Which of :data:`GLTF_VERTEX_ATTRIBUTES` to write; the others are left ``None``.
+        colors:
+            ``[V, 4]`` linear vertex colours written in place of :attr:`colors` (when ``"colors"``
+            is in ``attributes``), e.g. a fitted appearance.
+        material:
+            The material index every mesh gets; by default each keeps its own.
+        name_prefix:
+            Put before each mesh's name (its material's name).
+        """
+        unknown = sorted(set(attributes) - set(GLTF_VERTEX_ATTRIBUTES))
+        if unknown:
+            raise InputError(
+                f"unknown vertex attribute(s) {', '.join(unknown)}.",
+                field="attributes",
+                fix=f"choose from {', '.join(GLTF_VERTEX_ATTRIBUTES)}.",
+            )
+        sources = {"normals": self.normals, "tangents": self.tangents, "uv0": self.uv0, "uv1": self.uv1, "colors": self.colors}
+        if colors is not None:
+            sources["colors"] = colors
         cpu = lambda t: t.detach().cpu().to(torch.float32).numpy()
         meshes = []
         for m in range(len(self.materials)):
@@ -158,15 +192,18 @@ class RenderScene:
                 Mesh(
                     positions=cpu(self.positions[used]),
                     indices=inverse.reshape(-1, 3).cpu().numpy().astype(np.int64),
-                    normals=cpu(self.normals[used]),
-                    tangents=cpu(self.tangents[used]),
-                    uv0=cpu(self.uv0[used]),
-                    uv1=cpu(self.uv1[used]),
-                    colors=cpu(self.colors[used]),
-                    material=m,
-                    name=f"{self.materials[m].name}",
+                    material=m if material is None else material,
+                    name=f"{name_prefix}{self.materials[m].name}",
+                    **{name: cpu(sources[name][used]) for name in attributes},
                 )
             )
+        return meshes
+
+    def to_gltf_scene(self) -> Scene:
+        """A :class:`~neuralbake.io.gltf.Scene` of the current tensors (detached, on the CPU), colour
+        textures encoded back to sRGB; one mesh per material (:meth:`gltf_meshes`), for
+        :func:`~neuralbake.io.gltf.write_gltf`."""
+        meshes = self.gltf_meshes()
         materials = []
         for p in self.materials:
             mat = Material(

@@ -3,7 +3,7 @@ by casting one ray per pixel through a BVH (NVIDIA Warp's ``wp.Mesh`` / ``wp.mes
 
 This pass is deliberately not differentiable: it only decides *which* triangle a pixel sees.
 Everything continuous (barycentrics as a function of vertex positions, attribute interpolation,
-shading) is recomputed from its output in PyTorch by :mod:`neuralbake.render.deferred`, so
+shading) is recomputed from its output in PyTorch by :mod:`neuralbake.render.gbuffer`, so
 gradients reach vertex attributes, textures and, through :func:`ray_triangle_barycentrics`,
 vertex positions inside triangles. Silhouette gradients (edge sampling or antialiasing of
 triangle ids) are the piece left for the mesh-simplification work; they need exactly the

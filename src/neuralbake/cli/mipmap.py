@@ -2,7 +2,7 @@
 
 Kept in its own module so the main CLI only has to register it::
 
-    from neuralbake.cli_mipmap import mipmap
+    from neuralbake.cli.mipmap import mipmap
     app.command("mipmap")(mipmap)
 
 ``app`` below is the same command as a stand-alone typer app (used by the tests).
@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from neuralbake.bakes.mipmap import MipmapConfig
-from neuralbake.cli_run import option_help, print_done, run_action
+from neuralbake.cli.common import option_help, print_done, run_action
 from neuralbake.errors import InputError
 
 __all__ = ["app", "mipmap"]
@@ -87,3 +87,8 @@ def mipmap(
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 app.command("mipmap")(mipmap)
+
+
+def register(main_app: typer.Typer) -> None:
+    """Add ``mipmap`` to the main CLI."""
+    main_app.command("mipmap")(mipmap)

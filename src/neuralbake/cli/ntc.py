@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 import typer
 
-from neuralbake.cli_run import option_help, print_done, run_action
+from neuralbake.cli.common import option_help, print_done, run_action
 from neuralbake.core.config import load_config
 from neuralbake.errors import ConfigError
 
@@ -135,3 +135,8 @@ def ntc_decompress(
     written = run_action(action, out=out)
     print_done(f"{len(written)} images -> {out}")
 
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``ntc`` (compress, decompress) to the main CLI."""
+    app.add_typer(ntc_app, name="ntc")

@@ -3,7 +3,7 @@ luma + chroma); see :mod:`neuralbake.bakes.fit`.
 
 Kept in its own module so the main CLI only has to register it::
 
-    from neuralbake.cli_fit import register
+    from neuralbake.cli.fit import register
     register(app)
 
 ``app`` below is the same command as a stand-alone typer app (used by the tests).
@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 
 from neuralbake.bakes.fit import FitConfig
-from neuralbake.cli_run import option_help, print_done, run_action
+from neuralbake.cli.common import option_help, print_done, run_action
 
 __all__ = ["app", "fit", "register"]
 

@@ -1,0 +1,378 @@
+"""The one run path every bake goes through.
+
+A bake module declares *what* is learned with a :class:`Bake`: its config dataclass, the sizes
+it picks by device, and a body that builds sampler, model and loss, trains them with
+:meth:`BakeRun.train` and writes its outputs into :attr:`BakeRun.stage`. :func:`run_bake` does
+the rest, the same for every bake:
+
+1. resolve the device, fill the config's device-dependent defaults (fields left ``None``; the
+   choice is printed and recorded in the report), validate;
+2. claim the output folder: a lock (``.neuralbake/lock``) refuses a second bake on the same
+   folder instead of interleaving the two; a swap that a crash cut short is finished first;
+3. write ``config.json`` into the staging folder (``.neuralbake/staging``) before any work, seed
+   every generator, and open the event sinks: ``events.jsonl``, a progress bar on stderr, and
+   whatever the caller passes (the asset service subscribes this way);
+4. run the body; each training phase runs on the shared :class:`~neuralbake.nn.trainer.Trainer`
+   with its checkpoint in ``.neuralbake/checkpoints/<phase>.pt`` (by steps and by time; Ctrl-C and
+   SIGTERM save one; ``resume=True`` continues each phase from it, bit-identically);
+5. write ``report.json`` and ``loss.png``, then ``bake.json`` with a size and a sha256 for every
+   file (see :mod:`neuralbake.io.manifest`), and swap the staging folder's files into the output
+   folder. The swap is journalled (``.neuralbake/swap.json``) and finished by the next bake on the
+   folder if the process dies inside it, so the folder never holds a new ``config.json`` beside an
+   old bundle, nor half-written files.
+
+The previous bake's files (those its ``bake.json`` lists) are replaced; anything else in the
+folder is left alone. Checkpoints stay after a finished bake, so ``--resume`` with more steps
+extends it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import torch
+from rich.console import Console
+
+from neuralbake.core.config import save_config
+from neuralbake.core.device import resolve_device, seed_everything
+from neuralbake.core.events import EventSink, EventWriter, JsonlSink, ProgressSink, progress_task
+from neuralbake.core.report import plot_loss_curve, write_report
+from neuralbake.errors import InputError, NeuralbakeError, TrainingError
+from neuralbake.io.files import atomic_write_json, prepare_output_dir
+from neuralbake.io.limits import load_json_file
+from neuralbake.io.manifest import BAKE_MANIFEST, read_bake_manifest, write_bake_manifest
+from neuralbake.nn.trainer import Trainer, TrainerConfig, TrainingInterrupted, TrainResult
+
+__all__ = ["Bake", "BakeOutcome", "BakeRun", "apply_defaults", "run_bake"]
+
+C = TypeVar("C")
+
+STATE_DIR = ".neuralbake"
+"""The runner's own folder inside a bake's output folder (lock, staging, checkpoints, journal)."""
+
+
+@dataclass
+class BakeOutcome:
+    """What a bake's body hands back: the report's metrics and fields."""
+
+    metrics: dict[str, Any]
+    """Headline numbers (PSNR, FLIP, ...), first in ``report.json``."""
+    fields: dict[str, Any] = field(default_factory=dict)
+    """Everything else the report records (sizes, timings, files)."""
+    curve_title: str | None = None
+    """Title of ``loss.png`` (``None``: the bake draws no loss curve)."""
+    quality_key: str | None = None
+    """Eval metric drawn on the loss curve's second axis (e.g. ``psnr_db``)."""
+
+
+@dataclass
+class Bake(Generic[C]):
+    """A bake's declaration: what the runner needs to run it."""
+
+    name: str
+    """Short name, recorded as ``bake`` in the report and the manifest (``neural_texture``)."""
+    config_type: type[C]
+    """The config dataclass (one field per setting; a docstring under each)."""
+    body: Callable[[BakeRun], BakeOutcome]
+    """Builds sampler, model and loss, trains with ``run.train``, writes outputs into ``run.stage``."""
+    device_defaults: Callable[[C, torch.device], dict[str, Any]] | None = None
+    """``(config, device) -> {dotted.field: value}`` for fields left ``None``: full size on a GPU,
+    sizes that finish in minutes on a CPU."""
+    title: str = ""
+    """Progress-bar label (default: the name)."""
+
+
+def _seed_of(config: Any) -> int:
+    train = getattr(config, "train", None)
+    if isinstance(train, TrainerConfig):
+        return train.seed
+    return int(getattr(config, "seed", 0) or 0)
+
+
+def _get(config: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        config = getattr(config, part)
+    return config
+
+
+def _set(config: Any, dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        config = getattr(config, part)
+    setattr(config, last, value)
+
+
+def apply_defaults(bake: Bake[C], config: C, device: torch.device) -> dict[str, Any]:
+    """Fill the config fields left ``None`` with the bake's defaults for ``device``; return those set."""
+    chosen: dict[str, Any] = {}
+    if bake.device_defaults is None:
+        return chosen
+    for dotted, value in bake.device_defaults(config, device).items():
+        if _get(config, dotted) is None:
+            _set(config, dotted, value)
+            chosen[dotted] = value
+    return chosen
+
+
+class BakeRun:
+    """One running bake, as its body sees it (see the module docstring)."""
+
+    def __init__(self, *, bake: Bake[Any], config: Any, device: torch.device, out: Path, state: Path, events: EventWriter,
+                 resume: bool, progress: bool, on_step: Callable[[Trainer, int], None] | None) -> None:
+        self.bake = bake
+        self.config = config
+        """The resolved config (device defaults filled in)."""
+        self.device = device
+        self.out = out
+        """The final output folder (outputs appear there only when the bake has finished)."""
+        self.stage = state / "staging"
+        """Where the body writes its outputs."""
+        self.checkpoints = state / "checkpoints"
+        self.events = events
+        self.resume = resume
+        self.progress = progress
+        self._on_step = on_step
+        self.phases: list[tuple[str, TrainResult]] = []
+        self._resumed_any = False
+
+    def train(
+        self,
+        model: torch.nn.Module,
+        sampler: Any,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        train: TrainerConfig,
+        *,
+        phase: str = "train",
+        evaluate: Callable[[torch.nn.Module], dict[str, float]] | None = None,
+        compatibility: dict[str, Any] | None = None,
+        forward_backward: Any = None,
+        on_step: Callable[[Trainer, int], None] | None = None,
+        lr_scales: dict[str, float] | None = None,
+    ) -> TrainResult:
+        """Run one training phase on the shared Trainer, checkpointed as ``phase``.
+
+        On ``resume``, a phase with a checkpoint continues from it (a finished phase returns at
+        once with its result); phases after the interrupted one start fresh.
+        """
+        if any(name == phase for name, _ in self.phases):
+            raise ValueError(f"phase {phase!r} ran twice in one bake; give each phase its own name.")
+        checkpoint = self.checkpoints / f"{phase}.pt"
+        resume = self.resume and checkpoint.is_file()
+        self._resumed_any |= resume
+        hooks = [hook for hook in (on_step, self._on_step) if hook is not None]
+
+        def each_step(trainer: Trainer, step: int) -> None:
+            for hook in hooks:
+                hook(trainer, step)
+
+        trainer = Trainer(
+            model, sampler, loss_fn, train, device=self.device, checkpoint_path=checkpoint, events=self.events, evaluate=evaluate,
+            forward_backward=forward_backward, on_step=each_step if hooks else None, compatibility=compatibility, lr_scales=lr_scales,
+        )
+        self.events.emit("phase", phase=phase, resumed=resume)
+        result = trainer.fit(resume=resume)
+        self.phases.append((phase, result))
+        return result
+
+    @contextlib.contextmanager
+    def task(self, description: str, total: int, *, unit: str = "") -> Iterator[Callable[[int], None]]:
+        """A progress bar (with remaining time) for work that is not training; yields ``advance(n)``."""
+        with progress_task(description, total, enabled=self.progress, unit=unit) as advance:
+            yield advance
+
+    def note(self, message: str) -> None:
+        """One line of plain text on stderr (not with ``quiet``)."""
+        if self.progress:
+            Console(stderr=True).print(message, highlight=False, markup=False)
+
+    def history(self) -> list[dict[str, Any]]:
+        """Every phase's train/eval events, steps counted on from phase to phase."""
+        events: list[dict[str, Any]] = []
+        offset = 0
+        for name, result in self.phases:
+            events.extend({**event, "step": event["step"] + offset, "phase": name} for event in result.history)
+            offset += result.steps
+        return events
+
+
+# -- the output folder ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _folder_lock(path: Path, out: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (released by the OS if the process dies)."""
+    handle = open(path, "a+b")
+    try:
+        try:
+            if sys.platform == "win32":
+                import msvcrt
+
+                msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
+            else:
+                import fcntl
+
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            raise InputError(
+                "another bake is writing to this output folder right now.",
+                path=out,
+                field="--out",
+                fix="wait for it to finish (or stop it), or choose another --out.",
+            ) from exc
+        yield
+    finally:
+        handle.close()
+
+
+def _old_names(out: Path) -> set[str]:
+    """Top-level names of the files the previous bake in ``out`` wrote (from its bake.json)."""
+    try:
+        manifest = read_bake_manifest(out)
+    except NeuralbakeError:
+        manifest = None
+    if manifest is None:
+        return set()
+    return {Path(name).parts[0] for name in manifest["files"]} | {BAKE_MANIFEST}
+
+
+def _finish_swap(out: Path, state: Path) -> None:
+    """Move the staged files into ``out`` as the journal says; safe to repeat after a crash."""
+    journal = state / "swap.json"
+    if not journal.exists():
+        return
+    plan = load_json_file(journal, what="swap journal")
+    stage, trash = state / "staging", state / "trash"
+    trash.mkdir(exist_ok=True)
+    new = [name for name in plan["new"] if name != BAKE_MANIFEST] + [BAKE_MANIFEST]  # the manifest goes in last
+
+    def discard(name: str) -> None:
+        target = out / name
+        if target.is_symlink() or target.exists():
+            os.replace(target, trash / f"{name}.{time.monotonic_ns()}")
+
+    for name in sorted(set(plan["old"]) - set(new)):
+        discard(name)
+    for name in new:
+        if (stage / name).exists():
+            discard(name)
+            os.replace(stage / name, out / name)
+    shutil.rmtree(trash, ignore_errors=True)
+    shutil.rmtree(stage, ignore_errors=True)
+    journal.unlink()
+
+
+def _swap_in(out: Path, state: Path) -> None:
+    stage = state / "staging"
+    atomic_write_json(state / "swap.json", {"new": sorted(p.name for p in stage.iterdir()), "old": sorted(_old_names(out))})
+    _finish_swap(out, state)
+
+
+def _prepare_state(out: Path, state: Path, resume: bool) -> None:
+    """Fresh staging for a new bake; for a resumed one, keep its staging and checkpoints."""
+    stage, checkpoints = state / "staging", state / "checkpoints"
+    if not resume:
+        shutil.rmtree(stage, ignore_errors=True)
+        shutil.rmtree(checkpoints, ignore_errors=True)
+    elif not checkpoints.is_dir() or not any(checkpoints.glob("*.pt")):
+        raise TrainingError(
+            "there is no checkpoint to resume from in this output folder.",
+            path=out,
+            field="--resume",
+            fix="run without --resume to start a new bake.",
+        )
+    for folder in (stage, checkpoints):
+        folder.mkdir(parents=True, exist_ok=True)
+    log = stage / "events.jsonl"
+    if resume and not log.exists() and (out / "events.jsonl").is_file():
+        shutil.copyfile(out / "events.jsonl", log)  # resuming a finished bake (more steps): one log
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+
+def run_bake(
+    bake: Bake[C],
+    config: C,
+    out_dir: str | Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    sinks: list[EventSink] | None = None,
+    on_step: Callable[[Trainer, int], None] | None = None,
+) -> dict[str, Any]:
+    """Run ``bake`` with ``config`` into ``out_dir`` (see the module docstring); return the report.
+
+    ``sinks`` receive every event (the service subscribes here); ``on_step`` is called after every
+    training step of every phase (tests inject faults with it). Raises
+    :class:`~neuralbake.nn.trainer.TrainingInterrupted` when stopped by Ctrl-C or SIGTERM (the
+    staging folder and checkpoints are kept for ``resume=True``); on any other error the staging
+    folder is removed and the output folder keeps its previous bake untouched.
+    """
+    wall_start = time.perf_counter()
+    config = copy.deepcopy(config)  # the caller's object stays as given
+    device = resolve_device(getattr(config, "device", "auto"))
+    chosen = apply_defaults(bake, config, device)
+    config.validate()  # type: ignore[attr-defined]
+    out = prepare_output_dir(out_dir)
+    state = out / STATE_DIR
+    state.mkdir(exist_ok=True)
+    with _folder_lock(state / "lock", out):
+        _finish_swap(out, state)
+        _prepare_state(out, state, resume)
+        stage = state / "staging"
+        save_config(stage / "config.json", config)
+        if chosen:
+            where = "GPU" if device.type == "cuda" else "CPU"
+            shown = ", ".join(f"{name.rsplit('.', 1)[-1]} {_show(value)}" for name, value in chosen.items())
+            if progress:
+                Console(stderr=True).print(f"{where} defaults: {shown} (flags or --config choose others)", highlight=False, markup=False)
+        seed_everything(_seed_of(config))
+        all_sinks: list[EventSink] = [JsonlSink(stage / "events.jsonl"), *(sinks or [])]
+        if progress:
+            all_sinks.append(ProgressSink(bake.title or bake.name.replace("_", " "), console=Console(stderr=True)))
+        events = EventWriter(all_sinks)
+        run = BakeRun(bake=bake, config=config, device=device, out=out, state=state, events=events, resume=resume, progress=progress, on_step=on_step)
+        try:
+            events.emit("bake", bake=bake.name, out=str(out), device=str(device), resumed=resume, device_defaults=chosen)
+            outcome = bake.body(run)
+            events.emit("done", bake=bake.name, wall_seconds=round(time.perf_counter() - wall_start, 3))
+        except TrainingInterrupted:
+            events.close()
+            raise
+        except BaseException:
+            events.close()
+            shutil.rmtree(stage, ignore_errors=True)
+            shutil.rmtree(run.checkpoints, ignore_errors=True)
+            raise
+        events.close()
+        history = run.history()
+        if outcome.curve_title is not None and history:
+            plot_loss_curve(stage / "loss.png", history, title=outcome.curve_title, quality_key=outcome.quality_key)
+        report = write_report(
+            stage / "report.json",
+            bake=bake.name,
+            device=device,
+            metrics=outcome.metrics,
+            **outcome.fields,
+            device_defaults=chosen,
+            resumed=resume,
+            wall_seconds=round(time.perf_counter() - wall_start, 3),
+        )
+        write_bake_manifest(stage, bake=bake.name)
+        _swap_in(out, state)
+    return report
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, tuple | list):
+        return "x".join(str(v) for v in value)
+    return str(value)

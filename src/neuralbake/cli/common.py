@@ -1,0 +1,394 @@
+"""What every neuralbake command shares: bake commands generated from config dataclasses, one
+error handler, and the plain-text closing line.
+
+:func:`bake_command` turns a :class:`~neuralbake.bakes.run.Bake` into a typer command: one option
+per config field (nested configs' fields too, grouped under their own heading in ``--help``), its
+help the field's docstring and its shown default the dataclass default. Every option's CLI default
+is ``None``, so settings resolve as: the dataclass default, then ``--config FILE`` (JSON or TOML),
+then the flags actually given — an untouched flag never overrides the file. Every bake command has
+the same common options: ``--config``, ``--out``, ``--device``, ``--seed``, ``--resume``,
+``--quiet``. Values from the command line go through the same typed checks as a config file
+(:func:`neuralbake.core.config.config_from_dict`), so a bad value is an error naming the option.
+
+Errors (:func:`run_action`): a :class:`~neuralbake.errors.NeuralbakeError` prints
+``error: <message>`` on stderr and exits 2; a run stopped with Ctrl-C or SIGTERM after saving its
+checkpoint prints ``stopped: ...`` and exits 130. Anything else is a bug and keeps its traceback.
+Messages are printed as text, never as rich markup. A command that fails removes the output
+folder it created itself; a folder that existed before is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import shutil
+import types
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.text import Text
+from typer.core import TyperGroup
+
+from neuralbake.bakes import run as bake_runner
+from neuralbake.bakes.run import Bake
+from neuralbake.core.config import config_from_dict, field_docs, load_config
+from neuralbake.errors import ConfigError, NeuralbakeError
+from neuralbake.nn.trainer import TrainingInterrupted
+
+__all__ = [
+    "Arg",
+    "DefaultSubcommandGroup",
+    "bake_command",
+    "config_flags",
+    "option_help",
+    "parse_size",
+    "print_done",
+    "run_action",
+]
+
+_err = Console(stderr=True)
+_out = Console()
+T = TypeVar("T")
+
+COMMON_OPTIONS = ("config", "out", "device", "seed", "resume", "quiet")
+"""Options every bake command has."""
+
+LEAF_RENAMES = {"learning_rate": "lr"}
+"""Short flag names used by every bake for these config fields."""
+
+_PANELS = {"train": "Training", "network": "Network", "decoder": "Decoder"}
+"""``--help`` headings for nested configs."""
+
+
+# -- outcome --------------------------------------------------------------------------------
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of ``path`` that does not exist yet (what a run would create)."""
+    path = path.absolute()
+    if path.exists():
+        return None
+    while not path.parent.exists() and path.parent != path:
+        path = path.parent
+    return path
+
+
+def _remove_created(created: Path | None) -> None:
+    if created is not None and created.is_dir() and not created.is_symlink():
+        shutil.rmtree(created, ignore_errors=True)
+
+
+def run_action(action: Callable[[], T], *, out: Path | None = None) -> T:
+    """Run ``action``, turning neuralbake errors into a one-line message and an exit code.
+
+    ``out``: the command's output folder (or file); if the command creates it and then fails with
+    an error (not an interrupt that saved a checkpoint), it is removed again.
+    """
+    created = _first_missing(out) if out is not None else None
+    try:
+        return action()
+    except TrainingInterrupted as exc:
+        _err.print(Text.assemble(("stopped:", "yellow"), " ", str(exc)), highlight=False)
+        raise typer.Exit(130) from exc
+    except NeuralbakeError as exc:
+        _remove_created(created)
+        _err.print(Text.assemble(("error:", "red"), " ", str(exc)), highlight=False)
+        raise typer.Exit(2) from exc
+    except BaseException:
+        _remove_created(created)
+        raise
+
+
+def print_done(message: str) -> None:
+    """Print a command's closing summary: ``done`` and ``message``, as plain text."""
+    _out.print(Text.assemble(("done", "bold green"), " ", message), highlight=False)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, tuple | list):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def option_help(cls: type, name: str, instance: Any | None = None, *, extra: str = "") -> str:
+    """An option's help: the config field's docstring, ``extra``, and ``[default: X]`` from ``instance``.
+
+    A ``None`` default is not shown (the docstring says what ``None`` means). Docstring markup
+    (double backticks) is reduced to single ones, and square brackets are escaped so that rich
+    shows them instead of reading them as style tags.
+    """
+    text = " ".join(part for part in (field_docs(cls).get(name, ""), extra) if part).replace("``", "`")
+    text = text.replace("[", "\\[")
+    if instance is not None and getattr(instance, name) is not None:
+        text += f" \\[default: {_shown(getattr(instance, name))}]"
+    return text
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """Parse ``WxH`` (or ``N`` for N x N) into ``(width, height)``."""
+    parts = text.lower().replace("×", "x").split("x")
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        values = []
+    if len(values) == 1:
+        values = values * 2
+    if len(values) != 2 or min(values) < 1:
+        raise typer.BadParameter(f"{text!r} is not a size; write WIDTHxHEIGHT, e.g. 512x512.")
+    return values[0], values[1]
+
+
+class DefaultSubcommandGroup(TyperGroup):
+    """A group that runs its ``bake`` subcommand when the first argument names no subcommand.
+
+    So ``neuralbake texture photo.png`` and ``neuralbake texture bake photo.png`` are the same,
+    while ``neuralbake texture infer DIR`` still reaches ``infer``.
+    """
+
+    default_command = "bake"
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = [self.default_command, *args]
+        return super().parse_args(ctx, args)
+
+
+# -- options from configs -------------------------------------------------------------------
+
+
+@dataclass
+class Flag:
+    """One generated option: a config field (dotted path) and how the command line spells it."""
+
+    path: str
+    """Dotted field path in the config (``train.learning_rate``)."""
+    name: str
+    """Option name without dashes (``lr``)."""
+    hint: Any
+    """The field's type."""
+    help: str
+    """Help text (docstring and shown default)."""
+    panel: str | None
+    """Heading in ``--help`` (the nested config's name), ``None`` for top-level fields."""
+
+    @property
+    def param(self) -> str:
+        """The Python parameter name of the generated command."""
+        return "opt_" + self.path.replace(".", "__")
+
+
+@dataclass
+class Arg:
+    """A positional argument that sets a config field."""
+
+    field: str
+    """Dotted config field it sets."""
+    help: str
+    """Help text."""
+    many: bool = False
+    """Takes one or more values (the field is a list)."""
+    optional: bool = False
+    """May be left out (the field keeps its default)."""
+    metavar: str | None = None
+    """Name shown in usage (default: the field name in capitals)."""
+
+
+def _strip_optional(hint: Any) -> Any:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return hint
+
+
+def config_flags(config_type: type, *, rename: dict[str, str] | None = None, skip: Sequence[str] = ()) -> list[Flag]:
+    """Every settable field of ``config_type`` (nested dataclasses flattened) as a :class:`Flag`.
+
+    ``rename`` maps dotted paths to option names; fields named in :data:`LEAF_RENAMES` get their
+    short names. Two fields that would share an option name are a programming error.
+    """
+    rename = rename or {}
+    flags: list[Flag] = []
+
+    def walk(cls: type, instance: Any, prefix: str, panel: str | None) -> None:
+        hints = typing.get_type_hints(cls)
+        for item in dataclasses.fields(cls):
+            if not item.init:
+                continue
+            path = prefix + item.name
+            if path in skip:
+                continue
+            hint = hints[item.name]
+            if dataclasses.is_dataclass(hint):
+                walk(hint, getattr(instance, item.name), path + ".", panel or _PANELS.get(item.name, item.name.replace("_", " ").capitalize()))
+                continue
+            name = rename.get(path, LEAF_RENAMES.get(item.name, item.name)).replace("_", "-")
+            flags.append(Flag(path, name, hint, option_help(cls, item.name, instance), panel))
+
+    walk(config_type, config_type(), "", None)
+    names = [flag.name for flag in flags]
+    clashes = sorted({name for name in names if names.count(name) > 1})
+    if clashes:
+        raise RuntimeError(f"{config_type.__name__}: options {clashes} come from more than one field; rename one.")
+    return flags
+
+
+def _cli_type(hint: Any) -> tuple[Any, dict[str, Any]]:
+    """The typer annotation for a field type, and extra typer.Option keywords."""
+    base = _strip_optional(hint)
+    origin = typing.get_origin(base)
+    if base is bool:
+        return bool | None, {}
+    if base in (int, float, str):
+        return base | None, {}
+    if origin is typing.Literal:
+        return str | None, {"metavar": "|".join(str(c) for c in typing.get_args(base))}
+    if origin in (tuple, list):
+        args = typing.get_args(base)
+        if origin is tuple and args == (int, int):
+            return str | None, {"metavar": "WxH"}
+        return str | None, {"metavar": "A,B,..."}
+    return str | None, {}
+
+
+def _from_text(flag_name: str, hint: Any, value: Any) -> Any:
+    """Turn a command-line value into JSON-like data for ``config_from_dict`` (which checks types)."""
+    base = _strip_optional(hint)
+    origin = typing.get_origin(base)
+    if not isinstance(value, str) or origin not in (tuple, list):
+        return value
+    args = typing.get_args(base)
+    if origin is tuple and args == (int, int):
+        try:
+            return list(parse_size(value))
+        except typer.BadParameter as exc:
+            raise ConfigError(str(exc.message), field=f"--{flag_name}", fix="write WIDTHxHEIGHT, e.g. 512x512.") from exc
+    item = args[0] if args else str
+    parts = [part.strip() for part in value.split(",") if part.strip()]
+    if item in (int, float):
+        try:
+            return [item(part) for part in parts]
+        except ValueError as exc:
+            raise ConfigError(f"{value!r} is not a comma-separated list of {item.__name__}s.", field=f"--{flag_name}", fix="write e.g. 1,2,3.") from exc
+    return parts
+
+
+def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        data = data.setdefault(part, {})
+    data[last] = value
+
+
+def _config_data(config: Any) -> dict[str, Any]:
+    """A config as plain data (init fields only), ready for ``config_from_dict``."""
+    data: dict[str, Any] = {}
+    for item in dataclasses.fields(config):
+        if not item.init:
+            continue
+        value = getattr(config, item.name)
+        data[item.name] = _config_data(value) if dataclasses.is_dataclass(value) else value
+    return data
+
+
+def resolve_config(config_type: type[T], config_file: Path | None, values: dict[str, Any], flags: Sequence[Flag]) -> T:
+    """Defaults, then ``config_file``, then the given values (``{dotted path: value}``; ``None`` = not given)."""
+    base = load_config(config_type, config_file) if config_file is not None else config_type()
+    data = _config_data(base)
+    by_path = {flag.path: flag for flag in flags}
+    for path, value in values.items():
+        if value is None:
+            continue
+        flag = by_path.get(path)
+        _set_path(data, path, _from_text(flag.name if flag else path, flag.hint if flag else Any, value))
+    return config_from_dict(config_type, data, source="the command line" if config_file is None else f"{config_file} + the command line")
+
+
+def bake_command(
+    app: typer.Typer,
+    command_name: str,
+    bake: Bake[Any],
+    *,
+    help: str,
+    arguments: Sequence[Arg] = (),
+    rename: dict[str, str] | None = None,
+    skip: Sequence[str] = (),
+    out_help: str = "Output folder for the bundle, pictures and report.",
+    summary: Callable[[dict[str, Any], Path], str] | None = None,
+) -> Callable[..., None]:
+    """Register ``command_name`` on ``app``: a command generated from ``bake.config_type``.
+
+    The command resolves the config and hands it to :func:`neuralbake.bakes.run.run_bake`;
+    ``summary(report, out)`` is the closing line. Every generated command is listed in
+    :data:`BAKE_COMMANDS` (the precedence test walks them all).
+    """
+    config_type = bake.config_type
+    flags = config_flags(config_type, rename=rename, skip=[*skip, *(a.field for a in arguments)])
+    missing = {"device", "seed"} - {flag.name for flag in flags}
+    if missing:
+        raise RuntimeError(f"{config_type.__name__} lacks fields for the common options {sorted(missing)}.")
+    parameters: list[inspect.Parameter] = []
+    for arg in arguments:
+        annotation = list[Path] if arg.many else Path
+        if arg.optional:
+            annotation = annotation | None
+        info = typer.Argument(help=arg.help, metavar=arg.metavar, show_default=False)
+        parameters.append(inspect.Parameter("arg_" + arg.field.replace(".", "__"), inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                            annotation=Annotated[annotation, info], default=None if arg.optional else inspect.Parameter.empty))
+    out_info = typer.Option("--out", "-o", help=out_help, show_default=False)
+    parameters.append(inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[Path, out_info]))
+    for flag in flags:
+        annotation, extra = _cli_type(flag.hint)
+        decl = f"--{flag.name}/--no-{flag.name}" if _strip_optional(flag.hint) is bool else f"--{flag.name}"
+        info = typer.Option(decl, help=flag.help, rich_help_panel=flag.panel, show_default=False, **extra)
+        parameters.append(inspect.Parameter(flag.param, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[annotation, info], default=None))
+    common = {
+        "config": (Path | None, typer.Option("--config", help="Load settings from a JSON or TOML file (flags given here win).", show_default=False), None),
+        "resume": (bool, typer.Option("--resume", help="Continue the interrupted (or finished) bake in --out from its checkpoints."), False),
+        "quiet": (bool, typer.Option("--quiet", "-q", help="No progress bars or notes on stderr."), False),
+    }
+    for name, (annotation, info, default) in common.items():
+        parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[annotation, info], default=default))
+
+    def command(**given: Any) -> None:
+        out: Path = given["out"]
+
+        def action() -> dict[str, Any]:
+            values = {flag.path: given[flag.param] for flag in flags}
+            for arg in arguments:
+                value = given["arg_" + arg.field.replace(".", "__")]
+                if value is not None:
+                    values[arg.field] = [str(v) for v in value] if arg.many else str(value)
+            config = resolve_config(config_type, given["config"], values, flags)
+            return bake_runner.run_bake(bake, config, out, resume=given["resume"], progress=not given["quiet"])
+
+        report = run_action(action, out=out)
+        print_done(summary(report, out) if summary else f"{bake.name.replace('_', ' ')} -> {out}")
+
+    command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    command.__annotations__ = {}
+    command.__doc__ = help
+    command.__name__ = command_name.replace("-", "_")
+    app.command(command_name, help=help)(command)
+    BAKE_COMMANDS.append(BakeCommand(bake, command_name, list(arguments), flags, command))
+    return command
+
+
+@dataclass
+class BakeCommand:
+    """A generated bake command, as registered."""
+
+    bake: Bake[Any]
+    name: str
+    arguments: list[Arg]
+    flags: list[Flag]
+    function: Callable[..., None]
+
+
+BAKE_COMMANDS: list[BakeCommand] = []
+"""Every command made by :func:`bake_command`, in registration order."""

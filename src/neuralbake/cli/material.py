@@ -1,0 +1,229 @@
+"""``neuralbake material``: preview layered materials, bake them into neural materials, render,
+export and pack those as shaders.
+
+Material files are neuralbake JSON materials (docs/material-format.md) or MaterialX documents.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from neuralbake.cli.common import print_done, run_action
+
+__all__ = ["register"]
+
+_out = Console()
+
+material_app = typer.Typer(
+    help="Layered materials (.json or MaterialX .mtlx): preview them, bake them into neural materials, render, export and pack those as shaders.",
+    no_args_is_help=True,
+)
+
+
+@material_app.command("preview")
+def material_preview(
+    material: Annotated[Path, typer.Argument(help="A neuralbake material (.json, docs/material-format.md) or a MaterialX document (.mtlx).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for the PNG and EXR previews and report.json.")],
+    size: Annotated[int, typer.Option(help="Image side in pixels.")] = 256,
+    spp: Annotated[int, typer.Option(help="Camera samples per pixel (each with a light and a BSDF sample).")] = 64,
+    light: Annotated[str, typer.Option(help="both, directional or environment.")] = "both",
+    environment: Annotated[Path | None, typer.Option(help="Equirectangular HDR map (.exr, .hdr or PNG). \\[default: a procedural sky with a sun]")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Render a material on a sphere and a tile under a directional light and an HDR environment."""
+
+    def action() -> dict[str, Any]:
+        from neuralbake.core.device import resolve_device
+        from neuralbake.core.report import write_report
+        from neuralbake.io.files import prepare_output_dir
+        from neuralbake.material.loader import load_material
+        from neuralbake.render.preview import render_preview, write_preview
+
+        torch_device = resolve_device(device)
+        compiled = load_material(material, device=torch_device)
+        folder = prepare_output_dir(out)
+        from neuralbake.core.events import progress_task
+        from neuralbake.render.preview import SCENES
+
+        with progress_task("rendering", len(SCENES) * size * size, enabled=not quiet, unit="pixels") as advance:
+            images = render_preview(
+                compiled, size=size, spp=spp, light=light, environment=environment, device=torch_device, seed=seed, progress=advance
+            )
+        files = write_preview(images, folder)
+        stats = dict(images.stats)
+        write_report(
+            folder / "report.json",
+            bake="material_preview",
+            device=torch_device,
+            metrics={"bsdf_evaluations_per_second": stats.get("bsdf_evaluations_per_second")},
+            material=str(material),
+            render=stats,
+            files={name: Path(path).name for name, path in files.items()},
+        )
+        return stats
+
+    stats = run_action(action, out=out)
+    print_done(
+        f"{stats['size']}x{stats['size']} at {stats['spp']} spp in {stats['seconds']:.1f} s: "
+        f"{stats['bsdf_evaluations_per_second'] / 1e6:.3f} M BSDF samples/s -> {out}",
+    )
+
+
+@material_app.command("bake")
+def material_bake(
+    material: Annotated[Path, typer.Argument(help="A neuralbake material (.json) or a MaterialX document (.mtlx).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for the latent texture, decoder bundle, comparison and report.")],
+    latent: Annotated[int, typer.Option(help="Latent channels per texel (4, 8 or 16).")] = 8,
+    resolution: Annotated[int, typer.Option(help="Latent texture side in texels (mip 0).")] = 512,
+    steps: Annotated[int, typer.Option(help="Training steps.")] = 2000,
+    batch_size: Annotated[int, typer.Option(help="(uv, wi, wo) samples per step.")] = 4096,
+    lr: Annotated[float, typer.Option(help="Peak Adam learning rate.")] = 0.005,
+    seed: Annotated[int, typer.Option(help="Seed for initialisation and sampling.")] = 0,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    compare_size: Annotated[int, typer.Option(help="Side of the reference-vs-neural preview renders that score the bake.")] = 128,
+    compare_spp: Annotated[int, typer.Option(help="Samples per pixel of those renders.")] = 32,
+    shared_decoder: Annotated[Path | None, typer.Option(help="A baked neural material whose first decoder layer(s) this bake reuses, frozen.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted bake in --out.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Bake a layered material into a latent texture + decoder MLP (a neural material)."""
+
+    def action() -> dict[str, Any]:
+        from neuralbake.bakes.neural_material import NeuralMaterialConfig, bake_neural_material
+
+        config = NeuralMaterialConfig(
+            material=str(material), latent=latent, resolution=resolution, batch_size=batch_size, device=device,
+            compare_size=compare_size, compare_spp=compare_spp, shared_decoder=str(shared_decoder or ""),
+        )
+        config.train = dataclasses.replace(config.train, steps=steps, learning_rate=lr, seed=seed)
+        return bake_neural_material(config, out, resume=resume, progress=not quiet)
+
+    report = run_action(action, out=out)
+    print_done(
+        f"{report['steps']} steps in {report['seconds']:.1f} s: PSNR {report['psnr_db']:.2f} dB, FLIP {report['flip']:.3f} "
+        f"on preview renders vs the reference (8-bit latents on texture views: {report['texture_views']['psnr_u8_latents_db']:.2f} dB "
+        f"vs {report['texture_views']['psnr_db']:.2f} dB), decoder {report['decoder_params']} parameters, "
+        f"{report['throughput']['speedup']:.1f}x the reference's samples/s on {report['device']['type']} -> {out}",
+    )
+
+
+@material_app.command("render")
+def material_render(
+    bundle: Annotated[Path, typer.Argument(help="A neural material folder written by `neuralbake material bake`.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for comparison.png, the EXRs and report.json.")],
+    material: Annotated[Path | None, typer.Option(help="The reference material, if not at the path the bundle recorded.")] = None,
+    allow_other_material: Annotated[
+        bool,
+        typer.Option("--allow-other-material", help="Compare against --material even if it is not the material the bundle was baked from."),
+    ] = False,
+    size: Annotated[int | None, typer.Option(help="Image side in pixels. \\[default: 256 on a GPU, 128 on a CPU]")] = None,
+    spp: Annotated[int | None, typer.Option(help="Camera samples per pixel, the same directions for both materials. \\[default: 64 on a GPU, 16 on a CPU]")] = None,
+    precision: Annotated[str, typer.Option(help="Decoder and latent precision: fp16 (as shipped) or fp32.")] = "fp16",
+    u8: Annotated[bool, typer.Option("--u8", help="Use the 8-bit latent texture.")] = False,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Render a neural material and its reference on the preview scenes: reference | neural | FLIP error."""
+
+    def action() -> dict[str, Any]:
+        from neuralbake.bakes.neural_material import render_neural_material
+        from neuralbake.core.device import resolve_device
+
+        if precision not in ("fp16", "fp32"):
+            from neuralbake.errors import ConfigError
+
+            raise ConfigError(f"unknown precision {precision!r}.", field="--precision", fix="use fp16 or fp32.")
+        on_gpu = resolve_device(device).type == "cuda"
+        side = size if size is not None else (256 if on_gpu else 128)
+        samples = spp if spp is not None else (64 if on_gpu else 16)
+        if size is None or spp is None:
+            _out.print(f"rendering {side}x{side} at {samples} spp ({'GPU' if on_gpu else 'CPU'} defaults; --size and --spp choose)", highlight=False, markup=False)
+        return render_neural_material(
+            bundle, out, material=material, size=side, spp=samples, precision=precision, quantized=u8, device=device,  # type: ignore[arg-type]
+            allow_other_material=allow_other_material, progress=not quiet,
+        )
+
+    report = run_action(action, out=out)
+    scenes = ", ".join(f"{name} {s['psnr_db']:.2f} dB / FLIP {s['flip']:.3f}" for name, s in report["scenes"].items())
+    print_done(f"{scenes} -> {out / 'comparison.png'}")
+
+
+_PRECISION_HELP = "Weight storage in the shader's buffer: fp32 or fp16 (arithmetic is fp32 either way)."
+_LATENTS_HELP = "Latent storage: fp16, or u8 (8-bit codes with a per-channel scale and offset)."
+
+
+def _summary(written: Any) -> str:
+    weights, latents = written.weights.stat().st_size, written.latents.stat().st_size
+    return (
+        f"{written.slang.name} + {written.hlsl.name}, weights {weights} B, latents {latents} B "
+        f"({', '.join(written.materials)}) -> {written.slang.parent}"
+    )
+
+
+def material_export(
+    bundle: Annotated[Path, typer.Argument(help="A neural material folder written by `neuralbake material bake`.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for the .slang/.hlsl shaders, their buffers and the shader manifest.")],
+    precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "fp16",
+    latents: Annotated[str, typer.Option(help=_LATENTS_HELP)] = "fp16",
+    name: Annotated[str | None, typer.Option(help="Shader name (nb_NAME_eval); default: the baked material's file name.")] = None,
+) -> None:
+    """Export a neural material as a Slang module and HLSL: nb_NAME_eval(uv, wi, wo, mip) -> f cos."""
+
+    def action() -> Any:
+        from neuralbake.export.neural_material import export_neural_material_shader
+
+        return export_neural_material_shader(bundle, out, precision=precision, latent_format=latents, name=name)
+
+    print_done(_summary(run_action(action, out=out)))
+
+
+def material_pack(
+    materials: Annotated[list[Path], typer.Argument(help="Materials (.json, .mtlx; baked here) or baked neural material folders; material ids follow this order.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder: materials/<name>/ bakes, shader/ (Slang, HLSL, buffers, manifest), pack.json.")],
+    share: Annotated[bool, typer.Option("--share/--no-share", help="Later materials reuse the first one's leading decoder layers (stored once).")] = True,
+    shared_layers: Annotated[int, typer.Option(help="How many leading decoder layers are shared.")] = 1,
+    latent: Annotated[int, typer.Option(help="Latent channels per texel (one architecture for the whole pack).")] = 8,
+    resolution: Annotated[int, typer.Option(help="Latent texture side in texels.")] = 512,
+    steps: Annotated[int, typer.Option(help="Training steps per material.")] = 2000,
+    batch_size: Annotated[int, typer.Option(help="(uv, wi, wo) samples per step.")] = 4096,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "fp16",
+    latents: Annotated[str, typer.Option(help=_LATENTS_HELP)] = "fp16",
+    compare_size: Annotated[int, typer.Option(help="Side of each bake's reference-vs-neural preview renders.")] = 128,
+    compare_spp: Annotated[int, typer.Option(help="Samples per pixel of those renders.")] = 32,
+    name: Annotated[str, typer.Option(help="Shader name: nb_NAME_eval(material_id, uv, wi, wo, mip).")] = "material_pack",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+) -> None:
+    """Bake and pack materials into one shader: a material-id switch, one weight buffer (shared layers once), one latent buffer."""
+
+    def action() -> Any:
+        import dataclasses
+
+        from neuralbake.bakes.material_pack import pack_materials
+        from neuralbake.bakes.neural_material import NeuralMaterialConfig
+
+        template = NeuralMaterialConfig(material="-", latent=latent, resolution=resolution, batch_size=batch_size, device=device, shared_layers=shared_layers,
+                                       compare_size=compare_size, compare_spp=compare_spp)
+        template.train = dataclasses.replace(template.train, steps=steps)
+        return pack_materials(materials, out, template, share=share, progress=not quiet, precision=precision, latent_format=latents, name=name)
+
+    summary = run_action(action, out=out)
+    print_done(f"{len(summary['materials'])} materials -> {out / 'shader'}")
+    for entry in summary["materials"]:
+        bake = summary["bakes"].get(entry["name"])
+        quality = f" (baked: PSNR {bake['psnr_db']:.2f} dB, FLIP {bake['flip']:.3f})" if bake else ""
+        _out.print(f"  id {entry['id']}: {entry['name']}{quality}", highlight=False, markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``material`` (preview, bake, render, export, pack) to the main CLI."""
+    material_app.command("export")(material_export)
+    material_app.command("pack")(material_pack)
+    app.add_typer(material_app, name="material")

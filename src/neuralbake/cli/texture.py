@@ -1,0 +1,77 @@
+"""``neuralbake texture``: bake a neural texture from an image, and render a baked one at any size.
+
+``neuralbake texture IMAGE --out DIR`` is short for ``neuralbake texture bake IMAGE --out DIR``.
+The bake command is generated from :class:`~neuralbake.bakes.neural_texture.NeuralTextureConfig`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from neuralbake.bakes.neural_texture import NEURAL_TEXTURE, render_saved_network
+from neuralbake.cli.common import Arg, DefaultSubcommandGroup, bake_command, parse_size, run_action
+from neuralbake.errors import InputError
+
+__all__ = ["register"]
+
+texture_app = typer.Typer(
+    cls=DefaultSubcommandGroup,
+    help="Neural texture (RTX Neural Shaders simple training): learn an image as a tiny MLP of UV. "
+    "`neuralbake texture IMAGE --out DIR` is short for `neuralbake texture bake IMAGE --out DIR`.",
+    no_args_is_help=True,
+)
+
+
+def _summary(report: dict[str, Any], out: Path) -> str:
+    low_key = f"psnr_{report['precision']}_db"
+    return (
+        f"{report['steps']} steps in {report['seconds']:.1f} s on {report['device']['name']} "
+        f"({report['device']['type']}): PSNR {report['psnr_db']:.2f} dB (fp32 weights), "
+        f"{report[low_key]:.2f} dB ({report['precision']}), {report['params']} parameters -> {out}"
+    )
+
+
+bake_command(
+    texture_app,
+    "bake",
+    NEURAL_TEXTURE,
+    help="Train a neural texture from IMAGE and write network, preview, loss curve and report to --out.",
+    arguments=[Arg("image", "Reference image (PNG, JPEG, TGA, BMP, TIFF; 8/16-bit; grey, RGB or RGBA).")],
+    rename={"texture_size": "size", "network.hidden_activation": "activation"},
+    skip=["network.outputs", "network.coordinates"],
+    summary=_summary,
+)
+
+
+@texture_app.command("infer")
+def texture_infer(
+    bundle: Annotated[Path, typer.Argument(help="Folder written by `neuralbake texture` (holds network.json).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="PNG file to write.")],
+    size: Annotated[str, typer.Option(help="Output size WxH.")] = "512x512",
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    precision: Annotated[str, typer.Option(help="Inference precision: fp32, fp16 (as a shader would run it) or bf16.")] = "fp32",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Render a saved neural texture at any size."""
+    width, height = parse_size(size)
+
+    def action() -> Path:
+        if out.is_dir():
+            raise InputError("--out names a folder; infer writes one PNG file.", path=out, field="--out", fix="pass a file name such as big.png.")
+        if out.suffix.lower() != ".png":
+            raise InputError(
+                f"infer writes PNG images, but --out ends in {out.suffix or '(no extension)'!r}.", path=out, field="--out", fix="name the output *.png."
+            )
+        return render_saved_network(bundle, width, height, out, device=device, precision=precision, progress=not quiet)
+
+    path = run_action(action, out=out.parent)
+    Console().print(f"wrote {path} ({width}x{height})", highlight=False, markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``texture`` (bake, infer) to the main CLI."""
+    app.add_typer(texture_app, name="texture")

@@ -1,0 +1,261 @@
+"""HLSL and Slang code of an exported neural material shader: latent fetch, decoder input assembly,
+decoder, output transform, the material switch and the compute entry point.
+
+Generated functions (``<m>`` a material name, ``<module>`` the module name; for a single
+material they are the same):
+
+- ``float3 nb_<m>_eval(float2 uv, float3 wi, float3 wo, uint mip)``: bilinear, repeat-wrapped
+  latent lookup at ``uv`` in mip ``mip`` (clamped to the last level), decoder input
+  ``[latent, direction features...]`` (``wi``, ``wo`` and/or ``half = normalize(wi + wo)``, in the
+  order of the manifest's ``architecture.direction_inputs``; local frame, normal +z), decoder,
+  then ``max(exp(y) - 1, 0)``; zero unless ``wi.z > 0`` and ``wo.z > 0``. Exactly
+  ``NeuralMaterial.latent_at`` followed by ``NeuralMaterial.evaluate``.
+- pack only: ``float3 nb_<module>_eval(uint material_id, float2 uv, float3 wi, float3 wo, uint
+  mip)``, a ``switch (material_id)`` over the packed materials (ids in the order given, also as
+  ``NB_<MODULE>_ID_<M>`` constants); unknown ids give black.
+- ``nb_<module>_kernel``: a 64-thread compute entry point for batch use and testing. Point ``p``
+  reads ``u, v, wi.xyz, wo.xyz`` from ``StructuredBuffer<float> nb_<module>_points[p * 8 + k]``,
+  its mip from ``StructuredBuffer<uint> nb_<module>_mips[p]`` (and in a pack its material from
+  ``nb_<module>_material_ids[p]``) and writes ``RWStructuredBuffer<float> nb_<module>_values[p * 3
+  + c]``; the point count is ``cbuffer nb_<module>_constants { uint nb_<module>_point_count; }``.
+
+Bindings: ``ByteAddressBuffer nb_<module>_weights`` (``<module>.weights.<precision>.bin``) and
+``ByteAddressBuffer nb_<module>_latents`` (``<module>.latents.<format>.bin``).
+
+The decoder functions come from :mod:`neuralbake.export.slang` (the generator every exported MLP
+uses); the buffers they read are laid out by :mod:`neuralbake.export.neural_material_layout`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from neuralbake.export.neural_material_layout import ExportMaterial
+from neuralbake.export.slang import THREADS_PER_GROUP, generate_mlp_hlsl, generate_mlp_slang
+
+__all__ = ["POINT_FLOATS", "generate_material_shader"]
+
+POINT_FLOATS = 8
+"""Floats per point in the compute entry point's input buffer: u, v, wi.xyz, wo.xyz."""
+
+def _decoder_code(language: str, material: ExportMaterial, table: list[dict[str, Any]], precision: str, module: str) -> str:
+    """The decoder function ``nb_<m>_decoder`` from the MLP generator, without its test kernel and bindings."""
+    function = f"nb_{material.name}_decoder"
+    generate = generate_mlp_slang if language == "slang" else generate_mlp_hlsl
+    source = generate(
+        table,
+        hidden_activation=material.fields["architecture.hidden_activation"],
+        output_activation=material.fields["architecture.output_activation"],
+        leak=material.fields["architecture.leak"],
+        precision=precision,
+        function_name=function,
+    )
+    # The generator ends every module with its own bindings and compute kernel; a material module
+    # binds one weight buffer for all its decoders and has its own kernel, so cut them off.
+    marker = f"\nByteAddressBuffer {function}_weights;"
+    if source.count(marker) != 1:
+        raise RuntimeError(f"the MLP generator's output no longer has one {marker.strip()!r} line to cut at")
+    # Its header tells users to bind the bundle's own buffer; here the offsets are into the shared one.
+    lines = [line for line in source.split(marker)[0].rstrip().splitlines() if not line.startswith("// Bind the bundle's")]
+    return "\n".join([*lines, f"// The offsets above are bytes into nb_{module}_weights.", ""])
+
+
+def _uint_array(name: str, values: Sequence[int]) -> str:
+    return f"static const uint {name}[{len(values)}] = {{ {', '.join(str(int(v)) for v in values)} }};"
+
+
+def _latent_code(material: ExportMaterial, table: list[dict[str, int]], module: str, latent_format: str) -> list[str]:
+    m, M = material.name, material.name.upper()
+    channels = material.fields["latent.channels"]
+    lines = [
+        f"static const uint NB_{M}_CHANNELS = {channels};",
+        f"static const uint NB_{M}_MIP_LEVELS = {len(table)};",
+        f"// Byte offsets into nb_{module}_latents of each mip level's texels, and the level sizes.",
+        _uint_array(f"NB_{M}_MIP_OFFSET", [entry["offset"] for entry in table]),
+        _uint_array(f"NB_{M}_MIP_WIDTH", [entry["width"] for entry in table]),
+        _uint_array(f"NB_{M}_MIP_HEIGHT", [entry["height"] for entry in table]),
+    ]
+    if latent_format == "u8":
+        lines += [
+            "// Byte offsets of each level's fp32 scale[CHANNELS] then offset[CHANNELS].",
+            _uint_array(f"NB_{M}_MIP_SCALE_OFFSET", [entry["scale_offset"] for entry in table]),
+        ]
+    lines += ["", f"float nb_{m}_latent_value(uint level, uint texel, uint channel)", "{"]
+    if latent_format == "fp16":
+        lines.append(f"    return nb_{module}_load_half(NB_{M}_MIP_OFFSET[level] + (texel * NB_{M}_CHANNELS + channel) * 2u);")
+    else:
+        lines += [
+            f"    float code = float(nb_{module}_load_byte(NB_{M}_MIP_OFFSET[level] + texel * NB_{M}_CHANNELS + channel));",
+            f"    uint table = NB_{M}_MIP_SCALE_OFFSET[level];",
+            (
+                f"    return code * asfloat(nb_{module}_latents.Load(table + channel * 4u))"
+                f" + asfloat(nb_{module}_latents.Load(table + (NB_{M}_CHANNELS + channel) * 4u));"
+            ),
+        ]
+    lines += [
+        "}",
+        "",
+        "// Bilinear, repeat-wrapped, texel centres at (i + 0.5) / size; mip clamped to the last level.",
+        f"void nb_{m}_latent(float2 uv, uint mip, out float latent[{channels}])",
+        "{",
+        f"    uint level = min(mip, NB_{M}_MIP_LEVELS - 1u);",
+        f"    int width = int(NB_{M}_MIP_WIDTH[level]);",
+        f"    int height = int(NB_{M}_MIP_HEIGHT[level]);",
+        "    float x = uv.x * float(width) - 0.5f;",
+        "    float y = uv.y * float(height) - 0.5f;",
+        "    float x_floor = floor(x);",
+        "    float y_floor = floor(y);",
+        "    float tx = x - x_floor;",
+        "    float ty = y - y_floor;",
+        f"    uint column0 = nb_{module}_wrap(int(x_floor), width);",
+        f"    uint column1 = nb_{module}_wrap(int(x_floor) + 1, width);",
+        f"    uint row0 = nb_{module}_wrap(int(y_floor), height) * uint(width);",
+        f"    uint row1 = nb_{module}_wrap(int(y_floor) + 1, height) * uint(width);",
+        f"    for (uint c = 0; c < NB_{M}_CHANNELS; ++c)",
+        "    {",
+        f"        float top = nb_{m}_latent_value(level, row0 + column0, c) * (1.0f - tx) + nb_{m}_latent_value(level, row0 + column1, c) * tx;",
+        f"        float bottom = nb_{m}_latent_value(level, row1 + column0, c) * (1.0f - tx) + nb_{m}_latent_value(level, row1 + column1, c) * tx;",
+        "        latent[c] = top * (1.0f - ty) + bottom * ty;",
+        "    }",
+        "}",
+    ]
+    return lines
+
+
+def _eval_code(material: ExportMaterial, module: str) -> list[str]:
+    m = material.name
+    channels = material.fields["latent.channels"]
+    inputs = material.fields["architecture.inputs"]
+    directions = material.fields["architecture.direction_inputs"]
+    lines = [
+        "",
+        f"// f(wi, wo) cos(theta_i) of material {m}; wi, wo in the local shading frame (normal +z).",
+        f"float3 nb_{m}_eval(float2 uv, float3 wi, float3 wo, uint mip)",
+        "{",
+        "    if (wi.z <= 0.0f || wo.z <= 0.0f)",
+        "        return float3(0.0f, 0.0f, 0.0f);",
+        f"    float latent[{channels}] = {{ {', '.join(['0.0f'] * channels)} }};",
+        f"    nb_{m}_latent(uv, mip, latent);",
+        f"    float inputs[{inputs}] = {{ {', '.join(['0.0f'] * inputs)} }};",
+        f"    for (uint c = 0; c < {channels}u; ++c)",
+        "        inputs[c] = latent[c];",
+    ]
+    if "half" in directions:
+        lines.append(f"    float3 halfway = nb_{module}_halfway(wi, wo);")
+    vectors = {"wi": "wi", "wo": "wo", "half": "halfway"}
+    for index, name in enumerate(directions):
+        for axis, component in enumerate("xyz"):
+            lines.append(f"    inputs[{channels + 3 * index + axis}] = {vectors[name]}.{component};")
+    lines += [
+        "    float y[3] = { 0.0f, 0.0f, 0.0f };",
+        f"    nb_{m}_decoder(nb_{module}_weights, inputs, y);",
+        "    // The decoder predicts log(1 + f cos).",
+        "    return max(exp(float3(y[0], y[1], y[2])) - 1.0f, float3(0.0f, 0.0f, 0.0f));",
+        "}",
+    ]
+    return lines
+
+
+def _preamble(module: str, latent_format: str, materials: Sequence[ExportMaterial], precision: str, language: str) -> list[str]:
+    names = ", ".join(material.name for material in materials)
+    lines = [
+        f"// Generated by neuralbake ({language}): neural material shader {module!r} for {names}.",
+        f"// Bind {module}.weights.{precision}.bin as nb_{module}_weights and {module}.latents.{latent_format}.bin as nb_{module}_latents;",
+        f"// {module}.json describes both buffers. Arithmetic is fp32.",
+        "",
+        f"ByteAddressBuffer nb_{module}_weights;",
+        f"ByteAddressBuffer nb_{module}_latents;",
+        "",
+        f"uint nb_{module}_wrap(int i, int n)",
+        "{",
+        "    int m = i % n;",
+        "    return uint(m < 0 ? m + n : m);",
+        "}",
+        "",
+        f"float3 nb_{module}_halfway(float3 wi, float3 wo)",
+        "{",
+        "    float3 h = wi + wo;",
+        "    return h / max(length(h), 1e-8f);",
+        "}",
+        "",
+    ]
+    if latent_format == "fp16":
+        lines += [
+            f"float nb_{module}_load_half(uint address)",
+            "{",
+            f"    uint word = nb_{module}_latents.Load(address & ~3u);",
+            "    return f16tof32((address & 2u) != 0u ? word >> 16 : word);",
+            "}",
+        ]
+    else:
+        lines += [
+            f"uint nb_{module}_load_byte(uint address)",
+            "{",
+            f"    uint word = nb_{module}_latents.Load(address & ~3u);",
+            "    return (word >> ((address & 3u) * 8u)) & 0xFFu;",
+            "}",
+        ]
+    return lines
+
+
+def _switch_code(module: str, materials: Sequence[ExportMaterial]) -> list[str]:
+    lines = [""]
+    lines += [f"static const uint NB_{module.upper()}_ID_{material.name.upper()} = {index};" for index, material in enumerate(materials)]
+    lines += [
+        "",
+        f"float3 nb_{module}_eval(uint material_id, float2 uv, float3 wi, float3 wo, uint mip)",
+        "{",
+        "    switch (material_id)",
+        "    {",
+    ]
+    for index, material in enumerate(materials):
+        lines.append(f"    case {index}: return nb_{material.name}_eval(uv, wi, wo, mip);")
+    lines += ["    default: return float3(0.0f, 0.0f, 0.0f);", "    }", "}"]
+    return lines
+
+
+def _kernel_code(language: str, module: str, materials: Sequence[ExportMaterial], pack: bool) -> list[str]:
+    call = f"nb_{module}_eval(nb_{module}_material_ids[p], uv, wi, wo, nb_{module}_mips[p])" if pack else f"nb_{materials[0].name}_eval(uv, wi, wo, nb_{module}_mips[p])"
+    return [
+        "",
+        f"StructuredBuffer<float> nb_{module}_points;   // point p: u, v, wi.xyz, wo.xyz at [p * {POINT_FLOATS} + k]",
+        f"StructuredBuffer<uint> nb_{module}_mips;      // point p's mip level",
+        *([f"StructuredBuffer<uint> nb_{module}_material_ids; // point p's material id"] if pack else []),
+        f"RWStructuredBuffer<float> nb_{module}_values; // point p's f cos at [p * 3 + c]",
+        f"cbuffer nb_{module}_constants",
+        "{",
+        f"    uint nb_{module}_point_count;",
+        "};",
+        "",
+        *(['[shader("compute")]'] if language == "slang" else []),
+        f"[numthreads({THREADS_PER_GROUP}, 1, 1)]",
+        f"void nb_{module}_kernel(uint3 thread_id : SV_DispatchThreadID)",
+        "{",
+        "    uint p = thread_id.x;",
+        f"    if (p >= nb_{module}_point_count)",
+        "        return;",
+        f"    uint base = p * {POINT_FLOATS}u;",
+        f"    float2 uv = float2(nb_{module}_points[base], nb_{module}_points[base + 1u]);",
+        f"    float3 wi = float3(nb_{module}_points[base + 2u], nb_{module}_points[base + 3u], nb_{module}_points[base + 4u]);",
+        f"    float3 wo = float3(nb_{module}_points[base + 5u], nb_{module}_points[base + 6u], nb_{module}_points[base + 7u]);",
+        f"    float3 value = {call};",
+        f"    nb_{module}_values[p * 3u] = value.x;",
+        f"    nb_{module}_values[p * 3u + 1u] = value.y;",
+        f"    nb_{module}_values[p * 3u + 2u] = value.z;",
+        "}",
+    ]
+
+
+def generate_material_shader(language: str, module: str, materials: Sequence[ExportMaterial], weight_tables: list, latent_tables: list, precision: str, latent_format: str, pack: bool) -> str:
+    """The whole shader source in ``language`` (``"slang"`` or ``"hlsl"``) for the materials and their buffer tables."""
+    lines = _preamble(module, latent_format, materials, precision, language)
+    for material, weight_table, latent_table in zip(materials, weight_tables, latent_tables, strict=True):
+        lines += ["", f"// ---- material {material.name} " + "-" * max(0, 80 - len(material.name)), ""]
+        lines.append(_decoder_code(language, material, weight_table, precision, module))
+        lines += _latent_code(material, latent_table, module, latent_format)
+        lines += _eval_code(material, module)
+    if pack:
+        lines += _switch_code(module, materials)
+    lines += _kernel_code(language, module, materials, pack)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,136 @@
+"""The glTF data model the renderer and the bakes share: world-space triangle meshes
+(:class:`Mesh`), metal/rough PBR materials (:class:`Material`) and the textures bound to their
+slots (:class:`TextureRef`), gathered in a :class:`Scene`. Plain numpy dataclasses, no file I/O:
+:mod:`neuralbake.io.gltf.reader` fills them from a ``.gltf``/``.glb`` and
+:mod:`neuralbake.io.gltf.writer` writes them out. Images are kept as stored (float32
+``[H, W, C]`` in ``[0, 1]``, no sRGB decode): the renderer knows which slots are colour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from neuralbake.errors import InputError
+
+__all__ = ["WRAP_CODES", "Material", "Mesh", "Scene", "TextureRef"]
+
+WRAP_CODES = {10497: "repeat", 33071: "clamp", 33648: "mirror"}
+"""glTF sampler ``wrapS``/``wrapT`` codes -> the :attr:`TextureRef.wrap_s` / ``wrap_t`` names."""
+
+
+@dataclass(eq=False)
+class TextureRef:
+    """A texture bound to a material slot: the image and how it is addressed."""
+
+    image: np.ndarray
+    """float32 ``[H, W, C]`` in ``[0, 1]`` as stored in the file (colour slots are sRGB-encoded)."""
+    texcoord: int = 0
+    """Which uv set the slot reads: 0 (``TEXCOORD_0``) or 1 (``TEXCOORD_1``)."""
+    wrap_s: str = "repeat"
+    """Addressing along u: ``repeat``, ``clamp`` or ``mirror``."""
+    wrap_t: str = "repeat"
+    """Addressing along v: ``repeat``, ``clamp`` or ``mirror``."""
+    name: str = ""
+    """The image's uri or name in the source file (used in messages and as the written file's stem)."""
+
+
+@dataclass(eq=False)
+class Material:
+    """A glTF metal/rough material; texture values multiply the factors, as the spec says."""
+
+    name: str = "material"
+    """Material name."""
+    base_color_factor: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0)
+    """Linear RGBA multiplier of the base colour."""
+    base_color_texture: TextureRef | None = None
+    """sRGB base colour (RGB) and linear alpha."""
+    metallic_factor: float = 1.0
+    """Multiplier of the texture's blue channel."""
+    roughness_factor: float = 1.0
+    """Multiplier of the texture's green channel (perceptual roughness)."""
+    metallic_roughness_texture: TextureRef | None = None
+    """Linear texture: G roughness, B metallic."""
+    normal_texture: TextureRef | None = None
+    """Tangent-space normal map (OpenGL convention, linear)."""
+    normal_scale: float = 1.0
+    """Scale of the normal map's x and y."""
+    occlusion_texture: TextureRef | None = None
+    """Ambient occlusion in R (linear); applies to the environment light only."""
+    occlusion_strength: float = 1.0
+    """``1 + strength (ao - 1)``."""
+    emissive_factor: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """Linear RGB emitted radiance multiplier."""
+    emissive_texture: TextureRef | None = None
+    """sRGB emissive colour."""
+    alpha_mode: str = "OPAQUE"
+    """``OPAQUE``, ``MASK`` or ``BLEND`` (the renderer treats every surface as opaque)."""
+    alpha_cutoff: float = 0.5
+    """Threshold of the ``MASK`` mode."""
+    double_sided: bool = False
+    """Back faces are shaded with the flipped normal when true."""
+    unlit: bool = False
+    """``KHR_materials_unlit``: the base colour is the output radiance."""
+
+    def textures(self) -> dict[str, TextureRef]:
+        """The bound texture slots by field name (``base_color_texture``, ...)."""
+        slots = ("base_color_texture", "metallic_roughness_texture", "normal_texture", "occlusion_texture", "emissive_texture")
+        return {s: getattr(self, s) for s in slots if getattr(self, s) is not None}
+
+
+@dataclass(eq=False)
+class Mesh:
+    """One triangle primitive in world space. Attributes are per vertex; ``None`` when absent."""
+
+    positions: np.ndarray
+    """float32 ``[V, 3]`` world positions."""
+    indices: np.ndarray
+    """int64 ``[F, 3]`` vertex indices, counter-clockwise front faces."""
+    normals: np.ndarray | None = None
+    """float32 ``[V, 3]`` unit world normals."""
+    tangents: np.ndarray | None = None
+    """float32 ``[V, 4]``: unit world tangent (along +u) and handedness ``w`` (bitangent = ``w n x t``)."""
+    uv0: np.ndarray | None = None
+    """float32 ``[V, 2]`` ``TEXCOORD_0`` (origin top left, v down)."""
+    uv1: np.ndarray | None = None
+    """float32 ``[V, 2]`` ``TEXCOORD_1`` (lightmap / bake layout)."""
+    colors: np.ndarray | None = None
+    """float32 ``[V, 4]`` linear ``COLOR_0`` (alpha 1 when the file has RGB)."""
+    material: int = 0
+    """Index into :attr:`Scene.materials`."""
+    name: str = "mesh"
+    """``mesh name/primitive index`` of the source, for messages."""
+    joints: np.ndarray | None = None
+    """uint16 ``[V, 4]`` ``JOINTS_0``: indices into the skin's joints (skinning is not applied)."""
+    weights: np.ndarray | None = None
+    """float32 ``[V, 4]`` ``WEIGHTS_0``: the weights of :attr:`joints` (summing to about 1)."""
+
+    @property
+    def num_triangles(self) -> int:
+        """``F``."""
+        return int(self.indices.shape[0])
+
+
+@dataclass(eq=False)
+class Scene:
+    """Meshes in world space and the materials they index."""
+
+    meshes: list[Mesh] = field(default_factory=list)
+    """Every triangle primitive of every node of the scene."""
+    materials: list[Material] = field(default_factory=list)
+    """Materials; a primitive without one gets the glTF default material appended here."""
+    source: str | None = None
+    """The file it was read from, if any."""
+
+    @property
+    def num_triangles(self) -> int:
+        """Triangles over all meshes."""
+        return sum(m.num_triangles for m in self.meshes)
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """World-space axis-aligned box ``(min [3], max [3])`` of all positions."""
+        if not self.meshes:
+            raise InputError("the scene has no meshes.", path=self.source, field="meshes", fix="add a mesh.")
+        points = np.concatenate([m.positions for m in self.meshes])
+        return points.min(axis=0), points.max(axis=0)

@@ -1,0 +1,193 @@
+"""glTF 2.0 files out: :func:`write_gltf` writes a :class:`~neuralbake.io.gltf.model.Scene` as
+``name.gltf`` + ``name.bin`` + PNG textures beside it, with positions, normals, tangents, uv0,
+uv1, ``COLOR_0`` and indices as float32 / uint32 accessors, and materials including
+``KHR_materials_unlit``. Textures are 8-bit PNGs by default (16-bit on request), so a write
+followed by :func:`~neuralbake.io.gltf.load_gltf` returns exactly what was written whenever the
+texels are multiples of 1/255 (1/65535). Every file is written atomically and the ``.gltf`` last,
+so a crash never leaves a ``.gltf`` that points at missing data.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from neuralbake.errors import InputError
+from neuralbake.io.files import atomic_write_bytes, atomic_write_text
+from neuralbake.io.gltf.model import WRAP_CODES, Mesh, Scene, TextureRef
+from neuralbake.io.images import save_png
+
+__all__ = ["write_gltf"]
+
+_WRAP_NAMES = {v: k for k, v in WRAP_CODES.items()}
+
+
+def _safe_stem(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(text).stem).strip("._") or "texture"
+
+
+class _BinWriter:
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.length = 0
+        self.views: list[dict] = []
+        self.accessors: list[dict] = []
+
+    def add(self, array: np.ndarray, kind: str, *, target: int | None, minmax: bool = False) -> int:
+        data = np.ascontiguousarray(array).tobytes()
+        pad = (-self.length) % 4
+        if pad:
+            self.chunks.append(b"\0" * pad)
+            self.length += pad
+        view = {"buffer": 0, "byteOffset": self.length, "byteLength": len(data)}
+        if target is not None:
+            view["target"] = target
+        self.views.append(view)
+        self.chunks.append(data)
+        self.length += len(data)
+        component = 5125 if array.dtype == np.uint32 else 5126
+        acc = {"bufferView": len(self.views) - 1, "componentType": component, "count": int(array.shape[0]), "type": kind}
+        if minmax:
+            acc["min"] = [float(v) for v in array.reshape(array.shape[0], -1).min(axis=0)]
+            acc["max"] = [float(v) for v in array.reshape(array.shape[0], -1).max(axis=0)]
+        self.accessors.append(acc)
+        return len(self.accessors) - 1
+
+
+def _check_mesh_for_writing(mesh: Mesh, index: int, n_materials: int) -> None:
+    v = len(mesh.positions)
+    for name, width in (("normals", 3), ("tangents", 4), ("uv0", 2), ("uv1", 2), ("colors", 4)):
+        a = getattr(mesh, name)
+        if a is not None and (a.ndim != 2 or a.shape != (v, width)):
+            raise InputError(
+                f"mesh {mesh.name!r} has {name} of shape {a.shape}, expected ({v}, {width}).",
+                field=f"meshes[{index}].{name}",
+                fix="pass one value per vertex.",
+            )
+    if mesh.indices.ndim != 2 or mesh.indices.shape[1] != 3 or (len(mesh.indices) and (mesh.indices.min() < 0 or mesh.indices.max() >= v)):
+        raise InputError(f"mesh {mesh.name!r} has invalid indices.", field=f"meshes[{index}].indices", fix="pass [F, 3] indices < V.")
+    if not 0 <= mesh.material < n_materials:
+        raise InputError(
+            f"mesh {mesh.name!r} uses material {mesh.material}, but there are {n_materials}.",
+            field=f"meshes[{index}].material",
+            fix="add the material.",
+        )
+
+
+def write_gltf(path: str | Path, scene: Scene, *, texture_bits: int = 8) -> Path:
+    """Write ``scene`` as ``path`` (``.gltf``) + ``<stem>.bin`` + ``<stem>_<image>.png`` textures.
+
+    Meshes are written in world space (one node each, no transform). Textures shared by several
+    slots (the same array object) are written once. ``texture_bits`` is 8 or 16. Returns the
+    ``.gltf`` path. Raises :class:`~neuralbake.errors.InputError` for inconsistent meshes.
+    """
+    import pygltflib
+
+    path = Path(path)
+    if path.suffix.lower() != ".gltf":
+        raise InputError("write_gltf writes .gltf files (+ .bin + PNG).", path=path, field="path", fix="name the output *.gltf.")
+    if texture_bits not in (8, 16):
+        raise InputError(f"texture_bits must be 8 or 16, got {texture_bits}.", field="texture_bits", fix="pass 8 or 16.")
+    if not path.parent.is_dir():
+        raise InputError("the output folder does not exist.", path=path.parent, fix="create it first (prepare_output_dir).")
+    for i, mesh in enumerate(scene.meshes):
+        _check_mesh_for_writing(mesh, i, len(scene.materials))
+    stem = path.stem
+    bins = _BinWriter()
+    images: list[dict] = []
+    image_index: dict[int, int] = {}
+    used_names: set[str] = set()
+
+    def texture_info(ref: TextureRef | None, extra: dict | None = None) -> dict | None:
+        if ref is None:
+            return None
+        key = id(ref.image)
+        if key not in image_index:
+            name = f"{stem}_{_safe_stem(ref.name or 'texture')}"
+            base, k = name, 1
+            while name in used_names:
+                k += 1
+                name = f"{base}_{k}"
+            used_names.add(name)
+            image = np.asarray(ref.image, dtype=np.float32)
+            save_png(path.parent / f"{name}.png", image, bits=texture_bits)
+            image_index[key] = len(images)
+            images.append({"uri": f"{name}.png", "name": ref.name or name})
+        samplers.append({"wrapS": _WRAP_NAMES[ref.wrap_s], "wrapT": _WRAP_NAMES[ref.wrap_t]})
+        textures.append({"source": image_index[key], "sampler": len(samplers) - 1})
+        info = {"index": len(textures) - 1}
+        if ref.texcoord:
+            info["texCoord"] = ref.texcoord
+        info.update(extra or {})
+        return info
+
+    samplers: list[dict] = []
+    textures: list[dict] = []
+    materials = []
+    for m in scene.materials:
+        pbr = {
+            "baseColorFactor": [float(v) for v in m.base_color_factor],
+            "metallicFactor": float(m.metallic_factor),
+            "roughnessFactor": float(m.roughness_factor),
+        }
+        for key, ref in (("baseColorTexture", m.base_color_texture), ("metallicRoughnessTexture", m.metallic_roughness_texture)):
+            info = texture_info(ref)
+            if info is not None:
+                pbr[key] = info
+        entry = {"name": m.name, "pbrMetallicRoughness": pbr, "emissiveFactor": [float(v) for v in m.emissive_factor]}
+        for key, ref, extra in (
+            ("normalTexture", m.normal_texture, {"scale": float(m.normal_scale)}),
+            ("occlusionTexture", m.occlusion_texture, {"strength": float(m.occlusion_strength)}),
+            ("emissiveTexture", m.emissive_texture, None),
+        ):
+            info = texture_info(ref, extra)
+            if info is not None:
+                entry[key] = info
+        entry["alphaMode"] = m.alpha_mode
+        if m.alpha_mode == "MASK":
+            entry["alphaCutoff"] = float(m.alpha_cutoff)
+        entry["doubleSided"] = bool(m.double_sided)
+        if m.unlit:
+            entry["extensions"] = {"KHR_materials_unlit": {}}
+        materials.append(entry)
+
+    meshes, nodes = [], []
+    for mesh in scene.meshes:
+        attrs = {"POSITION": bins.add(mesh.positions.astype(np.float32), "VEC3", target=34962, minmax=True)}
+        for key, arr, kind in (
+            ("NORMAL", mesh.normals, "VEC3"),
+            ("TANGENT", mesh.tangents, "VEC4"),
+            ("TEXCOORD_0", mesh.uv0, "VEC2"),
+            ("TEXCOORD_1", mesh.uv1, "VEC2"),
+            ("COLOR_0", mesh.colors, "VEC4"),
+        ):
+            if arr is not None:
+                attrs[key] = bins.add(arr.astype(np.float32), kind, target=34962)
+        indices = bins.add(mesh.indices.astype(np.uint32).reshape(-1), "SCALAR", target=34963)
+        meshes.append({"name": mesh.name, "primitives": [{"attributes": attrs, "indices": indices, "material": mesh.material, "mode": 4}]})
+        nodes.append({"mesh": len(meshes) - 1, "name": mesh.name})
+
+    doc = {
+        "asset": {"version": "2.0", "generator": "neuralbake"},
+        "scene": 0,
+        "scenes": [{"nodes": list(range(len(nodes)))}],
+        "nodes": nodes,
+        "meshes": meshes,
+        "materials": materials,
+        "accessors": bins.accessors,
+        "bufferViews": bins.views,
+        "buffers": [{"uri": f"{stem}.bin", "byteLength": bins.length}],
+    }
+    if textures:
+        doc.update({"textures": textures, "samplers": samplers, "images": images})
+    if any(m.unlit for m in scene.materials):
+        doc["extensionsUsed"] = ["KHR_materials_unlit"]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=RuntimeWarning, module="dataclasses_json")
+        gltf = pygltflib.GLTF2.from_dict(doc)  # checks the structure against pygltflib's schema classes
+    atomic_write_bytes(path.parent / f"{stem}.bin", b"".join(bins.chunks))
+    atomic_write_text(path, gltf.to_json(indent=2))
+    return path

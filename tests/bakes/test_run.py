@@ -1,0 +1,192 @@
+"""The one run path: lock, staging and swap, manifest, checkpoints and resume, device defaults.
+
+A small two-phase bake (a linear map fitted to a fixed one) exercises the runner without any
+product's cost; the products' own runs are tested in their test modules and in test_kill_resume.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+
+from neuralbake.bakes.run import STATE_DIR, Bake, BakeOutcome, BakeRun, _finish_swap, _folder_lock, run_bake
+from neuralbake.errors import BundleError, InputError, TrainingError
+from neuralbake.io.manifest import verify_bake_folder
+from neuralbake.nn.trainer import Batch, TrainerConfig, TrainingInterrupted
+
+
+@dataclass
+class LineConfig:
+    """Fit y = A x with two phases."""
+
+    size: int | None = None
+    """Input width (device default when None)."""
+    device: str = "cpu"
+    """Where it runs."""
+    fail_in_body: bool = False
+    """Raise inside the body after training (error-path tests)."""
+    train: TrainerConfig = field(default_factory=lambda: TrainerConfig(steps=20, learning_rate=0.05, precision="fp32", log_every=5, eval_every=10, checkpoint_every=0, checkpoint_seconds=0))
+    """Optimisation."""
+
+    def validate(self) -> None:
+        if self.size is None or self.size < 1:
+            raise ValueError("size unresolved")
+
+
+class LineSampler:
+    batch_size = 16
+
+    def __init__(self, size: int) -> None:
+        self.matrix = torch.linspace(-1, 1, size * 2).reshape(2, size)
+
+    def sample(self, generator: torch.Generator) -> Batch:
+        x = torch.randn(self.batch_size, self.matrix.shape[1], generator=generator)
+        return Batch(x, x @ self.matrix.T)
+
+
+def _body(run: BakeRun) -> BakeOutcome:
+    config: LineConfig = run.config
+    torch.manual_seed(0)
+    model = torch.nn.Linear(config.size, 2, bias=False)
+    sampler = LineSampler(config.size)
+    loss = torch.nn.functional.mse_loss
+    first = run.train(model, sampler, loss, config.train, phase="coarse", compatibility={"size": config.size})
+    fine = TrainerConfig(**{**config.train.__dict__, "learning_rate": 0.01})
+    second = run.train(model, sampler, loss, fine, phase="fine", lr_scales={"weight": 0.5})
+    if config.fail_in_body:
+        raise TrainingError("the body failed on purpose.")
+    torch.save(model.state_dict(), run.stage / "model.pt")
+    (run.stage / "sub").mkdir()
+    (run.stage / "sub" / "note.txt").write_text("nested outputs are covered too\n")
+    return BakeOutcome({"final_loss": second.final_loss}, {"steps": [first.steps, second.steps]}, curve_title="line", quality_key=None)
+
+
+LINE = Bake("line", LineConfig, _body, device_defaults=lambda config, device: {"size": 8 if device.type == "cuda" else 4})
+
+
+def _weights(out: Path) -> torch.Tensor:
+    return torch.load(out / "model.pt", weights_only=True)["weight"]
+
+
+def test_a_bake_writes_its_files_a_manifest_and_the_defaults_it_chose(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    report = run_bake(LINE, LineConfig(), out, progress=False)
+    assert report["device_defaults"] == {"size": 4}
+    assert json.loads((out / "config.json").read_text())["size"] == 4
+    manifest = verify_bake_folder(out)
+    assert manifest is not None and set(manifest["files"]) >= {"model.pt", "sub/note.txt", "report.json", "config.json", "events.jsonl", "loss.png"}
+    assert not (out / STATE_DIR / "staging").exists()
+    assert (out / STATE_DIR / "checkpoints" / "fine.pt").is_file()
+    explicit = run_bake(LINE, LineConfig(size=6), tmp_path / "explicit", progress=False)
+    assert explicit["device_defaults"] == {}
+
+
+@pytest.mark.parametrize("name", ["model.pt", "sub/note.txt", "report.json"])
+def test_a_flipped_byte_in_any_file_is_refused_naming_it(tmp_path: Path, name: str) -> None:
+    run_bake(LINE, LineConfig(), tmp_path, progress=False)
+    path = tmp_path / name
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(BundleError, match="sha256") as caught:
+        verify_bake_folder(tmp_path)
+    assert name.split("/")[-1] in str(caught.value)
+    path.unlink()
+    with pytest.raises(BundleError, match="missing"):
+        verify_bake_folder(tmp_path)
+
+
+def test_a_second_bake_on_a_locked_folder_is_refused(tmp_path: Path) -> None:
+    (tmp_path / STATE_DIR).mkdir()
+    with _folder_lock(tmp_path / STATE_DIR / "lock", tmp_path):
+        with pytest.raises(InputError, match="another bake is writing"):
+            run_bake(LINE, LineConfig(), tmp_path, progress=False)
+    run_bake(LINE, LineConfig(), tmp_path, progress=False)  # free again once the first lets go
+
+
+def test_a_failed_bake_leaves_the_previous_bundle_whole(tmp_path: Path) -> None:
+    run_bake(LINE, LineConfig(), tmp_path, progress=False)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    with pytest.raises(TrainingError, match="on purpose"):
+        run_bake(LINE, LineConfig(size=5, fail_in_body=True), tmp_path, progress=False)
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert after == before
+    assert not (tmp_path / STATE_DIR / "staging").exists()
+    verify_bake_folder(tmp_path)
+
+
+def test_a_new_bake_replaces_only_the_files_of_the_previous_one(tmp_path: Path) -> None:
+    (tmp_path / "mine.txt").write_text("the user's own file\n")
+    run_bake(LINE, LineConfig(), tmp_path, progress=False)
+    (tmp_path / "model.pt").write_bytes(b"stale")
+    run_bake(LINE, LineConfig(size=5), tmp_path, progress=False)
+    assert (tmp_path / "mine.txt").read_text() == "the user's own file\n"
+    assert _weights(tmp_path).shape == (2, 5)
+    verify_bake_folder(tmp_path)
+
+
+def test_a_swap_cut_short_is_finished_by_the_next_bake(tmp_path: Path) -> None:
+    run_bake(LINE, LineConfig(), tmp_path, progress=False)
+    state = tmp_path / STATE_DIR
+    stage = state / "staging"
+    stage.mkdir()
+    (stage / "report.json").write_text('{"new": true}\n')
+    (stage / "bake.json").write_text("{}\n")
+    # The journal is written and one file was already moved when the process died.
+    (state / "swap.json").write_text(json.dumps({"new": ["bake.json", "model.pt", "report.json"], "old": ["bake.json", "model.pt", "report.json"]}))
+    (tmp_path / "model.pt").write_bytes(b"moved in before the crash")
+    _finish_swap(tmp_path, state)
+    assert (tmp_path / "model.pt").read_bytes() == b"moved in before the crash"
+    assert json.loads((tmp_path / "report.json").read_text()) == {"new": True}
+    assert not (state / "swap.json").exists() and not stage.exists()
+
+
+def _stop_at(step: int, phase_steps: int = 20):
+    calls = {"n": 0}
+
+    def hook(trainer, _step) -> None:
+        calls["n"] += 1
+        if calls["n"] == step:
+            trainer.request_stop()
+
+    return hook
+
+
+@pytest.mark.parametrize("stop_after", [7, 26])  # inside the first phase; inside the second
+def test_an_interrupted_bake_resumes_to_the_same_result(tmp_path: Path, stop_after: int) -> None:
+    straight = tmp_path / "straight"
+    run_bake(LINE, LineConfig(), straight, progress=False)
+    out = tmp_path / "stopped"
+    with pytest.raises(TrainingInterrupted):
+        run_bake(LINE, LineConfig(), out, progress=False, on_step=_stop_at(stop_after))
+    assert not (out / "report.json").exists()  # nothing half-done in the folder itself
+    assert (out / STATE_DIR / "staging" / "config.json").is_file()  # config.json was written first
+    report = run_bake(LINE, LineConfig(), out, progress=False, resume=True)
+    assert report["resumed"] is True
+    assert torch.equal(_weights(out), _weights(straight))
+    verify_bake_folder(out)
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events].count("interrupted") == 1
+
+
+def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(TrainingError, match="no checkpoint to resume from"):
+        run_bake(LINE, LineConfig(), tmp_path, progress=False, resume=True)
+
+
+def test_resuming_a_finished_bake_with_more_steps_extends_it(tmp_path: Path) -> None:
+    run_bake(LINE, LineConfig(), tmp_path, progress=False)
+    longer = LineConfig()
+    longer.train.steps = 30
+    report = run_bake(LINE, longer, tmp_path, progress=False, resume=True)
+    assert report["steps"] == [30, 30]
+
+
+def test_the_runner_does_not_change_the_callers_config(tmp_path: Path) -> None:
+    config = LineConfig()
+    run_bake(LINE, config, tmp_path, progress=False)
+    assert config.size is None
