@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = [(a, r, t, q) for a in assets for r in renders for t in args.targets for q in (args.quantizers if args.quantize else ["ste"])]
         for (variant, model), render, target, quantizer in runs:
             config = FitConfig(
-                model=str(model),
+                asset=str(model),
                 target=target,
                 texture_size=texture,
                 render_size=render,
@@ -118,8 +118,9 @@ def main(argv: list[str] | None = None) -> int:
                 environment=not args.no_environment,
                 shadows=not args.no_shadows,
                 device=args.device,
-                **({"learning_rate": args.lr} if args.lr else {}),
             )
+            if args.lr:
+                config.train.learning_rate = args.lr
             name = f"{variant}_{target}_{render}" + (f"_q{args.quantize}{quantizer}" if args.quantize else "")
             report = fit_lod(config, root / name, progress=False)
             row = {"run": name, "variant": variant, "target": target, "quantize": args.quantize, "quantizer": quantizer if args.quantize else None, **{k: report.get(k) for k in KEYS}, "device": report["device"].get("name")}

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         base_color=str(maps["albedo"]),
         normal=str(maps["normal"]),
         roughness_map=str(maps["metalRoughness"]),
-        size=args.size or (2048 if device.type == "cuda" else 512),
+        texture_size=args.size or (2048 if device.type == "cuda" else 512),
         device=str(device),
     )
     for field, value in (("directions_per_step", args.directions), ("held_out_directions", args.held_out), ("init", args.init)):
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(
         f"device {report['device']['name']} ({report['device']['type']}), {torch.get_num_threads()} threads; "
-        f"{config.size}^2 maps, {report['steps']} steps x {config.directions_per_step} directions, init {config.init}"
+        f"{config.texture_size}^2 maps, {report['steps']} steps x {config.directions_per_step} directions, init {config.init}"
     )
     header = f"{'level':>5} {'side':>5} " + " ".join(f"{name:>13}" for name in METHODS)
     print("PSNR (dB) of tone-mapped shading on", report["held_out_directions"], "held-out directions")
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{report['learned_beats_toksvig_phong_every_level']}"
     )
     args.json.write_text(
-        json.dumps({"bench": "mipmap", "size": config.size, "wall_seconds": round(wall, 3), "report": report}, indent=2) + "\n"
+        json.dumps({"bench": "mipmap", "size": config.texture_size, "wall_seconds": round(wall, 3), "report": report}, indent=2) + "\n"
     )
     print(f"wrote {args.json}")
     return 0

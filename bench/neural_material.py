@@ -96,7 +96,7 @@ def main() -> None:
     parser.add_argument("materials", nargs="*", type=Path)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--resolution", type=int, default=NeuralMaterialConfig.resolution)
+    parser.add_argument("--resolution", type=int, default=NeuralMaterialConfig.texture_size)
     parser.add_argument("--batch-size", type=int, default=4096, help="training batch")
     parser.add_argument("--batch", type=int, default=1 << 18, help="evaluation batch for the throughput measurement")
     parser.add_argument("--repeats", type=int, default=5)
@@ -111,7 +111,7 @@ def main() -> None:
         bake_dir = args.work / path.stem
         try:
             if not (bake_dir / "report.json").is_file():
-                config = NeuralMaterialConfig(material=str(path), resolution=args.resolution, batch_size=args.batch_size, device=str(device))
+                config = NeuralMaterialConfig(material=str(path), texture_size=args.resolution, batch_size=args.batch_size, device=str(device))
                 config.train = dataclasses.replace(config.train, steps=args.steps, checkpoint_every=0)
                 bake_neural_material(config, bake_dir, progress=False)
             row = measure(path, bake_dir, device, args.batch, args.repeats, args.compile)

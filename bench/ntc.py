@@ -30,10 +30,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from neuralbake.bakes.ntc import NTCConfig, compress_rate_distortion, decode_texels, open_container  # noqa: E402
-from neuralbake.core.device import describe_device, resolve_device  # noqa: E402
-from neuralbake.io.files import atomic_write_json  # noqa: E402
-from neuralbake.nn.trainer import TrainerConfig  # noqa: E402
+from neuralbake.bakes.ntc import NTCConfig, compress_rate_distortion, decode_texels, open_container
+from neuralbake.core.device import describe_device, resolve_device
+from neuralbake.io.files import atomic_write_json
+from neuralbake.nn.trainer import TrainerConfig
 
 DEFAULT_GLTF = ROOT.parent / "shared" / "assets" / "DamagedHelmet" / "DamagedHelmet.gltf"
 FRAME = (3840, 2160)
@@ -85,7 +85,7 @@ def main() -> None:
     steps = args.steps or (20000 if gpu else 3000)
     config = NTCConfig(
         sources=[str(args.gltf)],
-        size=size,
+        texture_size=size,
         device=str(device),
         batch_size=args.batch_size or (65536 if gpu else 4096),
         **({"hidden": tuple(args.hidden)} if args.hidden else {}),

@@ -3,7 +3,7 @@
 The figures in the "Diagnosis" table of docs/benchmarks.md come from this script. Settings the
 bake exposes (rate, decoder width, positional encoding, learning rate, steps, batch) are passed
 straight to :class:`~neuralbake.bakes.ntc.NTCConfig`; the experimental variants the bake does not
-offer are made by swapping functions of ``neuralbake.bakes.ntc`` *in this process only*:
+offer are made by swapping functions of the ``neuralbake.bakes.ntc`` modules *in this process only*:
 
 - ``--shape H F B``: force one latent shape (high-res cell side, features, bits) instead of the
   rate table's pick; ``--bpp`` is then only checked against the file size, up to any value.
@@ -50,8 +50,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-import neuralbake.bakes.ntc as ntc  # noqa: E402
-from neuralbake.nn.trainer import TrainerConfig  # noqa: E402
+from neuralbake.bakes import ntc
+from neuralbake.bakes.ntc import bake as ntc_bake
+from neuralbake.bakes.ntc import config as ntc_config
+from neuralbake.bakes.ntc import decode as ntc_decode
+from neuralbake.bakes.ntc import layout as ntc_layout
+from neuralbake.bakes.ntc import model as ntc_model
+from neuralbake.nn.trainer import TrainerConfig
 
 DEFAULT_GLTF = ROOT.parent / "shared" / "assets" / "DamagedHelmet" / "DamagedHelmet.gltf"
 
@@ -132,7 +137,7 @@ class RowAdam(torch.optim.Optimizer):
         return touched.to(grad.dtype).reshape(grad.shape[0], *([1] * (grad.dim() - 1)))
 
     @torch.no_grad()
-    def step(self, closure=None):  # noqa: ANN001, ANN201 (torch's signature)
+    def step(self, closure=None):
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -185,8 +190,8 @@ def check_row_adam() -> None:
 def apply_variants(args: argparse.Namespace) -> None:
     """Swap functions of neuralbake.bakes.ntc for this process (see the module docstring)."""
     if args.shape:
-        ntc.LATENT_SHAPES = (ntc.LatentShape(*args.shape),)
-        ntc.check_bpp = lambda bpp: None
+        ntc_layout.LATENT_SHAPES = (ntc.LatentShape(*args.shape),)
+        ntc_layout.check_bpp = ntc_config.check_bpp = lambda bpp: None
     if args.bilinear_high:
         ntc.NTCLayout.mlp_inputs = property(lambda self: 2 * self.shape.features + 4 * self.pe_frequencies + 1)
         concatenated = ntc.sample_features
@@ -198,12 +203,12 @@ def apply_variants(args: argparse.Namespace) -> None:
             u = (x.to(high.dtype) + 0.5) / tables.level_w[level].to(high.dtype)
             v = (y.to(high.dtype) + 0.5) / tables.level_h[level].to(high.dtype)
             pair = torch.div(level, 2, rounding_mode="floor")
-            *_, fx, fy = ntc._cell_coords(u, v, tables.high_w[pair], tables.high_h[pair])
+            *_, fx, fy = ntc_model._cell_coords(u, v, tables.high_w[pair], tables.high_h[pair])
             fx, fy = fx[:, None], fy[:, None]
             blended = (c[:, 0] * (1 - fx) + c[:, 1] * fx) * (1 - fy) + (c[:, 2] * (1 - fx) + c[:, 3] * fx) * fy
             return torch.cat((blended, out[:, 4 * features :]), dim=1)
 
-        ntc.sample_features = bilinear
+        ntc_model.sample_features = ntc_decode.sample_features = bilinear
     if args.row_adam:
         from neuralbake.nn import trainer as trainer_module
 
@@ -218,7 +223,7 @@ def apply_variants(args: argparse.Namespace) -> None:
 
         trainer_module.Trainer.__init__ = with_row_adam
     gain = args.latent_lr_gain
-    quantize = ntc.fake_quantize_latents
+    quantize = ntc_model.fake_quantize_latents
 
     def quantize_variant(latents, bits, mode, *, noise=None):
         t = latents * gain
@@ -228,9 +233,9 @@ def apply_variants(args: argparse.Namespace) -> None:
             return t.clamp(-1.0, 1.0)
         return quantize(t, bits, mode, noise=noise)
 
-    ntc.fake_quantize_latents = quantize_variant
+    ntc_model.fake_quantize_latents = quantize_variant
     if args.float:
-        ntc.fake_quantize_int8 = lambda weight: weight
+        ntc_model.fake_quantize_int8 = lambda weight: weight
     initialise, pack = ntc.NTCModel.__init__, ntc.pack_container
 
     def init(self, *a, **k):
@@ -247,7 +252,7 @@ def apply_variants(args: argparse.Namespace) -> None:
         return pack(model)
 
     ntc.NTCModel.__init__ = init
-    ntc.pack_container = pack_scaled
+    ntc_bake.pack_container = pack_scaled
 
 
 def main() -> None:
@@ -287,8 +292,8 @@ def main() -> None:
         extra["pe_frequencies"] = args.pe
     config = ntc.NTCConfig(
         sources=[str(args.gltf)],
-        size=args.size,
-        bpp=args.bpp,
+        texture_size=args.size,
+        bpp=[args.bpp],
         device=args.device,
         batch_size=args.batch_size,
         finetune_steps=args.finetune_steps,

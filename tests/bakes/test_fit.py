@@ -1,4 +1,5 @@
-"""The PBR-to-LOD fit: uv rasterisation and small end-to-end fits on a procedural sphere written as glTF, plus DamagedHelmet when present."""
+"""The PBR-to-LOD fit: uv rasterisation, small end-to-end fits on a procedural sphere written as glTF (plus DamagedHelmet
+when present), the view sampler, device defaults, and stop / kill and resume."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from neuralbake.bakes.fit import FitConfig, fit_lod, generate_uv1_atlas, rasterize_uv
+from neuralbake.bakes.fit import FitConfig, fit_lod
+from neuralbake.bakes.run import STATE_DIR
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.gltf import Material, Mesh, Scene, TextureRef, load_gltf, write_gltf
+from neuralbake.io.manifest import verify_bake_folder
+from neuralbake.nn.trainer import TrainingInterrupted
+from neuralbake.render.uv_raster import generate_uv1_atlas, rasterize_uv
 
 
 def _sphere(rows: int = 12, cols: int = 16) -> Mesh:
@@ -56,21 +61,28 @@ def _write_asset(folder: Path, *, uv: bool = True) -> Path:
     return write_gltf(folder / "sphere.gltf", Scene(meshes=[mesh], materials=[material]))
 
 
-def _config(model: Path, **kw) -> FitConfig:
-    base = dict(
-        model=str(model),
+def _config(asset: Path, **kw) -> FitConfig:
+    learning_rate = kw.pop("learning_rate", 0.03)
+    base = dict(  # noqa: C408  (keyword style reads as FitConfig arguments)
+        asset=str(asset),
         texture_size=32,
         render_size=32,
         views=6,
         held_out_views=2,
         epochs=6,
         environment=False,  # a noise-free reference: the fit's ceiling is the view dependence only
-        learning_rate=0.03,
         device="cpu",
         fov_y_deg=30.0,
     )
     base.update(kw)
-    return FitConfig(**base)
+    config = FitConfig(**base)
+    config.train.learning_rate = learning_rate
+    return config
+
+
+def _no_outputs(out: Path) -> bool:
+    """A failed bake leaves no output folder behind (these tests pass one that does not exist yet)."""
+    return not out.exists()
 
 
 # --- uv rasterisation ---------------------------------------------------------------------------------
@@ -99,8 +111,9 @@ def test_fit_raises_psnr_and_writes_an_unlit_gltf(tmp_path: Path, target: str) -
     assert report["psnr_db"] > report["initial_psnr_db"] + 0.25  # gradient steps beyond the splat bake
     assert report["psnr_db"] > 18.0
     assert report["psnr_frame_db"] > report["psnr_db"]  # the background dilutes the error
-    for name in ("lod.gltf", "triptych.png", "loss.png", "report.json", "config.json"):
+    for name in ("lod.gltf", "triptych.png", "loss.png", "report.json", "config.json", "events.jsonl", "bake.json"):
         assert (tmp_path / "out" / name).is_file()
+    verify_bake_folder(tmp_path / "out")
     saved = json.loads((tmp_path / "out/report.json").read_text())
     for key in ("psnr_db", "ssim", "views", "epochs", "seconds", "ms_per_epoch", "texture_size", "bytes", "epochs_to_converge"):
         assert key in saved
@@ -163,13 +176,13 @@ def test_bad_config_and_inputs(tmp_path: Path) -> None:
 
 
 def test_shadows_without_warp_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import neuralbake.render.visibility as visibility
+    from neuralbake.render import visibility
 
     model = _write_asset(tmp_path / "asset")
     monkeypatch.setattr(visibility, "warp_available", lambda: False)
     with pytest.raises(ConfigError, match="no-shadows"):
         fit_lod(_config(model), tmp_path / "o", progress=False)
-    assert not (tmp_path / "o" / "report.json").exists()
+    assert _no_outputs(tmp_path / "o")
 
 
 def test_asset_without_uvs_gets_an_atlas_but_luma_chroma_refuses(tmp_path: Path) -> None:
@@ -184,7 +197,9 @@ def test_asset_without_uvs_gets_an_atlas_but_luma_chroma_refuses(tmp_path: Path)
 @pytest.mark.slow
 def test_damaged_helmet_unlit_tiny(shared_dir: Path, tmp_path: Path) -> None:
     model = shared_dir / "assets/DamagedHelmet/DamagedHelmet.gltf"
-    cfg = _config(model, texture_size=64, render_size=48, views=4, held_out_views=1, epochs=3, environment=True, environment_samples=1, fov_y_deg=40.0)
+    cfg = _config(
+        model, texture_size=64, render_size=48, views=4, held_out_views=1, epochs=3, environment=True, environment_samples=1, fov_y_deg=40.0
+    )
     report = fit_lod(cfg, tmp_path / "out", progress=False)
     assert report["psnr_db"] >= report["initial_psnr_db"]
     with warnings.catch_warnings():
@@ -202,7 +217,7 @@ def test_unsupported_compression_and_degenerate_triangles(tmp_path: Path) -> Non
     meshopt.write_text(json.dumps(doc))
     with pytest.raises(InputError, match="(?i)meshopt"):
         fit_lod(_config(meshopt), tmp_path / "o1", progress=False)
-    assert not (tmp_path / "o1").exists() or not any((tmp_path / "o1").iterdir())
+    assert _no_outputs(tmp_path / "o1")
     mesh = _sphere()
     mesh.indices = np.concatenate((mesh.indices, [[0, 0, 1], [5, 6, 5]]))  # two zero-area triangles
     folder = tmp_path / "degenerate"
@@ -217,22 +232,22 @@ def test_unsupported_compression_and_degenerate_triangles(tmp_path: Path) -> Non
 def test_cli_fit_command(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from neuralbake.cli_fit import app
+    from neuralbake.cli import app
 
     model = _write_asset(tmp_path / "asset")
-    args = [str(model), "--out", str(tmp_path / "out"), "--size", "16", "--render-size", "24", "--views", "3", "--held-out", "1"]
+    args = ["fit", str(model), "--out", str(tmp_path / "out"), "--size", "16", "--render-size", "24", "--views", "3", "--held-out", "1"]
     result = CliRunner().invoke(app, [*args, "--epochs", "2", "--no-environment", "--device", "cpu", "-q", "--quantize", "8"])
     assert result.exit_code == 0, result.output
     assert "PSNR" in result.output and (tmp_path / "out/lod.gltf").is_file()
-    bad = CliRunner().invoke(app, [str(tmp_path / "missing.gltf"), "--out", str(tmp_path / "o2"), "-q"])
+    bad = CliRunner().invoke(app, ["fit", str(tmp_path / "missing.gltf"), "--out", str(tmp_path / "o2"), "--device", "cpu", "-q"])
     assert bad.exit_code == 2 and "does not exist" in bad.output
 
 
 def test_view_counts_are_capped_and_view_memory_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import neuralbake.io.limits as limits
     from neuralbake.bakes.fit import MAX_VIEWS, estimated_view_bytes
+    from neuralbake.io import limits
 
-    model = tmp_path / "never_read.gltf"
+    model = tmp_path / "never_read.gltf"  # refused before the asset is read: reading it would fail with "does not exist"
     for field, value in (("views", 100_000_000), ("views", MAX_VIEWS + 1), ("held_out_views", MAX_VIEWS + 1), ("views", True)):
         with pytest.raises(ConfigError) as info:
             _config(model, **{field: value}).validate()
@@ -247,15 +262,117 @@ def test_view_counts_are_capped_and_view_memory_checked(tmp_path: Path, monkeypa
     monkeypatch.setattr(limits, "available_memory_bytes", lambda: 2**30)
     with pytest.raises(InputError, match="reference views") as info:
         fit_lod(big, tmp_path / "o2", progress=False)
-    assert info.value.field == "views" and not (tmp_path / "o2").exists()
+    assert info.value.field == "views" and _no_outputs(tmp_path / "o2")
 
 
 def test_cli_refuses_huge_view_counts(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from neuralbake.cli_fit import app
+    from neuralbake.cli import app
 
     model = _write_asset(tmp_path / "asset")
-    result = CliRunner().invoke(app, [str(model), "--out", str(tmp_path / "out"), "--views", "100000000", "--device", "cpu", "-q"])
+    result = CliRunner().invoke(app, ["fit", str(model), "--out", str(tmp_path / "out"), "--views", "100000000", "--device", "cpu", "-q"])
     assert result.exit_code == 2 and "views" in result.output and "1024" in result.output, result.output
     assert not (tmp_path / "out").exists()
+
+
+# --- the view sampler, device defaults ----------------------------------------------------------------------
+
+
+def test_view_sampler_passes_over_every_view_each_epoch_and_resyncs_on_start() -> None:
+    from neuralbake.bakes.fit.training import ViewOrderSampler
+
+    sampler = ViewOrderSampler(views=5, views_per_step=2, seed=3)
+    batches = [sampler.sample(torch.Generator()) for _ in range(6)]  # two epochs of ceil(5 / 2) = 3 steps
+    assert [b.step for b in batches] == list(range(6))
+    for epoch in (batches[:3], batches[3:]):
+        assert sorted(torch.cat([b.inputs for b in epoch]).tolist()) == list(range(5))
+    old = torch.Generator().manual_seed(3)  # the order the fit always drew: one permutation per epoch
+    assert torch.cat([b.inputs for b in batches[3:]]).tolist() == [torch.randperm(5, generator=old) for _ in range(2)][1].tolist()
+    fresh = ViewOrderSampler(views=5, views_per_step=2, seed=3)
+    fresh.write({"event": "start", "step": 4})  # a resumed run starts mid-way through epoch 2
+    resumed = fresh.sample(torch.Generator())
+    assert resumed.step == 4 and torch.equal(resumed.inputs, batches[4].inputs)
+
+
+def test_device_defaults_fill_only_unset_sizes() -> None:
+    from neuralbake.bakes.fit import FIT
+    from neuralbake.bakes.fit.config import CPU_DEFAULTS, GPU_DEFAULTS
+    from neuralbake.bakes.run import apply_defaults
+
+    config = FitConfig(asset="a.gltf", views=7)
+    chosen = apply_defaults(FIT, config, torch.device("cpu"))
+    assert config.views == 7 and "views" not in chosen
+    assert (config.render_size, config.texture_size, config.epochs) == (
+        CPU_DEFAULTS["render_size"],
+        CPU_DEFAULTS["texture_size"],
+        CPU_DEFAULTS["epochs"],
+    )
+    gpu = FitConfig(asset="a.gltf")
+    apply_defaults(FIT, gpu, torch.device("cuda"))
+    assert gpu.render_size == GPU_DEFAULTS["render_size"] >= 1024 and gpu.epochs == GPU_DEFAULTS["epochs"]
+    gpu.validate()
+
+
+# --- stop and resume -------------------------------------------------------------------------------------
+
+
+def _stop_at(step: int):
+    def hook(trainer, at: int) -> None:
+        if at == step:
+            trainer.request_stop()
+
+    return hook
+
+
+def _stored(out: Path) -> dict[str, torch.Tensor]:
+    state = torch.load(out / STATE_DIR / "checkpoints" / "fit.pt", map_location="cpu", weights_only=True)
+    return state["model"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [{}, {"quantize": 8, "quantizer": "soft", "tonemap": "fit"}])
+def test_an_interrupted_fit_resumes_to_the_same_weights(tmp_path: Path, extra: dict) -> None:
+    asset = _write_asset(tmp_path / "asset")
+    config = _config(asset, texture_size=16, render_size=24, views=4, held_out_views=1, epochs=3, **extra)
+    straight = fit_lod(config, tmp_path / "straight", progress=False)
+    with pytest.raises(TrainingInterrupted):
+        fit_lod(config, tmp_path / "stopped", progress=False, on_step=_stop_at(5))  # mid-way through epoch 2
+    assert not (tmp_path / "stopped" / "report.json").exists()
+    resumed = fit_lod(config, tmp_path / "stopped", progress=False, resume=True)
+    assert resumed["resumed"] is True and resumed["steps"] == straight["steps"] == 12
+    a, b = _stored(tmp_path / "straight"), _stored(tmp_path / "stopped")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert resumed["psnr_db"] == straight["psnr_db"] and resumed["initial_psnr_db"] == straight["initial_psnr_db"]
+    assert (tmp_path / "stopped" / "lod.gltf").read_bytes() == (tmp_path / "straight" / "lod.gltf").read_bytes()
+    verify_bake_folder(tmp_path / "stopped")
+
+
+@pytest.mark.slow
+def test_a_killed_fit_resumes_to_a_valid_lod(tmp_path: Path, kill_and_resume) -> None:
+    asset = _write_asset(tmp_path / "asset")
+    argv = [
+        "fit",
+        str(asset),
+        "--size",
+        "16",
+        "--render-size",
+        "32",
+        "--views",
+        "8",
+        "--held-out",
+        "1",
+        "--epochs",
+        "40",
+        "--no-environment",
+        "--no-shadows",
+        "--device",
+        "cpu",
+        "--checkpoint-every",
+        "1",
+    ]
+    report = kill_and_resume(argv, tmp_path / "out")
+    assert report["steps"] == 8 * 40 and report["epochs"] == 40
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert load_gltf(tmp_path / "out" / "lod.gltf").materials[0].unlit

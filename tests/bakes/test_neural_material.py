@@ -1,5 +1,6 @@
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,7 @@ import torch
 from typer.testing import CliRunner
 
 from neuralbake.bakes.neural_material import (
+    NEURAL_MATERIAL,
     NeuralMaterialConfig,
     NeuralMaterialModel,
     ReferenceSampler,
@@ -15,8 +17,10 @@ from neuralbake.bakes.neural_material import (
     relative_l1,
     texel_features,
 )
+from neuralbake.bakes.run import apply_defaults
 from neuralbake.cli import app
 from neuralbake.errors import ConfigError, InputError, TrainingError
+from neuralbake.io.manifest import BAKE_MANIFEST, verify_bake_folder
 from neuralbake.material.loader import load_material
 from neuralbake.nn.quantize import dequantize_latents_affine_u8, quantize_latents_affine_u8
 
@@ -25,7 +29,7 @@ UP = torch.tensor([[0.0, 1.0, 0.0]])
 
 
 def tiny(material: str = "rusty_iron_nail.json", **train) -> NeuralMaterialConfig:
-    config = NeuralMaterialConfig(material=str(EXAMPLES / material), resolution=8, batch_size=512, device="cpu")
+    config = NeuralMaterialConfig(material=str(EXAMPLES / material), texture_size=8, batch_size=512, device="cpu")
     config.decoder_hidden = config.encoder_hidden = 16
     config.compare_size, config.compare_spp = 24, 4
     config.train.steps = train.pop("steps", 60)
@@ -108,7 +112,11 @@ def test_bad_inputs(tmp_path):
     config.material = str(tmp_path / "empty.json")
     with pytest.raises(InputError, match="no layers"):
         bake_neural_material(config, tmp_path / "b", progress=False)
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    # the settings are refused before the folder is made; the material in the run, which leaves no outputs
+    assert not (tmp_path / "a").exists()
+    assert not (tmp_path / "b").exists() or not [p for p in (tmp_path / "b").iterdir() if p.name != ".neuralbake"]
+    result = CliRunner().invoke(app, ["material", "bake", str(tmp_path / "empty.json"), "--out", str(tmp_path / "c"), "--quiet"])
+    assert result.exit_code == 2 and "no layers" in result.output and not (tmp_path / "c").exists()  # the command removes the folder it made
 
 
 def test_nan_in_reference_names_uv_and_directions():
@@ -136,7 +144,7 @@ def test_nan_in_reference_names_uv_and_directions():
 def test_cli_material_bake(tmp_path):
     result = CliRunner().invoke(
         app,
-        ["material", "bake", str(EXAMPLES / "velvet.json"), "--out", str(tmp_path / "v"), "--steps", "20", "--resolution", "8",
+        ["material", "bake", str(EXAMPLES / "velvet.json"), "--out", str(tmp_path / "v"), "--steps", "20", "--size", "8",
          "--batch-size", "256", "--device", "cpu", "--compare-size", "16", "--compare-spp", "2", "--quiet"],
     )
     assert result.exit_code == 0, result.output
@@ -176,7 +184,7 @@ def test_shared_decoder_keeps_the_first_layer_and_trains_the_rest(tmp_path):
 
 def test_cli_pack_bakes_materials_with_a_shared_first_layer(tmp_path):
     args = ["material", "pack", str(EXAMPLES / "rusty_iron_nail.json"), str(EXAMPLES / "velvet.json"), "--out", str(tmp_path / "scene"),
-            "--steps", "10", "--resolution", "8", "--batch-size", "256", "--device", "cpu", "--compare-size", "12", "--compare-spp", "2", "--quiet"]
+            "--steps", "10", "--size", "8", "--batch-size", "256", "--device", "cpu", "--compare-size", "12", "--compare-spp", "2", "--quiet"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "id 0: rusty_iron_nail" in result.output and "id 1: velvet" in result.output
@@ -187,18 +195,78 @@ def test_cli_pack_bakes_materials_with_a_shared_first_layer(tmp_path):
     assert torch.equal(first.decoder.layers[0].weight, second.decoder.layers[0].weight)
     separate = sum((tmp_path / "scene" / "materials" / n / "network.fp16.bin").stat().st_size for n in ("rusty_iron_nail", "velvet"))
     assert (tmp_path / "scene" / "shader" / "material_pack.weights.fp16.bin").stat().st_size < separate, shader
+    # the pack ran on the runner: one bake.json over everything, one phase (checkpoint) per baked material
+    manifest = verify_bake_folder(tmp_path / "scene")
+    assert manifest is not None and manifest["bake"] == "material_pack" and "materials/velvet/latents.u8.safetensors" in manifest["files"]
+    assert sorted(p.name for p in (tmp_path / "scene" / ".neuralbake" / "checkpoints").glob("*.pt")) == ["rusty_iron_nail.pt", "velvet.pt"]
+    assert verify_bake_folder(tmp_path / "scene" / "materials" / "velvet") is not None  # each material is a bake folder of its own
+    assert [m["bundle"] for m in shader["materials"]] == [str(tmp_path / "scene" / "materials" / n) for n in ("rusty_iron_nail", "velvet")]
+    velvet = json.loads((tmp_path / "scene" / "materials" / "velvet" / "report.json").read_text())
+    assert velvet["shared_decoder"]["bundle"] == str(tmp_path / "scene" / "materials" / "rusty_iron_nail")
 
 
 @pytest.mark.parametrize("fraction", [0.0, 0.5, 1.0])
 def test_view_directions_mix_cosine_and_uniform(fraction: float) -> None:
     from scipy import stats
 
-    from neuralbake.bakes.neural_material import _view_directions
+    from neuralbake.bakes.neural_material import view_directions
 
-    wo = _view_directions(20000, fraction, torch.Generator().manual_seed(3), torch.device("cpu"))
+    wo = view_directions(20000, fraction, torch.Generator().manual_seed(3), torch.device("cpu"))
     assert torch.allclose(wo.norm(dim=1), torch.ones(len(wo)), atol=1e-5) and bool((wo[:, 2] >= 0).all())
     # cos(theta) has cdf (1 - f) c^2 + f c: cosine-distributed views have c^2 uniform, uniform ones c.
     cdf = lambda c: (1.0 - fraction) * c**2 + fraction * c  # noqa: E731
     assert stats.kstest(wo[:, 2].double().numpy(), cdf).pvalue > 1e-3
     azimuth = torch.atan2(wo[:, 1], wo[:, 0]).double().numpy()
     assert stats.kstest(azimuth, stats.uniform(loc=-math.pi, scale=2 * math.pi).cdf).pvalue > 1e-3
+
+
+def test_device_defaults_fill_only_what_is_left_out() -> None:
+    cpu = apply_defaults(NEURAL_MATERIAL, config := NeuralMaterialConfig(material="m.json"), torch.device("cpu"))
+    assert cpu == {"train.steps": 2000, "batch_size": 4096} and config.texture_size == 512  # the README's CPU figures
+    gpu = apply_defaults(NEURAL_MATERIAL, NeuralMaterialConfig(material="m.json"), torch.device("cuda"))
+    assert gpu == {"train.steps": 10_000, "batch_size": 16_384}  # the README's GPU run (44.5 dB in a minute on an H100)
+    given = NeuralMaterialConfig(material="m.json", batch_size=256)
+    given.train.steps = 7
+    assert apply_defaults(NEURAL_MATERIAL, given, torch.device("cuda")) == {} and (given.train.steps, given.batch_size) == (7, 256)
+
+
+@pytest.fixture(scope="module")
+def baked(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny finished neural material bake folder (with its bake.json)."""
+    out = tmp_path_factory.mktemp("baked") / "nm"
+    config = tiny("velvet.json", steps=10)
+    config.latent, config.texture_size, config.compare_size, config.compare_spp = 4, 4, 8, 1
+    bake_neural_material(config, out, progress=False)
+    return out
+
+
+@pytest.mark.slow
+def test_render_and_export_refuse_a_bake_folder_with_any_byte_changed(baked: Path, tmp_path: Path) -> None:
+    manifest = verify_bake_folder(baked)
+    assert manifest is not None and {"network.json", "latents.fp16.safetensors", "latents.u8.safetensors", "config.json"} <= set(manifest["files"])
+    runner = CliRunner()
+    for name in manifest["files"]:
+        folder = tmp_path / name.replace("/", "_")
+        shutil.copytree(baked, folder, ignore=shutil.ignore_patterns(".neuralbake"))
+        data = bytearray((folder / name).read_bytes())
+        data[len(data) // 2] ^= 0x01
+        (folder / name).write_bytes(bytes(data))
+        for argv in (["material", "render", str(folder), "--out", str(tmp_path / "r"), "--size", "8", "--spp", "1", "--device", "cpu", "--quiet"],
+                     ["material", "export", str(folder), "--out", str(tmp_path / "e")]):
+            result = runner.invoke(app, argv)
+            shown = "".join(result.output.split())  # rich wraps long paths
+            assert result.exit_code == 2, (name, argv[1], result.output)
+            assert name.replace("/", "") in shown.replace("/", "") and BAKE_MANIFEST in shown, (name, argv[1], result.output)
+    assert not (tmp_path / "r").exists() and not (tmp_path / "e").exists()
+
+
+@pytest.mark.slow
+def test_a_killed_material_bake_resumes_to_a_valid_bundle(tmp_path: Path, kill_and_resume) -> None:
+    out = tmp_path / "out"
+    argv = ["material", "bake", str(EXAMPLES / "velvet.json"), "--latent", "4", "--size", "8", "--batch-size", "64", "--steps", "400",
+            "--checkpoint-every", "2", "--compare-size", "8", "--compare-spp", "1", "--decoder-hidden", "16", "--encoder-hidden", "16",
+            "--reference-chunk", "6400", "--device", "cpu"]
+    report = kill_and_resume(argv, out)
+    assert report["steps"] == 400 and report["latent"] == 4 and report["resolution"] == 8
+    assert (out / ".neuralbake" / "checkpoints" / "train.pt").is_file() and not (out / "checkpoint.pt").exists()
+    assert [tuple(level.shape) for level in load_neural_material(out).latents] == [(8, 8, 4), (4, 4, 4), (2, 2, 4), (1, 1, 4)]

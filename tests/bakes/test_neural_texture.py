@@ -195,3 +195,22 @@ def test_a_killed_texture_bake_resumes_to_a_valid_bundle(tmp_path, tiny_png, kil
     from neuralbake.nn.serialize import load_coordinate_network
 
     load_coordinate_network(out)
+
+
+def test_infer_refuses_a_flipped_byte_in_any_file_of_the_bake(tiny_png, tmp_path):
+    out = tmp_path / "bake"
+    bake_neural_texture(tiny_config(tiny_png, steps=4), out, progress=False)
+    names = json.loads((out / "bake.json").read_text())["files"]
+    assert {"network.safetensors", "network.json", "network.fp16.bin", "report.json"} <= set(names)
+    for name in names:
+        path = out / name
+        original = path.read_bytes()
+        damaged = bytearray(original)
+        damaged[len(damaged) // 2] ^= 0x01
+        path.write_bytes(bytes(damaged))
+        result = runner.invoke(app, ["texture", "infer", str(out), "--size", "8x8", "--out", str(tmp_path / "x.png")])
+        assert result.exit_code == 2, name
+        assert name in result.output and "sha256" in result.output, result.output
+        path.write_bytes(original)
+    result = runner.invoke(app, ["texture", "infer", str(out), "--size", "8x8", "--out", str(tmp_path / "x.png")])
+    assert result.exit_code == 0, result.output

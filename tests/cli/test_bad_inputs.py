@@ -123,7 +123,7 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     texture.train.precision = "fp32"
     bake_neural_texture(texture, root / "texture", progress=False)
     velvet = Path(__file__).resolve().parents[2] / "examples/materials/velvet.json"
-    material = NeuralMaterialConfig(material=str(velvet), latent=4, resolution=8, batch_size=64, device="cpu", compare_size=8, compare_spp=1)
+    material = NeuralMaterialConfig(material=str(velvet), latent=4, texture_size=8, batch_size=64, device="cpu", compare_size=8, compare_spp=1)
     material.train.steps = 5
     bake_neural_material(material, root / "material", progress=False)
     return {"texture": root / "texture", "material": root / "material"}

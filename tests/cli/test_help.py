@@ -42,18 +42,21 @@ def test_help_shows_defaults_one_way(command: tuple[str, ...]) -> None:
 
 
 def test_ntc_flags_left_alone_keep_the_config_file_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import neuralbake.bakes.ntc as ntc
+    from neuralbake.bakes import run as bake_runner
+    from neuralbake.errors import InputError
 
     seen: dict[str, Any] = {}
 
-    def fake_compress(config: Any, out: Any, **kwargs: Any) -> dict:
+    def fake_run_bake(bake: Any, config: Any, out: Any, **kwargs: Any) -> dict:
         seen["config"] = config
-        raise ntc.InputError("stop here", fix="none")
+        raise InputError("stop here", fix="none")
 
-    monkeypatch.setattr(ntc, "compress_texture_set", fake_compress)
+    monkeypatch.setattr(bake_runner, "run_bake", fake_run_bake)
     config = tmp_path / "ntc.json"
-    config.write_text(json.dumps({"bpp": 2.0, "material": "1", "baselines": False}))
+    config.write_text(json.dumps({"bpp": [2.0], "material": "1", "baselines": False}))
     CliRunner().invoke(app, ["ntc", "compress", "a.png", "--config", str(config), "--out", str(tmp_path / "o")])
-    assert (seen["config"].bpp, seen["config"].material, seen["config"].baselines) == (2.0, "1", False)
+    assert (seen["config"].bpp, seen["config"].material, seen["config"].baselines) == ([2.0], "1", False)
     CliRunner().invoke(app, ["ntc", "compress", "a.png", "--config", str(config), "--bpp", "3", "--baselines", "--out", str(tmp_path / "o")])
-    assert (seen["config"].bpp, seen["config"].baselines) == (3.0, True)
+    assert (seen["config"].bpp, seen["config"].baselines) == ([3.0], True)
+    CliRunner().invoke(app, ["ntc", "compress", "a.png", "--config", str(config), "--bpp", "3", "--bpp", "1", "--out", str(tmp_path / "o")])
+    assert seen["config"].bpp == [3.0, 1.0]

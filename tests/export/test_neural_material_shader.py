@@ -31,7 +31,7 @@ from neuralbake.bakes.neural_material import (
     bake_neural_material,
     load_neural_material,
 )
-from neuralbake.cli_export import register
+from neuralbake.cli import app as neuralbake_app
 from neuralbake.errors import BundleError, ConfigError
 from neuralbake.export.neural_material import export_material_pack_shader, export_neural_material_shader
 from neuralbake.export.neural_material_codegen import POINT_FLOATS
@@ -62,7 +62,7 @@ _MANIFEST_KEYS_WRITTEN_BY_WRITE_BUNDLE = ("format", "format_version", "kind", "f
 
 def _bake(material: str, out: Path) -> Path:
     config = NeuralMaterialConfig(
-        material=str(EXAMPLES / material), resolution=8, batch_size=256, device="cpu", decoder_hidden=16, encoder_hidden=16,
+        material=str(EXAMPLES / material), texture_size=8, batch_size=256, device="cpu", decoder_hidden=16, encoder_hidden=16,
         compare_size=8, compare_spp=1, reference_chunk=256 * 20,
         train=TrainerConfig(steps=20, precision="fp32", log_every=10, checkpoint_every=0, eval_every=0),
     )
@@ -373,6 +373,10 @@ def test_missing_or_mismatched_latents_name_the_file(tmp_path, bakes):
     broken = tmp_path / "broken"
     shutil.copytree(bakes["copper"], broken)
     (broken / "latents.u8.safetensors").unlink()
+    with pytest.raises(BundleError) as caught:  # the bake manifest notices first
+        export_neural_material_shader(broken, tmp_path / "out", latent_format="u8")
+    assert caught.value.field == "bake.json: files.latents.u8.safetensors" and caught.value.path.endswith("latents.u8.safetensors")
+    (broken / "bake.json").unlink()  # a folder from before bake.json: the bundle's own checks name the file
     with pytest.raises(BundleError) as caught:
         export_neural_material_shader(broken, tmp_path / "out", latent_format="u8")
     assert caught.value.field == "latent.u8" and caught.value.path.endswith("latents.u8.safetensors")
@@ -402,12 +406,8 @@ def test_a_bundle_given_twice_or_none_is_refused(tmp_path, bakes):
 
 @pytest.fixture
 def cli() -> typer.Typer:
-    """The ``material`` group with the export commands registered, as ``neuralbake.cli`` does it."""
-    app = typer.Typer()
-    material_app = typer.Typer()
-    register(material_app)
-    app.add_typer(material_app, name="material")
-    return app
+    """The main CLI: ``material export`` and ``material pack`` live in ``neuralbake.cli.material``."""
+    return neuralbake_app
 
 
 def test_cli_export_and_pack(tmp_path, bakes, cli):

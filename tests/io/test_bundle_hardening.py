@@ -25,12 +25,22 @@ import torch
 from neuralbake.bakes.neural_material import (
     NeuralMaterial,
     NeuralMaterialConfig,
-    _write_bundle,
     load_neural_material,
     render_neural_material,
+    write_material_bundle,
 )
 from neuralbake.bakes.neural_texture import render_saved_network
-from neuralbake.bakes.ntc import CONTAINER_NAME, MANIFEST_NAME, LATENT_SHAPES, ChannelGroup, NTCLayout, NTCModel, open_container, pack_container, read_container
+from neuralbake.bakes.ntc import (
+    CONTAINER_NAME,
+    LATENT_SHAPES,
+    MANIFEST_NAME,
+    ChannelGroup,
+    NTCLayout,
+    NTCModel,
+    open_container,
+    pack_container,
+    read_container,
+)
 from neuralbake.errors import BundleError, ConfigError, InputError, NeuralbakeError
 from neuralbake.export.neural_material import export_neural_material_shader
 from neuralbake.export.slang import export_bundle_shader
@@ -53,12 +63,12 @@ def originals(tmp_path_factory) -> dict[str, Path]:
     """A neural material bundle (latent 4, decoder 13 -> 8 -> 3, 4x4 latents with 3 mips) and a neural texture bundle."""
     root = tmp_path_factory.mktemp("bundles")
     torch.manual_seed(0)
-    config = NeuralMaterialConfig(material=str(MATERIAL), latent=4, resolution=4, decoder_hidden=8, decoder_layers=1)
+    config = NeuralMaterialConfig(material=str(MATERIAL), latent=4, texture_size=4, decoder_hidden=8, decoder_layers=1)
     decoder = MLP(MLPConfig(inputs=4 + 9, hidden=8, layers=1, outputs=3, hidden_activation="relu", output_activation="none"))
     levels = [torch.randn(side, side, 4) for side in (4, 2, 1)]
     material = root / "material"
     material.mkdir()
-    _write_bundle(material, NeuralMaterial(levels, decoder, config.direction_inputs), config, features=5)
+    write_material_bundle(material, NeuralMaterial(levels, decoder, config.direction_inputs), config, features=5)
     texture = root / "texture"
     save_coordinate_network(texture, CoordinateNetwork(CoordinateNetworkConfig(frequencies=2, hidden=8, layers=1, outputs=3)), training_precision="fp32")
     return {"material": material, "texture": texture}

@@ -1,239 +1,39 @@
+"""The learned-mipmap bake end to end: outputs, report, errors, the CLI, device defaults, resume."""
+
 import json
-import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
-from torch.func import functional_call
 from typer.testing import CliRunner
 
 from neuralbake.bakes.mipmap import (
+    CPU_TEXTURE_SIZE,
     METHODS,
-    LearnedMipChain,
-    LearnedMipLevel,
-    MaterialMaps,
     MipmapConfig,
-    MipReferenceSampler,
     bake_mipmap,
-    _decode_8bit,
     box_mip_chain,
-    level_slices,
+    decode_8bit,
     load_material_maps,
     mirror_directions,
-    orthonormal_basis,
-    reference_chain,
     renormalised,
-    sample_directions,
     shade_maps,
-    shade_texels,
-    toksvig_chain,
-    toksvig_roughness,
-    tone_mapped_loss,
 )
-from neuralbake.cli_mipmap import app
+from neuralbake.bakes.mipmap.config import device_defaults
+from neuralbake.cli import app
 from neuralbake.errors import ConfigError, InputError
-from neuralbake.material.gltf import gltf_eval
-from neuralbake.nn.trainer import Trainer
+from neuralbake.io.manifest import verify_bake_folder
 from neuralbake.render.tonemap import tone_map_reinhard
+
+from ._support import bumpy_normals, small_config, write_maps
 
 runner = CliRunner()
 
 
-def bumpy_normals(size: int, seed: int = 0, amplitude: float = 0.6) -> np.ndarray:
-    """Unit normals of a sum of sines with periods of a few texels, encoded 0.5 n + 0.5."""
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:size, 0:size].astype(np.float64)
-    height = np.zeros((size, size))
-    for _ in range(6):
-        fx, fy = rng.integers(1, size // 4, 2)
-        height += np.sin(2 * np.pi * (fx * x + fy * y) / size + rng.uniform(0, 2 * np.pi))
-    n = np.stack((-amplitude * np.gradient(height, axis=1), -amplitude * np.gradient(height, axis=0), np.ones_like(height)), -1)
-    n /= np.linalg.norm(n, axis=-1, keepdims=True)
-    return 0.5 * n + 0.5
-
-
-def write_maps(folder: Path, size: int = 32, *, normal_size: int | None = None, grey_normal: bool = False) -> tuple[Path, Path]:
-    y, x = np.mgrid[0:size, 0:size] / size
-    colour = np.stack((0.6 + 0.3 * x, 0.5 + 0.2 * y, 0.4 + 0 * x), -1)
-    base = folder / "base.png"
-    Image.fromarray(np.round(colour * 255).astype(np.uint8)).save(base)
-    normal = folder / "normal.png"
-    encoded = bumpy_normals(normal_size or size)
-    if grey_normal:
-        Image.fromarray(np.round(encoded[..., 0] * 255).astype(np.uint8), mode="L").save(normal)
-    else:
-        Image.fromarray(np.round(encoded * 255).astype(np.uint8)).save(normal)
-    return base, normal
-
-
-def small_config(base: Path, normal: Path, **overrides) -> MipmapConfig:
-    config = MipmapConfig(base_color=str(base), normal=str(normal), device="cpu", held_out_directions=24)
-    steps = overrides.pop("steps", 150)
-    for key, value in overrides.items():
-        setattr(config, key, value)
-    config.train.steps = steps
-    config.train.eval_every = 0
-    return config
-
-
-# -- shading --------------------------------------------------------------------------------------
-
-
-def test_orthonormal_basis_is_a_right_handed_frame():
-    n = torch.nn.functional.normalize(torch.randn(200, 3, dtype=torch.float64), dim=-1)
-    n = torch.cat((n, torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, -1.0], [1.0, 0.0, 0.0]], dtype=torch.float64)))
-    t, b = orthonormal_basis(n)
-    frame = torch.stack((t, b, n), dim=1)
-    assert torch.allclose(frame @ frame.transpose(1, 2), torch.eye(3, dtype=torch.float64).expand(len(n), 3, 3), atol=1e-12)
-    assert torch.allclose(torch.linalg.det(frame), torch.ones(len(n), dtype=torch.float64), atol=1e-12)
-
-
-def test_flat_normal_shading_is_the_brdf(device):
-    generator = torch.Generator().manual_seed(3)
-    directions = sample_directions(64, generator, torch.device("cpu"), specular_fraction=0.5).to(device)
-    wi, wo = directions[:, :3], directions[:, 3:]
-    normal = torch.tensor([[0.0, 0.0, 1.0]], device=device)
-    base = torch.tensor([[0.7, 0.4, 0.2]], device=device)
-    radiance = shade_texels(
-        base, normal, torch.tensor([0.3], device=device), torch.tensor([0.5], device=device), wi, wo, light_intensity=2.0
-    )
-    expected = 2.0 * gltf_eval(wi, wo, base_color=base, metallic=0.5, roughness=0.3)
-    expected = expected * ((wi[:, 2] > 0) & (wo[:, 2] > 0)).float()[:, None]
-    assert radiance.shape == (64, 1, 3)
-    assert torch.allclose(radiance[:, 0], expected, rtol=1e-5, atol=1e-6)
-
-
-def test_tilted_normal_matches_the_brdf_in_the_tilted_frame():
-    # Shading is rotation invariant: tilting the normal and both directions together changes nothing.
-    angle = 0.4
-    rot = torch.tensor(
-        [[math.cos(angle), 0.0, math.sin(angle)], [0.0, 1.0, 0.0], [-math.sin(angle), 0.0, math.cos(angle)]], dtype=torch.float64
-    )
-    wi = torch.tensor([[0.3, 0.2, 0.93]], dtype=torch.float64)
-    wo = torch.tensor([[-0.2, 0.1, 0.97]], dtype=torch.float64)
-    wi, wo = torch.nn.functional.normalize(wi, dim=-1), torch.nn.functional.normalize(wo, dim=-1)
-    normal = (rot @ torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64))[None]
-    args = (
-        torch.full((1, 3), 0.5, dtype=torch.float64),
-        normal,
-        torch.tensor([0.4], dtype=torch.float64),
-        torch.tensor([0.0], dtype=torch.float64),
-    )
-    tilted = shade_texels(*args, wi @ rot.T, wo @ rot.T, light_intensity=1.0)
-    flat = gltf_eval(wi, wo, base_color=0.5, metallic=0.0, roughness=0.4)
-    assert torch.allclose(tilted[0], flat, rtol=1e-10)
-
-
-def test_gradcheck_shade_texels():
-    generator = torch.Generator().manual_seed(0)
-    directions = sample_directions(3, generator, torch.device("cpu"), specular_fraction=0.5).double()
-    directions[:, 2] = directions[:, 2].abs() + 0.2  # keep the lights above the surface for a smooth check
-    directions[:, :3] = torch.nn.functional.normalize(directions[:, :3], dim=-1)
-    base = torch.tensor([[0.6, 0.3, 0.2], [0.2, 0.5, 0.8]], dtype=torch.float64, requires_grad=True)
-    normal = torch.nn.functional.normalize(torch.tensor([[0.2, -0.1, 1.0], [-0.3, 0.2, 1.0]], dtype=torch.float64), dim=-1).requires_grad_()
-    roughness = torch.tensor([0.35, 0.6], dtype=torch.float64, requires_grad=True)
-    metallic = torch.tensor([0.2, 0.9], dtype=torch.float64, requires_grad=True)
-
-    def f(b, n, r, m):
-        return shade_texels(b, n, r, m, directions[:, :3], directions[:, 3:], light_intensity=3.0)
-
-    assert torch.autograd.gradcheck(f, (base, normal, roughness, metallic))
-
-
-def test_gradcheck_shading_of_a_learned_mip_level():
-    # The whole shading-of-mip path: texel parameters -> maps -> shading -> tone-mapped loss.
-    rng = np.random.default_rng(1)
-    init = MaterialMaps(
-        torch.tensor(rng.uniform(0.2, 0.8, (2, 2, 3))),
-        torch.nn.functional.normalize(torch.tensor(rng.normal([0, 0, 1], 0.2, (2, 2, 3))), dim=-1),
-        torch.tensor(rng.uniform(0.3, 0.7, (2, 2, 1))),
-        torch.tensor(rng.uniform(0.1, 0.9, (2, 2, 1))),
-    )
-    level = LearnedMipLevel(init, learn_metallic=True).double()
-    chain = LearnedMipChain([init], light_intensity=4.0, learn_metallic=True).double()
-    chain.levels[0] = level
-    directions = torch.tensor([[0.3, 0.1, 0.95, -0.25, 0.05, 0.97], [-0.5, 0.3, 0.81, 0.1, -0.6, 0.79]], dtype=torch.float64)
-    directions = torch.cat(
-        (torch.nn.functional.normalize(directions[:, :3], dim=-1), torch.nn.functional.normalize(directions[:, 3:], dim=-1)), dim=1
-    )
-    target = torch.rand(2, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    loss = tone_mapped_loss([slice(0, 12)])
-    names = [name for name, _ in chain.named_parameters()]
-    params = tuple(p.detach().clone().requires_grad_() for p in chain.parameters())
-    assert names == ["levels.0.base_logit", "levels.0.slope", "levels.0.roughness_logit", "levels.0.metallic_logit"]
-
-    def f(*values):
-        shading = functional_call(chain, dict(zip(names, values)), (directions,))
-        return shading, loss(shading, target)
-
-    assert torch.autograd.gradcheck(f, params)
-
-
-# -- filtering ------------------------------------------------------------------------------------
-
-
-def test_box_chain_and_reference_are_footprint_averages():
-    rng = np.random.default_rng(0)
-    maps = MaterialMaps(*(torch.tensor(rng.uniform(0, 1, (8, 8, c)), dtype=torch.float32) for c in (3, 3, 1, 1)))
-    chain = box_mip_chain(maps, 3)
-    assert [lv.side for lv in chain] == [4, 2, 1]
-    assert torch.allclose(chain[0].base_color[1, 2], maps.base_color[2:4, 4:6].mean(dim=(0, 1)))
-    assert torch.allclose(chain[2].roughness[0, 0], maps.roughness.mean(dim=(0, 1)))
-    full = torch.tensor(rng.uniform(0, 1, (2, 8, 8, 3)), dtype=torch.float32)
-    ref = reference_chain(full, 3)
-    slices = level_slices(8, 3)
-    assert ref.shape == (2, (16 + 4 + 1) * 3)
-    assert torch.allclose(ref[:, slices[2]], full.mean(dim=(1, 2)))
-
-
-def test_toksvig_roughness():
-    r = torch.tensor([0.2, 0.2, 0.5, 1.0])
-    unit = torch.ones(4)
-    assert torch.allclose(toksvig_roughness(r, unit), r)
-    assert torch.allclose(toksvig_roughness(r, unit, variant="phong"), r, atol=1e-5)
-    length = torch.tensor([0.9, 0.99, 0.95, 0.5])
-    widened = toksvig_roughness(r, length)
-    sigma2 = (1 - length) / length
-    assert torch.allclose(widened**4, torch.clamp(r**4 + sigma2, max=1.0))
-    assert torch.all(widened[:3] > r[:3]) and widened[3] == 1.0
-    # For a sharp lobe Toksvig's Phong form adds about twice the variance.
-    phong = toksvig_roughness(torch.tensor([0.1]), torch.tensor([0.9999]), variant="phong")
-    assert abs(float(phong**4) - (0.1**4 + 2 * 1e-4 / 0.9999)) < 5e-6
-
-
-def test_toksvig_chain_renormalises_and_widens():
-    normals = torch.nn.functional.normalize(
-        torch.tensor([[[0.5, 0.0, 1.0], [-0.5, 0.0, 1.0]], [[0.0, 0.5, 1.0], [0.0, -0.5, 1.0]]]), dim=-1
-    )
-    maps = MaterialMaps(torch.full((2, 2, 3), 0.5), normals, torch.full((2, 2, 1), 0.2), torch.zeros(2, 2, 1))
-    (level,) = toksvig_chain(box_mip_chain(maps, 1))
-    assert torch.allclose(level.normal[0, 0], torch.tensor([0.0, 0.0, 1.0]))
-    assert float(level.roughness) > 0.2
-
-
-def test_trainer_steps_every_parameter_downhill():
-    # The trainer's first Adam step is -lr * sign(grad) for every texel; a gradient whose strides
-    # differ from its parameter's would make fused Adam step texels at random.
-    maps = MaterialMaps(
-        torch.full((8, 8, 3), 0.5),
-        torch.tensor(bumpy_normals(8) * 2 - 1, dtype=torch.float32),
-        torch.full((8, 8, 1), 0.3),
-        torch.zeros(8, 8, 1),
-    )
-    config = MipmapConfig(base_color="x", normal="y", device="cpu")
-    config.train.steps = 1
-    chain = LearnedMipChain(box_mip_chain(maps, 2), light_intensity=5.0, learn_metallic=True)
-    sampler = MipReferenceSampler(maps, 2, config)
-    loss = tone_mapped_loss(level_slices(8, 2))
-    before = [p.detach().clone() for p in chain.parameters()]
-    batch = sampler.sample(torch.Generator().manual_seed(config.train.seed))
-    grads = torch.autograd.grad(loss(chain(batch.inputs), batch.targets), list(chain.parameters()))
-    Trainer(chain, sampler, loss, config.train, device=torch.device("cpu")).train_step()
-    for old, new, grad in zip(before, chain.parameters(), grads):
-        moved = (new.detach() - old)[grad.abs() > 1e-9]
-        assert torch.all(moved * grad[grad.abs() > 1e-9] < 0)
+def nothing_written(out) -> bool:
+    """A failed bake leaves no output folder behind (these tests pass one that does not exist yet)."""
+    return not out.exists()
 
 
 # -- the bake -------------------------------------------------------------------------------------
@@ -251,6 +51,7 @@ def test_learned_mips_beat_box_and_toksvig_on_bumps(tmp_path):
     assert report["learned_beats_box_every_level"] and report["learned_beats_toksvig_every_level"]
 
 
+@pytest.mark.slow
 def test_mirror_like_texels_do_not_turn_black(tmp_path):
     # A shiny metal (roughness 0.05, GGX alpha 0.0025) with faint high-frequency bumps: every
     # texel's highlight is a narrow peak that the 16 random directions of a step seldom hit. With
@@ -279,7 +80,7 @@ def test_mirror_like_texels_do_not_turn_black(tmp_path):
         for name in ("base_color", "normal", "roughness", "metallic"):
             image = np.asarray(Image.open(out / "mips" / f"{name}_L{k}.png"), dtype=np.float32) / 255.0
             images[name] = image[..., :3] if name in ("base_color", "normal") else image.reshape(*image.shape[:2], 1)
-        learned = _decode_8bit(images, torch.device("cpu"))
+        learned = decode_8bit(images, torch.device("cpu"))
         reference = torch.nn.functional.avg_pool2d(
             shade_maps(maps, wi, wo, light_intensity=config.light_intensity).permute(0, 3, 1, 2), 2**k
         ).permute(0, 2, 3, 1)
@@ -288,8 +89,15 @@ def test_mirror_like_texels_do_not_turn_black(tmp_path):
         def black(radiance: torch.Tensor) -> float:
             return float((tone_map_reinhard(radiance).mean(dim=-1) < 0.02).float().mean())
 
-        shaded = {name: shade_maps(m, wi, wo, light_intensity=config.light_intensity) for name, m in (("box", level_box), ("learned", learned))}
-        assert black(shaded["learned"]) <= black(shaded["box"]) + 0.02, (k, black(shaded["learned"]), black(shaded["box"]), black(reference))
+        shaded = {
+            name: shade_maps(m, wi, wo, light_intensity=config.light_intensity) for name, m in (("box", level_box), ("learned", learned))
+        }
+        assert black(shaded["learned"]) <= black(shaded["box"]) + 0.02, (
+            k,
+            black(shaded["learned"]),
+            black(shaded["box"]),
+            black(reference),
+        )
 
 
 def test_bake_writes_chain_comparison_and_report(tmp_path):
@@ -308,7 +116,11 @@ def test_bake_writes_chain_comparison_and_report(tmp_path):
     saved = json.loads((out / "report.json").read_text())
     assert saved["bake"] == "mipmap" and set(saved["per_level"][0]) == {"level", "side", *METHODS}
     assert json.loads((out / "config.json").read_text())["levels"] == 2
-    assert (out / "loss.png").is_file()
+    assert (out / "loss.png").is_file() and (out / "events.jsonl").is_file()
+    assert not (out / "checkpoint.pt").exists() and (out / ".neuralbake" / "checkpoints" / "train.pt").is_file()
+    manifest = verify_bake_folder(out)
+    assert manifest is not None and "mips/normal_L2.png" in manifest["files"] and "comparison.png" in manifest["files"]
+    assert saved["resumed"] is False and "wall_seconds" in saved and saved["device"]["type"] == "cpu"
 
 
 def test_metallic_roughness_map_channels(tmp_path):
@@ -355,7 +167,7 @@ def test_bad_inputs_name_file_and_fix(tmp_path):
 def test_bad_config_values(tmp_path):
     base, normal = write_maps(tmp_path, 8)
     for overrides, field in [
-        ({"size": 48}, "size"),
+        ({"texture_size": 48}, "texture_size"),
         ({"levels": 0}, "levels"),
         ({"roughness": 1.5}, "roughness"),
         ({"init": "lanczos"}, "init"),
@@ -370,18 +182,21 @@ def test_bad_config_values(tmp_path):
         config.validate()
     with pytest.raises(ConfigError, match="3 levels below it, 4 were asked"):
         bake_mipmap(small_config(base, normal, levels=4), tmp_path / "out", progress=False)
-    assert not (tmp_path / "out").exists()  # checked before anything is written
+    assert nothing_written(tmp_path / "out")  # checked before any output is written
 
 
 def test_cli_runs_and_reports_errors(tmp_path):
     base, normal = write_maps(tmp_path, 8)
     out = tmp_path / "cli"
-    result = runner.invoke(app, [str(base), str(normal), "--out", str(out), "--steps", "3", "--device", "cpu", "--levels", "2", "--quiet"])
+    result = runner.invoke(
+        app, ["mipmap", str(base), str(normal), "--out", str(out), "--steps", "3", "--device", "cpu", "--levels", "2", "--quiet"]
+    )
     assert result.exit_code == 0, result.output
     assert "mean shaded PSNR" in result.output and (out / "report.json").is_file()
-    result = runner.invoke(app, [str(base), "--out", str(out), "--quiet"])
-    assert result.exit_code == 2 and "expected 2 or 3 maps" in result.output
-    result = runner.invoke(app, [str(base), str(tmp_path / "nope.png"), "--out", str(out), "--quiet"])
+    assert json.loads((out / "config.json").read_text())["levels"] == 2
+    result = runner.invoke(app, ["mipmap", str(base), "--out", str(out), "--quiet"])
+    assert result.exit_code == 2 and "Missing argument" in result.output and "NORMAL" in result.output
+    result = runner.invoke(app, ["mipmap", str(base), str(tmp_path / "nope.png"), "--out", str(out), "--quiet"])
     assert result.exit_code == 2 and "nope.png" in result.output
 
 
@@ -393,7 +208,7 @@ def test_damaged_helmet_downscaled(shared_dir, tmp_path):
         base_color=str(helmet / "Default_albedo.jpg"),
         normal=str(helmet / "Default_normal.jpg"),
         roughness_map=str(helmet / "Default_metalRoughness.jpg"),
-        size=64,
+        texture_size=64,
         levels=4,
         device="cpu",
         held_out_directions=16,
@@ -409,16 +224,18 @@ def test_damaged_helmet_downscaled(shared_dir, tmp_path):
 
 
 def test_size_is_capped_and_memory_checked_before_work(tmp_path, monkeypatch):
-    import neuralbake.io.limits as limits
     from neuralbake.bakes.mipmap import MAX_SIZE, estimated_bake_bytes
+    from neuralbake.io import limits
 
     base, normal = write_maps(tmp_path, 8)
     for size in (65536, MAX_SIZE * 2, True):
         with pytest.raises(ConfigError) as info:
-            small_config(base, normal, size=size).validate()
-        assert info.value.field == "size"
-    small_config(base, normal, size=MAX_SIZE).validate()
-    result = runner.invoke(app, [str(base), str(normal), "--size", "65536", "--out", str(tmp_path / "cli"), "--device", "cpu", "--quiet"])
+            small_config(base, normal, texture_size=size).validate()
+        assert info.value.field == "texture_size"
+    small_config(base, normal, texture_size=MAX_SIZE).validate()
+    result = runner.invoke(
+        app, ["mipmap", str(base), str(normal), "--size", "65536", "--out", str(tmp_path / "cli"), "--device", "cpu", "--quiet"]
+    )
     assert result.exit_code == 2 and "16384" in result.output, result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "cli").exists()
@@ -427,9 +244,9 @@ def test_size_is_capped_and_memory_checked_before_work(tmp_path, monkeypatch):
     assert estimated_bake_bytes(MAX_SIZE, config) > 4 * estimated_bake_bytes(MAX_SIZE // 2, config) * 0.9 > 100 * 2**30
     monkeypatch.setattr(limits, "available_memory_bytes", lambda: 2**20)
     with pytest.raises(InputError) as info:
-        bake_mipmap(small_config(base, normal, steps=2, size=16), tmp_path / "out", progress=False)
-    assert info.value.field == "size" and "GiB" in str(info.value)
-    assert not (tmp_path / "out").exists()  # refused before anything is written
+        bake_mipmap(small_config(base, normal, steps=2, texture_size=16), tmp_path / "out", progress=False)
+    assert info.value.field == "texture_size" and "GiB" in str(info.value)
+    assert nothing_written(tmp_path / "out")  # refused before any output is written
     monkeypatch.setattr(limits, "available_memory_bytes", lambda: 2**40)
     bake_mipmap(small_config(base, normal, steps=2, levels=1), tmp_path / "ok", progress=False)
 
@@ -442,11 +259,48 @@ def test_resume_refuses_a_checkpoint_of_absolute_slopes(tmp_path):
     config = small_config(base, normal, steps=2, levels=1)
     config.train.checkpoint_every = 1
     bake_mipmap(config, out, progress=False)
-    state = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=True)
+    checkpoint = out / ".neuralbake" / "checkpoints" / "train.pt"
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     assert state["compatibility"]["slope_parameterisation"] == "offset_in_alpha_units"
     bake_mipmap(config, out, resume=True, progress=False)  # a checkpoint of this version resumes
     del state["compatibility"]["slope_parameterisation"]  # as written before slopes became offsets
-    torch.save(state, out / "checkpoint.pt")
+    torch.save(state, checkpoint)
     with pytest.raises(TrainingError, match="older neuralbake that stored absolute normal slopes") as info:
         bake_mipmap(config, out, resume=True, progress=False)
     assert info.value.field == "slope_parameterisation" and "without --resume" in str(info.value)
+
+
+def test_cpu_defaults_cap_the_size_and_keep_small_maps(tmp_path):
+    base, normal = write_maps(tmp_path, 8)
+    config = MipmapConfig(base_color=str(base), normal=str(normal))
+    assert device_defaults(config, torch.device("cpu")) == {}  # already small: its own size
+    big = tmp_path / "big.png"
+    Image.new("RGB", (2 * CPU_TEXTURE_SIZE, 2 * CPU_TEXTURE_SIZE)).save(big)
+    config = MipmapConfig(base_color=str(big), normal=str(big))
+    assert device_defaults(config, torch.device("cpu")) == {"texture_size": CPU_TEXTURE_SIZE}
+    assert device_defaults(config, torch.device("cuda")) == {}  # a GPU bakes the maps' own size
+    assert device_defaults(MipmapConfig(base_color=str(tmp_path / "missing.png")), torch.device("cpu")) == {}
+
+
+def test_cpu_default_size_is_applied_and_recorded(tmp_path):
+    base, normal = write_maps(tmp_path, 2 * CPU_TEXTURE_SIZE)
+    config = small_config(base, normal, steps=1, levels=1, held_out_directions=2, directions_per_step=2)
+    report = bake_mipmap(config, tmp_path / "out", progress=False)
+    assert report["device_defaults"] == {"texture_size": CPU_TEXTURE_SIZE}
+    assert report["maps"]["size"] == CPU_TEXTURE_SIZE and report["maps"]["source_size"] == [2 * CPU_TEXTURE_SIZE] * 2
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["texture_size"] == CPU_TEXTURE_SIZE
+    explicit = small_config(base, normal, steps=1, levels=1, held_out_directions=2, directions_per_step=2, texture_size=64)
+    report = bake_mipmap(explicit, tmp_path / "explicit", progress=False)
+    assert report["device_defaults"] == {} and report["maps"]["size"] == 64  # an explicit size wins
+
+
+@pytest.mark.slow
+def test_a_killed_mipmap_bake_resumes_to_a_valid_folder(tmp_path, kill_and_resume):
+    base, normal = write_maps(tmp_path, 16)
+    out = tmp_path / "out"
+    argv = ["mipmap", str(base), str(normal), "--device", "cpu", "--steps", "400", "--checkpoint-every", "2", "--levels", "2"]
+    report = kill_and_resume([*argv, "--directions", "4", "--held-out-directions", "4", "--eval-every", "0"], out)
+    assert report["steps"] == 400 and report["levels"] == 2
+    for k in range(3):
+        assert (out / "mips" / f"normal_L{k}.png").is_file()
+    assert (out / "comparison.png").is_file() and not (out / "checkpoint.pt").exists()

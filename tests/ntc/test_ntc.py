@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,10 +22,10 @@ from neuralbake.bakes.ntc import (
     MAX_PE_FREQUENCIES,
     ChannelGroup,
     GridTables,
+    LatentShape,
     NTCConfig,
     NTCLayout,
     NTCModel,
-    LatentShape,
     TexelSampler,
     TextureSet,
     bc_baselines,
@@ -72,7 +74,7 @@ def tiny_set(tmp_path: Path) -> list[str]:
 def _config(sources: list[str], *, bpp: float = 16.0, steps: int = 40, finetune: int = 10, seed: int = 0) -> NTCConfig:
     return NTCConfig(
         sources=sources,
-        bpp=bpp,
+        bpp=[bpp],
         hidden=(16,),
         pe_frequencies=2,
         batch_size=512,
@@ -293,7 +295,7 @@ def test_sample_features_matches_a_per_texel_reference() -> None:
         x0, y0 = math.floor(px), math.floor(py)
         xs = [min(max(x0, 0), w - 1), min(max(x0 + 1, 0), w - 1)]
         ys = [min(max(y0, 0), h - 1), min(max(y0 + 1, 0), h - 1)]
-        cell = lambda cx, cy: grid[offset(dims, pair) + cy * w + cx]  # noqa: E731
+        cell = lambda cx, cy: grid[offset(dims, pair) + cy * w + cx]
         return [cell(xs[0], ys[0]), cell(xs[1], ys[0]), cell(xs[0], ys[1]), cell(xs[1], ys[1])], px - x0, py - y0
 
     for i in range(len(level)):
@@ -438,32 +440,87 @@ def test_gltf_material_channels(tmp_path: Path) -> None:
 # -- CLI and the rate-distortion run ------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_cli_compress_rd_and_decompress(tiny_set: list[str], tmp_path: Path) -> None:
+_CLI_COMMON = ["--steps", "20", "--finetune-steps", "5", "--batch-size", "256", "--hidden", "16", "--pe-frequencies", "2", "--device", "cpu", "--quiet"]
+
+
+def _ntc_cli(args: list[str]):
     from typer.testing import CliRunner
 
-    from neuralbake.cli_ntc import ntc_app
+    from neuralbake.cli.ntc import ntc_app
 
-    runner = CliRunner()
-    common = ["--steps", "20", "--finetune-steps", "5", "--batch-size", "256", "--hidden", "16", "--pe-frequencies", "2", "--device", "cpu", "--no-progress"]
-    result = runner.invoke(ntc_app, ["compress", *tiny_set, "--bpp", "12", "--bpp", "18", "--out", str(tmp_path / "rd"), *common])
+    return CliRunner().invoke(ntc_app, args, env={"COLUMNS": "400"})
+
+
+@pytest.mark.slow
+def test_cli_compress_rd_and_decompress(tiny_set: list[str], tmp_path: Path) -> None:
+    result = _ntc_cli(["compress", *tiny_set, "--bpp", "12", "--bpp", "18", "--out", str(tmp_path / "rd"), *_CLI_COMMON])
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "rd" / "rd.json").read_text())
     assert [p["bpp_target"] for p in summary["ntc"]] == [12.0, 18.0]
     assert set(summary["bcn"]) == {"bc1", "bc7"}
     assert (tmp_path / "rd" / "rd.png").is_file()
-    result = runner.invoke(ntc_app, ["decompress", str(tmp_path / "rd" / "bpp_12"), "--out", str(tmp_path / "dec"), "--device", "cpu"])
+    report = json.loads((tmp_path / "rd" / "report.json").read_text())
+    assert report["rates"] == ["bpp_12", "bpp_18"] and report["rd"] == summary
+    for rate in ("bpp_12", "bpp_18"):
+        assert json.loads((tmp_path / "rd" / rate / "report.json").read_text())["bpp_target"] in (12.0, 18.0)
+        assert (tmp_path / "rd" / ".neuralbake" / "checkpoints" / f"{rate}_noise.pt").is_file()
+    result = _ntc_cli(["decompress", str(tmp_path / "rd" / "bpp_12"), "--out", str(tmp_path / "dec"), "--device", "cpu"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "dec" / "normal_mip0.png").is_file()
-    result = runner.invoke(ntc_app, ["compress", *tiny_set, "--bpp", "60", "--out", str(tmp_path / "bad"), *common])
+    result = _ntc_cli(["compress", *tiny_set, "--bpp", "60", "--out", str(tmp_path / "bad"), *_CLI_COMMON])
     assert result.exit_code == 2
     assert "bpp" in result.output
+
+
+def test_bpp_flag_takes_a_list_or_repeats() -> None:
+    from neuralbake.cli.ntc import _join_repeated
+
+    args = ["compress", "a.png", "--bpp", "1", "--out", "o", "--bpp=2", "--bpp", "4"]
+    assert _join_repeated(args, "--bpp") == ["compress", "a.png", "--bpp", "1,2,4", "--out", "o"]
+    assert _join_repeated(["compress", "a.png", "--bpp", "1,3"], "--bpp") == ["compress", "a.png", "--bpp", "1,3"]
+
+
+def test_a_flipped_byte_in_any_file_is_refused_naming_it(compressed: tuple[Path, dict], tmp_path: Path) -> None:
+    import shutil
+
+    names = sorted(p.name for p in compressed[0].iterdir() if p.is_file() and p.name != "bake.json")
+    assert {"texture.ntc", "manifest.json", "preview.png", "report.json", "config.json", "events.jsonl"} <= set(names)
+    for name in names:
+        folder = tmp_path / name
+        shutil.copytree(compressed[0], folder, ignore=shutil.ignore_patterns(".neuralbake"))
+        data = bytearray((folder / name).read_bytes())
+        data[len(data) // 2] ^= 0x10
+        (folder / name).write_bytes(bytes(data))
+        with pytest.raises(BundleError, match="sha256") as info:
+            decompress(folder, tmp_path / f"{name}_out", device="cpu")
+        assert name in str(info.value)
+        if name == "texture.ntc":
+            result = _ntc_cli(["decompress", str(folder), "--out", str(tmp_path / "cli_out"), "--device", "cpu", "--quiet"])
+            assert result.exit_code == 2, result.output
+            assert "texture.ntc" in result.output and "sha256" in result.output
+
+
+@pytest.mark.slow
+def test_a_killed_compression_resumes_to_a_valid_file(tiny_set: list[str], tmp_path: Path, kill_and_resume) -> None:
+    args = ["--bpp", "16", "--steps", "300", "--finetune-steps", "100", "--batch-size", "256", "--hidden", "16", "--pe-frequencies", "2"]
+    args += ["--eval-every", "0", "--checkpoint-every", "2", "--precision", "fp32", "--no-baselines", "--device", "cpu"]
+    report = kill_and_resume(["ntc", "compress", *tiny_set, *args], tmp_path / "killed")
+    assert report["steps"] == {"noise": 300, "round": 100} and report["phases"] == ["noise", "round"]
+    levels = decode_all_levels(open_container(tmp_path / "killed"))
+    assert len(levels) == int(math.log2(SIZE)) + 1
+    assert report["ntc"]["overall_db"] > 15.0
+    # Byte-identical to an uninterrupted run: the checkpoint also restores the global generator
+    # that the noise phase draws its quantisation noise from.
+    straight = tmp_path / "straight"
+    subprocess.run([sys.executable, "-m", "neuralbake", "ntc", "compress", *tiny_set, *args, "--out", str(straight), "--quiet"], check=True, timeout=600)
+    assert (straight / "texture.ntc").read_bytes() == (tmp_path / "killed" / "texture.ntc").read_bytes()
 
 
 def test_rate_distortion_rejects_an_impossible_rate_before_training(tiny_set: list[str], tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="decoder's weights"):
         compress_rate_distortion(_config(tiny_set), [16.0, 1.0], tmp_path / "rd", progress=False)
-    assert not (tmp_path / "rd").exists()
+    assert not (tmp_path / "rd" / "report.json").exists()
+    assert not list((tmp_path / "rd").rglob("*.pt"))  # refused before any training
 
 
 # -- the real asset ----------------------------------------------------------------------------------
@@ -476,7 +533,7 @@ def test_damaged_helmet_at_64(shared_dir: Path, tmp_path: Path) -> None:
     if not gltf.is_file():
         pytest.skip(f"{gltf} is absent")
     config = _config([str(gltf)], bpp=20.0, steps=150, finetune=30)
-    config.size = 64
+    config.texture_size = 64
     config.baselines = True
     report = compress_texture_set(config, tmp_path / "helmet", progress=False)
     assert [g["name"] for g in report["groups"]] == ["base_color", "normal", "orm", "emissive"]
@@ -551,12 +608,8 @@ def test_header_fields_of_the_wrong_type_are_refused(case: str, tmp_path: Path) 
 
 
 def test_cli_decompress_refuses_a_list_activation(tmp_path: Path) -> None:
-    from typer.testing import CliRunner
-
-    from neuralbake.cli_ntc import ntc_app
-
     folder = _container_folder(tmp_path / "ntc", _with_header(_tiny_container(), _WRONG_TYPES["activation a list"]))
-    result = CliRunner().invoke(ntc_app, ["decompress", str(folder), "--out", str(tmp_path / "out"), "--device", "cpu"])
+    result = _ntc_cli(["decompress", str(folder), "--out", str(tmp_path / "out"), "--device", "cpu"])
     assert result.exit_code not in (0, 1), result.output
     assert not isinstance(result.exception, TypeError), result.output
     assert "activation" in result.output

@@ -124,7 +124,6 @@ def test_bad_shapes_are_clear_errors() -> None:
 def test_a_straight_edge_gets_its_box_filtered_coverage(edge) -> None:
     # a quad wider than the view on the left, top and bottom; its right side is a vertical
     # silhouette at pixel x = edge. Box-filtered coverage of column i is clamp(edge - (i - 0.5), 0, 1).
-    import math
 
     tan_half = math.tan(math.radians(CAMERA.fov_y_deg) / 2)
     x_edge = ((edge + 0.5) / (SIZE / 2) - 1.0) * 3.0 * tan_half

@@ -1,6 +1,5 @@
 """The material comparison: identical materials score perfectly, different ones do not, noise cancels."""
 
-from pathlib import Path
 
 import torch
 

@@ -12,22 +12,78 @@ Seed 000's three ways to scale a neural material system to many materials, as th
    material-id switch (``neuralbake.export.neural_material.export_material_pack_shader``).
 
 Inputs may be materials (``.json``/``.mtlx``, baked here into ``<out>/materials/<name>``) or
-folders baked before (used as they are; they must share the architecture, which the shader
-export checks).
+folders baked before (used as they are, after their ``bake.json`` is checked; they must share the
+architecture, which the shader export checks).
+
+The pack is a bake on the one runner (:mod:`neuralbake.bakes.run`): each material to bake is a
+training phase named after it (its checkpoint in ``.neuralbake/checkpoints/<name>.pt``, so a
+killed pack resumes inside the material it was baking), written into the staging folder with its
+own ``config.json``, ``report.json``, ``loss.png`` and ``bake.json``; the shader export and
+``pack.json`` follow, and the runner swaps the whole pack into ``--out`` at the end.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from neuralbake.bakes.neural_material import NeuralMaterialConfig, bake_neural_material
+from neuralbake.bakes.neural_material import NeuralMaterialConfig, bake_material
+from neuralbake.bakes.neural_material.config import MaterialTrainConfig, device_defaults
+from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, run_bake
+from neuralbake.core.config import save_config
+from neuralbake.core.events import EventSink
+from neuralbake.core.report import plot_loss_curve, write_report
 from neuralbake.errors import ConfigError, InputError, NeuralbakeError
-from neuralbake.io.files import atomic_write_json, prepare_output_dir
+from neuralbake.io.files import atomic_write_json
 from neuralbake.io.limits import load_json_file
+from neuralbake.io.manifest import verify_bake_folder, write_bake_manifest
 
-__all__ = ["pack_materials"]
+__all__ = ["MATERIAL_PACK", "MaterialPackConfig", "pack_materials"]
+
+
+def _default_bake() -> NeuralMaterialConfig:
+    return NeuralMaterialConfig(material="")
+
+
+@dataclass
+class MaterialPackConfig:
+    """Everything that determines a material pack."""
+
+    materials: list[str] = field(default_factory=list)
+    """Materials (.json, .mtlx; baked here) or baked neural material folders; material ids follow this order."""
+    share: bool = True
+    """Later materials reuse the first one's leading decoder layers (``bake.shared_layers`` of them, stored once)."""
+    precision: Literal["fp32", "fp16"] = "fp16"
+    """Weight storage in the shader's buffer: fp32 or fp16 (arithmetic is fp32 either way)."""
+    latent_format: Literal["fp16", "u8"] = "fp16"
+    """Latent storage: fp16, or u8 (8-bit codes with a per-channel scale and offset)."""
+    name: str = "material_pack"
+    """Shader name: nb_NAME_eval(material_id, uv, wi, wo, mip)."""
+    bake: NeuralMaterialConfig = field(default_factory=_default_bake)
+    """The settings every material is baked with (one architecture for the whole pack); its ``material`` is set per input."""
+
+    @property
+    def device(self) -> str:
+        """The device every bake of the pack runs on (``bake.device``)."""
+        return self.bake.device
+
+    @property
+    def train(self) -> MaterialTrainConfig:
+        """The bakes' optimisation settings (``bake.train``; the runner seeds from its ``seed``)."""
+        return self.bake.train
+
+    def validate(self) -> None:
+        """Raise ConfigError on settings no pack can use (before any file is touched)."""
+        if not self.materials:
+            raise ConfigError("no materials to pack.", field="materials", fix="pass one or more .json/.mtlx materials or baked folders.")
+        if self.precision not in ("fp32", "fp16"):
+            raise ConfigError(f"unknown precision {self.precision!r}.", field="precision", fix="use fp32 or fp16.")
+        if self.latent_format not in ("fp16", "u8"):
+            raise ConfigError(f"unknown latent format {self.latent_format!r}.", field="latent_format", fix="use fp16 or u8.")
+        self.bake.validate_settings()
 
 
 def _is_bundle(path: Path) -> bool:
@@ -37,8 +93,9 @@ def _is_bundle(path: Path) -> bool:
 def _bundle_name(path: Path) -> str:
     """The baked material's file name (as the shader export names it), else the folder's name.
 
-    Only a name for messages and ids: the bundle itself is read and checked by the shader export
-    (``read_bundle`` and ``read_neural_material_manifest``), which refuses a damaged manifest.
+    Only a name for messages and ids: the folder is checked against its ``bake.json`` before
+    this, and the bundle itself is read and checked by the shader export (``read_bundle`` and
+    ``read_neural_material_manifest``), which refuses a damaged manifest.
     """
     try:
         manifest = load_json_file(path / "network.json", what="bundle manifest")
@@ -49,33 +106,14 @@ def _bundle_name(path: Path) -> str:
     return Path(source).stem or path.name if isinstance(source, str) and "\x00" not in source else path.name
 
 
-def pack_materials(
-    inputs: list[str | Path],
-    out_dir: str | Path,
-    template: NeuralMaterialConfig,
-    *,
-    share: bool = True,
-    progress: bool = True,
-    precision: str = "fp16",
-    latent_format: str = "fp16",
-    name: str = "material_pack",
-) -> dict[str, Any]:
-    """Bake (where needed) and pack ``inputs`` into ``out_dir``; returns the pack summary.
-
-    ``template`` holds the settings every bake uses (its ``material`` is replaced per input). With
-    ``share``, the second and later materials share the first one's leading decoder layers
-    (``template.shared_layers`` of them). Writes ``<out>/materials/<name>/`` per baked material,
-    ``<out>/shader/`` (the pack's Slang and HLSL modules and buffers) and ``<out>/pack.json``.
-    """
-    from neuralbake.export.neural_material import export_material_pack_shader
-
-    if len(inputs) < 1:
-        raise ConfigError("no materials to pack.", field="materials", fix="pass one or more .json/.mtlx materials or baked folders.")
-    paths = [Path(p) for p in inputs]
+def _inputs(paths: list[Path]) -> list[str]:
+    """Check the inputs (baked folders against their ``bake.json``); return each one's unique name."""
     for path in paths:
         if not path.exists():
             raise InputError("no such material or baked folder.", path=path, fix="check the path.")
-        if not _is_bundle(path) and path.suffix.lower() not in (".json", ".mtlx"):
+        if _is_bundle(path):
+            verify_bake_folder(path)
+        elif path.suffix.lower() not in (".json", ".mtlx"):
             raise InputError(
                 "neither a material (.json, .mtlx) nor a baked neural material folder.", path=path, fix="pass a material file or a bake folder."
             )
@@ -88,37 +126,99 @@ def pack_materials(
         while unique in names:
             unique, k = f"{base}_{k}", k + 1
         names.append(unique)
-    out = prepare_output_dir(out_dir)
+    return names
+
+
+def _final(run: BakeRun, path: Path) -> str:
+    """Where ``path`` will be once the runner has swapped the staging folder into ``--out``."""
+    try:
+        return str(run.out / path.relative_to(run.stage))
+    except ValueError:
+        return str(path)
+
+
+def _bake_one(run: BakeRun, config: NeuralMaterialConfig, folder: Path, phase: str, shared_as: str | None) -> dict[str, Any]:
+    """One material of the pack: its phase, then its own config, report, loss curve and bake.json."""
+    metrics, fields = bake_material(run, config, folder, phase=phase, shared_as=shared_as)
+    save_config(folder / "config.json", config)
+    history = next(result.history for name, result in run.phases if name == phase)
+    if history:
+        plot_loss_curve(folder / "loss.png", history, title=f"neural material: {Path(config.material).name}")
+    report = write_report(folder / "report.json", bake="neural_material", device=run.device, metrics=metrics, **fields, pack_phase=phase)
+    write_bake_manifest(folder, bake="neural_material")
+    return report
+
+
+def _pack_body(run: BakeRun) -> BakeOutcome:
+    from neuralbake.export.neural_material import export_material_pack_shader
+
+    config: MaterialPackConfig = run.config
+    paths = [Path(p) for p in config.materials]
+    names = _inputs(paths)
     bundles: list[Path] = []
     reports: dict[str, Any] = {}
     first: Path | None = None
-    for path, material_name in zip(paths, names):
+    for path, material_name in zip(paths, names, strict=True):
         if _is_bundle(path):
             bundles.append(path)
             first = first or path
             continue
-        config = copy.deepcopy(template)
-        config.material = str(path)
-        if share and first is not None:
-            config.shared_decoder = str(first)
-        folder = out / "materials" / material_name
-        report = bake_neural_material(config, folder, progress=progress)
+        material = copy.deepcopy(config.bake)
+        material.material = str(path)
+        if config.share and first is not None:
+            material.shared_decoder = str(first)
+        folder = run.stage / "materials" / material_name
+        run.note(f"material {len(bundles)}: {material_name}")
+        report = _bake_one(run, material, folder, material_name, _final(run, first) if config.share and first is not None else None)
         reports[material_name] = {k: report[k] for k in ("psnr_db", "flip", "seconds", "decoder_params", "decoder_trained_params")}
         bundles.append(folder)
         first = first or folder
-    export = export_material_pack_shader(bundles, out / "shader", precision=precision, latent_format=latent_format, name=name)
+    shader = run.stage / "shader"
+    export = export_material_pack_shader(bundles, shader, precision=config.precision, latent_format=config.latent_format, name=config.name)
+    _record_final_bundles(run, export.manifest)
     summary = {
-        "materials": [{"id": i, "name": n, "bundle": str(bundle)} for i, (n, bundle) in enumerate(zip(names, bundles))],
-        "shared_first_layers": template.shared_layers if share else 0,
+        "materials": [{"id": i, "name": n, "bundle": _final(run, bundle)} for i, (n, bundle) in enumerate(zip(names, bundles, strict=True))],
+        "shared_first_layers": config.bake.shared_layers if config.share else 0,
         "bakes": reports,
-        "shader": {key: str(value) for key, value in _files(export).items()},
+        "shader": {key: _final(run, value) if isinstance(value, Path) else str(value) for key, value in dataclasses.asdict(export).items()},
     }
-    atomic_write_json(out / "pack.json", summary)
-    return summary
+    atomic_write_json(run.stage / "pack.json", summary)
+    return BakeOutcome({}, summary, curve_title=f"material pack: {', '.join(reports) or 'no bakes'}" if reports else None)
 
 
-def _files(export: Any) -> dict[str, Any]:
-    if isinstance(export, dict):
-        return export
-    fields = getattr(export, "__dataclass_fields__", None)
-    return {key: getattr(export, key) for key in fields} if fields else {"export": export}
+def _record_final_bundles(run: BakeRun, manifest: Path) -> None:
+    """The shader manifest names each material's bundle folder: the one in ``--out``, not in staging."""
+    data = load_json_file(manifest, what="shader manifest")
+    for entry in data.get("materials", []):
+        entry["bundle"] = _final(run, Path(entry["bundle"]))
+    atomic_write_json(manifest, data)
+
+
+MATERIAL_PACK = Bake("material_pack", MaterialPackConfig, _pack_body, device_defaults=device_defaults("bake."), title="material pack")
+"""The material pack, as the runner runs it: one training phase per material to bake, then the shader export."""
+
+
+def pack_materials(
+    inputs: list[str | Path],
+    out_dir: str | Path,
+    template: NeuralMaterialConfig,
+    *,
+    share: bool = True,
+    progress: bool = True,
+    precision: Literal["fp32", "fp16"] = "fp16",
+    latent_format: Literal["fp16", "u8"] = "fp16",
+    name: str = "material_pack",
+    resume: bool = False,
+    sinks: list[EventSink] | None = None,
+) -> dict[str, Any]:
+    """Bake (where needed) and pack ``inputs`` into ``out_dir``; returns the pack's report.
+
+    ``template`` holds the settings every bake uses (its ``material`` is replaced per input). With
+    ``share``, the second and later materials share the first one's leading decoder layers
+    (``template.shared_layers`` of them). Writes ``<out>/materials/<name>/`` per baked material,
+    ``<out>/shader/`` (the pack's Slang and HLSL modules and buffers), ``<out>/pack.json`` and the
+    runner's ``report.json`` and ``bake.json``.
+    """
+    config = MaterialPackConfig(materials=[str(p) for p in inputs], share=share, precision=precision, latent_format=latent_format, name=name,
+                                bake=template)
+    return run_bake(MATERIAL_PACK, config, out_dir, resume=resume, progress=progress, sinks=sinks)

@@ -26,9 +26,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, run_bake
+from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
 from neuralbake.core.device import resolve_device
-from neuralbake.core.events import EventSink, progress_task
+from neuralbake.core.events import progress_task
 from neuralbake.core.metrics import psnr
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.files import prepare_output_dir
@@ -254,15 +254,7 @@ NEURAL_TEXTURE = Bake("neural_texture", NeuralTextureConfig, _bake_body, title="
 """The neural texture bake, as the runner (:mod:`neuralbake.bakes.run`) runs it."""
 
 
-def bake_neural_texture(
-    config: NeuralTextureConfig,
-    out_dir: str | Path,
-    *,
-    resume: bool = False,
-    progress: bool = True,
-    sinks: list[EventSink] | None = None,
-    on_step: Any = None,
-) -> dict[str, Any]:
+def bake_neural_texture(config: NeuralTextureConfig, out_dir: str | Path, **options: Any) -> dict[str, Any]:
     """Train a neural texture and write its bundle, pictures and report to ``out_dir``.
 
     Runs through :func:`neuralbake.bakes.run.run_bake` (validation, lock, staging, checkpoints,
@@ -270,7 +262,7 @@ def bake_neural_texture(
     :class:`~neuralbake.nn.trainer.TrainingInterrupted` when stopped with Ctrl-C or SIGTERM (a
     checkpoint is saved; ``resume=True`` continues it).
     """
-    return run_bake(NEURAL_TEXTURE, config, out_dir, resume=resume, progress=progress, sinks=sinks, on_step=on_step)
+    return NEURAL_TEXTURE.run(config, out_dir, **options)
 
 
 def _write_outputs(

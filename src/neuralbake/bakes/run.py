@@ -90,6 +90,11 @@ class Bake(Generic[C]):
     title: str = ""
     """Progress-bar label (default: the name)."""
 
+    def run(self, config: C, out_dir: str | Path, **options: Any) -> dict[str, Any]:
+        """Run this bake with ``config`` into ``out_dir``: :func:`run_bake` (``resume``, ``progress``,
+        ``sinks``, ``on_step``); return the report."""
+        return run_bake(self, config, out_dir, **options)
+
 
 def _seed_of(config: Any) -> int:
     train = getattr(config, "train", None)
@@ -291,6 +296,8 @@ def _prepare_state(out: Path, state: Path, resume: bool) -> None:
         )
     for folder in (stage, checkpoints):
         folder.mkdir(parents=True, exist_ok=True)
+    for partial in checkpoints.glob(".*.partial"):  # a kill in the middle of a checkpoint save leaves its temp file
+        partial.unlink(missing_ok=True)
     log = stage / "events.jsonl"
     if resume and not log.exists() and (out / "events.jsonl").is_file():
         shutil.copyfile(out / "events.jsonl", log)  # resuming a finished bake (more steps): one log
@@ -314,17 +321,37 @@ def run_bake(
     ``sinks`` receive every event (the service subscribes here); ``on_step`` is called after every
     training step of every phase (tests inject faults with it). Raises
     :class:`~neuralbake.nn.trainer.TrainingInterrupted` when stopped by Ctrl-C or SIGTERM (the
-    staging folder and checkpoints are kept for ``resume=True``); on any other error the staging
-    folder is removed and the output folder keeps its previous bake untouched.
+    staging folder and checkpoints are kept for ``resume=True``); on any other error the output
+    folder is left as it was: removed if this bake created it, else its previous bake untouched.
     """
     wall_start = time.perf_counter()
     config = copy.deepcopy(config)  # the caller's object stays as given
     device = resolve_device(getattr(config, "device", "auto"))
     chosen = apply_defaults(bake, config, device)
     config.validate()  # type: ignore[attr-defined]
+    created_out = not Path(out_dir).exists()
     out = prepare_output_dir(out_dir)
     state = out / STATE_DIR
+    created_state = not state.exists()
     state.mkdir(exist_ok=True)
+    try:
+        report = _run_in_folder(bake, config, out, state, device, chosen, resume=resume, progress=progress, sinks=sinks, on_step=on_step, wall_start=wall_start)
+    except TrainingInterrupted:
+        raise
+    except BaseException:
+        # Nothing usable came of it: leave the folder as it was before this bake.
+        if created_out:
+            shutil.rmtree(out, ignore_errors=True)
+        elif created_state:
+            shutil.rmtree(state, ignore_errors=True)
+        raise
+    return report
+
+
+def _run_in_folder(
+    bake: Bake[Any], config: Any, out: Path, state: Path, device: torch.device, chosen: dict[str, Any], *,
+    resume: bool, progress: bool, sinks: list[EventSink] | None, on_step: Callable[[Trainer, int], None] | None, wall_start: float,
+) -> dict[str, Any]:
     with _folder_lock(state / "lock", out):
         _finish_swap(out, state)
         _prepare_state(out, state, resume)

@@ -2,18 +2,24 @@
 export and pack those as shaders.
 
 Material files are neuralbake JSON materials (docs/material-format.md) or MaterialX documents.
+``bake`` and ``pack`` are generated from their configs
+(:class:`~neuralbake.bakes.neural_material.NeuralMaterialConfig`,
+:class:`~neuralbake.bakes.material_pack.MaterialPackConfig`) and run on the one runner; ``preview``,
+``render`` and ``export`` are written out here. Every command that reads a baked folder checks it
+against its ``bake.json`` first (through :func:`neuralbake.io.bundle.read_bundle`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
-from neuralbake.cli.common import print_done, run_action
+from neuralbake.bakes.material_pack import MATERIAL_PACK
+from neuralbake.bakes.neural_material import NEURAL_MATERIAL
+from neuralbake.cli.common import Arg, bake_command, print_done, run_action
 
 __all__ = ["register"]
 
@@ -76,42 +82,26 @@ def material_preview(
     )
 
 
-@material_app.command("bake")
-def material_bake(
-    material: Annotated[Path, typer.Argument(help="A neuralbake material (.json) or a MaterialX document (.mtlx).")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for the latent texture, decoder bundle, comparison and report.")],
-    latent: Annotated[int, typer.Option(help="Latent channels per texel (4, 8 or 16).")] = 8,
-    resolution: Annotated[int, typer.Option(help="Latent texture side in texels (mip 0).")] = 512,
-    steps: Annotated[int, typer.Option(help="Training steps.")] = 2000,
-    batch_size: Annotated[int, typer.Option(help="(uv, wi, wo) samples per step.")] = 4096,
-    lr: Annotated[float, typer.Option(help="Peak Adam learning rate.")] = 0.005,
-    seed: Annotated[int, typer.Option(help="Seed for initialisation and sampling.")] = 0,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    compare_size: Annotated[int, typer.Option(help="Side of the reference-vs-neural preview renders that score the bake.")] = 128,
-    compare_spp: Annotated[int, typer.Option(help="Samples per pixel of those renders.")] = 32,
-    shared_decoder: Annotated[Path | None, typer.Option(help="A baked neural material whose first decoder layer(s) this bake reuses, frozen.")] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted bake in --out.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
-) -> None:
-    """Bake a layered material into a latent texture + decoder MLP (a neural material)."""
-
-    def action() -> dict[str, Any]:
-        from neuralbake.bakes.neural_material import NeuralMaterialConfig, bake_neural_material
-
-        config = NeuralMaterialConfig(
-            material=str(material), latent=latent, resolution=resolution, batch_size=batch_size, device=device,
-            compare_size=compare_size, compare_spp=compare_spp, shared_decoder=str(shared_decoder or ""),
-        )
-        config.train = dataclasses.replace(config.train, steps=steps, learning_rate=lr, seed=seed)
-        return bake_neural_material(config, out, resume=resume, progress=not quiet)
-
-    report = run_action(action, out=out)
-    print_done(
+def _bake_summary(report: dict[str, Any], out: Path) -> str:
+    views = report["texture_views"]
+    return (
         f"{report['steps']} steps in {report['seconds']:.1f} s: PSNR {report['psnr_db']:.2f} dB, FLIP {report['flip']:.3f} "
-        f"on preview renders vs the reference (8-bit latents on texture views: {report['texture_views']['psnr_u8_latents_db']:.2f} dB "
-        f"vs {report['texture_views']['psnr_db']:.2f} dB), decoder {report['decoder_params']} parameters, "
-        f"{report['throughput']['speedup']:.1f}x the reference's samples/s on {report['device']['type']} -> {out}",
+        f"on preview renders vs the reference (8-bit latents on texture views: {views['psnr_u8_latents_db']:.2f} dB "
+        f"vs {views['psnr_db']:.2f} dB), decoder {report['decoder_params']} parameters, "
+        f"{report['throughput']['speedup']:.1f}x the reference's samples/s on {report['device']['type']} -> {out}"
     )
+
+
+bake_command(
+    material_app,
+    "bake",
+    NEURAL_MATERIAL,
+    help="Bake a layered material into a latent texture + decoder MLP (a neural material).",
+    arguments=[Arg("material", "A neuralbake material (.json) or a MaterialX document (.mtlx).")],
+    rename={"texture_size": "size"},
+    out_help="Output folder for the latent texture, decoder bundle, comparison and report.",
+    summary=_bake_summary,
+)
 
 
 @material_app.command("render")
@@ -167,6 +157,7 @@ def _summary(written: Any) -> str:
     )
 
 
+@material_app.command("export")
 def material_export(
     bundle: Annotated[Path, typer.Argument(help="A neural material folder written by `neuralbake material bake`.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for the .slang/.hlsl shaders, their buffers and the shader manifest.")],
@@ -184,46 +175,28 @@ def material_export(
     print_done(_summary(run_action(action, out=out)))
 
 
-def material_pack(
-    materials: Annotated[list[Path], typer.Argument(help="Materials (.json, .mtlx; baked here) or baked neural material folders; material ids follow this order.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder: materials/<name>/ bakes, shader/ (Slang, HLSL, buffers, manifest), pack.json.")],
-    share: Annotated[bool, typer.Option("--share/--no-share", help="Later materials reuse the first one's leading decoder layers (stored once).")] = True,
-    shared_layers: Annotated[int, typer.Option(help="How many leading decoder layers are shared.")] = 1,
-    latent: Annotated[int, typer.Option(help="Latent channels per texel (one architecture for the whole pack).")] = 8,
-    resolution: Annotated[int, typer.Option(help="Latent texture side in texels.")] = 512,
-    steps: Annotated[int, typer.Option(help="Training steps per material.")] = 2000,
-    batch_size: Annotated[int, typer.Option(help="(uv, wi, wo) samples per step.")] = 4096,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    precision: Annotated[str, typer.Option(help=_PRECISION_HELP)] = "fp16",
-    latents: Annotated[str, typer.Option(help=_LATENTS_HELP)] = "fp16",
-    compare_size: Annotated[int, typer.Option(help="Side of each bake's reference-vs-neural preview renders.")] = 128,
-    compare_spp: Annotated[int, typer.Option(help="Samples per pixel of those renders.")] = 32,
-    name: Annotated[str, typer.Option(help="Shader name: nb_NAME_eval(material_id, uv, wi, wo, mip).")] = "material_pack",
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
-) -> None:
-    """Bake and pack materials into one shader: a material-id switch, one weight buffer (shared layers once), one latent buffer."""
-
-    def action() -> Any:
-        import dataclasses
-
-        from neuralbake.bakes.material_pack import pack_materials
-        from neuralbake.bakes.neural_material import NeuralMaterialConfig
-
-        template = NeuralMaterialConfig(material="-", latent=latent, resolution=resolution, batch_size=batch_size, device=device, shared_layers=shared_layers,
-                                       compare_size=compare_size, compare_spp=compare_spp)
-        template.train = dataclasses.replace(template.train, steps=steps)
-        return pack_materials(materials, out, template, share=share, progress=not quiet, precision=precision, latent_format=latents, name=name)
-
-    summary = run_action(action, out=out)
-    print_done(f"{len(summary['materials'])} materials -> {out / 'shader'}")
-    for entry in summary["materials"]:
-        bake = summary["bakes"].get(entry["name"])
+def _pack_summary(report: dict[str, Any], out: Path) -> str:
+    lines = [f"{len(report['materials'])} materials -> {out / 'shader'}"]
+    for entry in report["materials"]:
+        bake = report["bakes"].get(entry["name"])
         quality = f" (baked: PSNR {bake['psnr_db']:.2f} dB, FLIP {bake['flip']:.3f})" if bake else ""
-        _out.print(f"  id {entry['id']}: {entry['name']}{quality}", highlight=False, markup=False)
+        lines.append(f"  id {entry['id']}: {entry['name']}{quality}")
+    return "\n".join(lines)
+
+
+bake_command(
+    material_app,
+    "pack",
+    MATERIAL_PACK,
+    help="Bake and pack materials into one shader: a material-id switch, one weight buffer (shared layers once), one latent buffer.",
+    arguments=[Arg("materials", "Materials (.json, .mtlx; baked here) or baked neural material folders; material ids follow this order.", many=True)],
+    rename={"latent_format": "latents", "bake.texture_size": "size", "bake.train.precision": "train-precision"},
+    skip=["bake.material"],
+    out_help="Output folder: materials/<name>/ bakes, shader/ (Slang, HLSL, buffers, manifest), pack.json.",
+    summary=_pack_summary,
+)
 
 
 def register(app: typer.Typer) -> None:
     """Add ``material`` (preview, bake, render, export, pack) to the main CLI."""
-    material_app.command("export")(material_export)
-    material_app.command("pack")(material_pack)
     app.add_typer(material_app, name="material")

@@ -8,7 +8,6 @@ asset service can forward the same events over HTTP.
 from __future__ import annotations
 
 import contextlib
-
 import json
 import math
 from collections.abc import Callable, Iterator

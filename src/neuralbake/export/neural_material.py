@@ -40,8 +40,7 @@ from neuralbake.export.neural_material_manifest import (
 )
 from neuralbake.export.slang import THREADS_PER_GROUP
 from neuralbake.io.bundle import LATENT_FORMATS, read_bundle, read_device_layout
-from neuralbake.io.files import sha256_file
-from neuralbake.io.files import atomic_write_bytes, atomic_write_json, atomic_write_text, prepare_output_dir
+from neuralbake.io.files import atomic_write_bytes, atomic_write_json, atomic_write_text, prepare_output_dir, sha256_file
 
 __all__ = ["NeuralMaterialShaderExport", "export_material_pack_shader", "export_neural_material_shader"]
 

@@ -28,6 +28,7 @@ __all__ = [
     "dot",
     "half_vector",
     "normalize",
+    "orthonormal_basis",
     "reflect",
     "safe_sqrt",
     "square_to_cosine_hemisphere",
@@ -132,6 +133,22 @@ def dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def normalize(v: torch.Tensor) -> torch.Tensor:
     """Unit vectors along the rows of ``v`` (``[N, 3]``); zero rows stay finite (near zero)."""
     return v * torch.rsqrt(torch.clamp((v * v).sum(dim=-1, keepdim=True), min=torch.finfo(v.dtype).tiny))
+
+
+def orthonormal_basis(n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two unit tangents ``(t, b)`` completing unit normals ``n`` ``[N, 3]`` to a right-handed frame.
+
+    Duff et al., "Building an Orthonormal Basis, Revisited" (JCGT 6(1), 2017): branch-free,
+    continuous except across ``n.z = 0``'s sign flip, differentiable in ``n``. For an isotropic
+    lobe any frame around ``n`` gives the same value, so this is the frame of a normal-mapped texel.
+    """
+    x, y, z = n.unbind(-1)
+    sign = torch.copysign(torch.ones_like(z), z)
+    a = -1.0 / (sign + z)
+    b = x * y * a
+    t = torch.stack((1.0 + sign * x * x * a, sign * b, -sign * x), dim=-1)
+    bt = torch.stack((b, sign + y * y * a, -y), dim=-1)
+    return t, bt
 
 
 def cos_theta(v: torch.Tensor) -> torch.Tensor:

@@ -1,10 +1,15 @@
-"""Learning-rate schedules, as pure functions of the step (so a resumed run needs no scheduler state)."""
+"""Learning-rate schedules, as pure functions of the step (so a resumed run needs no scheduler state),
+and parameter groups with their own learning-rate scale."""
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["SCHEDULES", "learning_rate_at"]
+import torch
+
+from neuralbake.errors import TrainingError
+
+__all__ = ["SCHEDULES", "learning_rate_at", "parameter_groups"]
 
 SCHEDULES = ("constant", "cosine")
 
@@ -34,3 +39,18 @@ def learning_rate_at(
     progress = min(max((step - warmup_steps) / span, 0.0), 1.0)
     final = base * final_fraction
     return final + (base - final) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def parameter_groups(master: dict[str, torch.Tensor], lr_scales: dict[str, float]) -> dict[float, list[torch.Tensor]]:
+    """Group parameters by learning-rate scale (the longest matching name prefix wins; others 1)."""
+    for prefix, scale in lr_scales.items():
+        if not any(name.startswith(prefix) for name in master):
+            raise TrainingError(f"no parameter name starts with {prefix!r}.", field="lr_scales", fix=f"use a prefix of one of: {', '.join(list(master)[:8])}.")
+        if not (scale > 0 and math.isfinite(scale)):
+            raise TrainingError(f"the scale for {prefix!r} must be a positive number, got {scale}.", field="lr_scales", fix="use a scale > 0.")
+    groups: dict[float, list[torch.Tensor]] = {}
+    for name, param in master.items():
+        matches = [prefix for prefix in lr_scales if name.startswith(prefix)]
+        scale = lr_scales[max(matches, key=len)] if matches else 1.0
+        groups.setdefault(scale, []).append(param)
+    return groups

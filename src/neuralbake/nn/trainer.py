@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import copy
 import math
-import signal
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -26,9 +24,9 @@ from torch.func import functional_call
 
 from neuralbake.core.events import EventWriter
 from neuralbake.errors import ConfigError, TrainingError
-from neuralbake.io.files import atomic_path
+from neuralbake.nn.checkpoint import StopOnSignals, load_checkpoint, save_checkpoint
 from neuralbake.nn.precision import LossScaler, compute_dtype
-from neuralbake.nn.schedule import learning_rate_at
+from neuralbake.nn.schedule import learning_rate_at, parameter_groups
 
 __all__ = [
     "AutogradForwardBackward",
@@ -41,14 +39,6 @@ __all__ = [
     "TrainingInterrupted",
     "cast_model",
 ]
-
-CHECKPOINT_FORMAT = "neuralbake.checkpoint"
-CHECKPOINT_VERSION = 1
-
-# Config fields that change only how a run is watched, not what it computes; a resumed run may
-# change these (and `steps`, which extends or shortens the run) without breaking bit-exactness.
-_RESUME_FREE_FIELDS = {"steps", "log_every", "eval_every", "checkpoint_every", "checkpoint_seconds", "max_nonfinite_steps", "cuda_graph"}
-
 
 @dataclass
 class TrainerConfig:
@@ -276,7 +266,7 @@ class Trainer:
         )
         # Fused Adam takes the learning rate as a device tensor and skips the update on device
         # when `found_inf` is set, so a step needs no host round trip.
-        groups = _parameter_groups(self.master, lr_scales or {})
+        groups = parameter_groups(self.master, lr_scales or {})
         self._lr_groups = [(torch.tensor(config.learning_rate * scale, device=device), scale) for scale in groups]
         self.optimizer = torch.optim.Adam(
             [{"params": params, "lr": lr_t} for params, (lr_t, _) in zip(groups.values(), self._lr_groups)],
@@ -393,7 +383,7 @@ class Trainer:
         self.events.emit("start", step=self.step, total_steps=self.config.steps, resumed=resume)
         if not resume and self.evaluate is not None:
             self._run_eval()  # the starting point of every quality-versus-time curve
-        with _StopOnSigint(self):
+        with StopOnSignals(self):
             self._loop()
         self._check_finished_finite()
         if self._saved_at_step != self.step:
@@ -520,131 +510,8 @@ class Trainer:
         self.events.emit(**record)
 
     # -- checkpoints ------------------------------------------------------------------------
-    def _state(self) -> dict[str, Any]:
-        return {
-            "format": CHECKPOINT_FORMAT,
-            "version": CHECKPOINT_VERSION,
-            "step": self.step,
-            "samples_seen": self.samples_seen,
-            "train_seconds": self.train_seconds,
-            "last_loss": self._last_loss,
-            "counters": {
-                name: float(getattr(self, f"_{name}")) for name in ("skipped", "nonfinite_run", "loss_sum", "loss_count")
-            },
-            "model": {name: p.detach().clone() for name, p in self.master.items()},
-            "optimizer": self.optimizer.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "generator": self.generator.get_state(),
-            "history": self.history,
-            "config": asdict(self.config),
-            "compatibility": self.compatibility,
-        }
-
     def _save_checkpoint(self) -> None:
-        if self.checkpoint_path is None:
-            return
-        with atomic_path(self.checkpoint_path) as tmp:
-            torch.save(self._state(), tmp)
-        self._saved_at_step = self.step
-        self._saved_at_time = time.monotonic()
-        self.events.emit("checkpoint", step=self.step, path=str(self.checkpoint_path))
+        save_checkpoint(self)
 
     def _load_checkpoint(self) -> None:
-        path = self.checkpoint_path
-        if path is None or not path.is_file():
-            raise TrainingError(
-                "there is no checkpoint to resume from.",
-                path=path,
-                fix="run without --resume to start a new bake.",
-            )
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # torch raises many types for damaged pickles
-            raise TrainingError(f"the checkpoint cannot be read ({exc}).", path=path, fix="delete it and run without --resume.") from exc
-        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT or state.get("version") != CHECKPOINT_VERSION:
-            raise TrainingError("this is not a neuralbake checkpoint of a supported version.", path=path, fix="delete it and run without --resume.")
-        saved_config = state["config"]
-        current = asdict(self.config)
-        for key in sorted(set(saved_config) | set(current)):
-            if key in _RESUME_FREE_FIELDS:
-                continue
-            if saved_config.get(key) != current.get(key):
-                raise TrainingError(
-                    f"the checkpoint was made with {key}={saved_config.get(key)!r} but this run has {current.get(key)!r}.",
-                    path=path,
-                    field=key,
-                    fix=f"resume with the same {key}, or run without --resume to start over.",
-                )
-        for key in sorted(set(state["compatibility"]) | set(self.compatibility)):
-            if state["compatibility"].get(key) != self.compatibility.get(key):
-                raise TrainingError(
-                    f"the checkpoint was made with {key}={state['compatibility'].get(key)!r} but this run has {self.compatibility.get(key)!r}.",
-                    path=path,
-                    field=key,
-                    fix=f"resume with the same {key}, or run without --resume to start over.",
-                )
-        if state["step"] > self.config.steps:
-            raise TrainingError(
-                f"the checkpoint is at step {state['step']}, past this run's {self.config.steps} steps.",
-                path=path,
-                field="steps",
-                fix=f"pass --steps {state['step']} or more.",
-            )
-        with torch.no_grad():
-            for name, param in self.master.items():
-                param.copy_(state["model"][name].to(param.device))
-        self.optimizer.load_state_dict(state["optimizer"])
-        for group, (lr_t, _) in zip(self.optimizer.param_groups, self._lr_groups):
-            group["lr"] = lr_t  # loading replaced it with a copy; the schedule writes into ours
-        self.scaler.load_state_dict(state["scaler"])
-        self.generator.set_state(state["generator"])
-        self.step = state["step"]
-        self.samples_seen = state["samples_seen"]
-        self.train_seconds = state["train_seconds"]
-        self._last_loss = state["last_loss"]
-        for name, value in state["counters"].items():
-            getattr(self, f"_{name}").fill_(value)
-        self.history = list(state["history"])
-        self._saved_at_step = self.step
-
-
-def _parameter_groups(master: dict[str, torch.Tensor], lr_scales: dict[str, float]) -> dict[float, list[torch.Tensor]]:
-    """Group parameters by learning-rate scale (the longest matching name prefix wins; others 1)."""
-    for prefix, scale in lr_scales.items():
-        if not any(name.startswith(prefix) for name in master):
-            raise TrainingError(f"no parameter name starts with {prefix!r}.", field="lr_scales", fix=f"use a prefix of one of: {', '.join(list(master)[:8])}.")
-        if not (scale > 0 and math.isfinite(scale)):
-            raise TrainingError(f"the scale for {prefix!r} must be a positive number, got {scale}.", field="lr_scales", fix="use a scale > 0.")
-    groups: dict[float, list[torch.Tensor]] = {}
-    for name, param in master.items():
-        matches = [prefix for prefix in lr_scales if name.startswith(prefix)]
-        scale = lr_scales[max(matches, key=len)] if matches else 1.0
-        groups.setdefault(scale, []).append(param)
-    return groups
-
-
-class _StopOnSigint:
-    """While training in the main thread, the first Ctrl-C or SIGTERM requests a clean stop (a
-    checkpoint is saved at the next step boundary); a second one aborts at once."""
-
-    _signals = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self, trainer: Trainer) -> None:
-        self.trainer = trainer
-        self.previous: dict[int, Any] = {}
-
-    def __enter__(self) -> _StopOnSigint:
-        if threading.current_thread() is threading.main_thread():
-            for sig in self._signals:
-                self.previous[sig] = signal.getsignal(sig)
-                signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.trainer._stop_requested:
-            raise KeyboardInterrupt
-        self.trainer.request_stop()
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, previous in self.previous.items():
-            signal.signal(sig, previous)
+        load_checkpoint(self)

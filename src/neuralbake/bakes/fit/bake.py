@@ -1,0 +1,214 @@
+"""The fit's body on the one run path: load and check the asset, render the reference views, train
+the LOD's stored values on the shared Trainer (phase ``fit``), write the LOD and the report."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from neuralbake.bakes.fit.config import FitConfig, device_defaults, steps_per_epoch
+from neuralbake.bakes.fit.model import LodAppearance, evaluate_views, initialise
+from neuralbake.bakes.fit.outputs import write_lod, write_triptych
+from neuralbake.bakes.fit.training import ViewForwardBackward, ViewOrderSampler, soft_temperature_at
+from neuralbake.bakes.fit.views import check_view_memory, fit_cameras, fit_lighting, load_weights, render_views
+from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
+from neuralbake.core.events import EventSink, EventWriter
+from neuralbake.errors import ConfigError, InputError
+from neuralbake.io.gltf import Scene, load_gltf
+from neuralbake.render.scene import prepare_scene
+from neuralbake.render.uv_raster import generate_uv1_atlas
+
+__all__ = ["FIT", "fit_lod"]
+
+PHASE = "fit"
+"""The fit's one training phase (its checkpoint is ``.neuralbake/checkpoints/fit.pt``)."""
+
+
+def _check_inputs(config: FitConfig) -> None:
+    if config.weights is not None and not Path(config.weights).is_file():
+        raise InputError(
+            "the weights mask does not exist.", path=config.weights, field="weights", fix="pass a greyscale PNG in the asset's uv0 space."
+        )
+    if config.shadows:
+        from neuralbake.render.visibility import warp_available
+
+        if not warp_available():
+            raise ConfigError(
+                "shadows need warp-lang's BVH ray casts, and warp-lang cannot be imported here.",
+                field="shadows",
+                fix="pip install warp-lang==1.19.0, or fit without shadows (--no-shadows).",
+            )
+
+
+def _load_asset(config: FitConfig) -> Scene:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # generated normals/tangents are reported by load_gltf's warnings; not fatal here
+        scene = load_gltf(config.asset, max_triangles=config.max_triangles)
+    if config.weights is not None and any(m.uv0 is None for m in scene.meshes):
+        raise InputError(
+            "the weights mask lives in uv0 space, but a mesh has no TEXCOORD_0.",
+            path=config.asset,
+            field="weights",
+            fix="drop --weights or give the asset a uv0 unwrap.",
+        )
+    if config.target == "luma-chroma" and any(m.uv0 is None for m in scene.meshes):
+        raise InputError(
+            "luma-chroma stores luminance in uv0, but a mesh has no TEXCOORD_0.",
+            path=config.asset,
+            field="target",
+            fix="use --target unlit (uv1 is generated) or unwrap uv0 first.",
+        )
+    if config.target != "vertex-color" and (config.uv1 == "generate" or any(m.uv1 is None for m in scene.meshes)):
+        assert config.texture_size is not None
+        resolution = config.texture_size if config.target == "unlit" else config.chroma_side
+        scene = generate_uv1_atlas(scene, resolution=resolution, padding=config.atlas_padding)
+    return scene
+
+
+def _compatibility(config: FitConfig) -> dict[str, Any]:
+    """What a checkpoint must share with the fit that resumes it: the asset's bytes and every setting
+    that shapes the views or the stored values (epochs may grow; device and cadence may change)."""
+    settings = {k: v for k, v in asdict(config).items() if k not in ("device", "train", "epochs", "max_triangles")}
+    digest = hashlib.sha256(Path(config.asset).read_bytes()).hexdigest()[:16]
+    return json.loads(json.dumps({"asset_sha256": digest, **settings}))
+
+
+@contextlib.contextmanager
+def _listening(events: EventWriter, sink: EventSink) -> Iterator[None]:
+    events.sinks.append(sink)
+    try:
+        yield
+    finally:
+        events.sinks.remove(sink)
+
+
+def _body(run: BakeRun) -> BakeOutcome:
+    started = time.perf_counter()
+    config: FitConfig = run.config
+    device = run.device
+    check_view_memory(config, device)
+    _check_inputs(config)
+    scene = _load_asset(config)
+    rs = prepare_scene(scene, device=device)
+    lighting = fit_lighting(config, device)
+    mask = load_weights(config, device)
+    train_cams, held_cams = fit_cameras(scene, config)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    with run.task("rendering reference views", len(train_cams) + len(held_cams), unit="views") as advance:
+        train_views = render_views(rs, train_cams, config, lighting, mask, keep_image=False, advance=advance)
+        held_views = render_views(rs, held_cams, config, lighting, None, keep_image=True, advance=advance)
+    if sum(v.pixel.numel() for v in train_views) == 0:
+        raise InputError("no training view sees the asset.", path=config.asset, field="views", fix="check the asset's scale and position.")
+    precompute_seconds = time.perf_counter() - started
+
+    model = LodAppearance(config, rs.faces, rs.positions.shape[0], device)
+    if config.init == "splat":
+        initialise(model, train_views, rs.positions.shape[0])
+    assert config.epochs is not None and config.views is not None
+    per_epoch = steps_per_epoch(config)
+    train = replace(config.train, steps=per_epoch * config.epochs, log_every=per_epoch, eval_every=per_epoch)
+    sampler = ViewOrderSampler(config.views, config.views_per_step, config.train.seed)
+    forward_backward = ViewForwardBackward(model, train_views, lambda step: soft_temperature_at(step, train.steps, config.soft_temperature))
+    lr_scales = {"tonemap.": config.tonemap_learning_rate / train.learning_rate} if model.tonemap is not None else None
+    with _listening(run.events, sampler):
+        result = run.train(
+            model,
+            sampler,
+            F.mse_loss,  # unused: the view losses run in ViewForwardBackward
+            train,
+            phase=PHASE,
+            evaluate=lambda m: evaluate_views(m, held_views, with_ssim=False),  # type: ignore[arg-type]
+            compatibility=_compatibility(config),
+            forward_backward=forward_backward,
+            on_step=lambda trainer, step: model.project(),
+            lr_scales=lr_scales,
+        )
+    return _outcome(run, config, model, rs, held_views, result, started, precompute_seconds)
+
+
+def _outcome(
+    run: BakeRun, config: FitConfig, model: LodAppearance, rs: Any, held_views: list, result: Any, started: float, precompute_seconds: float
+) -> BakeOutcome:
+    device = run.device
+    per_epoch = steps_per_epoch(config)
+    evals = [e for e in result.history if e.get("event") == "eval"]
+    initial = evals[0]
+    curve = [(e["step"] // per_epoch, e["psnr_db"], e["train_seconds"]) for e in evals if e["step"] > 0]
+    final = evaluate_views(model, held_views, with_ssim=True)
+    converged = next((c for c in curve if c[1] >= final["psnr_db"] - 0.1), curve[-1] if curve else (0, initial["psnr_db"], 0.0))
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    out = run.stage
+    files = write_lod(out, model, rs, config)
+    write_triptych(out / "triptych.png", model, held_views)
+    written = sum(
+        p.stat().st_size
+        for p in out.iterdir()
+        if p.is_file() and (p.name.startswith("lod") or p.suffix in (".png", ".bin")) and p.name not in ("triptych.png", "loss.png")
+    )
+    metrics = {
+        "psnr_db": final["psnr_db"],
+        "ssim": final["ssim"],
+        "initial_psnr_db": initial["psnr_db"],
+        "psnr_frame_db": final["psnr_frame_db"],
+    }
+    fields: dict[str, Any] = dict(
+        target=config.target,
+        views=config.views,
+        held_out_views=config.held_out_views,
+        epochs=config.epochs,
+        steps=result.steps,
+        skipped_steps=result.skipped_steps,
+        seconds=time.perf_counter() - started,
+        train_seconds=result.train_seconds,
+        precompute_seconds=precompute_seconds,
+        ms_per_epoch=1000.0 * result.train_seconds / config.epochs,
+        epoch_definition="one pass over the training views, views_per_step views per Adam step; held-out evaluation excluded",
+        epochs_to_converge=converged[0],
+        seconds_to_converge=converged[2],
+        convergence_definition="first epoch whose held-out PSNR is within 0.1 dB of the final",
+        texture_size=config.texture_size if config.target != "vertex-color" else None,
+        chroma_size=config.chroma_side if config.target == "luma-chroma" else None,
+        render_size=config.render_size,
+        vertices=int(rs.positions.shape[0]),
+        triangles=int(rs.faces.shape[0]),
+        quantize=config.quantize,
+        quantizer=config.quantizer if config.quantize else None,
+        tonemap=model.tonemap.parameters_named() if model.tonemap is not None else None,
+        bytes=files["bytes"],
+        bytes_definition="raw stored payload: texels (or vertices) x channels x bytes per value (1 for 8-bit, 2 for 16-bit PNG, 4 for float COLOR_0)",
+        file_bytes=int(written),
+        peak_gpu_memory_bytes=peak,
+        metrics_definition=(
+            "psnr_db: PSNR over the hit pixels of the held-out views (display space; the asset only); psnr_frame_db: over "
+            "whole held-out frames, background included (identical in both, so it only dilutes the error); SSIM averaged "
+            "over windows centred on hit pixels"
+        ),
+        psnr_curve=[{"epoch": e, "psnr_db": p} for e, p, _ in curve],
+        **{k: v for k, v in files.items() if k != "bytes"},
+    )
+    return BakeOutcome(metrics, fields, curve_title=f"LOD fit ({config.target})", quality_key="psnr_db")
+
+
+FIT = Bake("fit", FitConfig, _body, device_defaults=device_defaults, title="fit")
+"""The PBR-to-LOD fit, as the runner (:mod:`neuralbake.bakes.run`) runs it."""
+
+
+def fit_lod(config: FitConfig, out_dir: str | Path, **options: Any) -> dict[str, Any]:
+    """Fit ``config.asset`` into an unlit LOD in ``out_dir`` (see :mod:`neuralbake.bakes.fit`); return the report.
+
+    Runs through :func:`neuralbake.bakes.run.run_bake` (validation, lock, staging, checkpoints,
+    manifest). Raises :class:`~neuralbake.nn.trainer.TrainingInterrupted` when stopped with
+    Ctrl-C or SIGTERM (a checkpoint is saved; ``resume=True`` continues it).
+    """
+    return FIT.run(config, out_dir, **options)

@@ -1,0 +1,108 @@
+"""What the fit writes: ``lod.gltf`` (unlit, uv1 texture or ``COLOR_0``; luma-chroma baked into
+one uv1 texture for standard viewers), the stored textures and codes, the fitted tone map, and the
+triptych of held-out views (PBR reference | LOD | error)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from neuralbake.bakes.fit.config import FitConfig
+from neuralbake.bakes.fit.model import LodAppearance, lod_image
+from neuralbake.bakes.fit.views import View
+from neuralbake.io.files import atomic_path, atomic_write_json
+from neuralbake.io.gltf import Material, Scene, TextureRef, write_gltf
+from neuralbake.io.images import save_png
+from neuralbake.material.texture import srgb_to_linear
+from neuralbake.render.gbuffer import interpolate
+from neuralbake.render.mip import sample_bilinear
+from neuralbake.render.pictures import comparison_row, panel_grid
+from neuralbake.render.tonemap import tone_map
+from neuralbake.render.uv_raster import rasterize_uv
+
+__all__ = ["write_lod", "write_triptych"]
+
+
+@torch.no_grad()
+def write_triptych(path: Path, model: LodAppearance, views: list[View], max_rows: int = 3, error_scale: float = 0.25) -> None:
+    """PBR reference | LOD | error heat map, one row per held-out view (at most ``max_rows``)."""
+    rows = []
+    for v in views[:max_rows]:
+        rows += comparison_row(v.image, lod_image(model, v), error="heat", heat_scale=error_scale, colormap="inferno")
+    save_png(path, panel_grid(rows, gap=0))
+
+
+@torch.no_grad()
+def _baked_uv1_texture(model: LodAppearance, rs: Any, config: FitConfig) -> np.ndarray:
+    """Luma-chroma combined into one uv1 texture (what a standard glTF viewer can show)."""
+    n = config.texture_size
+    tri, bary = rasterize_uv(rs.uv1, rs.faces, n)
+    covered = tri >= 0
+    t = torch.where(covered, tri, torch.zeros_like(tri)).reshape(-1)
+    uv0 = interpolate(rs.uv0, rs.faces, t, bary.reshape(-1, 2))
+    ys, xs = torch.meshgrid(torch.arange(n, device=rs.device), torch.arange(n, device=rs.device), indexing="ij")
+    uv1 = torch.stack(((xs.reshape(-1) + 0.5) / n, (ys.reshape(-1) + 0.5) / n), 1).to(rs.dtype)
+    luma = sample_bilinear(model.decode(model.store(model.luma, hard=True)), uv0)
+    chroma = sample_bilinear(model.decode(model.store(model.chroma, hard=True)), uv1, wrap_s="clamp", wrap_t="clamp")
+    display = model.display(luma * chroma).reshape(n, n, 3)
+    return display.float().cpu().numpy()
+
+
+@torch.no_grad()
+def write_lod(out: Path, model: LodAppearance, rs: Any, config: FitConfig) -> dict[str, Any]:
+    """Write ``lod.gltf`` and the stored textures (codes, tone map) into ``out``; return the payload sizes."""
+    bits = config.quantize or 16
+    material = Material(name="lod_unlit", metallic_factor=0.0, roughness_factor=1.0, unlit=True, double_sided=True)
+    cpu = lambda t: t.detach().float().cpu().numpy()
+    info: dict[str, Any] = {}
+    codes: dict[str, np.ndarray] = {}
+    colours = None
+    if config.target == "vertex-color":
+        stored = model.store(model.vertex, hard=True)
+        lin = stored
+        if model.tonemap is not None:  # a standard viewer shows COLOR_0 directly: store the display colour (linearised)
+            lin = srgb_to_linear(tone_map(model.tonemap(stored), operator=config.display_tone_map, exposure=config.exposure))
+            codes["codes_vertex"] = cpu(stored)
+        colours = torch.cat((lin, torch.ones_like(lin[:, :1])), 1)
+    # One mesh per source material (the vertices it uses), all on the LOD material.
+    attributes = ("normals", "uv0", "colors") if config.target == "vertex-color" else ("normals", "uv0", "uv1")
+    meshes = rs.gltf_meshes(attributes=attributes, colors=colours, material=0, name_prefix="lod_")
+    if config.target == "vertex-color":
+        info["bytes"] = int(model.vertex.shape[0] * 3 * (1 if config.quantize else 4))
+    elif config.target == "unlit":
+        stored = model.store(model.texture, hard=True)
+        if model.tonemap is None:
+            shown = cpu(stored)
+        else:
+            shown = cpu(model.display(stored))
+            codes["codes_uv1"] = cpu(stored)
+        material.base_color_texture = TextureRef(shown, texcoord=1, wrap_s="clamp", wrap_t="clamp", name="lod_uv1")
+        info["bytes"] = int(stored.numel() * (1 if config.quantize else 2))
+    else:
+        shown = _baked_uv1_texture(model, rs, config)
+        material.base_color_texture = TextureRef(shown, texcoord=1, wrap_s="clamp", wrap_t="clamp", name="lod_combined_uv1")
+        save_png(out / "luma_uv0.png", cpu(model.store(model.luma, hard=True))[..., 0], bits=bits)
+        save_png(out / "chroma_uv1.png", cpu(model.store(model.chroma, hard=True)), bits=bits)
+        info["bytes"] = int((model.luma.numel() + model.chroma.numel()) * (1 if config.quantize else 2))
+        info["combined_texture_bytes"] = int(shown.size * (1 if config.quantize else 2))
+    for name, array in codes.items():
+        if array.ndim == 3:
+            save_png(out / f"{name}.png", array, bits=bits)
+        else:
+            with atomic_path(out / f"{name}.npy") as tmp:
+                np.save(tmp, array)
+    if model.tonemap is not None:
+        atomic_write_json(
+            out / "tonemap.json",
+            {
+                "order": model.tonemap.order,
+                **model.tonemap.parameters_named(),
+                "display_tone_map": config.display_tone_map,
+                "exposure": config.exposure,
+            },
+        )
+    write_gltf(out / "lod.gltf", Scene(meshes=meshes, materials=[material], source=None), texture_bits=8 if config.quantize else 16)
+    return info

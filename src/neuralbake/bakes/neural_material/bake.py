@@ -1,0 +1,113 @@
+"""The neural material bake as the runner runs it: train, bake the latent texture, write, score.
+
+:func:`bake_material` is one material's whole bake inside a running :class:`BakeRun`; the neural
+material bake runs it once into the staging folder, the material pack once per material (each in
+its own phase and sub-folder).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from neuralbake.bakes.neural_material.comparison import compare, throughput
+from neuralbake.bakes.neural_material.config import NeuralMaterialConfig, device_defaults
+from neuralbake.bakes.neural_material.latents import bake_latent_pyramid, load_neural_material, write_material_bundle
+from neuralbake.bakes.neural_material.model import NeuralMaterial, NeuralMaterialModel, ReferenceSampler, relative_l1, texel_features
+from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
+from neuralbake.errors import ConfigError
+from neuralbake.io.files import sha256_file
+from neuralbake.material.loader import load_material
+from neuralbake.render.preview import SCENES
+
+__all__ = ["NEURAL_MATERIAL", "bake_material", "bake_neural_material"]
+
+
+def _shared_decoder(config: NeuralMaterialConfig, model: NeuralMaterialModel, device: torch.device, recorded_as: str | None) -> dict[str, Any] | None:
+    """Start ``model``'s decoder from ``config.shared_decoder`` (frozen leading layers); what the report records."""
+    if not config.shared_decoder:
+        return None
+    source = load_neural_material(config.shared_decoder, device=device)  # read_bundle: verifies the folder's bake.json
+    if tuple(source.direction_inputs) != tuple(config.direction_inputs):
+        raise ConfigError(
+            f"the shared decoder reads directions {list(source.direction_inputs)}, this bake {list(config.direction_inputs)}.",
+            field="direction_inputs",
+            fix="use the shared bundle's direction inputs.",
+        )
+    model.share_decoder(source.decoder, config.shared_layers)
+    return {"bundle": recorded_as or str(Path(config.shared_decoder).resolve()), "layers": config.shared_layers,
+            "sha256": [sha256_file(Path(config.shared_decoder) / "network.safetensors")]}
+
+
+def bake_material(
+    run: BakeRun, config: NeuralMaterialConfig, folder: Path, *, phase: str = "train", shared_as: str | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Train ``config``'s material as training phase ``phase`` and write its bundle and pictures into ``folder``.
+
+    ``shared_as``: the path the report and manifest record for ``config.shared_decoder`` (a pack
+    shares a folder that is still in staging). Returns the report's metrics and fields.
+    """
+    device = run.device
+    material = load_material(config.material, device=device)
+    normal = torch.nn.functional.normalize(torch.tensor(config.normal, dtype=torch.float32, device=device), dim=0)[None]
+    features = texel_features(material, torch.full((1, 2), 0.5, device=device), normal).shape[1]
+    model = NeuralMaterialModel(features, config).to(device)
+    shared = _shared_decoder(config, model, device, shared_as)
+    sampler = ReferenceSampler(
+        material, normal, config.batch_size, config.material_sampling, device, chunk=config.reference_chunk, uniform_views=config.uniform_views
+    )
+    compatibility = {
+        "material": sha256_file(config.material), "features": features, "latent": config.latent, "shared": shared,
+        # the objective: resuming under another loss or view distribution changes the run silently
+        "loss": "relative_l1", "uniform_views": config.uniform_views,
+    }
+    result = run.train(model, sampler, relative_l1, config.train, phase=phase, compatibility=compatibility)
+
+    run.note(f"baking the {config.texture_size}x{config.texture_size} latent texture and scoring it")
+    levels = bake_latent_pyramid(model, material, normal, config.texture_size)
+    neural = NeuralMaterial(levels, model.decoder, config.direction_inputs)
+    folder.mkdir(parents=True, exist_ok=True)
+    bundle = write_material_bundle(folder, neural, config, features, shared)
+    with run.task("comparison renders", 2 * len(SCENES) * config.compare_size**2, unit="pixels") as advance:
+        scores = compare(folder, material, neural, normal, config, progress=advance)
+    metrics = {"psnr_db": scores.pop("psnr_db"), "flip": scores.pop("flip"), "final_loss": result.final_loss}
+    fields: dict[str, Any] = {
+        **scores,
+        "throughput": throughput(material, neural, normal),
+        "steps": result.steps,
+        "samples_seen": result.samples_seen,
+        "seconds": round(result.train_seconds, 3),
+        "decoder_params": sum(layer.weight.numel() + layer.bias.numel() for layer in model.decoder.layers),
+        "decoder_trained_params": model.decoder.parameter_count(),
+        "shared_decoder": shared,
+        "encoder_params": model.encoder.parameter_count(),
+        "texel_inputs": features,
+        "latent": config.latent,
+        "resolution": config.texture_size,  # the report's key since the first bakes (README, docs/results)
+        "mip_levels": len(levels),
+        "bundle": bundle,
+        "source_material_parameter_bytes": sum(t.numel() * t.element_size() for t in getattr(material, "parameters", {}).values()),
+    }
+    return metrics, fields
+
+
+def _bake_body(run: BakeRun) -> BakeOutcome:
+    config: NeuralMaterialConfig = run.config
+    metrics, fields = bake_material(run, config, run.stage)
+    return BakeOutcome(metrics, fields, curve_title=f"neural material: {Path(config.material).name}")
+
+
+NEURAL_MATERIAL = Bake("neural_material", NeuralMaterialConfig, _bake_body, device_defaults=device_defaults(), title="neural material")
+"""The neural material bake, as the runner (:mod:`neuralbake.bakes.run`) runs it."""
+
+
+def bake_neural_material(config: NeuralMaterialConfig, out_dir: str | Path, **options: Any) -> dict[str, Any]:
+    """Train, bake and write a neural material (see the package docstring); returns the report.
+
+    Runs through :func:`neuralbake.bakes.run.run_bake` (device defaults, validation, lock,
+    staging, checkpoints, ``bake.json``). Raises :class:`~neuralbake.nn.trainer.TrainingInterrupted`
+    when stopped with Ctrl-C or SIGTERM (``resume=True`` continues from the checkpoint).
+    """
+    return NEURAL_MATERIAL.run(config, out_dir, **options)

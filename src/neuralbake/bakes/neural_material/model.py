@@ -1,0 +1,250 @@
+"""What is learned: the encoder/decoder model, the reference sampler, the loss, and the baked material.
+
+During training an *encoder* MLP maps the material's per-texel inputs (every layer parameter and
+mask at ``uv``, see ``MaterialGraph.texel_inputs``) to a latent vector of ``latent`` channels, and
+a *decoder* MLP maps ``(latent, wi, wo)`` (local shading frame, normal +z) to the cosine-weighted
+BSDF value ``f(wi, wo) cos(theta_i)``, RGB, predicted as ``log(1 + f cos)``. After training only
+the decoder ships, with the latent texture (:class:`NeuralMaterial`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+
+from neuralbake.errors import ConfigError, TrainingError
+from neuralbake.material.frame import cosine_hemisphere_pdf, square_to_cosine_hemisphere
+from neuralbake.material.texture import sample_texture
+from neuralbake.nn.mlp import MLP, MLPConfig
+from neuralbake.nn.trainer import Batch
+
+if TYPE_CHECKING:
+    from neuralbake.bakes.neural_material.config import NeuralMaterialConfig
+
+__all__ = [
+    "DIRECTION_FEATURES",
+    "NeuralMaterial",
+    "NeuralMaterialLayer",
+    "NeuralMaterialModel",
+    "ReferenceSampler",
+    "decoder_inputs",
+    "directions_above",
+    "relative_l1",
+    "texel_features",
+    "view_directions",
+]
+
+DIRECTION_FEATURES = {
+    "wi": lambda wi, wo: wi,
+    "wo": lambda wi, wo: wo,
+    "half": lambda wi, wo: F.normalize(wi + wo, dim=1, eps=1e-8),
+}
+"""Direction features a decoder can read after its latent (local frame, normal +z), by name."""
+
+
+def decoder_inputs(latent: torch.Tensor, wi: torch.Tensor, wo: torch.Tensor, direction_inputs: tuple[str, ...] | list[str]) -> torch.Tensor:
+    """The decoder's input rows: ``[latent, feature(wi, wo) for each named direction feature]``."""
+    return torch.cat([latent, *(DIRECTION_FEATURES[name](wi, wo).to(latent.dtype) for name in direction_inputs)], dim=1)
+
+
+def texel_features(material: Any, uv: torch.Tensor, normal: torch.Tensor) -> torch.Tensor:
+    """Every per-texel input of a compiled material at ``uv``: ``[N, K]``."""
+    return material.layer_and_inputs(uv, normal)[1]
+
+
+class NeuralMaterialModel(torch.nn.Module):
+    """Encoder (texel inputs -> latent) and decoder (latent, wi, wo -> log(1 + f cos)), trained jointly.
+
+    ``forward(inputs [N, K + 6])`` takes the texel inputs followed by ``wi`` and ``wo`` and returns
+    the decoder's ``[N, 3]`` prediction of ``log(1 + f cos)``.
+    """
+
+    def __init__(self, features: int, config: NeuralMaterialConfig) -> None:
+        super().__init__()
+        self.features = features
+        self.latent = config.latent
+        relu_linear = {"hidden_activation": "relu", "output_activation": "none"}
+        self.encoder = MLP(MLPConfig(inputs=features, hidden=config.encoder_hidden, layers=config.encoder_layers, outputs=config.latent, **relu_linear))
+        self.direction_inputs = tuple(config.direction_inputs)
+        inputs = config.latent + 3 * len(self.direction_inputs)
+        self.decoder = MLP(MLPConfig(inputs=inputs, hidden=config.decoder_hidden, layers=config.decoder_layers, outputs=3, **relu_linear))
+
+    def share_decoder(self, decoder: MLP, layers: int) -> None:
+        """Start from ``decoder``'s weights and freeze its first ``layers`` layers.
+
+        The frozen weights become buffers, so the trainer (which optimises ``named_parameters``)
+        leaves them alone while checkpoints and the bundle still carry them under the same names.
+        """
+        if decoder.config != self.decoder.config:
+            raise ConfigError(
+                f"the shared decoder's architecture {decoder.config} differs from this bake's {self.decoder.config}.",
+                field="shared_decoder",
+                fix="bake with the same --latent, decoder size and direction inputs as the shared bundle.",
+            )
+        self.decoder.load_state_dict(decoder.state_dict())
+        for layer in self.decoder.layers[:layers]:
+            for name in ("weight", "bias"):
+                value = getattr(layer, name).detach().clone()
+                delattr(layer, name)
+                layer.register_buffer(name, value)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        latent = self.encoder(inputs[:, : self.features])
+        wi, wo = inputs[:, self.features : self.features + 3], inputs[:, self.features + 3 :]
+        return self.decoder(decoder_inputs(latent.to(inputs.dtype), wi, wo, self.direction_inputs))
+
+
+def directions_above(n: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    return square_to_cosine_hemisphere(torch.rand(n, 2, generator=generator, device=device))
+
+
+def view_directions(n: int, uniform_fraction: float, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    """View directions: ``uniform_fraction`` of them uniform over the hemisphere, the rest cosine-distributed."""
+    u = torch.rand(n, 3, generator=generator, device=device)
+    cosine = square_to_cosine_hemisphere(u[:, :2])
+    z = u[:, 0:1]
+    r = torch.sqrt(torch.clamp(1.0 - z * z, min=0.0))
+    phi = 2.0 * math.pi * u[:, 1:2]
+    uniform = torch.cat([r * torch.cos(phi), r * torch.sin(phi), z], dim=1)
+    return torch.where(u[:, 2:3] < uniform_fraction, uniform, cosine)
+
+
+class ReferenceSampler:
+    """Training batches from the reference material: inputs ``[texel inputs, wi, wo]``, targets ``log(1 + f cos)``.
+
+    A layered material's node graph is thousands of small tensor operations (hashed noise octaves,
+    masks, lobes); launched once per training step they, not the networks, set the pace. So the
+    sampler evaluates ``chunk`` independent samples in one call and serves ``batch_size`` of them per
+    step until the chunk is used up. The samples are the same i.i.d. draws as one call per step
+    would give; only their grouping into graph evaluations differs.
+    """
+
+    capturable = False  # the material graph syncs with the host (noise tables, masks)
+
+    def __init__(
+        self,
+        material: Any,
+        normal: torch.Tensor,
+        batch_size: int,
+        material_sampling: float,
+        device: torch.device,
+        *,
+        chunk: int = 0,
+        uniform_views: float = 0.0,
+    ) -> None:
+        self.material, self.normal, self.batch_size = material, normal, batch_size
+        self.material_sampling, self.device, self.uniform_views = material_sampling, device, uniform_views
+        per_chunk = chunk or (1 << 20 if device.type == "cuda" else 1 << 18)
+        self.batches_per_chunk = max(1, per_chunk // batch_size)
+        self._inputs: torch.Tensor | None = None
+        self._targets: torch.Tensor | None = None
+        self._next = 0
+
+    def draw(self, n: int, generator: torch.Generator) -> Batch:
+        """``n`` fresh reference samples in one evaluation of the material graph."""
+        uv = torch.rand(n, 2, generator=generator, device=self.device)
+        normal = self.normal.expand(n, 3)
+        wo = view_directions(n, self.uniform_views, generator, self.device)
+        with torch.no_grad():
+            bsdf, features = self.material.layer_and_inputs(uv, normal)
+            wi_material, pdf = bsdf.sample(wo, torch.rand(n, 2, generator=generator, device=self.device))
+            wi_cosine = directions_above(n, generator, self.device)
+            use_material = (torch.rand(n, generator=generator, device=self.device) < self.material_sampling) & (pdf > 0)
+            wi = torch.where(use_material[:, None], wi_material, wi_cosine)
+            value = bsdf.eval(wi, wo)
+        if not torch.isfinite(value).all():
+            bad = (~torch.isfinite(value)).any(dim=1).nonzero()[0, 0]
+            raise TrainingError(
+                f"the reference material gave a non-finite value at uv={uv[bad].tolist()}, wi={wi[bad].tolist()}, wo={wo[bad].tolist()}.",
+                field="material",
+                fix="check the material's parameters and node graph at that uv.",
+            )
+        return Batch(inputs=torch.cat([features, wi, wo], dim=1), targets=torch.log1p(value.clamp(min=0.0)))
+
+    def sample(self, generator: torch.Generator) -> Batch:
+        if self._inputs is None or self._next == self.batches_per_chunk:
+            chunk = self.draw(self.batch_size * self.batches_per_chunk, generator)
+            self._inputs = chunk.inputs.reshape(self.batches_per_chunk, self.batch_size, -1)
+            self._targets = chunk.targets.reshape(self.batches_per_chunk, self.batch_size, -1)
+            self._next = 0
+        assert self._targets is not None
+        batch = Batch(inputs=self._inputs[self._next], targets=self._targets[self._next])
+        self._next += 1
+        return batch
+
+
+RELATIVE_LOSS_FLOOR = 0.01
+"""``f cos`` below which :func:`relative_l1` weighs absolute rather than relative errors."""
+
+
+def relative_l1(prediction: torch.Tensor, target: torch.Tensor, floor: float = RELATIVE_LOSS_FLOOR) -> torch.Tensor:
+    """The training loss: L1 in the decoder's ``log(1 + f cos)`` space, weighted to a relative error.
+
+    ``log1p`` is linear below 1, so a plain L1 there weighs a dim sample's error absolutely: at a
+    grazing light and view (``f cos ~ 0.005``) a factor-of-two, colour-shifting error costs almost
+    nothing, and the texture view that shows it was at 10 dB. A change ``d`` of ``y = log(1 + x)``
+    is a change ``(1 + x) d`` of ``x``, so the weight ``floor (1 + x) / (x + floor)`` (``x`` the
+    target's ``f cos``) makes each term ``floor |dx| / (x + floor)``: relative above ``floor``,
+    absolute below it, and exactly the old L1 for ``x = 0``. The gradient still flows for every
+    prediction (the weights depend on the target only).
+    """
+    x = torch.expm1(target)
+    weight = floor * (1.0 + x) / (x + floor)
+    return torch.mean(weight * (prediction - target).abs())
+
+
+# -- the baked, shippable material -----------------------------------------------------------------
+
+
+class NeuralMaterial:
+    """A baked neural material: latent mip pyramid + decoder. ``material(uv, normal) -> NeuralMaterialLayer``."""
+
+    def __init__(self, latents: list[torch.Tensor], decoder: MLP, direction_inputs: tuple[str, ...] | list[str] = ("wi", "wo")) -> None:
+        self.latents = latents
+        self.decoder = decoder
+        self.direction_inputs = tuple(direction_inputs)
+
+    def latent_at(self, uv: torch.Tensor, level: int = 0) -> torch.Tensor:
+        """Bilinear (repeat-wrapped) latent lookup at ``uv`` from mip ``level``: ``[N, latent]``."""
+        return sample_texture(self.latents[level], uv, wrap="repeat")
+
+    def evaluate(self, latent: torch.Tensor, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
+        """``f(wi, wo) cos`` from latents and local directions, ``[N, 3]``."""
+        dtype = next(self.decoder.parameters()).dtype
+        y = self.decoder(decoder_inputs(latent.float(), wi.float(), wo.float(), self.direction_inputs).to(dtype)).float()
+        valid = ((wi[:, 2] > 0) & (wo[:, 2] > 0)).float()[:, None]
+        return torch.expm1(torch.clamp(y, min=0.0)) * valid
+
+    def __call__(self, uv: torch.Tensor, normal: torch.Tensor | None = None) -> NeuralMaterialLayer:
+        return NeuralMaterialLayer(self, self.latent_at(uv))
+
+    def to(self, dtype: torch.dtype) -> NeuralMaterial:
+        """A copy whose decoder and latents run in ``dtype`` (e.g. fp16, as a shader would)."""
+        decoder = MLP(self.decoder.config).to(next(self.decoder.parameters()).device)
+        decoder.load_state_dict(self.decoder.state_dict())
+        return NeuralMaterial([latent.to(dtype).float() for latent in self.latents], decoder.to(dtype), self.direction_inputs)
+
+
+class NeuralMaterialLayer:
+    """The :class:`~neuralbake.material.layering.Layer` interface over a neural material.
+
+    ``eval`` is the decoder; ``sample``/``pdf`` are cosine-weighted (any density is valid for an
+    unbiased estimate; the decoder has no sampler of its own yet).
+    """
+
+    def __init__(self, material: NeuralMaterial, latent: torch.Tensor) -> None:
+        self.material, self.latent = material, latent
+
+    def eval(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
+        return self.material.evaluate(self.latent, wi, wo)
+
+    def sample(self, wo: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        wi = square_to_cosine_hemisphere(u)
+        return wi, cosine_hemisphere_pdf(wi) * (wo[:, 2] > 0)
+
+    def pdf(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
+        return cosine_hemisphere_pdf(wi) * (wo[:, 2] > 0)
+

@@ -1,0 +1,223 @@
+"""The NTC bake on the one run path: per rate, train latents + decoder in two phases, write ``texture.ntc`` and its report.
+
+One rate writes into the output folder itself: ``texture.ntc``, ``manifest.json`` (its size and
+sha256), ``preview.png`` (per group: reference | NTC | error x10) and, from the runner,
+``report.json``, ``loss.png``, ``config.json``, ``events.jsonl`` and ``bake.json``. Several rates
+are one bake whose phases are the rates: ``bpp_<X>/`` per rate (the same files, its own
+``report.json``, ``loss.png`` and ``bake.json``), then ``rd.json`` and ``rd.png`` beside them.
+Phases are named ``noise`` and ``round`` (``bpp_<X>_noise``, ``bpp_<X>_round`` in a sweep), each
+with its checkpoint for ``--resume``.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from neuralbake.bakes.ntc.baselines import bc_baselines
+from neuralbake.bakes.ntc.config import NTCConfig, device_defaults, load_config_texture_set
+from neuralbake.bakes.ntc.container import CONTAINER_NAME, MANIFEST_NAME, pack_container, read_container
+from neuralbake.bakes.ntc.decode import decode_all_levels, set_quality
+from neuralbake.bakes.ntc.layout import CONTAINER_VERSION, NTCLayout, choose_layout
+from neuralbake.bakes.ntc.model import NTCModel, TexelSampler
+from neuralbake.bakes.ntc.rd import plot_rate_distortion, rate_distortion_summary
+from neuralbake.bakes.ntc.texture_set import ChannelGroup, TextureSet
+from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
+from neuralbake.core.events import EventSink
+from neuralbake.core.metrics import mse
+from neuralbake.core.report import plot_loss_curve, write_report
+from neuralbake.errors import ConfigError
+from neuralbake.io.files import atomic_write_bytes, atomic_write_json, sha256_file
+from neuralbake.io.images import save_png
+from neuralbake.io.manifest import write_bake_manifest
+from neuralbake.nn.trainer import TrainResult
+from neuralbake.render.pictures import comparison_row, panel_grid
+
+__all__ = ["NTC", "compress_rate_distortion", "compress_texture_set"]
+
+
+def _peak_memory(device: torch.device) -> dict[str, float]:
+    if device.type == "cuda":
+        return {"peak_gpu_memory_mib": round(torch.cuda.max_memory_allocated(device) / 2**20, 1)}
+    # Linux reports ru_maxrss in KiB: the peak resident memory of the whole process so far.
+    return {"peak_process_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+
+
+def _all_texel_coords(layout: NTCLayout, device: torch.device) -> torch.Tensor:
+    parts = []
+    for index, (width, height) in enumerate(layout.level_sizes):
+        yy, xx = torch.meshgrid(torch.arange(height, device=device), torch.arange(width, device=device), indexing="ij")
+        parts.append(torch.stack((torch.full((width * height,), index, device=device), xx.reshape(-1), yy.reshape(-1)), dim=1))
+    return torch.cat(parts).to(torch.float32)
+
+
+def _save_preview(path: Path, reference: np.ndarray, decoded: np.ndarray, groups: tuple[ChannelGroup, ...]) -> None:
+    """Rows per group: reference | NTC | error x10 around mid-grey."""
+    rows, start = [], 0
+    for group in groups:
+        stop = start + len(group.channels)
+        rows += comparison_row(reference[..., start:stop], decoded[..., start:stop], error="signed", error_gain=10.0, kind=group.kind)
+        start = stop
+    save_png(path, panel_grid(rows, gap=4))
+
+
+def _train(run: BakeRun, model: NTCModel, sampler: TexelSampler, compatibility: dict[str, Any], prefix: str) -> list[tuple[str, TrainResult]]:
+    """The noise-quantised phase, then (``finetune_steps``) the hard-rounded one."""
+    config: NTCConfig = run.config
+    layout, device = model.layout, run.device
+
+    def evaluate(net: nn.Module) -> dict[str, float]:
+        mode = net.quant_mode
+        net.quant_mode = "round"
+        coords = _all_texel_coords(layout, device)
+        with torch.no_grad():
+            prediction = torch.cat([net(part).clamp(0, 1) for part in coords.split(1 << 16)])
+        net.quant_mode = mode
+        error = mse(prediction, sampler.texels)
+        return {"psnr_db": 10 * math.log10(1 / error) if error > 0 else math.inf}
+
+    results = []
+    model.quant_mode = "noise"
+    name = f"{prefix}noise"
+    results.append((name, run.train(model, sampler, F.mse_loss, config.train, phase=name, evaluate=evaluate, compatibility={**compatibility, "phase": "noise"})))
+    if config.finetune_steps > 0:
+        finetune = replace(config.train, steps=config.finetune_steps, learning_rate=config.train.learning_rate * config.finetune_lr_fraction, warmup_steps=0)
+        model.quant_mode = "round"
+        name = f"{prefix}round"
+        results.append((name, run.train(model, sampler, F.mse_loss, finetune, phase=name, evaluate=evaluate, compatibility={**compatibility, "phase": "round"})))
+    return results
+
+
+def _compress_rate(
+    run: BakeRun, bpp: float, layout: NTCLayout, texture_set: TextureSet, reference: list[np.ndarray], baselines: dict[str, Any] | None, folder: Path, prefix: str
+) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """Train and write one rate into ``folder``; return its metrics, report fields and training history."""
+    config: NTCConfig = run.config
+    device = run.device
+    start = time.perf_counter()
+    folder.mkdir(parents=True, exist_ok=True)
+    generator = torch.Generator().manual_seed(config.train.seed)
+    model = NTCModel(layout, generator=generator).to(device)
+    sampler = TexelSampler(layout, reference, config.batch_size, device)
+    compatibility = {"layout": layout.header(), "size": [texture_set.width, texture_set.height], "batch_size": config.batch_size}
+    phases = _train(run, model, sampler, compatibility, prefix)
+    history: list[dict[str, Any]] = []
+    offset = 0
+    for _, result in phases:
+        history += [{**event, "step": event["step"] + offset} for event in result.history]
+        offset += result.steps
+
+    data = pack_container(model)
+    atomic_write_bytes(folder / CONTAINER_NAME, data)
+    manifest = {"file": CONTAINER_NAME, "bytes": len(data), "sha256": sha256_file(folder / CONTAINER_NAME), "format": "neuralbake.ntc", "version": CONTAINER_VERSION}
+    atomic_write_json(folder / MANIFEST_NAME, manifest)
+    memory = _peak_memory(device)
+
+    decode_start = time.perf_counter()
+    container = read_container(folder / CONTAINER_NAME).to(device)
+    with run.task(f"decoding {prefix.rstrip('_') or 'texture.ntc'}", sum(w * h for w, h in layout.level_sizes), unit="texels") as advance:
+        decoded = decode_all_levels(container, progress=advance)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    decode_seconds = time.perf_counter() - decode_start
+    quality = set_quality(decoded, reference, layout.groups)
+    _save_preview(folder / "preview.png", reference[0], decoded[0], layout.groups)
+
+    measured = 8.0 * len(data) / (texture_set.width * texture_set.height)
+    fields: dict[str, Any] = {
+        "bpp_target": bpp,
+        "bpp_measured": measured,
+        "bpp_counts": "bytes of texture.ntc (every mip level inside) * 8 / texels of mip 0; BCn likewise over the full mip chain",
+        "bytes": len(data),
+        "sections": layout.section_bytes(),
+        "latent_shape": {**asdict(layout.shape), "low_div": layout.shape.low_div, "name": layout.shape.name, "nominal_latent_bpp": round(layout.shape.nominal_bpp, 3)},
+        "decoder": {"widths": layout.layer_widths, "activation": layout.activation, "weights": "int8 QAT", "biases": "fp32"},
+        "size": [texture_set.width, texture_set.height],
+        "levels": layout.levels,
+        "groups": [asdict(g) for g in layout.groups],
+        "sources": texture_set.sources,
+        "ntc": quality,
+        "train_seconds": round(sum(result.train_seconds for _, result in phases), 3),
+        "decode_seconds_all_levels": round(decode_seconds, 4),
+        "steps": {"noise": config.train.steps, "round": config.finetune_steps},
+        "phases": [name for name, _ in phases],
+        **memory,
+    }
+    if baselines is not None:
+        fields["bcn"] = {family: {k: v for k, v in result.items() if k != "levels"} for family, result in baselines.items()}
+    fields["compress_seconds"] = round(time.perf_counter() - start, 3)
+    return {"psnr_db": quality["overall_db"], "bpp": measured}, fields, history
+
+
+def _curve_title(layout: NTCLayout) -> str:
+    return f"NTC {layout.shape.name} at {layout.bpp():.2f} bpp"
+
+
+def _body(run: BakeRun) -> BakeOutcome:
+    config: NTCConfig = run.config
+    device = run.device
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    texture_set = load_config_texture_set(config)
+    rates = config.rates()
+    # every rate must fit before any training starts
+    layouts = {bpp: choose_layout(texture_set.width, texture_set.height, texture_set.groups, bpp, hidden=config.hidden, pe_frequencies=config.pe_frequencies) for bpp in rates}
+    groups = ", ".join(f"{g.name} ({len(g.channels)})" for g in texture_set.groups)
+    run.note(f"texture set {texture_set.width}x{texture_set.height}, {texture_set.channels} channels: {groups}")
+    reference = texture_set.mip_chain()
+    baselines = None
+    if config.baselines:
+        with run.task("BC1/BC7 baselines", 2 * len(texture_set.groups), unit="textures") as advance:
+            baselines = bc_baselines(reference, texture_set.groups, texture_set.width, texture_set.height, bc7_uber_level=config.bc7_uber_level, progress=advance)
+    if len(rates) == 1:
+        layout = layouts[rates[0]]
+        metrics, fields, _ = _compress_rate(run, rates[0], layout, texture_set, reference, baselines, run.stage, "")
+        return BakeOutcome(metrics, fields, curve_title=_curve_title(layout), quality_key="psnr_db")
+
+    reports = []
+    for bpp, layout in layouts.items():
+        name = f"bpp_{bpp:g}"
+        folder = run.stage / name
+        metrics, fields, history = _compress_rate(run, bpp, layout, texture_set, reference, baselines, folder, f"{name}_")
+        reports.append(write_report(folder / "report.json", bake="ntc", device=device, metrics=metrics, **fields, wall_seconds=fields["compress_seconds"]))
+        if history:
+            plot_loss_curve(folder / "loss.png", history, title=_curve_title(layout), quality_key="psnr_db")
+        write_bake_manifest(folder, bake="ntc")  # each rate's folder can be checked (and decompressed) on its own
+    summary = rate_distortion_summary(reports, baselines)
+    atomic_write_json(run.stage / "rd.json", summary)
+    plot_rate_distortion(run.stage / "rd.png", summary)
+    metrics = {key: value for key, value in summary["comparison"].items() if not isinstance(value, dict)}
+    fields = {"rates": [f"bpp_{bpp:g}" for bpp in rates], "rd": summary, "size": [texture_set.width, texture_set.height], "sources": texture_set.sources}
+    return BakeOutcome(metrics, fields, curve_title=f"NTC at {', '.join(f'{b:g}' for b in rates)} bpp (phases one after another)", quality_key="psnr_db")
+
+
+NTC = Bake("ntc", NTCConfig, _body, device_defaults=device_defaults, title="ntc")
+"""The NTC bake, as the runner (:mod:`neuralbake.bakes.run`) runs it."""
+
+
+def compress_texture_set(config: NTCConfig, out_dir: str | Path, **options: Any) -> dict[str, Any]:
+    """Compress a texture set at every rate of ``config.bpp`` into ``out_dir`` (see the module docstring).
+
+    Runs through :func:`neuralbake.bakes.run.run_bake`; returns the report (one rate: its numbers;
+    several: ``rd`` holds the rate-distortion record).
+    """
+    return NTC.run(config, out_dir, **options)
+
+
+def compress_rate_distortion(
+    config: NTCConfig, bpps: list[float], out_dir: str | Path, *, resume: bool = False, progress: bool = True, sinks: list[EventSink] | None = None
+) -> dict[str, Any]:
+    """Compress the set at every rate in ``bpps`` (one bake; ``out_dir/bpp_<X>/`` with two or more) -> the RD record (``rd.json``)."""
+    if not bpps:
+        raise ConfigError("no rates given.", field="bpp", fix="pass one or more rates.")
+    report = compress_texture_set(replace(config, bpp=[float(b) for b in bpps]), out_dir, resume=resume, progress=progress, sinks=sinks)
+    return report["rd"] if "rd" in report else rate_distortion_summary([report], report.get("bcn"))

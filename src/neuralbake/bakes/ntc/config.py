@@ -1,0 +1,123 @@
+"""The NTC bake's settings: :class:`NTCConfig`, its checks and its device-dependent defaults."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from neuralbake.bakes.ntc.layout import MAX_HIDDEN_LAYERS, MAX_HIDDEN_WIDTH, MAX_PE_FREQUENCIES, check_bpp
+from neuralbake.bakes.ntc.texture_set import TextureSet, check_texture_set, load_texture_set
+from neuralbake.errors import ConfigError
+from neuralbake.nn.trainer import TrainerConfig
+from neuralbake.render.mip import is_power_of_two
+
+__all__ = ["CPU_TEXTURE_SIZE", "NTCConfig", "device_defaults", "load_config_texture_set"]
+
+CPU_TEXTURE_SIZE = 256
+"""Largest side a CPU bake resamples a set to by default: DamagedHelmet's 11 channels at 2048² ran
+past 15 minutes on a 2-core CPU, and about 12 at 512²; at 256² (the crate's size) the bake takes
+about 2 minutes (README)."""
+
+
+def _default_train() -> TrainerConfig:
+    return TrainerConfig(steps=3000, learning_rate=0.01, precision="fp32", eval_every=500, checkpoint_every=1000, log_every=50)
+
+
+@dataclass
+class NTCConfig:
+    """Everything that determines an NTC compression."""
+
+    sources: list[str] = field(default_factory=list)
+    """Texture images (PATH or NAME=PATH; a group named normal keeps X and Y) or one .gltf file."""
+    material: str = "0"
+    """glTF material to read (index or name)."""
+    texture_size: int | None = None
+    """Resample the set so its larger side is at most this power of two (a smaller set is kept as it
+    is). None: the device's default, the set's own size on a GPU and 256 on a CPU."""
+    bpp: list[float] = field(default_factory=lambda: [4.0])
+    """Target bits per texel of mip 0 for the whole file (every mip level included); 0.5 to 48 (26.7
+    and 42.7 are about the BC1 and BC7 sets' rates). Several values (1,2,4) compress once per rate
+    into bpp_<X>/ folders and draw the rate-distortion curve (rd.json, rd.png)."""
+    hidden: tuple[int, ...] = (64, 48, 32)
+    """Hidden layer widths of the decoder MLP (RTXNTC's is about 64-48-32); its weights count in the
+    bpp. On DamagedHelmet at 2048², 256,256,128 gains 2.7 dB at ~3 bpp and 6.5 dB at 43 bpp for 13.6x
+    the decode work (docs/benchmarks.md)."""
+    pe_frequencies: int = 3
+    """Frequency octaves of the positional encoding of the texel inside its latent cell."""
+    batch_size: int = 8192
+    """Random texels per training step (over all mip levels)."""
+    finetune_steps: int = 500
+    """Steps after the main run with hard-rounded latents (straight-through), at finetune_lr_fraction of the learning rate."""
+    finetune_lr_fraction: float = 0.2
+    """Learning rate of the hard-quantisation phase as a fraction of train.learning_rate."""
+    baselines: bool = True
+    """Also round-trip the set through BC1 / BC7 (+ BC5 for normals) and report their PSNR."""
+    bc7_uber_level: int = 1
+    """bc7enc effort for the BC7 baseline, 0 (fastest) to 4 (best)."""
+    device: str = "auto"
+    """auto, cpu, cuda or cuda:N."""
+    train: TrainerConfig = field(default_factory=_default_train)
+    """Main (noise-quantised) phase: steps, learning rate, precision, seed, cadence of logs and checkpoints."""
+
+    def rates(self) -> list[float]:
+        """The target rates, ascending (one compression each)."""
+        return sorted(float(b) for b in self.bpp)
+
+    def validate(self) -> None:
+        """Raise ConfigError on settings no compression can use."""
+        if not self.sources:
+            raise ConfigError("no textures given.", field="sources", fix="pass image files or a .gltf file.")
+        self._validate_rates()
+        size = self.texture_size
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or not (is_power_of_two(size) and 4 <= size <= 16384)):
+            raise ConfigError(f"{size} is not a power of two from 4 to 16384.", field="texture_size", fix="use e.g. 256, 1024 or 2048 (--size).")
+        hidden = tuple(self.hidden) if isinstance(self.hidden, (list, tuple)) else ()
+        if not hidden or len(hidden) > MAX_HIDDEN_LAYERS or any(isinstance(h, bool) or not isinstance(h, int) or not 1 <= h <= MAX_HIDDEN_WIDTH for h in hidden):
+            raise ConfigError(
+                f"hidden must list 1 to {MAX_HIDDEN_LAYERS} layer widths, each an integer from 1 to {MAX_HIDDEN_WIDTH}, not {str(self.hidden)[:80]}.",
+                field="hidden",
+                fix="use e.g. 64,48,32 (decompress refuses a container with wider or more layers).",
+            )
+        if isinstance(self.pe_frequencies, bool) or not isinstance(self.pe_frequencies, int) or not 1 <= self.pe_frequencies <= MAX_PE_FREQUENCIES:
+            raise ConfigError(
+                f"must be an integer from 1 to {MAX_PE_FREQUENCIES}, not {str(self.pe_frequencies)[:40]}.",
+                field="pe_frequencies",
+                fix="use e.g. 3 (decompress refuses a container with more).",
+            )
+        if self.batch_size < 1:
+            raise ConfigError("must be >= 1.", field="batch_size", fix="use e.g. 8192.")
+        if self.finetune_steps < 0:
+            raise ConfigError("must be >= 0.", field="finetune_steps", fix="use e.g. 500.")
+        if not 0 < self.finetune_lr_fraction <= 1:
+            raise ConfigError("must be in (0, 1].", field="finetune_lr_fraction", fix="use e.g. 0.2.")
+        if not 0 <= self.bc7_uber_level <= 4:
+            raise ConfigError("must be 0 to 4.", field="bc7_uber_level", fix="use 1.")
+        self.train.validate()
+
+    def _validate_rates(self) -> None:
+        if not isinstance(self.bpp, (list, tuple)) or not self.bpp:
+            raise ConfigError("no rates given.", field="bpp", fix="pass --bpp with one or more values, e.g. --bpp 4 or --bpp 1,2,4.")
+        for bpp in self.bpp:
+            if isinstance(bpp, bool) or not isinstance(bpp, (int, float)) or not math.isfinite(bpp):
+                check_bpp(float("nan"))
+            check_bpp(bpp)
+        names = [f"{float(b):g}" for b in self.bpp]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"rates repeat: {', '.join(names)}.", field="bpp", fix="give each rate once.")
+
+
+def device_defaults(config: NTCConfig, device: torch.device) -> dict[str, Any]:
+    """The set's own size on a GPU; at most :data:`CPU_TEXTURE_SIZE` texels a side on a CPU."""
+    return {} if device.type == "cuda" else {"texture_size": CPU_TEXTURE_SIZE}
+
+
+def load_config_texture_set(config: NTCConfig) -> TextureSet:
+    """Load and validate the configured texture set, resampled down to ``texture_size`` if it is larger."""
+    texture_set = load_texture_set(config.sources, material=config.material)
+    if config.texture_size is not None and max(texture_set.width, texture_set.height) > config.texture_size:
+        texture_set = texture_set.resized(config.texture_size)
+        check_texture_set(texture_set)
+    return texture_set
