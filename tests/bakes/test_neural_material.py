@@ -270,3 +270,30 @@ def test_a_killed_material_bake_resumes_to_a_valid_bundle(tmp_path: Path, kill_a
     assert report["steps"] == 400 and report["latent"] == 4 and report["resolution"] == 8
     assert (out / ".neuralbake" / "checkpoints" / "train.pt").is_file() and not (out / "checkpoint.pt").exists()
     assert [tuple(level.shape) for level in load_neural_material(out).latents] == [(8, 8, 4), (4, 4, 4), (2, 2, 4), (1, 1, 4)]
+
+
+@pytest.mark.slow
+def test_a_killed_material_pack_resumes_to_a_valid_pack(tmp_path: Path, kill_and_resume) -> None:
+    out = tmp_path / "pack"
+    argv = ["material", "pack", str(EXAMPLES / "rusty_iron_nail.json"), str(EXAMPLES / "velvet.json"), "--latent", "4", "--size", "8",
+            "--batch-size", "64", "--steps", "200", "--checkpoint-every", "2", "--compare-size", "8", "--compare-spp", "1",
+            "--decoder-hidden", "16", "--encoder-hidden", "16", "--device", "cpu"]
+    kill_and_resume(argv, out)
+    pack = json.loads((out / "pack.json").read_text())
+    assert set(pack["bakes"]) == {"rusty_iron_nail", "velvet"}
+    for name in ("rusty_iron_nail", "velvet"):
+        assert verify_bake_folder(out / "materials" / name) is not None
+
+
+@pytest.mark.slow
+def test_pack_refuses_an_input_bake_with_a_byte_changed(baked: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "velvet"
+    shutil.copytree(baked, folder, ignore=shutil.ignore_patterns(".neuralbake"))
+    data = bytearray((folder / "latents.u8.safetensors").read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (folder / "latents.u8.safetensors").write_bytes(bytes(data))
+    result = CliRunner().invoke(app, ["material", "pack", str(folder), "--out", str(tmp_path / "pack"), "--device", "cpu", "--quiet"])
+    shown = "".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert "latents.u8.safetensors" in shown and BAKE_MANIFEST in shown, result.output
+    assert not (tmp_path / "pack").exists()

@@ -20,7 +20,7 @@ def test_every_field_has_a_docstring(cls):
 
 
 def test_round_trip_through_dict():
-    config = NeuralTextureConfig(image="a.png", size=(32, 16))
+    config = NeuralTextureConfig(image="a.png", texture_size=(32, 16))
     config.train.steps = 7
     config.network.hidden = 8
     again = config_from_dict(NeuralTextureConfig, json.loads(json.dumps(config_to_dict(config))))
@@ -39,9 +39,9 @@ def test_unknown_and_mistyped_keys(tmp_path):
 
 def test_toml_file(tmp_path):
     path = tmp_path / "bake.toml"
-    path.write_text('transform = "zoom"\nsize = [64, 32]\n[train]\nsteps = 12\nprecision = "bf16"\n[network]\nhidden = 32\n')
+    path.write_text('transform = "zoom"\ntexture_size = [64, 32]\n[train]\nsteps = 12\nprecision = "bf16"\n[network]\nhidden = 32\n')
     config = load_config(NeuralTextureConfig, path)
-    assert config.transform == "zoom" and config.size == (64, 32)
+    assert config.transform == "zoom" and config.texture_size == (64, 32)
     assert config.train.steps == 12 and config.train.precision == "bf16" and config.network.hidden == 32
     path.write_text("steps = = 3")
     with pytest.raises(ConfigError, match="cannot be parsed"):

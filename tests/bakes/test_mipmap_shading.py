@@ -25,7 +25,7 @@ from neuralbake.material.frame import normalize, orthonormal_basis
 from neuralbake.material.gltf import gltf_eval
 from neuralbake.nn.trainer import Trainer
 
-from ._support import bumpy_normals
+from ._mipmap_support import bumpy_normals
 
 # -- shading --------------------------------------------------------------------------------------
 

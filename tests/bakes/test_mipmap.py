@@ -26,7 +26,7 @@ from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.manifest import verify_bake_folder
 from neuralbake.render.tonemap import tone_map_reinhard
 
-from ._support import bumpy_normals, small_config, write_maps
+from ._mipmap_support import bumpy_normals, small_config, write_maps
 
 runner = CliRunner()
 
