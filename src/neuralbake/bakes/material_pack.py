@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from neuralbake.bakes.neural_material import NeuralMaterialConfig, bake_material
-from neuralbake.bakes.neural_material.config import MaterialTrainConfig, device_defaults
+from neuralbake.bakes.neural_material.config import device_defaults
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, run_bake
 from neuralbake.core.config import save_config
 from neuralbake.core.events import EventSink
@@ -40,6 +40,7 @@ from neuralbake.errors import ConfigError, InputError, NeuralbakeError
 from neuralbake.io.files import atomic_write_json
 from neuralbake.io.limits import load_json_file
 from neuralbake.io.manifest import verify_bake_folder, write_bake_manifest
+from neuralbake.nn.trainer import TrainerConfig
 
 __all__ = ["MATERIAL_PACK", "MaterialPackConfig", "pack_materials"]
 
@@ -71,7 +72,7 @@ class MaterialPackConfig:
         return self.bake.device
 
     @property
-    def train(self) -> MaterialTrainConfig:
+    def train(self) -> TrainerConfig:
         """The bakes' optimisation settings (``bake.train``; the runner seeds from its ``seed``)."""
         return self.bake.train
 

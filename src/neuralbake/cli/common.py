@@ -206,13 +206,17 @@ def _strip_optional(hint: Any) -> Any:
     return hint
 
 
-def config_flags(config_type: type, *, rename: dict[str, str] | None = None, skip: Sequence[str] = ()) -> list[Flag]:
+def config_flags(
+    config_type: type, *, rename: dict[str, str] | None = None, skip: Sequence[str] = (), notes: dict[str, str] | None = None
+) -> list[Flag]:
     """Every settable field of ``config_type`` (nested dataclasses flattened) as a :class:`Flag`.
 
     ``rename`` maps dotted paths to option names; fields named in :data:`LEAF_RENAMES` get their
-    short names. Two fields that would share an option name are a programming error.
+    short names; ``notes`` adds a sentence to a field's help (e.g. a device default that the
+    shared config's docstring cannot know). Two fields that would share an option name are a
+    programming error.
     """
-    rename = rename or {}
+    rename, notes = rename or {}, notes or {}
     flags: list[Flag] = []
 
     def walk(cls: type, instance: Any, prefix: str, panel: str | None) -> None:
@@ -228,7 +232,7 @@ def config_flags(config_type: type, *, rename: dict[str, str] | None = None, ski
                 walk(hint, getattr(instance, item.name), path + ".", panel or _PANELS.get(item.name, item.name.replace("_", " ").capitalize()))
                 continue
             name = rename.get(path, LEAF_RENAMES.get(item.name, item.name)).replace("_", "-")
-            flags.append(Flag(path, name, hint, option_help(cls, item.name, instance), panel))
+            flags.append(Flag(path, name, hint, option_help(cls, item.name, instance, extra=notes.get(path, "")), panel))
 
     walk(config_type, config_type(), "", None)
     names = [flag.name for flag in flags]
@@ -318,6 +322,7 @@ def bake_command(
     arguments: Sequence[Arg] = (),
     rename: dict[str, str] | None = None,
     skip: Sequence[str] = (),
+    notes: dict[str, str] | None = None,
     out_help: str = "Output folder for the bundle, pictures and report.",
     summary: Callable[[dict[str, Any], Path], str] | None = None,
 ) -> Callable[..., None]:
@@ -328,7 +333,7 @@ def bake_command(
     :data:`BAKE_COMMANDS` (the precedence test walks them all).
     """
     config_type = bake.config_type
-    flags = config_flags(config_type, rename=rename, skip=[*skip, *(a.field for a in arguments)])
+    flags = config_flags(config_type, rename=rename, skip=[*skip, *(a.field for a in arguments)], notes=notes)
     missing = {"device", "seed"} - {flag.name for flag in flags}
     if missing:
         raise RuntimeError(f"{config_type.__name__} lacks fields for the common options {sorted(missing)}.")

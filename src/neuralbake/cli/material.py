@@ -99,6 +99,7 @@ bake_command(
     help="Bake a layered material into a latent texture + decoder MLP (a neural material).",
     arguments=[Arg("material", "A neuralbake material (.json) or a MaterialX document (.mtlx).")],
     rename={"texture_size": "size"},
+    notes={"train.steps": "Left out: 10,000 on a GPU, 2,000 on a CPU."},
     out_help="Output folder for the latent texture, decoder bundle, comparison and report.",
     summary=_bake_summary,
 )
@@ -192,6 +193,7 @@ bake_command(
     arguments=[Arg("materials", "Materials (.json, .mtlx; baked here) or baked neural material folders; material ids follow this order.", many=True)],
     rename={"latent_format": "latents", "bake.texture_size": "size", "bake.train.precision": "train-precision"},
     skip=["bake.material"],
+    notes={"bake.train.steps": "Left out: 10,000 on a GPU, 2,000 on a CPU."},
     out_help="Output folder: materials/<name>/ bakes, shader/ (Slang, HLSL, buffers, manifest), pack.json.",
     summary=_pack_summary,
 )

@@ -44,8 +44,8 @@ __all__ = [
 class TrainerConfig:
     """Optimisation settings shared by every bake."""
 
-    steps: int = 2000
-    """Number of optimiser steps."""
+    steps: int | None = 2000
+    """Number of optimiser steps (a bake may leave it to its device default)."""
     learning_rate: float = 0.01
     """Peak Adam learning rate."""
     schedule: Literal["constant", "cosine"] = "cosine"
@@ -85,6 +85,8 @@ class TrainerConfig:
 
     def validate(self) -> None:
         """Raise ConfigError on values no run can use."""
+        if self.steps is None:
+            raise ConfigError("the number of steps is not set.", field="steps", fix="pass --steps N (or let the bake choose it by device).")
         positive = {"steps": self.steps, "learning_rate": self.learning_rate, "initial_loss_scale": self.initial_loss_scale}
         for name, value in positive.items():
             if not (value > 0 and math.isfinite(value)):

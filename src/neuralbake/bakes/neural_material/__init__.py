@@ -29,7 +29,7 @@ runner) and :mod:`.render` (``neuralbake material render``).
 """
 
 from neuralbake.bakes.neural_material.bake import NEURAL_MATERIAL, bake_material, bake_neural_material
-from neuralbake.bakes.neural_material.config import LATENT_CHANNELS, MaterialTrainConfig, NeuralMaterialConfig
+from neuralbake.bakes.neural_material.config import LATENT_CHANNELS, NeuralMaterialConfig
 from neuralbake.bakes.neural_material.latents import BUNDLE_KIND, bake_latent_pyramid, load_neural_material, write_material_bundle
 from neuralbake.bakes.neural_material.model import (
     DIRECTION_FEATURES,
@@ -49,7 +49,6 @@ __all__ = [
     "DIRECTION_FEATURES",
     "LATENT_CHANNELS",
     "NEURAL_MATERIAL",
-    "MaterialTrainConfig",
     "NeuralMaterial",
     "NeuralMaterialConfig",
     "NeuralMaterialLayer",

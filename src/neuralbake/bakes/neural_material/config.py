@@ -12,7 +12,7 @@ from neuralbake.bakes.neural_material.model import DIRECTION_FEATURES
 from neuralbake.errors import ConfigError
 from neuralbake.nn.trainer import TrainerConfig
 
-__all__ = ["LATENT_CHANNELS", "MaterialTrainConfig", "NeuralMaterialConfig", "device_defaults"]
+__all__ = ["LATENT_CHANNELS", "NeuralMaterialConfig", "device_defaults"]
 
 LATENT_CHANNELS = (4, 8, 16)
 """Latent channels per texel a bake accepts (``NeuralMaterialConfig.latent``)."""
@@ -21,16 +21,9 @@ MAX_TEXTURE_SIZE = 8192
 """Largest latent texture side (mip 0) a bake accepts."""
 
 
-@dataclass
-class MaterialTrainConfig(TrainerConfig):
-    """The shared optimisation settings, with the step count picked by device when left out."""
-
-    steps: int | None = None  # type: ignore[assignment]
-    """Optimiser steps; left out: 10,000 on a GPU, 2,000 on a CPU."""
-
-
-def _default_train() -> MaterialTrainConfig:
-    return MaterialTrainConfig(learning_rate=0.005, precision="fp32", eval_every=500, checkpoint_every=500)
+def _default_train() -> TrainerConfig:
+    # steps None: 10,000 on a GPU, 2,000 on a CPU (device_defaults)
+    return TrainerConfig(steps=None, learning_rate=0.005, precision="fp32", eval_every=500, checkpoint_every=500)
 
 
 @dataclass
@@ -79,7 +72,7 @@ class NeuralMaterialConfig:
     """World-space surface normal the material's orientation masks are baked for (+y: facing up)."""
     device: str = "auto"
     """auto, cpu, cuda or cuda:N."""
-    train: MaterialTrainConfig = field(default_factory=_default_train)
+    train: TrainerConfig = field(default_factory=_default_train)
     """Optimisation settings (trained in fp32 by default, as in the paper)."""
 
     def validate(self) -> None:
