@@ -190,3 +190,17 @@ def test_the_runner_does_not_change_the_callers_config(tmp_path: Path) -> None:
     config = LineConfig()
     run_bake(LINE, config, tmp_path, progress=False)
     assert config.size is None
+
+
+def test_a_folder_the_previous_bake_did_not_write_whole_is_never_removed(tmp_path: Path) -> None:
+    run_bake(LINE, LineConfig(), tmp_path, progress=False)
+    mine = tmp_path / "Documents"
+    mine.mkdir()
+    (mine / "thesis.txt").write_text("precious\n")
+    # A stale or forged bake.json that names the user's folder (its own listed file is gone).
+    manifest = json.loads((tmp_path / "bake.json").read_text())
+    manifest["files"]["Documents/old_output.bin"] = {"bytes": 1, "sha256": "0" * 64}
+    (tmp_path / "bake.json").write_text(json.dumps(manifest))
+    run_bake(LINE, LineConfig(size=5), tmp_path, progress=False)
+    assert (mine / "thesis.txt").read_text() == "precious\n"
+    verify_bake_folder(tmp_path)

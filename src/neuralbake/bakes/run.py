@@ -246,7 +246,19 @@ def _old_names(out: Path) -> set[str]:
         manifest = None
     if manifest is None:
         return set()
-    return {Path(name).parts[0] for name in manifest["files"]} | {BAKE_MANIFEST}
+    listed = set(manifest["files"])
+    return {name for name in {Path(item).parts[0] for item in listed} if _owned(out / name, name, listed)} | {BAKE_MANIFEST}
+
+
+def _owned(path: Path, name: str, listed: set[str]) -> bool:
+    """Whether ``path`` holds only what the previous bake wrote: a listed file, or a folder whose
+    every file is listed (so a folder of the user's that a forged or stale bake.json names is
+    never removed)."""
+    if path.is_symlink() or not path.exists():
+        return False
+    if path.is_file():
+        return name in listed
+    return all(f"{name}/{inner.relative_to(path).as_posix()}" in listed for inner in path.rglob("*") if not inner.is_dir() or inner.is_symlink())
 
 
 def _finish_swap(out: Path, state: Path) -> None:
