@@ -1,0 +1,1 @@
+"""Alembic migrations of the service's job store (run by :meth:`neuralbake.service.store.Store.migrate`)."""

@@ -1,0 +1,1 @@
+"""Alembic revisions of the job store, oldest first."""

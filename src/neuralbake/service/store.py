@@ -1,0 +1,379 @@
+"""The service's durable job store: jobs with attempts and leases, their events, API tokens.
+
+One :class:`Store` over SQLAlchemy 2.0 serves SQLite (the default: one file, WAL journal, so
+readers never wait for the writer) and PostgreSQL (a URL), with the schema kept by alembic
+migrations (:meth:`Store.migrate`). SQLAlchemy and alembic are the field's standard tools for
+this; nothing here is database-specific except how a job is claimed:
+
+- a worker claims the oldest queued job in one transaction, so no job is handed to two workers:
+  on PostgreSQL with ``SELECT ... FOR UPDATE SKIP LOCKED`` (claimers skip each other's rows), on
+  SQLite inside ``BEGIN IMMEDIATE`` (writers take the database's one write lock up front);
+- a claimed job carries a lease that the worker's heartbeat extends; a job whose lease ran out
+  (its worker was killed) is requeued by :meth:`Store.requeue_expired`, and fails for good once
+  ``max_attempts`` attempts are spent, with the reason;
+- every event of a job gets the next number of a gap-free per-job sequence (the job row's counter
+  is incremented in the same transaction that inserts the event), so a client that reconnects
+  with the last number it saw receives every later event exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event as sa_event
+from sqlalchemy.engine import Connection, Engine
+
+from neuralbake.errors import ConfigError, NeuralbakeError
+
+__all__ = ["EventRecord", "JobRecord", "JobStateError", "Store", "TokenRecord", "TERMINAL_STATES"]
+
+JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+TERMINAL_STATES = ("succeeded", "failed", "cancelled")
+
+_meta = sa.MetaData()
+tokens = sa.Table(
+    "tokens", _meta,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("quota_jobs", sa.Integer),
+    sa.Column("created", sa.Float, nullable=False),
+    sa.Column("revoked", sa.Boolean, nullable=False),
+)
+jobs = sa.Table(
+    "jobs", _meta,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("kind", sa.String(40), nullable=False),
+    sa.Column("config", sa.Text, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("max_attempts", sa.Integer, nullable=False),
+    sa.Column("error", sa.Text),
+    sa.Column("created", sa.Float, nullable=False),
+    sa.Column("updated", sa.Float, nullable=False),
+    sa.Column("worker", sa.String(200)),
+    sa.Column("lease_until", sa.Float),
+    sa.Column("token_id", sa.String(32), sa.ForeignKey("tokens.id")),
+    sa.Column("cancel_requested", sa.Boolean, nullable=False),
+    sa.Column("event_seq", sa.Integer, nullable=False),
+)
+events = sa.Table(
+    "events", _meta,
+    sa.Column("job_id", sa.String(32), sa.ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True),
+    sa.Column("type", sa.String(40), nullable=False),
+    sa.Column("data", sa.Text, nullable=False),
+    sa.Column("created", sa.Float, nullable=False),
+)
+
+
+class JobStateError(NeuralbakeError):
+    """The job is not in a state that allows the request (e.g. retrying a running job)."""
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job as stored."""
+
+    id: str
+    kind: str
+    config: dict[str, Any]
+    status: str
+    attempts: int
+    max_attempts: int
+    error: str | None
+    created: float
+    updated: float
+    worker: str | None
+    token_id: str | None
+    cancel_requested: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (what the HTTP API returns)."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """One event of a job; ``seq`` counts 1, 2, 3... per job without gaps."""
+
+    job_id: str
+    seq: int
+    type: str
+    data: dict[str, Any]
+    created: float
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    """An API token (only its sha256 is stored)."""
+
+    id: str
+    name: str
+    quota_jobs: int | None
+    created: float
+    revoked: bool
+
+
+def _job(row: Any) -> JobRecord:
+    return JobRecord(
+        id=row.id, kind=row.kind, config=json.loads(row.config), status=row.status, attempts=row.attempts,
+        max_attempts=row.max_attempts, error=row.error, created=row.created, updated=row.updated, worker=row.worker,
+        token_id=row.token_id, cancel_requested=bool(row.cancel_requested),
+    )
+
+
+def _token(row: Any) -> TokenRecord:
+    return TokenRecord(id=row.id, name=row.name, quota_jobs=row.quota_jobs, created=row.created, revoked=bool(row.revoked))
+
+
+def _sqlite_url(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+class Store:
+    """Jobs, events and tokens in one database (see the module docstring).
+
+    Parameters
+    ----------
+    url:
+        A SQLAlchemy URL: ``sqlite:///PATH`` (the folder must exist) or
+        ``postgresql://user@host/db`` (``postgresql+psycopg2://...``).
+    """
+
+    def __init__(self, url: str) -> None:
+        if not url or "://" not in url:
+            raise ConfigError(f"{url!r} is not a database URL.", field="db", fix="use sqlite:///path/to/service.db or postgresql://user@host/db.")
+        self.url = url
+        self.sqlite = _sqlite_url(url)
+        try:
+            if self.sqlite:
+                self.engine: Engine = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+                self._configure_sqlite(self.engine)
+            else:
+                self.engine = sa.create_engine(url, pool_pre_ping=True)
+        except (sa.exc.ArgumentError, ImportError) as exc:
+            raise ConfigError(f"the database URL cannot be used ({exc}).", field="db", fix="use sqlite:///PATH or postgresql://user@host/db.") from exc
+
+    @staticmethod
+    def _configure_sqlite(engine: Engine) -> None:
+        # pysqlite's own transaction handling defers BEGIN and cannot take the write lock up front;
+        # switch it off and begin every transaction IMMEDIATE (SQLAlchemy's documented recipe).
+        @sa_event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, record: Any) -> None:
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+
+        @sa_event.listens_for(engine, "begin")
+        def _on_begin(connection: Connection) -> None:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest revision (alembic ``upgrade head``); safe to repeat."""
+        from alembic import command
+        from alembic.config import Config
+
+        config = Config()
+        config.set_main_option("script_location", str(Path(__file__).with_name("migrations")))
+        with self.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self.engine.dispose()
+
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        with self.engine.begin() as connection:
+            yield connection
+
+    # -- jobs -----------------------------------------------------------------------------------
+
+    def create_job(self, kind: str, config: dict[str, Any], *, token_id: str | None = None, max_attempts: int = 3) -> JobRecord:
+        """Queue a job; its first event is ``queued``."""
+        if max_attempts < 1:
+            raise ConfigError(f"max_attempts must be >= 1, got {max_attempts}.", field="max_attempts", fix="use 1 or more.")
+        job_id, now = uuid.uuid4().hex, time.time()
+        with self._tx() as tx:
+            tx.execute(jobs.insert().values(
+                id=job_id, kind=kind, config=json.dumps(config), status="queued", attempts=0, max_attempts=max_attempts, error=None,
+                created=now, updated=now, worker=None, lease_until=None, token_id=token_id, cancel_requested=False, event_seq=0,
+            ))
+            self._add_event(tx, job_id, "queued", {"kind": kind})
+        return self._get(job_id)
+
+    def _get(self, job_id: str, connection: Connection | None = None) -> JobRecord:
+        job = self.get_job(job_id, connection)
+        if job is None:
+            raise JobStateError(f"there is no job {job_id!r}.", field="job", fix="list the jobs to find its id.")
+        return job
+
+    def get_job(self, job_id: str, connection: Connection | None = None) -> JobRecord | None:
+        """The job, or None."""
+        query = sa.select(jobs).where(jobs.c.id == job_id)
+        if connection is not None:
+            row = connection.execute(query).first()
+        else:
+            with self.engine.connect() as conn:
+                row = conn.execute(query).first()
+        return None if row is None else _job(row)
+
+    def list_jobs(self, *, status: str | None = None, limit: int = 100, token_id: str | None = None) -> list[JobRecord]:
+        """Newest first, optionally of one status and/or one token."""
+        query = sa.select(jobs).order_by(jobs.c.created.desc(), jobs.c.id).limit(max(1, min(limit, 10_000)))
+        if status is not None:
+            if status not in JOB_STATES:
+                raise ConfigError(f"unknown job status {status!r}.", field="status", fix=f"use one of {', '.join(JOB_STATES)}.")
+            query = query.where(jobs.c.status == status)
+        if token_id is not None:
+            query = query.where(jobs.c.token_id == token_id)
+        with self.engine.connect() as conn:
+            return [_job(row) for row in conn.execute(query)]
+
+    def count_jobs(self, token_id: str) -> int:
+        """How many jobs a token has submitted (for its quota)."""
+        with self.engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).select_from(jobs).where(jobs.c.token_id == token_id)).scalar_one())
+
+    def claim_next(self, worker: str, *, lease_seconds: float) -> JobRecord | None:
+        """Hand the oldest queued job to ``worker`` (running, one more attempt, a lease); None if none is queued."""
+        now = time.time()
+        with self._tx() as tx:
+            query = sa.select(jobs.c.id).where(jobs.c.status == "queued").order_by(jobs.c.created, jobs.c.id).limit(1)
+            if not self.sqlite:
+                query = query.with_for_update(skip_locked=True)
+            job_id = tx.execute(query).scalar_one_or_none()
+            if job_id is None:
+                return None
+            tx.execute(jobs.update().where(jobs.c.id == job_id).values(
+                status="running", attempts=jobs.c.attempts + 1, worker=worker, lease_until=now + lease_seconds, updated=now,
+            ))
+            job = self._get(job_id, tx)
+            self._add_event(tx, job_id, "started", {"worker": worker, "attempt": job.attempts})
+        return job
+
+    def heartbeat(self, job_id: str, worker: str, *, lease_seconds: float) -> bool:
+        """Extend ``worker``'s lease on the job; False if the job is no longer running for it."""
+        now = time.time()
+        with self._tx() as tx:
+            result = tx.execute(jobs.update().where(jobs.c.id == job_id, jobs.c.worker == worker, jobs.c.status == "running")
+                                .values(lease_until=now + lease_seconds, updated=now))
+            return result.rowcount == 1
+
+    def finish(self, job_id: str, worker: str, status: str, *, error: str | None = None, data: dict[str, Any] | None = None) -> bool:
+        """End ``worker``'s attempt: succeeded, failed or cancelled (with its final event). False if
+        the job was no longer this worker's (its lease ran out and it was requeued)."""
+        if status not in TERMINAL_STATES:
+            raise ConfigError(f"a job ends as one of {', '.join(TERMINAL_STATES)}, not {status!r}.", field="status", fix="pass a final state.")
+        now = time.time()
+        with self._tx() as tx:
+            result = tx.execute(jobs.update().where(jobs.c.id == job_id, jobs.c.worker == worker, jobs.c.status == "running")
+                                .values(status=status, error=error, lease_until=None, updated=now))
+            if result.rowcount != 1:
+                return False
+            self._add_event(tx, job_id, status, {**(data or {}), **({"error": error} if error else {})})
+        return True
+
+    def requeue_expired(self, now: float | None = None) -> list[str]:
+        """Running jobs whose lease ran out (their worker died): back to the queue, or failed once
+        their attempts are spent. ``now=math.inf`` recovers every running job (a server restart)."""
+        now = time.time() if now is None else now
+        moved = []
+        with self._tx() as tx:
+            rows = tx.execute(sa.select(jobs).where(jobs.c.status == "running", jobs.c.lease_until < now)).all()
+            for row in rows:
+                stamp = time.time()
+                if row.cancel_requested:
+                    values = {"status": "cancelled", "error": "cancelled; its worker stopped before it could finish"}
+                elif row.attempts < row.max_attempts:
+                    values = {"status": "queued", "error": None}
+                else:
+                    values = {"status": "failed", "error": f"its worker was lost {row.attempts} times (last: {row.worker}); attempts are spent."}
+                tx.execute(jobs.update().where(jobs.c.id == row.id).values(worker=None, lease_until=None, updated=stamp, **values))
+                kind = "requeued" if values["status"] == "queued" else values["status"]
+                self._add_event(tx, row.id, kind, {"worker": row.worker, "attempt": row.attempts, **({"error": values["error"]} if values["error"] else {})})
+                moved.append(row.id)
+        return moved
+
+    def request_cancel(self, job_id: str) -> JobRecord:
+        """Cancel a queued job at once; ask the worker of a running one to stop it."""
+        now = time.time()
+        with self._tx() as tx:
+            job = self._get(job_id, tx)
+            if job.status == "queued":
+                tx.execute(jobs.update().where(jobs.c.id == job_id).values(status="cancelled", updated=now))
+                self._add_event(tx, job_id, "cancelled", {})
+            elif job.status == "running" and not job.cancel_requested:
+                tx.execute(jobs.update().where(jobs.c.id == job_id).values(cancel_requested=True, updated=now))
+                self._add_event(tx, job_id, "cancel_requested", {})
+            return self._get(job_id, tx)
+
+    def retry(self, job_id: str) -> JobRecord:
+        """Queue a failed or cancelled job again with fresh attempts."""
+        now = time.time()
+        with self._tx() as tx:
+            job = self._get(job_id, tx)
+            if job.status not in ("failed", "cancelled"):
+                raise JobStateError(f"the job is {job.status}; only failed or cancelled jobs can be retried.", field="status", fix="wait for it to end, or cancel it first.")
+            tx.execute(jobs.update().where(jobs.c.id == job_id).values(
+                status="queued", attempts=0, error=None, cancel_requested=False, worker=None, lease_until=None, updated=now))
+            self._add_event(tx, job_id, "queued", {"retry": True})
+            return self._get(job_id, tx)
+
+    # -- events ---------------------------------------------------------------------------------
+
+    def _add_event(self, tx: Connection, job_id: str, kind: str, data: dict[str, Any]) -> int:
+        seq = tx.execute(jobs.update().where(jobs.c.id == job_id).values(event_seq=jobs.c.event_seq + 1).returning(jobs.c.event_seq)).scalar_one_or_none()
+        if seq is None:
+            raise JobStateError(f"there is no job {job_id!r}.", field="job", fix="list the jobs to find its id.")
+        tx.execute(events.insert().values(job_id=job_id, seq=seq, type=kind, data=json.dumps(data, default=str), created=time.time()))
+        return int(seq)
+
+    def add_event(self, job_id: str, kind: str, data: dict[str, Any]) -> int:
+        """Store one event of a job; return its number in the job's sequence."""
+        with self._tx() as tx:
+            return self._add_event(tx, job_id, kind, data)
+
+    def events_after(self, job_id: str, after_seq: int = 0, limit: int = 1000) -> list[EventRecord]:
+        """The job's events numbered after ``after_seq``, in order."""
+        query = (sa.select(events).where(events.c.job_id == job_id, events.c.seq > after_seq)
+                 .order_by(events.c.seq).limit(max(1, min(limit, 100_000))))
+        with self.engine.connect() as conn:
+            return [EventRecord(row.job_id, row.seq, row.type, json.loads(row.data), row.created) for row in conn.execute(query)]
+
+    # -- tokens ---------------------------------------------------------------------------------
+
+    def add_token(self, name: str, token_hash: str, *, quota_jobs: int | None = None) -> TokenRecord:
+        """Store a token's hash (never the token)."""
+        if len(token_hash) != 64:
+            raise ConfigError("a token is stored as its hex sha256 (64 characters).", field="token_hash", fix="hash the token first.")
+        token_id = uuid.uuid4().hex
+        with self._tx() as tx:
+            tx.execute(tokens.insert().values(id=token_id, name=name, token_hash=token_hash, quota_jobs=quota_jobs, created=time.time(), revoked=False))
+            return _token(tx.execute(sa.select(tokens).where(tokens.c.id == token_id)).one())
+
+    def token_by_hash(self, token_hash: str) -> TokenRecord | None:
+        """The live (not revoked) token with this hash, or None."""
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(tokens).where(tokens.c.token_hash == token_hash, tokens.c.revoked.is_(False))).first()
+        return None if row is None else _token(row)
+
+    def revoke_token(self, token_id: str) -> None:
+        """Refuse this token from now on."""
+        with self._tx() as tx:
+            tx.execute(tokens.update().where(tokens.c.id == token_id).values(revoked=True))
+
