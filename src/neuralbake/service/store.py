@@ -288,6 +288,18 @@ class Store:
             self._add_event(tx, job_id, status, {**(data or {}), **({"error": error} if error else {})})
         return True
 
+    def release(self, job_id: str, worker: str) -> bool:
+        """Hand a running job back to the queue (its worker is shutting down); the attempt it
+        used is given back too. False if the job was no longer this worker's."""
+        now = time.time()
+        with self._tx() as tx:
+            result = tx.execute(jobs.update().where(jobs.c.id == job_id, jobs.c.worker == worker, jobs.c.status == "running").values(
+                status="queued", worker=None, lease_until=None, attempts=jobs.c.attempts - 1, updated=now))
+            if result.rowcount != 1:
+                return False
+            self._add_event(tx, job_id, "requeued", {"worker": worker, "reason": "worker shut down"})
+        return True
+
     def requeue_expired(self, now: float | None = None) -> list[str]:
         """Running jobs whose lease ran out (their worker died): back to the queue, or failed once
         their attempts are spent. ``now=math.inf`` recovers every running job (a server restart)."""

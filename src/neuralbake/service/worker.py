@@ -1,0 +1,242 @@
+"""Workers: processes that take jobs from the store and run them on the one bake run path.
+
+A worker claims the oldest queued job (:meth:`~neuralbake.service.store.Store.claim_next`), turns
+its stored config back into the bake's config dataclass (the same typed checks as a config file),
+and runs :meth:`neuralbake.bakes.run.Bake.run` into ``DATA/jobs/<id>/out`` with a
+:class:`StoreSink`, so the runner's events (phase, train, eval, checkpoint...) land in the store for
+every subscriber. A heartbeat thread extends the job's lease while it runs and notices a
+cancellation, which stops the bake at the next step (the trainer saves a checkpoint first). A
+worker that dies (``kill -9``, a lost machine) stops heartbeating; its job is requeued when the
+lease runs out and the next attempt resumes from the checkpoint in the job's folder.
+
+:func:`serve_workers` runs N such processes (``multiprocessing`` with ``spawn``: each worker
+owns its interpreter, its torch threads and its database connections) and restarts any that die.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from neuralbake.core.config import config_from_dict
+from neuralbake.errors import ConfigError, NeuralbakeError
+from neuralbake.service.store import JobRecord, Store
+
+__all__ = ["KINDS", "StoreSink", "WorkerSettings", "bake_of", "job_folder", "run_job", "run_worker", "serve_workers"]
+
+
+def _kinds() -> dict[str, Any]:
+    # Imported on first use: a worker process pays for torch and the bakes, the store does not.
+    from neuralbake.bakes.fit import FIT
+    from neuralbake.bakes.mipmap import MIPMAP
+    from neuralbake.bakes.neural_material import NEURAL_MATERIAL
+    from neuralbake.bakes.neural_texture import NEURAL_TEXTURE
+    from neuralbake.bakes.ntc import NTC
+
+    return {"texture": NEURAL_TEXTURE, "material": NEURAL_MATERIAL, "ntc": NTC, "mipmap": MIPMAP, "fit": FIT}
+
+
+KINDS = ("texture", "material", "ntc", "mipmap", "fit")
+"""Job kinds: the bakes a job may run."""
+
+
+def bake_of(kind: str) -> Any:
+    """The :class:`~neuralbake.bakes.run.Bake` of a job kind."""
+    if kind not in KINDS:
+        raise ConfigError(f"unknown job kind {kind!r}.", field="kind", fix=f"use one of {', '.join(KINDS)}.")
+    return _kinds()[kind]
+
+
+def job_folder(data: Path, job_id: str) -> Path:
+    """Where a job's bake writes: ``DATA/jobs/<id>/out``."""
+    return Path(data) / "jobs" / job_id / "out"
+
+
+@dataclass
+class WorkerSettings:
+    """How a worker runs."""
+
+    db: str
+    """The store's SQLAlchemy URL."""
+    data: Path
+    """The service's data folder (job outputs under ``jobs/``)."""
+    lease_seconds: float = 30.0
+    """A job whose worker has not heartbeated this long is requeued."""
+    poll_seconds: float = 0.5
+    """How often an idle worker looks for a queued job."""
+    device: str = "auto"
+    """Device for jobs that leave theirs at ``auto``."""
+
+
+class StoreSink:
+    """An event sink that stores a job's events; ``train`` events at most every ``interval`` s.
+
+    The newest held-back train event is stored before any other event and at the end, so the
+    stored history always ends with the real last loss.
+    """
+
+    def __init__(self, store: Store, job_id: str, *, interval: float = 0.25) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.interval = interval
+        self._last = -math.inf
+        self._pending: dict[str, Any] | None = None
+
+    def write(self, event: dict[str, Any]) -> None:
+        kind = str(event.get("event", "event"))
+        data = {key: value for key, value in event.items() if key != "event"}
+        now = time.monotonic()
+        if kind == "train":
+            if now - self._last < self.interval:
+                self._pending = data
+                return
+            self._last = now
+            self._pending = None
+        else:
+            self._flush()
+        self.store.add_event(self.job_id, kind, data)
+
+    def _flush(self) -> None:
+        if self._pending is not None:
+            self.store.add_event(self.job_id, "train", self._pending)
+            self._pending = None
+
+    def close(self) -> None:
+        self._flush()
+
+
+class _Heartbeat(threading.Thread):
+    """Extends the job's lease; notes a cancellation request or a lost lease."""
+
+    def __init__(self, store: Store, job: JobRecord, worker: str, lease_seconds: float) -> None:
+        super().__init__(daemon=True, name=f"heartbeat-{job.id[:8]}")
+        self.store, self.job, self.worker, self.lease = store, job, worker, lease_seconds
+        self.cancelled = threading.Event()
+        self.lost = threading.Event()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(self.lease / 3):
+            if not self.store.heartbeat(self.job.id, self.worker, lease_seconds=self.lease):
+                self.lost.set()
+                return
+            current = self.store.get_job(self.job.id)
+            if current is not None and current.cancel_requested:
+                self.cancelled.set()
+
+
+def run_job(store: Store, job: JobRecord, worker: str, settings: WorkerSettings) -> str:
+    """Run one claimed job to its end; return the state it ended in ("" if its lease was lost)."""
+    from neuralbake.nn.trainer import TrainingInterrupted
+
+    out = job_folder(settings.data, job.id)
+    heartbeat = _Heartbeat(store, job, worker, settings.lease_seconds)
+    heartbeat.start()
+    sink = StoreSink(store, job.id)
+
+    def on_step(trainer: Any, step: int) -> None:
+        if heartbeat.cancelled.is_set() or heartbeat.lost.is_set():
+            trainer.request_stop()
+
+    try:
+        bake = bake_of(job.kind)
+        config = config_from_dict(bake.config_type, job.config, source=f"job {job.id}")
+        if getattr(config, "device", None) == "auto":
+            config.device = settings.device
+        checkpoints = out / ".neuralbake" / "checkpoints"
+        resume = checkpoints.is_dir() and any(checkpoints.glob("*.pt"))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        report = bake.run(config, out, resume=resume, progress=False, sinks=[sink], on_step=on_step)
+        summary = {key: value for key, value in report.items() if isinstance(value, int | float | str) and not isinstance(value, bool)}
+        status, error, data = "succeeded", None, {"report": summary}
+    except TrainingInterrupted as exc:
+        if not heartbeat.cancelled.is_set():
+            # The lease was lost (another worker has the job now) or this worker is shutting down
+            # (SIGTERM): either way the job resumes elsewhere from the checkpoint just saved.
+            return "" if heartbeat.lost.is_set() else SHUTDOWN
+        status, error, data = "cancelled", str(exc), {}
+    except NeuralbakeError as exc:
+        status, error, data = "failed", str(exc), {}
+    except Exception as exc:  # a bug: keep the traceback in the job's record, not only in a log
+        status, error, data = "failed", f"internal error: {type(exc).__name__}: {exc}", {"traceback": traceback.format_exc(limit=20)}
+    finally:
+        heartbeat.done.set()
+        heartbeat.join(timeout=5)
+    return status if store.finish(job.id, worker, status, error=error, data=data) else ""
+
+
+SHUTDOWN = "shutdown"
+"""What :func:`run_job` returns when the worker was asked to stop mid-job (SIGTERM)."""
+
+
+def run_worker(settings: WorkerSettings, worker: str, stop: threading.Event | None = None, *, max_jobs: int | None = None) -> int:
+    """Take and run jobs until ``stop`` is set (or ``max_jobs`` ran); return how many ran."""
+    stop = stop or threading.Event()
+    store = Store(settings.db)
+    ran = 0
+    try:
+        while not stop.is_set() and (max_jobs is None or ran < max_jobs):
+            job = store.claim_next(worker, lease_seconds=settings.lease_seconds)
+            if job is None:
+                stop.wait(settings.poll_seconds)
+                continue
+            if run_job(store, job, worker, settings) == SHUTDOWN:
+                # Hand the job back at once rather than waiting for its lease to run out.
+                store.release(job.id, worker)
+                break
+            ran += 1
+    finally:
+        store.close()
+    return ran
+
+
+def _worker_process(settings: WorkerSettings, worker: str) -> None:
+    stop = threading.Event()
+    # Between jobs SIGTERM ends the loop; during a bake the trainer takes the signal over, saves a
+    # checkpoint and stops, and the job is handed back (run_worker).
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    run_worker(settings, worker, stop)
+
+
+def serve_workers(settings: WorkerSettings, count: int, stop: threading.Event, *, on_start: Callable[[str], None] | None = None) -> None:
+    """Run ``count`` worker processes until ``stop``; restart any that die; requeue lost jobs.
+
+    Jobs left running by a previous server (all their workers are gone) are requeued first.
+    """
+    if count < 1:
+        raise ConfigError(f"need at least one worker, got {count}.", field="workers", fix="pass --workers 1 or more.")
+    store = Store(settings.db)
+    store.requeue_expired(now=math.inf)
+    context = multiprocessing.get_context("spawn")
+    processes: dict[str, Any] = {}
+    serial = 0
+    try:
+        while not stop.is_set():
+            for name, process in list(processes.items()):
+                if not process.is_alive():
+                    del processes[name]
+            while len(processes) < count:
+                serial += 1
+                name = f"{os.uname().nodename}:{os.getpid()}:w{serial}"
+                process = context.Process(target=_worker_process, args=(settings, name), daemon=True, name=name)
+                process.start()
+                processes[name] = process
+                if on_start is not None:
+                    on_start(name)
+            store.requeue_expired()
+            stop.wait(1.0)
+    finally:
+        for process in processes.values():
+            process.terminate()
+        for process in processes.values():
+            process.join(timeout=10)
+        store.close()
