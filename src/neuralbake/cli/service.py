@@ -1,0 +1,223 @@
+"""``neuralbake serve`` and ``neuralbake token``: run the asset service, and make API tokens for it.
+
+``serve`` runs the HTTP API (:mod:`neuralbake.service.app`, on uvicorn) and N local worker
+processes (:mod:`neuralbake.service.worker`) over one data folder and job store. ``token create``
+prints a new token once; only its sha256 is stored.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from neuralbake.cli.common import print_done, run_action
+
+__all__ = ["register"]
+
+token_app = typer.Typer(help="API tokens of the asset service.", no_args_is_help=True)
+
+_DATA = typer.Option("--data", help="The service's data folder (uploads, job outputs, the SQLite database).")
+_DB = typer.Option("--db", help="Job store URL: sqlite:///PATH or postgresql://user@host/db. \\[default: sqlite in --data]")
+
+
+def serve(
+    data: Annotated[Path, _DATA] = Path("neuralbake-data"),
+    db: Annotated[str, _DB] = "",
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8642,
+    workers: Annotated[int, typer.Option(help="Local worker processes (one bake each at a time).")] = 1,
+    no_token: Annotated[bool, typer.Option("--no-token", help="Accept requests without an API token (only on a machine you alone use).")] = False,
+    cors: Annotated[list[str] | None, typer.Option("--cors", help="An origin allowed to call the API from a browser page (repeatable); none by default.")] = None,
+) -> None:
+    """Run the asset service: the HTTP API and local workers over one job store."""
+
+    def action() -> None:
+        import uvicorn
+
+        from neuralbake.service.app import create_app
+        from neuralbake.service.settings import ServiceSettings
+        from neuralbake.service.worker import WorkerSettings, serve_workers
+
+        data.mkdir(parents=True, exist_ok=True)
+        settings = ServiceSettings(data=data, db=db, host=host, port=port, workers=workers, require_token=not no_token, cors_origins=list(cors or []))
+        app = create_app(settings)
+        stop = threading.Event()
+        worker_settings = WorkerSettings(db=settings.database_url(), data=data, lease_seconds=settings.lease_seconds)
+        supervisor = threading.Thread(target=serve_workers, args=(worker_settings, workers, stop), daemon=True, name="workers")
+        supervisor.start()
+        Console(stderr=True).print(f"neuralbake service on http://{host}:{port} (API docs at /docs), {workers} worker(s), data in {data}", highlight=False, markup=False)
+        try:
+            uvicorn.run(app, host=host, port=port, log_level="warning")
+        finally:
+            stop.set()
+            supervisor.join(timeout=30)
+
+    run_action(action)
+
+
+@token_app.command("create")
+def token_create(
+    name: Annotated[str, typer.Argument(help="Who or what the token is for (shown in listings).")],
+    data: Annotated[Path, _DATA] = Path("neuralbake-data"),
+    db: Annotated[str, _DB] = "",
+    quota: Annotated[int | None, typer.Option(help="Most jobs this token may submit. \\[default: no limit]")] = None,
+) -> None:
+    """Create an API token and print it once (only its hash is stored)."""
+
+    def action() -> str:
+        from neuralbake.service.app import hash_token
+        from neuralbake.service.settings import ServiceSettings
+        from neuralbake.service.store import Store
+
+        data.mkdir(parents=True, exist_ok=True)
+        store = Store(ServiceSettings(data=data, db=db).database_url())
+        store.migrate()
+        token = secrets.token_urlsafe(32)
+        store.add_token(name, hash_token(token), quota_jobs=quota)
+        store.close()
+        return token
+
+    token = run_action(action)
+    print_done(f"token for {name} (shown once; send it as 'Authorization: Bearer <token>'):")
+    Console().print(token, highlight=False, markup=False)
+
+
+_SERVER = typer.Option("--server", envvar="NEURALBAKE_SERVER", help="The service's URL, e.g. http://127.0.0.1:8642 (or $NEURALBAKE_SERVER).")
+_TOKEN = typer.Option("--token", envvar="NEURALBAKE_TOKEN", help="API token (or $NEURALBAKE_TOKEN).", show_default=False)
+
+
+def _client(server: str, token: str | None):  # noqa: ANN202 - the client module is imported lazily
+    from neuralbake.client import ServiceClient
+
+    return ServiceClient(server, token)
+
+
+def _settings(config: Path | None, sets: list[str]) -> dict:
+    import tomllib
+
+    from neuralbake.errors import ConfigError
+    from neuralbake.io.limits import load_json_file
+
+    data: dict = {}
+    if config is not None:
+        if config.suffix.lower() == ".toml":
+            try:
+                data = tomllib.loads(config.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+                raise ConfigError(f"the config file cannot be read ({exc}).", path=config, fix="pass a JSON or TOML file.") from exc
+        else:
+            data = load_json_file(config, what="config file")
+    for item in sets:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{item!r} is not KEY=VALUE.", field="--set", fix="write e.g. --set train.steps=500.")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        target = data
+        *parents, last = key.split(".")
+        for part in parents:
+            target = target.setdefault(part, {})
+        target[last] = value
+    return data
+
+
+def _upload_input(client, path: Path) -> str:  # noqa: ANN001
+    """Upload one input (a glTF with every file of its folder) -> '<upload id>/<name>'."""
+    if path.suffix.lower() == ".gltf":
+        files = [p for p in sorted(path.parent.rglob("*")) if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path.parent).parts)]
+        upload = client.upload(files)
+        return f"{upload['id']}/{path.name}"
+    upload = client.upload([path])
+    return f"{upload['id']}/{path.name}"
+
+
+def submit(
+    kind: Annotated[str, typer.Argument(help="texture, material, ntc, mipmap or fit.")],
+    inputs: Annotated[list[str], typer.Option("--input", "-i", help="FIELD=PATH: a file the bake reads (e.g. image=photo.png; a .gltf brings its folder). Repeat a field for a list.")],
+    server: Annotated[str, _SERVER] = "http://127.0.0.1:8642",
+    token: Annotated[str | None, _TOKEN] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="Settings as a JSON or TOML file (the bake's config fields).")] = None,
+    sets: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE setting (dotted keys, JSON values), e.g. --set train.steps=500. Repeatable.")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Watch the job until it ends.")] = False,
+) -> None:
+    """Upload a bake's inputs and queue it on a service; print the job id."""
+
+    def action() -> dict:
+        from neuralbake.errors import ConfigError
+
+        client = _client(server, token)
+        bound: dict = {}
+        for item in inputs:
+            field, sep, path = item.partition("=")
+            if not sep or not field or not path:
+                raise ConfigError(f"{item!r} is not FIELD=PATH.", field="--input", fix="write e.g. --input image=photo.png.")
+            ref = _upload_input(client, Path(path))
+            bound[field] = [*bound[field], ref] if field in bound and isinstance(bound[field], list) else [bound[field], ref] if field in bound else ref
+        if kind == "ntc" and isinstance(bound.get("sources"), str):
+            bound["sources"] = [bound["sources"]]
+        job = client.submit(kind, _settings(config, sets or []), bound)
+        return client.wait(job["id"]) if wait else job
+
+    job = run_action(action)
+    print_done(f"job {job['id']} ({job['kind']}): {job['status']}" + (f" ({job['error']})" if job.get("error") else ""))
+
+
+def jobs(
+    server: Annotated[str, _SERVER] = "http://127.0.0.1:8642",
+    token: Annotated[str | None, _TOKEN] = None,
+    status: Annotated[str | None, typer.Option(help="Only jobs in this state (queued, running, succeeded, failed, cancelled).")] = None,
+) -> None:
+    """List a service's jobs, newest first."""
+    listed = run_action(lambda: _client(server, token).jobs(status))
+    out = Console()
+    for job in listed:
+        out.print(f"{job['id']}  {job['kind']:<8} {job['status']:<10} attempts {job['attempts']}  {job.get('error') or ''}", highlight=False, markup=False)
+
+
+def watch(
+    job_id: Annotated[str, typer.Argument(help="The job's id.")],
+    server: Annotated[str, _SERVER] = "http://127.0.0.1:8642",
+    token: Annotated[str | None, _TOKEN] = None,
+) -> None:
+    """Follow a job's events until it ends (reconnects resume where they left off)."""
+
+    def action() -> dict:
+        client = _client(server, token)
+        out = Console()
+        for event in client.events(job_id):
+            data = event["data"]
+            detail = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in data.items() if not isinstance(v, dict | list))
+            out.print(f"{event['seq']:>5} {event['type']:<12} {detail}", highlight=False, markup=False)
+        return client.job(job_id)
+
+    job = run_action(action)
+    print_done(f"job {job['id']}: {job['status']}" + (f" ({job['error']})" if job.get("error") else ""))
+    if job["status"] != "succeeded":
+        raise typer.Exit(1)
+
+
+def fetch(
+    job_id: Annotated[str, typer.Argument(help="The job's id.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder to download the job's outputs into.")],
+    server: Annotated[str, _SERVER] = "http://127.0.0.1:8642",
+    token: Annotated[str | None, _TOKEN] = None,
+) -> None:
+    """Download a finished job's outputs, each checked against its bake.json."""
+    written = run_action(lambda: _client(server, token).fetch(job_id, out), out=out)
+    print_done(f"{len(written)} files -> {out}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``serve``, ``token``, ``submit``, ``jobs``, ``watch`` and ``fetch`` to the main CLI."""
+    app.command("serve")(serve)
+    app.add_typer(token_app, name="token")
+    for command in (submit, jobs, watch, fetch):
+        app.command(command.__name__)(command)

@@ -1,0 +1,263 @@
+"""The service's HTTP API (FastAPI): uploads, jobs, live events, downloads, behind API tokens.
+
+``create_app(settings)`` builds the app; ``neuralbake serve`` runs it with uvicorn beside the
+worker processes. Every route is under ``/api`` and speaks JSON; errors are
+``{"error": ..., "field": ..., "fix": ...}`` with a 4xx status. A job is submitted as
+``{"kind": "texture", "config": {...}, "inputs": {"image": "<upload id>/<name>"}}``: the config is
+parsed by the bake's own config dataclass (the CLI's error text), and every field that names a
+file may only be set through ``inputs``, which resolve inside an upload, so a request can never
+make the server read its own files. Job events stream as server-sent events numbered by the
+store's gap-free per-job sequence, so a client that reconnects with ``Last-Event-ID`` receives
+every later event exactly once. Downloads serve only the files a finished job's ``bake.json``
+lists, after checking them against it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+import json
+import typing
+from dataclasses import fields as dataclass_fields
+from dataclasses import is_dataclass
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse
+from sse_starlette.sse import EventSourceResponse
+from starlette.datastructures import UploadFile
+
+from neuralbake.core.config import config_from_dict, config_to_dict, field_docs
+from neuralbake.errors import ConfigError, InputError, NeuralbakeError
+from neuralbake.io.manifest import verify_bake_folder
+from neuralbake.service.settings import ServiceSettings
+from neuralbake.service.store import TERMINAL_STATES, JobStateError, Store, TokenRecord
+from neuralbake.service.uploads import UploadStore
+from neuralbake.service.worker import KINDS, bake_of, job_folder
+
+__all__ = ["INPUT_FIELDS", "create_app", "hash_token"]
+
+INPUT_FIELDS: dict[str, tuple[str, ...]] = {
+    "texture": ("image",),
+    "material": ("material", "shared_decoder"),
+    "ntc": ("sources", "material"),
+    "mipmap": ("base_color", "normal", "roughness_map"),
+    "fit": ("asset", "weights"),
+}
+"""Per job kind, the config fields that name files: settable only through ``inputs``."""
+
+
+def hash_token(token: str) -> str:
+    """The sha256 a token is stored as."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, problem: str, field: str | None = None, fix: str | None = None) -> None:
+        super().__init__(problem)
+        self.status, self.problem, self.field, self.fix = status, problem, field, fix
+
+
+def _error(status: int, problem: str, field: str | None = None, fix: str | None = None) -> JSONResponse:
+    return JSONResponse({"error": problem, "field": field, "fix": fix}, status_code=status)
+
+
+def create_app(settings: ServiceSettings, store: Store | None = None) -> FastAPI:
+    """The FastAPI app over ``store`` (default: the settings' database, migrated)."""
+    if store is None:
+        store = Store(settings.database_url())
+        store.migrate()
+    uploads = UploadStore(settings.data / "uploads", max_bytes=settings.max_upload_bytes)
+    app = FastAPI(title="neuralbake asset service", version="1", summary="Submit bakes, watch them, download what they made.")
+    app.state.store = store
+    if settings.cors_origins:  # off unless origins are named: a browser page elsewhere gets no access
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"], allow_headers=["Authorization", "Content-Type", "Last-Event-ID"])
+
+    @app.exception_handler(_HttpError)
+    async def _http_error(request: Request, exc: _HttpError) -> JSONResponse:
+        return _error(exc.status, exc.problem, exc.field, exc.fix)
+
+    @app.exception_handler(NeuralbakeError)
+    async def _neuralbake_error(request: Request, exc: NeuralbakeError) -> JSONResponse:
+        status = getattr(exc, "status", None) or (404 if isinstance(exc, JobStateError) and "no job" in exc.problem else 409 if isinstance(exc, JobStateError) else 422)
+        return _error(status, exc.problem, exc.field, exc.fix)
+
+    @app.middleware("http")
+    async def _limit_body(request: Request, call_next: Any) -> Any:
+        limit = settings.max_upload_bytes + (1 << 20) if request.url.path == "/api/uploads" else settings.max_request_bytes
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            return _error(413, f"the request body is larger than {limit:,} bytes.", "body", "send less, or raise the server's limit.")
+        return await call_next(request)
+
+    def authorise(request: Request) -> TokenRecord | None:
+        if not settings.require_token:
+            return None
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        record = store.token_by_hash(hash_token(token.strip())) if scheme.lower() == "bearer" and token.strip() else None
+        if record is None:
+            raise _HttpError(401, "a valid API token is required.", "Authorization", "send 'Authorization: Bearer <token>' (neuralbake token create).")
+        return record
+
+    @app.get("/api/health")
+    def health() -> dict[str, Any]:
+        return {"ok": True, "kinds": list(KINDS)}
+
+    @app.get("/api/kinds")
+    def kinds(token: TokenRecord | None = Depends(authorise)) -> dict[str, Any]:
+        return {kind: {"inputs": list(INPUT_FIELDS[kind]), "fields": _describe(bake_of(kind).config_type)} for kind in KINDS}
+
+    @app.post("/api/uploads", status_code=201)
+    async def upload(request: Request, token: TokenRecord | None = Depends(authorise)) -> dict[str, Any]:
+        form = await request.form(max_files=512)
+        files = [(item.filename or "", item.file) for item in form.getlist("files") if isinstance(item, UploadFile)]
+        record = await asyncio.to_thread(uploads.add, files)
+        return {"id": record.id, "files": record.files}
+
+    @app.post("/api/jobs", status_code=201)
+    async def submit(request: Request, token: TokenRecord | None = Depends(authorise)) -> dict[str, Any]:
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise _HttpError(400, f"the request body is not JSON ({exc}).", "body", "send a JSON object.") from exc
+        if not isinstance(body, dict):
+            raise _HttpError(422, "the request body must be a JSON object.", "body", 'send {"kind": ..., "config": {...}, "inputs": {...}}.')
+        if token is not None and token.quota_jobs is not None and store.count_jobs(token.id) >= token.quota_jobs:
+            raise _HttpError(429, f"this token's quota of {token.quota_jobs} jobs is used up.", "token", "ask for a token with a larger quota.")
+        kind, config = _parse_job(body, uploads)
+        job = store.create_job(kind, config, token_id=token.id if token else None, max_attempts=settings.max_attempts)
+        return job.to_json()
+
+    @app.get("/api/jobs")
+    def list_jobs(status: str | None = None, limit: int = 100, token: TokenRecord | None = Depends(authorise)) -> list[dict[str, Any]]:
+        return [job.to_json() for job in store.list_jobs(status=status, limit=limit)]
+
+    @app.get("/api/jobs/{job_id}")
+    def get_job(job_id: str, token: TokenRecord | None = Depends(authorise)) -> dict[str, Any]:
+        return _job_or_404(store, job_id).to_json()
+
+    @app.post("/api/jobs/{job_id}/cancel")
+    def cancel(job_id: str, token: TokenRecord | None = Depends(authorise)) -> dict[str, Any]:
+        _job_or_404(store, job_id)
+        return store.request_cancel(job_id).to_json()
+
+    @app.post("/api/jobs/{job_id}/retry")
+    def retry(job_id: str, token: TokenRecord | None = Depends(authorise)) -> dict[str, Any]:
+        _job_or_404(store, job_id)
+        return store.retry(job_id).to_json()
+
+    @app.get("/api/jobs/{job_id}/events")
+    async def job_events(job_id: str, request: Request, after: int = 0, token: TokenRecord | None = Depends(authorise)) -> EventSourceResponse:
+        _job_or_404(store, job_id)
+        last = request.headers.get("last-event-id", "")
+        start = int(last) if last.isdigit() else max(0, after)
+
+        async def stream() -> Any:
+            seq = start
+            while True:
+                batch = await asyncio.to_thread(store.events_after, job_id, seq)
+                for item in batch:
+                    seq = item.seq
+                    yield {"id": str(item.seq), "event": item.type, "data": json.dumps(item.data)}
+                    if item.type in TERMINAL_STATES:
+                        return
+                if await request.is_disconnected():
+                    return
+                await asyncio.sleep(0.2)
+
+        return EventSourceResponse(stream(), ping=15)
+
+    @app.get("/api/jobs/{job_id}/files")
+    def list_files(job_id: str, token: TokenRecord | None = Depends(authorise)) -> dict[str, Any]:
+        manifest = _finished_manifest(store, settings, job_id)
+        return {"files": manifest["files"]}
+
+    @app.get("/api/jobs/{job_id}/files/{name:path}")
+    def download(job_id: str, name: str, token: TokenRecord | None = Depends(authorise)) -> FileResponse:
+        manifest = _finished_manifest(store, settings, job_id)
+        if name not in manifest["files"] and name != "bake.json":
+            raise _HttpError(404, f"the job wrote no file {name[:120]!r}.", "name", "list the job's files first.")
+        return FileResponse(job_folder(settings.data, job_id) / name)
+
+    return app
+
+
+def _job_or_404(store: Store, job_id: str) -> Any:
+    job = store.get_job(job_id)
+    if job is None:
+        raise _HttpError(404, f"there is no job {job_id[:80]!r}.", "job", "list the jobs to find its id.")
+    return job
+
+
+def _finished_manifest(store: Store, settings: ServiceSettings, job_id: str) -> dict[str, Any]:
+    job = _job_or_404(store, job_id)
+    manifest = verify_bake_folder(job_folder(settings.data, job_id)) if job.status == "succeeded" else None
+    if manifest is None:
+        raise _HttpError(409, f"the job is {job.status}; it has no finished outputs.", "status", "wait for it to succeed.")
+    return manifest
+
+
+def _parse_job(body: dict[str, Any], uploads: UploadStore) -> tuple[str, dict[str, Any]]:
+    """``{kind, config, inputs}`` -> (kind, the config as stored), with the bake's own checks."""
+    unknown = sorted(set(body) - {"kind", "config", "inputs"})
+    if unknown:
+        raise ConfigError(f"unknown key {unknown[0]!r} in the request.", field=unknown[0], fix="send kind, config and inputs.")
+    kind = body.get("kind")
+    if kind not in KINDS:
+        raise ConfigError(f"unknown job kind {kind!r}.", field="kind", fix=f"use one of {', '.join(KINDS)}.")
+    config, inputs = body.get("config", {}), body.get("inputs", {})
+    if not isinstance(config, dict) or not isinstance(inputs, dict):
+        raise ConfigError("config and inputs must be JSON objects.", field="config", fix='send {"config": {...}, "inputs": {...}}.')
+    for name in INPUT_FIELDS[kind]:
+        if config.get(name) not in (None, "", []):
+            raise ConfigError(f"{name} names a file and can only be given in inputs.", field=f"config.{name}", fix=f'send "inputs": {{"{name}": "<upload id>/<file name>"}}.')
+    data = dict(config)
+    for name, ref in inputs.items():
+        if name not in INPUT_FIELDS[kind]:
+            raise ConfigError(f"{kind} jobs take no input {name!r}.", field=f"inputs.{name}", fix=f"inputs are: {', '.join(INPUT_FIELDS[kind])}.")
+        refs = ref if isinstance(ref, list) else [ref]
+        if not refs or not all(isinstance(r, str) for r in refs):
+            raise ConfigError("an input is '<upload id>/<file name>' (or a list of them).", field=f"inputs.{name}")
+        paths = [str(uploads.resolve(r, field=name)) for r in refs]
+        data[name] = paths if isinstance(ref, list) else paths[0]
+    bake = bake_of(kind)
+    parsed = config_from_dict(bake.config_type, data, source="the request")
+    _validate_for_any_device(bake, parsed)
+    return kind, config_to_dict(parsed)
+
+
+def _validate_for_any_device(bake: Any, config: Any) -> None:
+    """The bake's own validate(), with fields the worker's device will choose filled as on a CPU."""
+    import torch
+
+    from neuralbake.bakes.run import apply_defaults
+
+    trial = copy.deepcopy(config)
+    apply_defaults(bake, trial, torch.device("cpu"))
+    try:
+        trial.validate()
+    except (ConfigError, InputError):
+        raise
+    except ValueError as exc:
+        raise ConfigError(str(exc), field="config") from exc
+
+
+def _describe(config_type: type, prefix: str = "", instance: Any = None) -> list[dict[str, Any]]:
+    """Every field of a config (nested ones dotted): name, type, default (the bake's), docstring."""
+    hints = typing.get_type_hints(config_type)
+    instance = config_type() if instance is None else instance
+    docs, out = field_docs(config_type), []
+    for item in dataclass_fields(config_type):
+        if not item.init:
+            continue
+        value = getattr(instance, item.name)
+        if is_dataclass(hints[item.name]):
+            out += _describe(hints[item.name], f"{prefix}{item.name}.", value)
+            continue
+        out.append({"name": prefix + item.name, "type": str(hints[item.name]).replace("typing.", ""), "default": value if isinstance(value, int | float | str | bool | list | tuple | None) else str(value), "doc": docs.get(item.name, "")})
+    return out
+

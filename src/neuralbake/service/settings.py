@@ -1,0 +1,40 @@
+"""How a service instance runs: its data folder, database, address, workers and limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["ServiceSettings"]
+
+
+@dataclass
+class ServiceSettings:
+    """Settings of one ``neuralbake serve``."""
+
+    data: Path
+    """Data folder: uploads under ``uploads/``, job outputs under ``jobs/<id>/out``, the SQLite database."""
+    db: str = ""
+    """SQLAlchemy URL of the job store; empty: ``sqlite:///DATA/service.db``."""
+    host: str = "127.0.0.1"
+    """Address to listen on (loopback by default: expose it deliberately)."""
+    port: int = 8642
+    """Port to listen on."""
+    workers: int = 1
+    """Local worker processes (each runs one bake at a time)."""
+    max_upload_bytes: int = 512 * 2**20
+    """Largest upload (all its files together, unpacked)."""
+    max_request_bytes: int = 2**20
+    """Largest JSON request body."""
+    max_attempts: int = 3
+    """Attempts a job gets when its workers are lost before it fails."""
+    lease_seconds: float = 30.0
+    """A running job whose worker has not heartbeated this long is requeued."""
+    require_token: bool = True
+    """Refuse requests without a valid API token (401)."""
+    cors_origins: list[str] = field(default_factory=list)
+    """Origins allowed to call the API from a browser page; none by default."""
+
+    def database_url(self) -> str:
+        """The job store's URL."""
+        return self.db or f"sqlite:///{Path(self.data).resolve() / 'service.db'}"

@@ -1,0 +1,137 @@
+"""The service for real: `neuralbake serve` on loopback with a worker, driven by the Python client
+and by the CLI; texture, material and fit jobs submitted, completed and downloaded; a server
+restarted mid-queue finishes every job."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from neuralbake.client import ServiceClient, ServiceError
+from neuralbake.io.manifest import verify_bake_folder
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+TINY_TEXTURE = {"batch_size": 64, "device": "cpu", "network": {"hidden": 16, "layers": 2}, "train": {"steps": 40, "precision": "fp32", "eval_every": 0}}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    def __init__(self, data: Path) -> None:
+        self.data, self.port = data, _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen | None = None
+        made = subprocess.run([sys.executable, "-m", "neuralbake", "token", "create", "tests", "--data", str(data)], capture_output=True, text=True, check=True)
+        self.token = made.stdout.strip().splitlines()[-1].strip()
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "neuralbake", "serve", "--data", str(self.data), "--port", str(self.port), "--workers", "1"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+        client = ServiceClient(self.url, self.token)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                client.jobs()
+                break
+            except ServiceError:
+                assert self.process.poll() is None, self.process.stdout.read().decode() if self.process.stdout else ""
+                assert time.monotonic() < deadline, "the server did not come up"
+                time.sleep(0.2)
+        client.close()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    instance = Server(tmp_path / "data")
+    instance.start()
+    yield instance
+    instance.stop()
+
+
+@pytest.mark.slow
+def test_texture_material_and_fit_through_the_client(server: Server, tiny_png: Path, tmp_path: Path) -> None:
+    client = ServiceClient(server.url, server.token)
+    image = client.upload([tiny_png])
+    texture = client.submit("texture", TINY_TEXTURE, {"image": f"{image['id']}/{tiny_png.name}"})
+    velvet = client.upload([EXAMPLES / "materials" / "velvet.json"])
+    material = client.submit("material", {"latent": 4, "texture_size": 8, "batch_size": 64, "device": "cpu", "compare_size": 8, "compare_spp": 1,
+                                          "decoder_hidden": 16, "encoder_hidden": 16, "train": {"steps": 20}}, {"material": f"{velvet['id']}/velvet.json"})
+    crate = client.upload(sorted(p for p in (EXAMPLES / "crate").iterdir() if p.suffix in (".gltf", ".bin", ".png")))
+    fit = client.submit("fit", {"render_size": 32, "texture_size": 64, "views": 6, "held_out_views": 2, "epochs": 2, "environment_samples": 4, "device": "cpu"},
+                        {"asset": f"{crate['id']}/crate.gltf"})
+    for job in (texture, material, fit):
+        seen = list(client.events(job["id"]))
+        assert [event["seq"] for event in seen] == list(range(1, len(seen) + 1))
+        final = client.job(job["id"])
+        assert final["status"] == "succeeded", final
+        folder = tmp_path / job["kind"]
+        client.fetch(job["id"], folder)
+        assert verify_bake_folder(folder) is not None
+    assert (tmp_path / "fit" / "lod.gltf").is_file() and (tmp_path / "material" / "latents.u8.safetensors").is_file()
+    client.close()
+
+
+@pytest.mark.slow
+def test_the_cli_submits_watches_and_fetches(server: Server, tiny_png: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "NEURALBAKE_SERVER": server.url, "NEURALBAKE_TOKEN": server.token}
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps(TINY_TEXTURE))
+    submitted = subprocess.run([sys.executable, "-m", "neuralbake", "submit", "texture", "--input", f"image={tiny_png}", "--config", str(settings), "--set", "train.steps=30"],
+                               capture_output=True, text=True, env=env, timeout=120)
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    job_id = submitted.stdout.split("job ")[1].split()[0]
+    watched = subprocess.run([sys.executable, "-m", "neuralbake", "watch", job_id], capture_output=True, text=True, env=env, timeout=300)
+    assert watched.returncode == 0 and "succeeded" in watched.stdout, watched.stdout + watched.stderr
+    fetched = subprocess.run([sys.executable, "-m", "neuralbake", "fetch", job_id, "--out", str(tmp_path / "got")], capture_output=True, text=True, env=env, timeout=120)
+    assert fetched.returncode == 0, fetched.stderr
+    assert json.loads((tmp_path / "got" / "report.json").read_text())["steps"] == 30
+    listed = subprocess.run([sys.executable, "-m", "neuralbake", "jobs"], capture_output=True, text=True, env=env, timeout=60)
+    assert job_id in listed.stdout
+    refused = subprocess.run([sys.executable, "-m", "neuralbake", "jobs", "--token", "wrong"], capture_output=True, text=True, env=env, timeout=60)
+    assert refused.returncode == 2 and "token" in refused.stderr
+
+
+@pytest.mark.slow
+def test_a_restarted_server_finishes_every_queued_job(server: Server, tiny_png: Path) -> None:
+    client = ServiceClient(server.url, server.token)
+    image = client.upload([tiny_png])
+    long = {**TINY_TEXTURE, "train": {**TINY_TEXTURE["train"], "steps": 2000, "checkpoint_every": 5}}
+    ids = [client.submit("texture", long if i == 0 else TINY_TEXTURE, {"image": f"{image['id']}/{tiny_png.name}"})["id"] for i in range(3)]
+    deadline = time.monotonic() + 120
+    while client.job(ids[0])["status"] != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    time.sleep(1.0)
+    client.close()
+    server.stop()  # mid-bake: the worker saves a checkpoint and hands the job back
+    server.start()
+    client = ServiceClient(server.url, server.token)
+    for job_id in ids:
+        assert client.wait(job_id)["status"] == "succeeded", client.job(job_id)
+    events = [event["type"] for event in client.events(ids[0])]
+    assert "requeued" in events and events.count("succeeded") == 1
+    client.close()
