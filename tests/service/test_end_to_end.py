@@ -30,8 +30,8 @@ def _free_port() -> int:
 
 
 class Server:
-    def __init__(self, data: Path) -> None:
-        self.data, self.port = data, _free_port()
+    def __init__(self, data: Path, workers: int = 1) -> None:
+        self.data, self.port, self.workers = data, _free_port(), workers
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
         made = subprocess.run([sys.executable, "-m", "neuralbake", "token", "create", "tests", "--data", str(data)], capture_output=True, text=True, check=True)
@@ -39,7 +39,7 @@ class Server:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "neuralbake", "serve", "--data", str(self.data), "--port", str(self.port), "--workers", "1"],
+            [sys.executable, "-m", "neuralbake", "serve", "--data", str(self.data), "--port", str(self.port), "--workers", str(self.workers)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"},
         )
         client = ServiceClient(self.url, self.token)
@@ -135,3 +135,27 @@ def test_a_restarted_server_finishes_every_queued_job(server: Server, tiny_png: 
     events = [event["type"] for event in client.events(ids[0])]
     assert "requeued" in events and events.count("succeeded") == 1
     client.close()
+
+
+@pytest.mark.slow
+def test_fifty_concurrent_submissions_each_run_exactly_once(tmp_path: Path, tiny_png: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    server = Server(tmp_path / "data", workers=2)
+    server.start()
+    try:
+        client = ServiceClient(server.url, server.token)
+        image = client.upload([tiny_png])
+        quick = {**TINY_TEXTURE, "train": {**TINY_TEXTURE["train"], "steps": 5}}
+        with ThreadPoolExecutor(8) as pool:
+            jobs = list(pool.map(lambda _: client.submit("texture", quick, {"image": f"{image['id']}/{tiny_png.name}"}), range(50)))
+        ids = [job["id"] for job in jobs]
+        assert len(set(ids)) == 50
+        for job_id in ids:
+            assert client.wait(job_id)["status"] == "succeeded"
+            kinds = [event["type"] for event in client.events(job_id)]
+            assert kinds.count("started") == 1 and kinds.count("succeeded") == 1, kinds  # none lost, none run twice
+        assert len(client.jobs(status="succeeded")) == 50
+        client.close()
+    finally:
+        server.stop()

@@ -34,6 +34,8 @@ def serve(
     workers: Annotated[int, typer.Option(help="Local worker processes (one bake each at a time).")] = 1,
     no_token: Annotated[bool, typer.Option("--no-token", help="Accept requests without an API token (only on a machine you alone use).")] = False,
     cors: Annotated[list[str] | None, typer.Option("--cors", help="An origin allowed to call the API from a browser page (repeatable); none by default.")] = None,
+    ray: Annotated[str | None, typer.Option("--ray", help="Run the workers as Ray tasks: `auto` (this machine's cluster, else a local one) or a cluster ADDRESS. Workers must see --data and --db.")] = None,
+    gpus_per_worker: Annotated[float, typer.Option(help="With --ray: GPUs each worker asks the cluster for.")] = 0.0,
 ) -> None:
     """Run the asset service: the HTTP API and local workers over one job store."""
 
@@ -42,16 +44,20 @@ def serve(
 
         from neuralbake.service.app import create_app
         from neuralbake.service.settings import ServiceSettings
-        from neuralbake.service.worker import WorkerSettings, serve_workers
+        from neuralbake.service.worker import WorkerSettings, serve_workers, serve_workers_ray
 
         data.mkdir(parents=True, exist_ok=True)
         settings = ServiceSettings(data=data, db=db, host=host, port=port, workers=workers, require_token=not no_token, cors_origins=list(cors or []))
         app = create_app(settings)
         stop = threading.Event()
         worker_settings = WorkerSettings(db=settings.database_url(), data=data, lease_seconds=settings.lease_seconds)
-        supervisor = threading.Thread(target=serve_workers, args=(worker_settings, workers, stop), daemon=True, name="workers")
+        if ray:
+            target, kwargs = serve_workers_ray, {"address": ray, "gpus_per_worker": gpus_per_worker}
+        else:
+            target, kwargs = serve_workers, {}
+        supervisor = threading.Thread(target=target, args=(worker_settings, workers, stop), kwargs=kwargs, daemon=True, name="workers")
         supervisor.start()
-        Console(stderr=True).print(f"neuralbake service on http://{host}:{port} (API docs at /docs), {workers} worker(s), data in {data}", highlight=False, markup=False)
+        Console(stderr=True).print(f"neuralbake service on http://{host}:{port} (API docs at /docs), {workers} worker(s){' on Ray' if ray else ''}, data in {data}", highlight=False, markup=False)
         try:
             uvicorn.run(app, host=host, port=port, log_level="warning")
         finally:

@@ -11,6 +11,10 @@ lease runs out and the next attempt resumes from the checkpoint in the job's fol
 
 :func:`serve_workers` runs N such processes (``multiprocessing`` with ``spawn``: each worker
 owns its interpreter, its torch threads and its database connections) and restarts any that die.
+:func:`serve_workers_ray` runs the same worker loop as N long-lived Ray tasks, each asking the
+cluster for the GPUs a bake needs, so a studio grows from one box to many with the same code; the
+Ray workers must see the service's data folder (one machine, or a shared file system) and its
+database (PostgreSQL for several machines).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from neuralbake.core.config import config_from_dict
 from neuralbake.errors import ConfigError, NeuralbakeError
 from neuralbake.service.store import JobRecord, Store
 
-__all__ = ["KINDS", "StoreSink", "WorkerSettings", "bake_of", "job_folder", "run_job", "run_worker", "serve_workers"]
+__all__ = ["KINDS", "StoreSink", "WorkerSettings", "bake_of", "job_folder", "run_job", "run_worker", "serve_workers", "serve_workers_ray"]
 
 
 def _kinds() -> dict[str, Any]:
@@ -239,4 +243,50 @@ def serve_workers(settings: WorkerSettings, count: int, stop: threading.Event, *
             process.terminate()
         for process in processes.values():
             process.join(timeout=10)
+        store.close()
+
+
+def _ray_worker(settings: WorkerSettings, worker: str) -> int:
+    return run_worker(settings, worker)
+
+
+def serve_workers_ray(settings: WorkerSettings, count: int, stop: threading.Event, *, address: str = "auto", gpus_per_worker: float = 0.0) -> None:
+    """Run ``count`` workers as Ray tasks until ``stop``; restart any that end; requeue lost jobs.
+
+    ``address``: a Ray cluster's address, or ``auto`` (the cluster this machine belongs to, else a
+    local one started here). ``gpus_per_worker``: GPUs each worker asks Ray for.
+    """
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError("Ray is not installed.", field="--ray", fix="pip install 'ray[default]' (or run local workers with --workers).") from exc
+    if count < 1:
+        raise ConfigError(f"need at least one worker, got {count}.", field="workers", fix="pass --workers 1 or more.")
+    if not ray.is_initialized():
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        except ConnectionError:
+            if address != "auto":
+                raise ConfigError(f"no Ray cluster answers at {address}.", field="--ray", fix="check the address (ray status), or use --ray auto.") from None
+            ray.init(include_dashboard=False, log_to_driver=False)
+    remote = ray.remote(num_cpus=1, num_gpus=gpus_per_worker, max_retries=0)(_ray_worker)
+    store = Store(settings.db)
+    store.requeue_expired(now=math.inf)
+    running: dict[Any, str] = {}
+    serial = 0
+    try:
+        while not stop.is_set():
+            if running:
+                finished, _ = ray.wait(list(running), num_returns=len(running), timeout=0)
+                for ref in finished:
+                    running.pop(ref)
+            while len(running) < count:
+                serial += 1
+                name = f"ray:{os.uname().nodename}:{os.getpid()}:w{serial}"
+                running[remote.remote(settings, name)] = name
+            store.requeue_expired()
+            stop.wait(1.0)
+    finally:
+        for ref in running:
+            ray.cancel(ref, force=True)  # their jobs are requeued when the leases run out
         store.close()
