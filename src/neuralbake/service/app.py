@@ -21,6 +21,7 @@ import json
 import typing
 from dataclasses import fields as dataclass_fields
 from dataclasses import is_dataclass
+from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -102,6 +103,13 @@ def create_app(settings: ServiceSettings, store: Store | None = None) -> FastAPI
         if record is None:
             raise _HttpError(401, "a valid API token is required.", "Authorization", "send 'Authorization: Bearer <token>' (neuralbake token create).")
         return record
+
+    @app.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        # The web UI: one static page; it calls the API below with the token the user types in.
+        page = FileResponse(Path(__file__).with_name("static") / "index.html", media_type="text/html")
+        page.headers["Content-Security-Policy"] = "default-src 'self'; img-src 'self' blob:; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'"
+        return page
 
     @app.get("/api/health")
     def health() -> dict[str, Any]:
