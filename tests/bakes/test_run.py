@@ -204,3 +204,80 @@ def test_a_folder_the_previous_bake_did_not_write_whole_is_never_removed(tmp_pat
     run_bake(LINE, LineConfig(size=5), tmp_path, progress=False)
     assert (mine / "thesis.txt").read_text() == "precious\n"
     verify_bake_folder(tmp_path)
+
+
+def test_a_users_file_with_an_outputs_name_is_never_replaced(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "thesis.txt").write_text("precious\n")
+    with pytest.raises(InputError, match="already holds 'sub'"):
+        run_bake(LINE, LineConfig(), tmp_path, progress=False)
+    assert (tmp_path / "sub" / "thesis.txt").read_text() == "precious\n"
+    assert any((tmp_path / STATE_DIR / "checkpoints").glob("*.pt"))  # the training is kept
+    (tmp_path / "sub" / "thesis.txt").rename(tmp_path / "thesis.txt")
+    (tmp_path / "sub").rmdir()
+    report = run_bake(LINE, LineConfig(), tmp_path, progress=False, resume=True)
+    assert report["resumed"] is True and verify_bake_folder(tmp_path) is not None
+
+
+def test_a_rejected_resume_keeps_the_checkpoints(tmp_path: Path) -> None:
+    with pytest.raises(TrainingInterrupted):
+        run_bake(LINE, LineConfig(), tmp_path, progress=False, on_step=_stop_at(5))
+    other = LineConfig()
+    other.train.learning_rate = 0.5
+    with pytest.raises(TrainingError, match="learning_rate"):
+        run_bake(LINE, other, tmp_path, progress=False, resume=True)
+    assert (tmp_path / STATE_DIR / "checkpoints" / "coarse.pt").is_file()
+    assert run_bake(LINE, LineConfig(), tmp_path, progress=False, resume=True)["resumed"] is True
+
+
+def test_a_second_ctrl_c_keeps_the_checkpoints(tmp_path: Path) -> None:
+    calls = {"n": 0}
+
+    def abort(trainer, step) -> None:
+        calls["n"] += 1
+        if calls["n"] == 25:  # inside the second phase
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_bake(LINE, LineConfig(), tmp_path, progress=False, on_step=abort)
+    assert (tmp_path / STATE_DIR / "checkpoints" / "coarse.pt").is_file()
+
+
+def test_extending_an_earlier_phase_restarts_the_later_ones(tmp_path: Path) -> None:
+    run_bake(LINE, LineConfig(), tmp_path, progress=False)
+    before = _weights(tmp_path)
+    longer = LineConfig()
+    longer.train.steps = 60
+    report = run_bake(LINE, longer, tmp_path, progress=False, resume=True)
+    assert report["steps"] == [60, 60]
+    straight = run_bake(LINE, longer, tmp_path / "straight", progress=False)
+    assert straight["steps"] == [60, 60]
+    assert not torch.equal(_weights(tmp_path), before)  # the extra training of phase 1 is not thrown away
+
+
+def test_stale_staged_files_do_not_leak_into_a_resumed_bake(tmp_path: Path) -> None:
+    with pytest.raises(TrainingInterrupted):
+        run_bake(LINE, LineConfig(), tmp_path, progress=False, on_step=_stop_at(5))
+    stage = tmp_path / STATE_DIR / "staging"
+    (stage / "leftover_from_another_run").mkdir()
+    (stage / ".model.pt.x.partial").write_bytes(b"half")
+    run_bake(LINE, LineConfig(), tmp_path, progress=False, resume=True)
+    assert not (tmp_path / "leftover_from_another_run").exists() and not list(tmp_path.glob(".*.partial"))
+    verify_bake_folder(tmp_path)
+
+
+def test_an_edited_bake_json_is_caught_even_after_a_verify(tmp_path: Path) -> None:
+    run_bake(LINE, LineConfig(), tmp_path, progress=False)
+    verify_bake_folder(tmp_path)
+    manifest = json.loads((tmp_path / "bake.json").read_text())
+    manifest["files"]["model.pt"]["sha256"] = "0" * 64
+    (tmp_path / "bake.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="sha256"):
+        verify_bake_folder(tmp_path)
+
+
+def test_an_unfinished_bake_folder_is_refused_by_readers(tmp_path: Path) -> None:
+    with pytest.raises(TrainingInterrupted):
+        run_bake(LINE, LineConfig(), tmp_path, progress=False, on_step=_stop_at(5))
+    with pytest.raises(BundleError, match="never finished"):
+        verify_bake_folder(tmp_path)

@@ -52,7 +52,7 @@ from neuralbake.io.limits import load_json_file
 from neuralbake.io.manifest import BAKE_MANIFEST, read_bake_manifest, write_bake_manifest
 from neuralbake.nn.trainer import Trainer, TrainerConfig, TrainingInterrupted, TrainResult
 
-__all__ = ["Bake", "BakeOutcome", "BakeRun", "apply_defaults", "run_bake"]
+__all__ = ["Bake", "BakeOutcome", "BakeRun", "OutputLockedError", "apply_defaults", "run_bake"]
 
 C = TypeVar("C")
 
@@ -148,6 +148,7 @@ class BakeRun:
         self._on_step = on_step
         self.phases: list[tuple[str, TrainResult]] = []
         self._resumed_any = False
+        self._earlier_phase_trained = False
 
     def train(
         self,
@@ -171,7 +172,11 @@ class BakeRun:
         if any(name == phase for name, _ in self.phases):
             raise ValueError(f"phase {phase!r} ran twice in one bake; give each phase its own name.")
         checkpoint = self.checkpoints / f"{phase}.pt"
-        resume = self.resume and checkpoint.is_file()
+        # A phase that trains on (or afresh) changes the weights every later phase starts from, so
+        # their old checkpoints no longer follow from it: they start over.
+        resume = self.resume and checkpoint.is_file() and not self._earlier_phase_trained
+        if self.resume and not (resume and _checkpoint_step(checkpoint) >= (train.steps or 0)):
+            self._earlier_phase_trained = True
         self._resumed_any |= resume
         hooks = [hook for hook in (on_step, self._on_step) if hook is not None]
 
@@ -209,7 +214,19 @@ class BakeRun:
         return events
 
 
+def _checkpoint_step(path: Path) -> int:
+    """The step a checkpoint was saved at (-1 if it cannot be read; the trainer then says why)."""
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True)["step"])
+    except Exception:  # torch raises many types for damaged files; Trainer.fit reports it properly
+        return -1
+
+
 # -- the output folder ------------------------------------------------------------------------
+
+
+class OutputLockedError(InputError):
+    """Another bake holds the output folder's lock (nothing of this bake was started)."""
 
 
 @contextlib.contextmanager
@@ -227,7 +244,7 @@ def _folder_lock(path: Path, out: Path) -> Iterator[None]:
 
                 fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
-            raise InputError(
+            raise OutputLockedError(
                 "another bake is writing to this output folder right now.",
                 path=out,
                 field="--out",
@@ -287,9 +304,24 @@ def _finish_swap(out: Path, state: Path) -> None:
     journal.unlink()
 
 
-def _swap_in(out: Path, state: Path) -> None:
-    stage = state / "staging"
-    atomic_write_json(state / "swap.json", {"new": sorted(p.name for p in stage.iterdir()), "old": sorted(_old_names(out))})
+def _swap_in(out: Path, state: Path, listed: list[str]) -> None:
+    """Swap the staged outputs (the top-level names of ``listed``, bake.json's files) into ``out``.
+
+    A name already in ``out`` that the previous bake did not write (a user's file or folder) is
+    never replaced: the bake stops with an error naming it, its checkpoints kept for --resume.
+    """
+    new = sorted({Path(name).parts[0] for name in listed} | {BAKE_MANIFEST})
+    old = _old_names(out)
+    for name in new:
+        target = out / name
+        if (target.exists() or target.is_symlink()) and name not in old:
+            raise InputError(
+                f"the output folder already holds {name!r}, which this bake would replace, and no earlier bake recorded writing it.",
+                path=target,
+                field="--out",
+                fix=f"move or delete {name!r} (then --resume to finish without training again), or choose another --out.",
+            )
+    atomic_write_json(state / "swap.json", {"new": new, "old": sorted(old)})
     _finish_swap(out, state)
 
 
@@ -306,6 +338,11 @@ def _prepare_state(out: Path, state: Path, resume: bool) -> None:
             field="--resume",
             fix="run without --resume to start a new bake.",
         )
+    elif stage.is_dir():
+        # Outputs are written again at the end; only the event log carries over (one history).
+        for entry in stage.iterdir():
+            if entry.name != "events.jsonl":
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
     for folder in (stage, checkpoints):
         folder.mkdir(parents=True, exist_ok=True)
     for partial in checkpoints.glob(".*.partial"):  # a kill in the middle of a checkpoint save leaves its temp file
@@ -346,68 +383,74 @@ def run_bake(
     state = out / STATE_DIR
     created_state = not state.exists()
     state.mkdir(exist_ok=True)
-    try:
-        report = _run_in_folder(bake, config, out, state, device, chosen, resume=resume, progress=progress, sinks=sinks, on_step=on_step, wall_start=wall_start)
-    except TrainingInterrupted:
-        raise
-    except BaseException:
-        # Nothing usable came of it: leave the folder as it was before this bake.
-        if created_out:
-            shutil.rmtree(out, ignore_errors=True)
-        elif created_state:
-            shutil.rmtree(state, ignore_errors=True)
-        raise
-    return report
+    return _run_in_folder(
+        bake, config, out, state, device, chosen, resume=resume, progress=progress, sinks=sinks, on_step=on_step, wall_start=wall_start,
+        created=out if created_out else state if created_state else None,
+    )
 
 
 def _run_in_folder(
     bake: Bake[Any], config: Any, out: Path, state: Path, device: torch.device, chosen: dict[str, Any], *,
     resume: bool, progress: bool, sinks: list[EventSink] | None, on_step: Callable[[Trainer, int], None] | None, wall_start: float,
+    created: Path | None,
 ) -> dict[str, Any]:
     with _folder_lock(state / "lock", out):
-        _finish_swap(out, state)
-        _prepare_state(out, state, resume)
-        stage = state / "staging"
-        save_config(stage / "config.json", config)
-        if chosen:
-            where = "GPU" if device.type == "cuda" else "CPU"
-            shown = ", ".join(f"{name.rsplit('.', 1)[-1]} {_show(value)}" for name, value in chosen.items())
-            if progress:
-                Console(stderr=True).print(f"{where} defaults: {shown} (flags or --config choose others)", highlight=False, markup=False)
-        seed_everything(_seed_of(config))
-        all_sinks: list[EventSink] = [JsonlSink(stage / "events.jsonl"), *(sinks or [])]
-        if progress:
-            all_sinks.append(ProgressSink(bake.title or bake.name.replace("_", " "), console=Console(stderr=True)))
-        events = EventWriter(all_sinks)
-        run = BakeRun(bake=bake, config=config, device=device, out=out, state=state, events=events, resume=resume, progress=progress, on_step=on_step)
         try:
-            events.emit("bake", bake=bake.name, out=str(out), device=str(device), resumed=resume, device_defaults=chosen)
-            outcome = bake.body(run)
-            events.emit("done", bake=bake.name, wall_seconds=round(time.perf_counter() - wall_start, 3))
-        except TrainingInterrupted:
-            events.close()
-            raise
+            return _run_locked(bake, config, out, state, device, chosen, resume=resume, progress=progress, sinks=sinks, on_step=on_step, wall_start=wall_start)
+        except (TrainingInterrupted, KeyboardInterrupt):
+            raise  # staging and checkpoints stay for --resume
         except BaseException:
-            events.close()
-            shutil.rmtree(stage, ignore_errors=True)
-            shutil.rmtree(run.checkpoints, ignore_errors=True)
+            # Nothing usable came of it: the staged outputs go; checkpoints stay (a rejected resume,
+            # or a failure after training, must not cost the training). A folder this bake created
+            # goes too when no checkpoint was written, all while the lock is still held.
+            shutil.rmtree(state / "staging", ignore_errors=True)
+            shutil.rmtree(state / "trash", ignore_errors=True)
+            checkpoints = state / "checkpoints"
+            if created is not None and not (checkpoints.is_dir() and any(checkpoints.glob("*.pt"))):
+                shutil.rmtree(created, ignore_errors=True)
             raise
+
+
+def _run_locked(
+    bake: Bake[Any], config: Any, out: Path, state: Path, device: torch.device, chosen: dict[str, Any], *,
+    resume: bool, progress: bool, sinks: list[EventSink] | None, on_step: Callable[[Trainer, int], None] | None, wall_start: float,
+) -> dict[str, Any]:
+    _finish_swap(out, state)
+    _prepare_state(out, state, resume)
+    stage = state / "staging"
+    save_config(stage / "config.json", config)
+    if chosen:
+        where = "GPU" if device.type == "cuda" else "CPU"
+        shown = ", ".join(f"{name.rsplit('.', 1)[-1]} {_show(value)}" for name, value in chosen.items())
+        if progress:
+            Console(stderr=True).print(f"{where} defaults: {shown} (flags or --config choose others)", highlight=False, markup=False)
+    seed_everything(_seed_of(config))
+    all_sinks: list[EventSink] = [JsonlSink(stage / "events.jsonl"), *(sinks or [])]
+    if progress:
+        all_sinks.append(ProgressSink(bake.title or bake.name.replace("_", " "), console=Console(stderr=True)))
+    events = EventWriter(all_sinks)
+    run = BakeRun(bake=bake, config=config, device=device, out=out, state=state, events=events, resume=resume, progress=progress, on_step=on_step)
+    try:
+        events.emit("bake", bake=bake.name, out=str(out), device=str(device), resumed=resume, device_defaults=chosen)
+        outcome = bake.body(run)
+        events.emit("done", bake=bake.name, wall_seconds=round(time.perf_counter() - wall_start, 3))
+    finally:
         events.close()
-        history = run.history()
-        if outcome.curve_title is not None and history:
-            plot_loss_curve(stage / "loss.png", history, title=outcome.curve_title, quality_key=outcome.quality_key)
-        report = write_report(
-            stage / "report.json",
-            bake=bake.name,
-            device=device,
-            metrics=outcome.metrics,
-            **outcome.fields,
-            device_defaults=chosen,
-            resumed=resume,
-            wall_seconds=round(time.perf_counter() - wall_start, 3),
-        )
-        write_bake_manifest(stage, bake=bake.name)
-        _swap_in(out, state)
+    history = run.history()
+    if outcome.curve_title is not None and history:
+        plot_loss_curve(stage / "loss.png", history, title=outcome.curve_title, quality_key=outcome.quality_key)
+    report = write_report(
+        stage / "report.json",
+        bake=bake.name,
+        device=device,
+        metrics=outcome.metrics,
+        **outcome.fields,
+        device_defaults=chosen,
+        resumed=resume,
+        wall_seconds=round(time.perf_counter() - wall_start, 3),
+    )
+    manifest = write_bake_manifest(stage, bake=bake.name)
+    _swap_in(out, state, list(manifest["files"]))
     return report
 
 

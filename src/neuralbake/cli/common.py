@@ -14,7 +14,8 @@ Errors (:func:`run_action`): a :class:`~neuralbake.errors.NeuralbakeError` print
 ``error: <message>`` on stderr and exits 2; a run stopped with Ctrl-C or SIGTERM after saving its
 checkpoint prints ``stopped: ...`` and exits 130. Anything else is a bug and keeps its traceback.
 Messages are printed as text, never as rich markup. A command that fails removes the output
-folder it created itself; a folder that existed before is kept.
+folder it created itself, unless training left checkpoints in it (for ``--resume``) or the folder
+is another running bake's; a folder that existed before is kept.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from neuralbake.bakes import run as bake_runner
-from neuralbake.bakes.run import Bake
+from neuralbake.bakes.run import Bake, OutputLockedError
 from neuralbake.core.config import config_from_dict, field_docs, load_config
 from neuralbake.errors import ConfigError, NeuralbakeError
 from neuralbake.nn.trainer import TrainingInterrupted
@@ -79,8 +80,11 @@ def _first_missing(path: Path) -> Path | None:
 
 
 def _remove_created(created: Path | None) -> None:
-    if created is not None and created.is_dir() and not created.is_symlink():
-        shutil.rmtree(created, ignore_errors=True)
+    if created is None or not created.is_dir() or created.is_symlink():
+        return
+    if any(created.rglob(".neuralbake/checkpoints/*.pt")):
+        return  # training happened: the checkpoints stay for --resume
+    shutil.rmtree(created, ignore_errors=True)
 
 
 def run_action(action: Callable[[], T], *, out: Path | None = None) -> T:
@@ -96,7 +100,8 @@ def run_action(action: Callable[[], T], *, out: Path | None = None) -> T:
         _err.print(Text.assemble(("stopped:", "yellow"), " ", str(exc)), highlight=False)
         raise typer.Exit(130) from exc
     except NeuralbakeError as exc:
-        _remove_created(created)
+        if not isinstance(exc, OutputLockedError):  # the folder is another bake's: leave it alone
+            _remove_created(created)
         _err.print(Text.assemble(("error:", "red"), " ", str(exc)), highlight=False)
         raise typer.Exit(2) from exc
     except BaseException:

@@ -10,7 +10,7 @@ per-format checks of its own manifest.
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from neuralbake.errors import BundleError
@@ -66,8 +66,11 @@ def read_bake_manifest(folder: str | Path) -> dict[str, Any] | None:
     if not isinstance(files, dict) or len(files) > _MAX_FILES:
         raise _fail(path, "the manifest's file list is missing or malformed.", fix, "files")
     for name, entry in files.items():
-        parts = Path(name).parts
-        if not isinstance(name, str) or not parts or Path(name).is_absolute() or ".." in parts or name != Path(name).as_posix():
+        parts = PurePosixPath(name).parts if isinstance(name, str) else ()
+        if (
+            not parts or PurePosixPath(name).is_absolute() or ".." in parts or "\\" in name or ":" in name
+            or parts[0].startswith(".") or name != PurePosixPath(name).as_posix()
+        ):
             raise _fail(path, f"the manifest lists {name!r}, which is not a path inside the folder.", fix, "files")
         if not isinstance(entry, dict) or not isinstance(entry.get("bytes"), int) or not isinstance(entry.get("sha256"), str):
             raise _fail(path, f"the entry for {name!r} has no size or sha256.", fix, f"files.{name}")
@@ -88,11 +91,17 @@ def verify_bake_folder(folder: str | Path) -> dict[str, Any] | None:
     folder = Path(folder)
     manifest = read_bake_manifest(folder)
     if manifest is None:
+        if (folder / ".neuralbake").is_dir():
+            raise BundleError(
+                "this folder holds a bake that never finished (it has the runner's .neuralbake/ but no bake.json).",
+                path=folder,
+                fix="finish it with the same command and --resume, or bake again.",
+            )
         return None
     root = folder.resolve()
-    stats = [(folder / name).stat() for name in manifest["files"] if (folder / name).is_file()]
-    key = (str(root), len(stats), hash(tuple((s.st_size, s.st_mtime_ns, s.st_ino) for s in stats)))
-    if key in _verified and len(stats) == len(manifest["files"]):
+    stats = [(folder / name).stat() for name in [BAKE_MANIFEST, *manifest["files"]] if (folder / name).is_file()]
+    key = (str(root), tuple(manifest["files"]), hash(tuple((s.st_size, s.st_mtime_ns, s.st_ino) for s in stats)))
+    if key in _verified and len(stats) == len(manifest["files"]) + 1:
         return _verified[key]  # unchanged since this process checked it (one command reads a bundle several times)
     for name, entry in manifest["files"].items():
         path = folder / name
@@ -104,5 +113,7 @@ def verify_bake_folder(folder: str | Path) -> dict[str, Any] | None:
             raise _fail(path, f"the file is {size:,} bytes but the bake wrote {entry['bytes']:,}.", fix, f"{BAKE_MANIFEST}: files.{name}")
         if sha256_file(path) != entry["sha256"]:
             raise _fail(path, "the file's sha256 does not match the bake manifest: its bytes changed after the bake.", fix, f"{BAKE_MANIFEST}: files.{name}")
+    if len(_verified) >= 256:  # a long-running service reads many folders: keep the cache small
+        _verified.clear()
     _verified[key] = manifest
     return manifest
