@@ -376,7 +376,8 @@ def test_missing_or_mismatched_latents_name_the_file(tmp_path, bakes):
     with pytest.raises(BundleError) as caught:  # the bake manifest notices first
         export_neural_material_shader(broken, tmp_path / "out", latent_format="u8")
     assert caught.value.field == "bake.json: files.latents.u8.safetensors" and caught.value.path.endswith("latents.u8.safetensors")
-    (broken / "bake.json").unlink()  # a folder from before bake.json: the bundle's own checks name the file
+    (broken / "bake.json").unlink()  # a folder from before bake.json (and the runner): the bundle's own checks name the file
+    shutil.rmtree(broken / ".neuralbake", ignore_errors=True)
     with pytest.raises(BundleError) as caught:
         export_neural_material_shader(broken, tmp_path / "out", latent_format="u8")
     assert caught.value.field == "latent.u8" and caught.value.path.endswith("latents.u8.safetensors")
