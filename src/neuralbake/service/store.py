@@ -1,13 +1,18 @@
 """The service's durable job store: jobs with attempts and leases, their events, API tokens.
 
-One :class:`Store` over SQLAlchemy 2.0 serves SQLite (the default: one file, WAL journal, so
-readers never wait for the writer) and PostgreSQL (a URL), with the schema kept by alembic
-migrations (:meth:`Store.migrate`). SQLAlchemy and alembic are the field's standard tools for
-this; nothing here is database-specific except how a job is claimed:
+One :class:`Store` over SQLAlchemy 2.0 serves SQLite (the default: one file, WAL journal) and
+PostgreSQL (a URL), with the schema kept by alembic migrations (:meth:`Store.migrate`).
+SQLAlchemy and alembic are the field's standard tools for this (one code path for both
+databases, versioned schema changes); what differs between the databases is how writers are
+kept apart:
 
-- a worker claims the oldest queued job in one transaction, so no job is handed to two workers:
-  on PostgreSQL with ``SELECT ... FOR UPDATE SKIP LOCKED`` (claimers skip each other's rows), on
-  SQLite inside ``BEGIN IMMEDIATE`` (writers take the database's one write lock up front);
+- on SQLite every writing transaction starts with ``BEGIN IMMEDIATE`` (it takes the database's
+  one write lock up front, so two writers never read the same state and then both write it),
+  while reads run in plain deferred transactions, which in WAL mode never wait for a writer (the
+  SSE streams poll the events while workers write them);
+- on PostgreSQL the rows a transaction is about to change are locked first (``SELECT ... FOR
+  UPDATE``; claimers and the lease reaper add ``SKIP LOCKED`` so they pass each other's rows);
+- a worker claims the oldest queued job in one transaction, so no job is handed to two workers;
 - a claimed job carries a lease that the worker's heartbeat extends; a job whose lease ran out
   (its worker was killed) is requeued by :meth:`Store.requeue_expired`, and fails for good once
   ``max_attempts`` attempts are spent, with the reason;
@@ -37,6 +42,13 @@ __all__ = ["EventRecord", "JobRecord", "JobStateError", "Store", "TokenRecord", 
 
 JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
 TERMINAL_STATES = ("succeeded", "failed", "cancelled")
+
+# How long a SQLite writer waits for another's write lock before giving up ("database is locked").
+_SQLITE_BUSY_SECONDS = 30.0
+# Marks the engine whose transactions only read (deferred BEGIN on SQLite).
+_READ_ONLY = "neuralbake_read_only"
+# pg_advisory_xact_lock key held while migrating (any fixed 64-bit number: "nbstore").
+_MIGRATION_LOCK = 0x6E6273746F7265
 
 _meta = sa.MetaData()
 tokens = sa.Table(
@@ -156,30 +168,33 @@ class Store:
         self.sqlite = _sqlite_url(url)
         try:
             if self.sqlite:
-                self.engine: Engine = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+                self.engine: Engine = sa.create_engine(url, connect_args={"timeout": _SQLITE_BUSY_SECONDS, "check_same_thread": False})
                 self._configure_sqlite(self.engine)
             else:
                 self.engine = sa.create_engine(url, pool_pre_ping=True)
         except (sa.exc.ArgumentError, ImportError) as exc:
             raise ConfigError(f"the database URL cannot be used ({exc}).", field="db", fix="use sqlite:///PATH or postgresql://user@host/db.") from exc
+        # The same pool, marked so that its transactions begin as plain (deferred) reads on SQLite.
+        self._reader: Engine = self.engine.execution_options(**{_READ_ONLY: True})
 
     @staticmethod
     def _configure_sqlite(engine: Engine) -> None:
         # pysqlite's own transaction handling defers BEGIN and cannot take the write lock up front;
-        # switch it off and begin every transaction IMMEDIATE (SQLAlchemy's documented recipe).
+        # switch it off and begin writing transactions IMMEDIATE (SQLAlchemy's documented recipe).
+        # Reads (self._reader) begin deferred: in WAL mode they see a snapshot and never wait.
         @sa_event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection: Any, record: Any) -> None:
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute(f"PRAGMA busy_timeout={int(_SQLITE_BUSY_SECONDS * 1000)}")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.close()
 
         @sa_event.listens_for(engine, "begin")
         def _on_begin(connection: Connection) -> None:
-            connection.exec_driver_sql("BEGIN IMMEDIATE")
+            connection.exec_driver_sql("BEGIN" if connection.get_execution_options().get(_READ_ONLY) else "BEGIN IMMEDIATE")
 
     def migrate(self) -> None:
         """Bring the schema to the newest revision (alembic ``upgrade head``); safe to repeat."""
@@ -189,6 +204,10 @@ class Store:
         config = Config()
         config.set_main_option("script_location", str(Path(__file__).with_name("migrations")))
         with self.engine.begin() as connection:
+            if not self.sqlite:
+                # Servers starting together on one database migrate one after the other (on
+                # SQLite, BEGIN IMMEDIATE already serialises them).
+                connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
 
@@ -198,7 +217,14 @@ class Store:
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
+        """A writing transaction (BEGIN IMMEDIATE on SQLite)."""
         with self.engine.begin() as connection:
+            yield connection
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        """A reading transaction (deferred on SQLite: it never waits for a writer)."""
+        with self._reader.connect() as connection:
             yield connection
 
     # -- jobs -----------------------------------------------------------------------------------
@@ -214,22 +240,21 @@ class Store:
                 created=now, updated=now, worker=None, lease_until=None, token_id=token_id, cancel_requested=False, event_seq=0,
             ))
             self._add_event(tx, job_id, "queued", {"kind": kind})
-        return self._get(job_id)
+            return self._get(tx, job_id)
 
-    def _get(self, job_id: str, connection: Connection | None = None) -> JobRecord:
-        job = self.get_job(job_id, connection)
-        if job is None:
-            raise JobStateError(f"there is no job {job_id!r}.", field="job", fix="list the jobs to find its id.")
-        return job
-
-    def get_job(self, job_id: str, connection: Connection | None = None) -> JobRecord | None:
-        """The job, or None."""
+    @staticmethod
+    def _get(tx: Connection, job_id: str, *, lock: bool = False) -> JobRecord:
+        """The job inside a transaction (``lock``: its row locked until the end, on PostgreSQL)."""
         query = sa.select(jobs).where(jobs.c.id == job_id)
-        if connection is not None:
-            row = connection.execute(query).first()
-        else:
-            with self.engine.connect() as conn:
-                row = conn.execute(query).first()
+        row = tx.execute(query.with_for_update() if lock else query).first()
+        if row is None:
+            raise JobStateError(f"there is no job {job_id!r}.", field="job", fix="list the jobs to find its id.")
+        return _job(row)
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        """The job, or None."""
+        with self._read() as conn:
+            row = conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).first()
         return None if row is None else _job(row)
 
     def list_jobs(self, *, status: str | None = None, limit: int = 100, token_id: str | None = None) -> list[JobRecord]:
@@ -241,28 +266,28 @@ class Store:
             query = query.where(jobs.c.status == status)
         if token_id is not None:
             query = query.where(jobs.c.token_id == token_id)
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             return [_job(row) for row in conn.execute(query)]
 
     def count_jobs(self, token_id: str) -> int:
         """How many jobs a token has submitted (for its quota)."""
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(jobs).where(jobs.c.token_id == token_id)).scalar_one())
 
     def claim_next(self, worker: str, *, lease_seconds: float) -> JobRecord | None:
         """Hand the oldest queued job to ``worker`` (running, one more attempt, a lease); None if none is queued."""
         now = time.time()
         with self._tx() as tx:
-            query = sa.select(jobs.c.id).where(jobs.c.status == "queued").order_by(jobs.c.created, jobs.c.id).limit(1)
-            if not self.sqlite:
-                query = query.with_for_update(skip_locked=True)
+            # SQLite renders no FOR UPDATE: there BEGIN IMMEDIATE already keeps claimers apart.
+            query = (sa.select(jobs.c.id).where(jobs.c.status == "queued").order_by(jobs.c.created, jobs.c.id).limit(1)
+                     .with_for_update(skip_locked=True))
             job_id = tx.execute(query).scalar_one_or_none()
             if job_id is None:
                 return None
-            tx.execute(jobs.update().where(jobs.c.id == job_id).values(
+            tx.execute(jobs.update().where(jobs.c.id == job_id, jobs.c.status == "queued").values(
                 status="running", attempts=jobs.c.attempts + 1, worker=worker, lease_until=now + lease_seconds, updated=now,
             ))
-            job = self._get(job_id, tx)
+            job = self._get(tx, job_id)
             self._add_event(tx, job_id, "started", {"worker": worker, "attempt": job.attempts})
         return job
 
@@ -306,7 +331,10 @@ class Store:
         now = time.time() if now is None else now
         moved = []
         with self._tx() as tx:
-            rows = tx.execute(sa.select(jobs).where(jobs.c.status == "running", jobs.c.lease_until < now)).all()
+            # Locked (PostgreSQL) so that two reapers, or a reaper and a late heartbeat, never act
+            # on the same lease: a row another transaction holds is left to it.
+            expired = sa.select(jobs).where(jobs.c.status == "running", jobs.c.lease_until < now).order_by(jobs.c.created)
+            rows = tx.execute(expired.with_for_update(skip_locked=True)).all()
             for row in rows:
                 stamp = time.time()
                 if row.cancel_requested:
@@ -325,26 +353,26 @@ class Store:
         """Cancel a queued job at once; ask the worker of a running one to stop it."""
         now = time.time()
         with self._tx() as tx:
-            job = self._get(job_id, tx)
+            job = self._get(tx, job_id, lock=True)
             if job.status == "queued":
                 tx.execute(jobs.update().where(jobs.c.id == job_id).values(status="cancelled", updated=now))
                 self._add_event(tx, job_id, "cancelled", {})
             elif job.status == "running" and not job.cancel_requested:
                 tx.execute(jobs.update().where(jobs.c.id == job_id).values(cancel_requested=True, updated=now))
                 self._add_event(tx, job_id, "cancel_requested", {})
-            return self._get(job_id, tx)
+            return self._get(tx, job_id)
 
     def retry(self, job_id: str) -> JobRecord:
         """Queue a failed or cancelled job again with fresh attempts."""
         now = time.time()
         with self._tx() as tx:
-            job = self._get(job_id, tx)
+            job = self._get(tx, job_id, lock=True)
             if job.status not in ("failed", "cancelled"):
                 raise JobStateError(f"the job is {job.status}; only failed or cancelled jobs can be retried.", field="status", fix="wait for it to end, or cancel it first.")
             tx.execute(jobs.update().where(jobs.c.id == job_id).values(
                 status="queued", attempts=0, error=None, cancel_requested=False, worker=None, lease_until=None, updated=now))
             self._add_event(tx, job_id, "queued", {"retry": True})
-            return self._get(job_id, tx)
+            return self._get(tx, job_id)
 
     # -- events ---------------------------------------------------------------------------------
 
@@ -364,7 +392,7 @@ class Store:
         """The job's events numbered after ``after_seq``, in order."""
         query = (sa.select(events).where(events.c.job_id == job_id, events.c.seq > after_seq)
                  .order_by(events.c.seq).limit(max(1, min(limit, 100_000))))
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             return [EventRecord(row.job_id, row.seq, row.type, json.loads(row.data), row.created) for row in conn.execute(query)]
 
     # -- tokens ---------------------------------------------------------------------------------
@@ -380,7 +408,7 @@ class Store:
 
     def token_by_hash(self, token_hash: str) -> TokenRecord | None:
         """The live (not revoked) token with this hash, or None."""
-        with self.engine.connect() as conn:
+        with self._read() as conn:
             row = conn.execute(sa.select(tokens).where(tokens.c.token_hash == token_hash, tokens.c.revoked.is_(False))).first()
         return None if row is None else _token(row)
 
