@@ -19,6 +19,7 @@ database (PostgreSQL for several machines).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import multiprocessing
 import os
@@ -79,6 +80,8 @@ class WorkerSettings:
     """How often an idle worker looks for a queued job."""
     device: str = "auto"
     """Device for jobs that leave theirs at ``auto``."""
+    threads: int | None = None
+    """CPU threads each worker's torch uses (None: the machine's cores shared among the workers)."""
 
 
 class StoreSink:
@@ -208,6 +211,10 @@ def _worker_process(settings: WorkerSettings, worker: str) -> None:
     # Between jobs SIGTERM ends the loop; during a bake the trainer takes the signal over, saves a
     # checkpoint and stops, and the job is handed back (run_worker).
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    if settings.threads:
+        import torch
+
+        torch.set_num_threads(settings.threads)  # N workers x all cores each would oversubscribe the CPU
     run_worker(settings, worker, stop)
 
 
@@ -218,6 +225,8 @@ def serve_workers(settings: WorkerSettings, count: int, stop: threading.Event, *
     """
     if count < 1:
         raise ConfigError(f"need at least one worker, got {count}.", field="workers", fix="pass --workers 1 or more.")
+    if settings.threads is None:
+        settings = dataclasses.replace(settings, threads=max(1, (os.cpu_count() or 1) // count))
     store = Store(settings.db)
     store.requeue_expired(now=math.inf)
     context = multiprocessing.get_context("spawn")
