@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import signal
 import threading
 from pathlib import Path
 from typing import Annotated
@@ -58,6 +59,9 @@ def serve(
         supervisor = threading.Thread(target=target, args=(worker_settings, workers, stop), kwargs=kwargs, daemon=True, name="workers")
         supervisor.start()
         Console(stderr=True).print(f"neuralbake service on http://{host}:{port} (API docs at /docs), {workers} worker(s){' on Ray' if ray else ''}, data in {data}", highlight=False, markup=False)
+        # uvicorn re-raises the SIGTERM it caught once it has shut down; with Python's default
+        # handler that would end the process before the workers are stopped, leaving them running.
+        signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
         try:
             uvicorn.run(app, host=host, port=port, log_level="warning")
         finally:

@@ -327,7 +327,8 @@ class Store:
 
     def requeue_expired(self, now: float | None = None) -> list[str]:
         """Running jobs whose lease ran out (their worker died): back to the queue, or failed once
-        their attempts are spent. ``now=math.inf`` recovers every running job (a server restart)."""
+        their attempts are spent. ``now=math.inf`` treats every lease as run out (only safe when no
+        worker of any server is alive, e.g. in tests)."""
         now = time.time() if now is None else now
         moved = []
         with self._tx() as tx:

@@ -143,6 +143,7 @@ class _Heartbeat(threading.Thread):
 
 def run_job(store: Store, job: JobRecord, worker: str, settings: WorkerSettings) -> str:
     """Run one claimed job to its end; return the state it ended in ("" if its lease was lost)."""
+    from neuralbake.bakes.run import OutputLockedError
     from neuralbake.nn.trainer import TrainingInterrupted
 
     out = job_folder(settings.data, job.id)
@@ -165,6 +166,10 @@ def run_job(store: Store, job: JobRecord, worker: str, settings: WorkerSettings)
         report = bake.run(config, out, resume=resume, progress=False, sinks=[sink], on_step=on_step)
         summary = {key: value for key, value in report.items() if isinstance(value, int | float | str) and not isinstance(value, bool)}
         status, error, data = "succeeded", None, {"report": summary}
+    except OutputLockedError:
+        # The job's folder is still held by a worker that is finishing it (e.g. one of a server
+        # that is shutting down): hand the job back without spending an attempt.
+        return BUSY
     except TrainingInterrupted as exc:
         if not heartbeat.cancelled.is_set():
             # The lease was lost (another worker has the job now) or this worker is shutting down
@@ -181,6 +186,9 @@ def run_job(store: Store, job: JobRecord, worker: str, settings: WorkerSettings)
     return status if store.finish(job.id, worker, status, error=error, data=data) else ""
 
 
+BUSY = "busy"
+"""What :func:`run_job` returns when another process still holds the job's folder."""
+
 SHUTDOWN = "shutdown"
 """What :func:`run_job` returns when the worker was asked to stop mid-job (SIGTERM)."""
 
@@ -196,17 +204,35 @@ def run_worker(settings: WorkerSettings, worker: str, stop: threading.Event | No
             if job is None:
                 stop.wait(settings.poll_seconds)
                 continue
-            if run_job(store, job, worker, settings) == SHUTDOWN:
+            outcome = run_job(store, job, worker, settings)
+            if outcome in (SHUTDOWN, BUSY):
                 # Hand the job back at once rather than waiting for its lease to run out.
                 store.release(job.id, worker)
-                break
+                if outcome == SHUTDOWN:
+                    break
+                stop.wait(1.0)
+                continue
             ran += 1
     finally:
         store.close()
     return ran
 
 
+def _follow_parent() -> None:
+    """SIGTERM this worker when the server that started it dies (even by kill -9), so no worker
+    outlives its server: the signal stops a running bake at the next step and hands its job back."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, daemon=True, name="follow-parent").start()
+
+
 def _worker_process(settings: WorkerSettings, worker: str) -> None:
+    _follow_parent()
     stop = threading.Event()
     # Between jobs SIGTERM ends the loop; during a bake the trainer takes the signal over, saves a
     # checkpoint and stops, and the job is handed back (run_worker).
@@ -221,14 +247,15 @@ def _worker_process(settings: WorkerSettings, worker: str) -> None:
 def serve_workers(settings: WorkerSettings, count: int, stop: threading.Event, *, on_start: Callable[[str], None] | None = None) -> None:
     """Run ``count`` worker processes until ``stop``; restart any that die; requeue lost jobs.
 
-    Jobs left running by a previous server (all their workers are gone) are requeued first.
+    Jobs left running by a previous server are requeued once their leases run out.
     """
     if count < 1:
         raise ConfigError(f"need at least one worker, got {count}.", field="workers", fix="pass --workers 1 or more.")
     if settings.threads is None:
         settings = dataclasses.replace(settings, threads=max(1, (os.cpu_count() or 1) // count))
     store = Store(settings.db)
-    store.requeue_expired(now=math.inf)
+    # Jobs a previous server left running come back when their leases run out (requeue_expired
+    # below), never sooner: with a shared database, another server's workers may still hold them.
     context = multiprocessing.get_context("spawn")
     processes: dict[str, Any] = {}
     serial = 0
@@ -280,7 +307,6 @@ def serve_workers_ray(settings: WorkerSettings, count: int, stop: threading.Even
             ray.init(include_dashboard=False, log_to_driver=False)
     remote = ray.remote(num_cpus=1, num_gpus=gpus_per_worker, max_retries=0)(_ray_worker)
     store = Store(settings.db)
-    store.requeue_expired(now=math.inf)
     running: dict[Any, str] = {}
     serial = 0
     try:
