@@ -10,7 +10,7 @@ import multiprocessing
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -19,8 +19,11 @@ from neuralbake.errors import ConfigError
 from neuralbake.service.store import JobStateError, Store, jobs
 
 
-def _in_threads(target: Callable[[int], None], count: int, timeout: float = 120.0) -> None:
-    """Run ``target(i)`` for i < count in threads started together; re-raise the first error."""
+def _in_threads(target: Callable[[int], None], count: int, timeout: float = 60.0) -> None:
+    """Run ``target(i)`` for i < count in threads started together; re-raise the first error.
+
+    The threads are daemons and share one deadline, so a store that blocks fails the test
+    instead of hanging the test run."""
     errors: list[BaseException] = []
     start = threading.Barrier(count)
 
@@ -31,11 +34,12 @@ def _in_threads(target: Callable[[int], None], count: int, timeout: float = 120.
         except BaseException as exc:  # noqa: BLE001 - handed to the test thread
             errors.append(exc)
 
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
+    threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(count)]
     for thread in threads:
         thread.start()
+    deadline = time.monotonic() + timeout
     for thread in threads:
-        thread.join(timeout=timeout)
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
     assert not any(thread.is_alive() for thread in threads), "a thread hung"
     if errors:
         raise errors[0]
@@ -128,8 +132,8 @@ def test_concurrent_processes_claim_every_job_exactly_once(store_url: str) -> No
     setup = Store(store_url)
     expected = {setup.create_job("texture", {"n": i}).id for i in range(50)}
     setup.close()
-    with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("spawn")) as pool:
-        results = list(pool.map(_claim_until_empty, [store_url] * 4, [f"p{i}" for i in range(4)], timeout=120))
+    with multiprocessing.get_context("spawn").Pool(4) as pool:  # leaving the block terminates the workers
+        results = pool.starmap_async(_claim_until_empty, [(store_url, f"p{i}") for i in range(4)], chunksize=1).get(timeout=120)
     claimed = [job_id for own in results for job_id in own]
     assert sorted(claimed) == sorted(expected)
 
@@ -160,7 +164,7 @@ def test_reads_never_wait_for_a_writer(store_url: str) -> None:
     with writer.engine.begin() as tx:  # an open writing transaction holding the job's row
         tx.execute(jobs.update().where(jobs.c.id == job.id).values(updated=time.time()))
         seen: list[object] = []
-        thread = threading.Thread(target=lambda: seen.extend([reader.get_job(job.id), reader.events_after(job.id), reader.list_jobs()]))
+        thread = threading.Thread(target=lambda: seen.extend([reader.get_job(job.id), reader.events_after(job.id), reader.list_jobs()]), daemon=True)
         thread.start()
         thread.join(timeout=5)
         assert not thread.is_alive(), "a read waited for the writer's transaction"
@@ -333,3 +337,19 @@ def test_a_bad_url_is_a_clear_error() -> None:
         Store("service.db")
     with pytest.raises(ConfigError, match="cannot be used"):
         Store("nosuchdialect://x/y")
+
+
+def test_the_alembic_command_runs_the_same_migrations(empty_store_url: str) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    from neuralbake.service import store as store_module
+
+    config = Config()  # what an alembic.ini pointing at the migrations folder gives the command
+    config.set_main_option("script_location", str(Path(store_module.__file__).with_name("migrations")))
+    config.set_main_option("sqlalchemy.url", empty_store_url)
+    command.upgrade(config, "head")
+    store = Store(empty_store_url)
+    store.migrate()  # already at head: nothing to do
+    assert store.create_job("texture", {}).status == "queued"
+    store.close()

@@ -24,6 +24,7 @@ kept apart:
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
@@ -38,7 +39,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from neuralbake.errors import ConfigError, NeuralbakeError
 
-__all__ = ["EventRecord", "JobRecord", "JobStateError", "Store", "TokenRecord", "TERMINAL_STATES"]
+__all__ = ["TERMINAL_STATES", "EventRecord", "JobRecord", "JobStateError", "Store", "TokenRecord"]
 
 JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
 TERMINAL_STATES = ("succeeded", "failed", "cancelled")
@@ -147,6 +148,22 @@ def _token(row: Any) -> TokenRecord:
     return TokenRecord(id=row.id, name=row.name, quota_jobs=row.quota_jobs, created=row.created, revoked=bool(row.revoked))
 
 
+def _enable_wal(cursor: sqlite3.Cursor) -> None:
+    """Put the database file in WAL mode (it stays so). Switching needs the file to itself and
+    SQLite answers "locked" at once rather than waiting, which processes opening a new database
+    together (a server and its workers) do meet: so the mode is read first and the switch retried."""
+    deadline = time.monotonic() + _SQLITE_BUSY_SECONDS
+    while True:
+        try:
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 def _sqlite_url(url: str) -> bool:
     return url.startswith("sqlite")
 
@@ -186,9 +203,9 @@ class Store:
         def _on_connect(dbapi_connection: Any, record: Any) -> None:
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute(f"PRAGMA busy_timeout={int(_SQLITE_BUSY_SECONDS * 1000)}")
+            _enable_wal(cursor)
+            cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.close()
 
