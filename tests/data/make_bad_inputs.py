@@ -252,6 +252,25 @@ def option_cases() -> None:
             (folder / "a[red]b").mkdir(exist_ok=True)
 
 
+def runner_and_service_cases() -> None:
+    """Inputs of the bake runner and the asset service: an unfinished bake folder, an old config
+    key, a broken bake.json, bad database URLs and malformed submit arguments (no server needed)."""
+    unfinished = case("bake_folder_unfinished", ["texture", "infer", "{case}/bake", "--out", "{out}/x.png", "--size", "8x8"], "never finished")
+    (unfinished / "bake" / ".neuralbake").mkdir(parents=True, exist_ok=True)
+    (unfinished / "bake" / ".neuralbake" / "lock").write_bytes(b"")
+    (unfinished / "bake" / "network.json").write_text("{}")
+    forged = case("bake_json_path_escape", ["texture", "infer", "{case}/bake", "--out", "{out}/x.png", "--size", "8x8"], "not a path inside the folder")
+    (forged / "bake").mkdir(parents=True, exist_ok=True)
+    (forged / "bake" / "bake.json").write_text(json.dumps({"format": "neuralbake.bake", "version": 1, "bake": "neural_texture",
+                                                           "files": {"../SENTINEL_outside.bin": {"bytes": 1, "sha256": "0" * 64}}}))
+    old_key = case("config_old_size_key", ["texture", "bake", "{case}/image.png", "--out", "{out}", "--config", "{case}/old.json", "-q"], "texture_size")
+    (old_key / "image.png").write_bytes(_png(8, 8))
+    (old_key / "old.json").write_text(json.dumps({"size": [8, 8]}))
+    case("token_bad_db_url", ["token", "create", "me", "--data", "{out}", "--db", "service.db"], "not a database URL")
+    case("submit_input_without_path", ["submit", "texture", "--input", "image", "--server", "http://127.0.0.1:9"], "FIELD=PATH")
+    case("submit_unknown_kind", ["submit", "sculpt", "--input", "image={case}/x.png", "--server", "http://127.0.0.1:9"], "unknown job kind")
+
+
 def main() -> None:
     if CORPUS.exists():
         shutil.rmtree(CORPUS)
@@ -260,6 +279,7 @@ def main() -> None:
     material_cases()
     image_cases()
     option_cases()
+    runner_and_service_cases()
     (CORPUS / "cases.json").write_text(json.dumps(_CASES, indent=1) + "\n")
     print(f"{len(_CASES)} cases -> {CORPUS}")
 

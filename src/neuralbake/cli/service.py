@@ -45,8 +45,11 @@ def serve(
 
         from neuralbake.service.app import create_app
         from neuralbake.service.settings import ServiceSettings
+        from neuralbake.service.store import Store
         from neuralbake.service.worker import WorkerSettings, serve_workers, serve_workers_ray
 
+        if db:
+            Store(db).close()  # a bad URL is refused before the data folder is made
         data.mkdir(parents=True, exist_ok=True)
         settings = ServiceSettings(data=data, db=db, host=host, port=port, workers=workers, require_token=not no_token, cors_origins=list(cors or []))
         app = create_app(settings)
@@ -85,8 +88,9 @@ def token_create(
         from neuralbake.service.settings import ServiceSettings
         from neuralbake.service.store import Store
 
+        url = ServiceSettings(data=data, db=db).database_url()
+        store = Store(url)  # a bad URL is refused before the data folder is made
         data.mkdir(parents=True, exist_ok=True)
-        store = Store(ServiceSettings(data=data, db=db).database_url())
         store.migrate()
         token = secrets.token_urlsafe(32)
         store.add_token(name, hash_token(token), quota_jobs=quota)
@@ -162,7 +166,10 @@ def submit(
 
     def action() -> dict:
         from neuralbake.errors import ConfigError
+        from neuralbake.service.worker import KINDS
 
+        if kind not in KINDS:  # before anything is uploaded
+            raise ConfigError(f"unknown job kind {kind!r}.", field="KIND", fix=f"use one of {', '.join(KINDS)}.")
         client = _client(server, token)
         bound: dict = {}
         for item in inputs:
