@@ -175,8 +175,6 @@ class BakeRun:
         # A phase that trains on (or afresh) changes the weights every later phase starts from, so
         # their old checkpoints no longer follow from it: they start over.
         resume = self.resume and checkpoint.is_file() and not self._earlier_phase_trained
-        if self.resume and not (resume and _checkpoint_step(checkpoint) >= (train.steps or 0)):
-            self._earlier_phase_trained = True
         self._resumed_any |= resume
         hooks = [hook for hook in (on_step, self._on_step) if hook is not None]
 
@@ -190,6 +188,8 @@ class BakeRun:
         )
         self.events.emit("phase", phase=phase, resumed=resume)
         result = trainer.fit(resume=resume)
+        if self.resume and trainer.started_at < result.steps:
+            self._earlier_phase_trained = True
         self.phases.append((phase, result))
         return result
 
@@ -212,14 +212,6 @@ class BakeRun:
             events.extend({**event, "step": event["step"] + offset, "phase": name} for event in result.history)
             offset += result.steps
         return events
-
-
-def _checkpoint_step(path: Path) -> int:
-    """The step a checkpoint was saved at (-1 if it cannot be read; the trainer then says why)."""
-    try:
-        return int(torch.load(path, map_location="cpu", weights_only=True)["step"])
-    except Exception:  # torch raises many types for damaged files; Trainer.fit reports it properly
-        return -1
 
 
 # -- the output folder ------------------------------------------------------------------------

@@ -295,6 +295,8 @@ class Trainer:
         self._stop_requested = False
         self._lr = config.learning_rate
         self._saved_at_step = -1
+        self.started_at = 0
+        """The step the last ``fit`` began at (a resumed one: its checkpoint's)."""
         self._saved_at_time = time.monotonic()
 
     @property
@@ -382,6 +384,7 @@ class Trainer:
             # Re-seed here too: on CUDA the generator is the device's shared default one, which
             # another trainer built since this one may have advanced.
             self.generator.manual_seed(self.config.seed)
+        self.started_at = self.step  # where this fit began (a resumed one: the checkpoint's step)
         self.events.emit("start", step=self.step, total_steps=self.config.steps, resumed=resume)
         if not resume and self.evaluate is not None:
             self._run_eval()  # the starting point of every quality-versus-time curve
