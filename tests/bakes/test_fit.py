@@ -376,3 +376,53 @@ def test_a_killed_fit_resumes_to_a_valid_lod(tmp_path: Path, kill_and_resume) ->
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert load_gltf(tmp_path / "out" / "lod.gltf").materials[0].unlit
+
+
+# --- interactive fitting: previews, paintable views, warm start ---------------------------------------
+
+
+def test_a_watched_fit_publishes_paint_views_and_a_refit_warm_starts_from_it(tmp_path: Path) -> None:
+    from neuralbake.bakes.fit import FIT
+    from neuralbake.io.images import save_png
+    from neuralbake.render.paint import project_strokes
+
+    model = _write_asset(tmp_path / "asset")
+    plain = fit_lod(_config(model, epochs=2), tmp_path / "plain", progress=False)
+    assert not (tmp_path / "plain" / STATE_DIR / "previews").exists()  # nobody watched: no pictures made
+    first = FIT.run(_config(model, epochs=2), tmp_path / "first", progress=False, previews=True)
+    assert first["psnr_db"] == plain["psnr_db"]  # watching changes nothing
+    previews = tmp_path / "first" / STATE_DIR / "previews"
+    events = [json.loads(line) for line in (tmp_path / "first" / "events.jsonl").read_text().splitlines()]
+    paint_views = [e for e in events if e["event"] == "paint_view"]
+    assert [e["view"] for e in paint_views] == [0, 1] and all((previews / e["picture"]).is_file() for e in paint_views)
+    triptychs = [e for e in events if e["event"] == "preview" and e["name"] == "triptych"]
+    assert len(triptychs) == 3 and [e["step"] for e in triptychs] == [0, 6, 12]  # before training, then every epoch
+    with np.load(previews / paint_views[0]["data"], allow_pickle=False) as data:
+        buffer = {key: data[key] for key in data.files}
+    strokes = np.zeros((32, 32), np.float32)
+    strokes[8:24, 8:24] = 1.0
+    mask, texels = project_strokes(buffer, strokes, np.zeros((64, 64), np.float32))
+    assert texels > 0
+    save_png(tmp_path / "painted.png", mask)
+    checkpoint = tmp_path / "first" / STATE_DIR / "checkpoints" / "fit.pt"
+    refit = fit_lod(_config(model, epochs=1, weights=str(tmp_path / "painted.png"), warm_start=str(checkpoint)), tmp_path / "refit", progress=False)
+    assert refit["initial_psnr_db"] == pytest.approx(first["psnr_db"], abs=1e-6)  # it starts where the last fit stood
+    assert 0.0 < refit["weighted_pixel_fraction"] < 1.0 and first["weighted_pixel_fraction"] == 0.0
+    assert refit["warm_start"] == str(checkpoint)
+
+
+def test_a_warm_start_of_another_fit_is_refused_naming_the_difference(tmp_path: Path) -> None:
+    model = _write_asset(tmp_path / "asset")
+    fit_lod(_config(model, epochs=1), tmp_path / "first", progress=False)
+    checkpoint = tmp_path / "first" / STATE_DIR / "checkpoints" / "fit.pt"
+    cases = [
+        ({"texture_size": 16}, "texture_size=32"),
+        ({"target": "vertex-color"}, "target='unlit'"),
+        ({"warm_start": str(tmp_path / "missing.pt")}, "does not exist"),
+        ({"warm_start": str(model)}, "cannot be read"),
+    ]
+    for k, (change, message) in enumerate(cases):
+        config = _config(model, epochs=1, **{"warm_start": str(checkpoint), **change})
+        with pytest.raises(InputError, match="warm") as caught:
+            fit_lod(config, tmp_path / f"o{k}", progress=False)
+        assert message in str(caught.value) and _no_outputs(tmp_path / f"o{k}")

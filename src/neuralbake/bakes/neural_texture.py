@@ -237,7 +237,9 @@ def _bake_body(run: BakeRun) -> BakeOutcome:
     target = sampler.reference(width, height)
 
     def evaluate(model: torch.nn.Module) -> dict[str, float]:
-        return {"psnr_db": psnr(render_network(model, width, height), target)}
+        output = render_network(model, width, height)
+        run.preview_image("preview", lambda: preview_strip(target.cpu().numpy(), output.cpu().numpy()))  # when watched
+        return {"psnr_db": psnr(output, target)}
 
     compatibility = {
         "image_sha256": digest,

@@ -58,6 +58,11 @@ C = TypeVar("C")
 
 STATE_DIR = ".neuralbake"
 """The runner's own folder inside a bake's output folder (lock, staging, checkpoints, journal)."""
+PREVIEW_DIR = "previews"
+"""Live previews, under the runner's folder (``.neuralbake/previews``); kept after the bake."""
+PREVIEW_MAX_SIDE = 1024
+PREVIEW_VERSIONS = 20
+"""Pictures kept per preview name (the newest); the events name every one that was published."""
 
 
 @dataclass
@@ -132,7 +137,7 @@ class BakeRun:
     """One running bake, as its body sees it (see the module docstring)."""
 
     def __init__(self, *, bake: Bake[Any], config: Any, device: torch.device, out: Path, state: Path, events: EventWriter,
-                 resume: bool, progress: bool, on_step: Callable[[Trainer, int], None] | None) -> None:
+                 resume: bool, progress: bool, on_step: Callable[[Trainer, int], None] | None, previews: bool = False) -> None:
         self.bake = bake
         self.config = config
         """The resolved config (device defaults filled in)."""
@@ -147,6 +152,10 @@ class BakeRun:
         self.progress = progress
         self._on_step = on_step
         self.phases: list[tuple[str, TrainResult]] = []
+        self.previews = state / PREVIEW_DIR if previews else None
+        """Where live previews go (``.neuralbake/previews``), or ``None`` when nobody watches."""
+        self._trainer: Trainer | None = None
+        self._phase = ""
         self._resumed_any = False
         self._earlier_phase_trained = False
 
@@ -187,11 +196,68 @@ class BakeRun:
             forward_backward=forward_backward, on_step=each_step if hooks else None, compatibility=compatibility, lr_scales=lr_scales,
         )
         self.events.emit("phase", phase=phase, resumed=resume)
+        self._trainer, self._phase = trainer, phase
         result = trainer.fit(resume=resume)
         if self.resume and trainer.started_at < result.steps:
             self._earlier_phase_trained = True
         self.phases.append((phase, result))
         return result
+
+    @property
+    def step(self) -> int:
+        """The running phase's step (0 before the first phase)."""
+        return self._trainer.step if self._trainer is not None else 0
+
+    def preview_image(self, name: str, image: Callable[[], Any], *, max_side: int = PREVIEW_MAX_SIDE) -> str | None:
+        """Publish a live picture of the bake (``[H, W, C]`` floats in [0, 1], made by ``image()``).
+
+        Only when the bake runs with ``previews=True`` (the service's workers; a plain CLI run
+        skips the work): the picture is written as ``.neuralbake/previews/<name>.<number>.png``
+        (shrunk to at most ``max_side`` pixels a side; the newest :data:`PREVIEW_VERSIONS` per
+        name are kept) and announced by a ``preview`` event naming the file, the phase and the
+        step. Returns the file name, or ``None`` when previews are off.
+        """
+        if self.previews is None:
+            return None
+        _check_preview_name(name)
+        import numpy as np
+
+        from neuralbake.io.images import resize_image, save_png
+
+        picture = np.asarray(image(), dtype=np.float32)
+        if picture.ndim == 2:
+            picture = picture[..., None]
+        height, width = picture.shape[:2]
+        scale = min(1.0, max_side / max(height, width))
+        if scale < 1.0:
+            height, width = max(1, round(height * scale)), max(1, round(width * scale))
+            picture = resize_image(picture, width, height)
+        self.previews.mkdir(parents=True, exist_ok=True)
+        versions = sorted(self.previews.glob(f"{name}.*.png"))
+        number = int(versions[-1].name.split(".")[1]) + 1 if versions else 1
+        file = f"{name}.{number:06d}.png"  # numbered on across phases and resumes (steps restart per phase)
+        save_png(self.previews / file, picture)
+        for old in sorted(self.previews.glob(f"{name}.*.png"))[:-PREVIEW_VERSIONS]:
+            old.unlink(missing_ok=True)
+        self.events.emit("preview", name=name, file=file, phase=self._phase, step=self.step, width=width, height=height)
+        return file
+
+    def preview_arrays(self, name: str, arrays: dict[str, Any]) -> str | None:
+        """Keep arrays beside the previews as ``.neuralbake/previews/<name>.npz`` (numbers only,
+        read back without pickle), for a service that works on a preview (the fit's paintable
+        views keep their visibility data this way); ``None`` when previews are off."""
+        if self.previews is None:
+            return None
+        _check_preview_name(name)
+        import numpy as np
+
+        from neuralbake.io.files import atomic_path
+
+        self.previews.mkdir(parents=True, exist_ok=True)
+        file = f"{name}.npz"
+        with atomic_path(self.previews / file) as tmp, open(tmp, "wb") as handle:
+            np.savez_compressed(handle, **{key: np.asarray(value) for key, value in arrays.items()})
+        return file
 
     @contextlib.contextmanager
     def task(self, description: str, total: int, *, unit: str = "") -> Iterator[Callable[[int], None]]:
@@ -215,6 +281,11 @@ class BakeRun:
 
 
 # -- the output folder ------------------------------------------------------------------------
+
+
+def _check_preview_name(name: str) -> None:
+    if not name or len(name) > 64 or not all(c.isalnum() or c in "_-" for c in name):
+        raise ValueError(f"a preview name is 1 to 64 letters, digits, _ or -; got {name!r}")
 
 
 class OutputLockedError(InputError):
@@ -321,8 +392,8 @@ def _prepare_state(out: Path, state: Path, resume: bool) -> None:
     """Fresh staging for a new bake; for a resumed one, keep its staging and checkpoints."""
     stage, checkpoints = state / "staging", state / "checkpoints"
     if not resume:
-        shutil.rmtree(stage, ignore_errors=True)
-        shutil.rmtree(checkpoints, ignore_errors=True)
+        for folder in (stage, checkpoints, state / PREVIEW_DIR):
+            shutil.rmtree(folder, ignore_errors=True)
     elif not checkpoints.is_dir() or not any(checkpoints.glob("*.pt")):
         raise TrainingError(
             "there is no checkpoint to resume from in this output folder.",
@@ -356,11 +427,13 @@ def run_bake(
     progress: bool = True,
     sinks: list[EventSink] | None = None,
     on_step: Callable[[Trainer, int], None] | None = None,
+    previews: bool = False,
 ) -> dict[str, Any]:
     """Run ``bake`` with ``config`` into ``out_dir`` (see the module docstring); return the report.
 
     ``sinks`` receive every event (the service subscribes here); ``on_step`` is called after every
-    training step of every phase (tests inject faults with it). Raises
+    training step of every phase (tests inject faults with it); ``previews`` turns on the bake's
+    live pictures (:meth:`BakeRun.preview_image`), which only a watcher needs. Raises
     :class:`~neuralbake.nn.trainer.TrainingInterrupted` when stopped by Ctrl-C or SIGTERM (the
     staging folder and checkpoints are kept for ``resume=True``); on any other error the output
     folder is left as it was: removed if this bake created it, else its previous bake untouched.
@@ -377,18 +450,21 @@ def run_bake(
     state.mkdir(exist_ok=True)
     return _run_in_folder(
         bake, config, out, state, device, chosen, resume=resume, progress=progress, sinks=sinks, on_step=on_step, wall_start=wall_start,
-        created=out if created_out else state if created_state else None,
+        previews=previews, created=out if created_out else state if created_state else None,
     )
 
 
 def _run_in_folder(
     bake: Bake[Any], config: Any, out: Path, state: Path, device: torch.device, chosen: dict[str, Any], *,
     resume: bool, progress: bool, sinks: list[EventSink] | None, on_step: Callable[[Trainer, int], None] | None, wall_start: float,
-    created: Path | None,
+    created: Path | None, previews: bool = False,
 ) -> dict[str, Any]:
     with _folder_lock(state / "lock", out):
         try:
-            return _run_locked(bake, config, out, state, device, chosen, resume=resume, progress=progress, sinks=sinks, on_step=on_step, wall_start=wall_start)
+            return _run_locked(
+                bake, config, out, state, device, chosen, resume=resume, progress=progress, sinks=sinks, on_step=on_step, wall_start=wall_start,
+                previews=previews,
+            )
         except (TrainingInterrupted, KeyboardInterrupt):
             raise  # staging and checkpoints stay for --resume
         except BaseException:
@@ -406,6 +482,7 @@ def _run_in_folder(
 def _run_locked(
     bake: Bake[Any], config: Any, out: Path, state: Path, device: torch.device, chosen: dict[str, Any], *,
     resume: bool, progress: bool, sinks: list[EventSink] | None, on_step: Callable[[Trainer, int], None] | None, wall_start: float,
+    previews: bool = False,
 ) -> dict[str, Any]:
     _finish_swap(out, state)
     _prepare_state(out, state, resume)
@@ -421,7 +498,8 @@ def _run_locked(
     if progress:
         all_sinks.append(ProgressSink(bake.title or bake.name.replace("_", " "), console=Console(stderr=True)))
     events = EventWriter(all_sinks)
-    run = BakeRun(bake=bake, config=config, device=device, out=out, state=state, events=events, resume=resume, progress=progress, on_step=on_step)
+    run = BakeRun(bake=bake, config=config, device=device, out=out, state=state, events=events, resume=resume, progress=progress, on_step=on_step,
+                  previews=previews)
     try:
         events.emit("bake", bake=bake.name, out=str(out), device=str(device), resumed=resume, device_defaults=chosen)
         outcome = bake.body(run)

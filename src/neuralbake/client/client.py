@@ -143,3 +143,31 @@ class ServiceClient:
             os.replace(partial, target)
             written.append(target)
         return written
+
+    def file(self, job_id: str, name: str) -> bytes:
+        """One output file of a finished job (``report.json``, ``lod.gltf``...)."""
+        return self._call("GET", f"/api/jobs/{job_id}/files/{name}").content
+
+    def preview(self, job_id: str, file: str) -> bytes:
+        """A live picture (PNG bytes) that a ``preview`` or ``paint_view`` event names."""
+        return self._call("GET", f"/api/jobs/{job_id}/previews/{file}").content
+
+    def paint(self, job_id: str, strokes: Any, *, view: int = 0, mode: str = "paint", config: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Paint weights on a fit's paintable ``view`` and start the warm-started refit (see
+        :mod:`neuralbake.service.paint`). ``strokes`` is PNG bytes or an ``[h, w]`` array of
+        stroke strengths in [0, 1] over the view's picture; returns the new job and what was painted."""
+        import base64
+        import io
+
+        if not isinstance(strokes, bytes | bytearray):
+            import numpy as np
+            from PIL import Image
+
+            buffer = io.BytesIO()
+            Image.fromarray(np.round(np.clip(np.asarray(strokes, np.float32), 0, 1) * 255).astype(np.uint8), mode="L").save(buffer, format="PNG")
+            strokes = buffer.getvalue()
+        body: dict[str, Any] = {"view": view, "mode": mode, "strokes": base64.b64encode(bytes(strokes)).decode()}
+        if config:
+            body["config"] = config
+        return self._call("POST", f"/api/jobs/{job_id}/paint", json=body).json()
+

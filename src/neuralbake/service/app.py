@@ -9,7 +9,10 @@ file may only be set through ``inputs``, which resolve inside an upload, so a re
 make the server read its own files. Job events stream as server-sent events numbered by the
 store's gap-free per-job sequence, so a client that reconnects with ``Last-Event-ID`` receives
 every later event exactly once. Downloads serve only the files a finished job's ``bake.json``
-lists, after checking them against it.
+lists, after checking them against it. Live pictures that a running bake publishes (``preview``
+events) are served from ``/api/jobs/<id>/previews/<file>``; ``POST /api/jobs/<id>/paint`` turns an
+artist's strokes on a fit's view into new weights and a warm-started refit
+(:mod:`neuralbake.service.paint`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import asyncio
 import copy
 import hashlib
 import json
+import re
 import typing
 from dataclasses import fields as dataclass_fields
 from dataclasses import is_dataclass
@@ -32,6 +36,7 @@ from starlette.datastructures import UploadFile
 from neuralbake.core.config import config_from_dict, config_to_dict, field_docs
 from neuralbake.errors import ConfigError, InputError, NeuralbakeError
 from neuralbake.io.manifest import verify_bake_folder
+from neuralbake.service.paint import parse_paint_request, refit_with_strokes
 from neuralbake.service.settings import ServiceSettings
 from neuralbake.service.store import TERMINAL_STATES, JobStateError, Store, TokenRecord
 from neuralbake.service.uploads import UploadStore
@@ -44,9 +49,12 @@ INPUT_FIELDS: dict[str, tuple[str, ...]] = {
     "material": ("material", "shared_decoder"),
     "ntc": ("sources", "material"),
     "mipmap": ("base_color", "normal", "roughness_map"),
-    "fit": ("asset", "weights"),
+    "fit": ("asset", "weights", "warm_start"),
 }
 """Per job kind, the config fields that name files: settable only through ``inputs``."""
+
+PREVIEW_FILE = re.compile(r"[A-Za-z0-9_-]{1,64}\.[0-9]{6}\.png")
+"""A live preview's file name, as the runner writes it (``<name>.<number>.png``)."""
 
 
 def hash_token(token: str) -> str:
@@ -178,6 +186,32 @@ def create_app(settings: ServiceSettings, store: Store | None = None) -> FastAPI
                 await asyncio.sleep(0.2)
 
         return EventSourceResponse(stream(), ping=15)
+
+    @app.get("/api/jobs/{job_id}/previews/{file}")
+    def preview(job_id: str, file: str, token: TokenRecord | None = Depends(authorise)) -> FileResponse:
+        # A live picture the job's bake published (a `preview` event names it), while it runs or after.
+        _job_or_404(store, job_id)
+        if not PREVIEW_FILE.fullmatch(file):
+            raise _HttpError(404, f"{file[:80]!r} is not a preview name.", "file", "use the file a preview event names.")
+        path = job_folder(settings.data, job_id) / ".neuralbake" / "previews" / file
+        if path.is_symlink() or not path.is_file():
+            raise _HttpError(404, f"the job has no preview {file!r} (only the newest ones are kept).", "file", "use the file of a recent preview event.")
+        return FileResponse(path, media_type="image/png", headers={"Cache-Control": "no-store"})
+
+    @app.post("/api/jobs/{job_id}/paint", status_code=201)
+    async def paint(job_id: str, request: Request, token: TokenRecord | None = Depends(authorise)) -> dict[str, Any]:
+        # Interactive fitting (service.paint): strokes on a paint view -> uv0 weights -> a warm-started refit.
+        job = _job_or_404(store, job_id)
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise _HttpError(400, f"the request body is not JSON ({exc}).", "body", "send a JSON object.") from exc
+        if token is not None and token.quota_jobs is not None and store.count_jobs(token.id) >= token.quota_jobs:
+            raise _HttpError(429, f"this token's quota of {token.quota_jobs} jobs is used up.", "token", "ask for a token with a larger quota.")
+        parsed = await asyncio.to_thread(parse_paint_request, body)
+        return await asyncio.to_thread(
+            refit_with_strokes, store, uploads, settings.data, job, parsed, token_id=token.id if token else None, max_attempts=settings.max_attempts
+        )
 
     @app.get("/api/jobs/{job_id}/files")
     def list_files(job_id: str, token: TokenRecord | None = Depends(authorise)) -> dict[str, Any]:

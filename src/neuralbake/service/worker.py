@@ -121,6 +121,10 @@ class StoreSink:
         self._flush()
 
 
+CANCEL_POLL_SECONDS = 1.0
+"""How often a running job's worker looks for a cancellation request."""
+
+
 class _Heartbeat(threading.Thread):
     """Extends the job's lease; notes a cancellation request or a lost lease."""
 
@@ -132,10 +136,15 @@ class _Heartbeat(threading.Thread):
         self.done = threading.Event()
 
     def run(self) -> None:
-        while not self.done.wait(self.lease / 3):
-            if not self.store.heartbeat(self.job.id, self.worker, lease_seconds=self.lease):
-                self.lost.set()
-                return
+        # A cancellation is looked for every second (an artist's refit waits on it); the lease is
+        # extended every third of its length.
+        last_beat = time.monotonic()
+        while not self.done.wait(min(CANCEL_POLL_SECONDS, self.lease / 3)):
+            if time.monotonic() - last_beat >= self.lease / 3:
+                if not self.store.heartbeat(self.job.id, self.worker, lease_seconds=self.lease):
+                    self.lost.set()
+                    return
+                last_beat = time.monotonic()
             current = self.store.get_job(self.job.id)
             if current is not None and current.cancel_requested:
                 self.cancelled.set()
@@ -163,7 +172,7 @@ def run_job(store: Store, job: JobRecord, worker: str, settings: WorkerSettings)
         checkpoints = out / ".neuralbake" / "checkpoints"
         resume = checkpoints.is_dir() and any(checkpoints.glob("*.pt"))
         out.parent.mkdir(parents=True, exist_ok=True)
-        report = bake.run(config, out, resume=resume, progress=False, sinks=[sink], on_step=on_step)
+        report = bake.run(config, out, resume=resume, progress=False, sinks=[sink], on_step=on_step, previews=True)
         summary = {key: value for key, value in report.items() if isinstance(value, int | float | str) and not isinstance(value, bool)}
         status, error, data = "succeeded", None, {"report": summary}
     except OutputLockedError:

@@ -27,7 +27,12 @@ How a fit runs (the Mythal approach of the GDC talk in the seeds):
   are exact 8-bit codes in both cases.
 * **Artist weights.** ``weights`` is a greyscale mask in the asset's **uv0 texture space** (so a
   painted region stays put as the camera moves; a screen-space mask would not survive random
-  views): each pixel's loss weight is ``1 + (weight_max - 1) * mask(uv0)``.
+  views): each pixel's loss weight is ``1 + (weight_max - 1) * mask(uv0)``. ``warm_start`` starts
+  from a previous fit's checkpoint (same asset, target and sizes) instead of the splat: with a
+  newly painted mask, the fit goes on from where it stood. Run with ``previews=True`` (the
+  service does), the fit publishes a live triptych every epoch and its first held-out views with
+  their uv0 buffers (``paint_view`` events), on which the service's web UI lets an artist paint
+  the mask (:mod:`neuralbake.service.paint`, :mod:`neuralbake.render.paint`).
 
 Trained on the shared :class:`~neuralbake.nn.trainer.Trainer` (phase ``fit``, fp32): a batch is a set
 of training views, the fit brings its own forward/backward (a view's loss runs over its hit pixels),

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from neuralbake.bakes.fit.config import FitConfig, device_defaults, steps_per_epoch
 from neuralbake.bakes.fit.model import LodAppearance, evaluate_views, initialise
-from neuralbake.bakes.fit.outputs import write_lod, write_triptych
+from neuralbake.bakes.fit.outputs import triptych_image, write_lod, write_triptych
 from neuralbake.bakes.fit.training import ViewForwardBackward, ViewOrderSampler, soft_temperature_at
 from neuralbake.bakes.fit.views import check_view_memory, fit_cameras, fit_lighting, load_weights, render_views
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
@@ -38,6 +38,13 @@ def _check_inputs(config: FitConfig) -> None:
     if config.weights is not None and not Path(config.weights).is_file():
         raise InputError(
             "the weights mask does not exist.", path=config.weights, field="weights", fix="pass a greyscale PNG in the asset's uv0 space."
+        )
+    if config.warm_start is not None and not Path(config.warm_start).is_file():
+        raise InputError(
+            "the warm-start checkpoint does not exist.",
+            path=config.warm_start,
+            field="warm_start",
+            fix="pass a previous fit's .neuralbake/checkpoints/fit.pt, or leave warm_start unset.",
         )
     if config.shadows:
         from neuralbake.render.visibility import warp_available
@@ -111,10 +118,20 @@ def _body(run: BakeRun) -> BakeOutcome:
     if sum(v.pixel.numel() for v in train_views) == 0:
         raise InputError("no training view sees the asset.", path=config.asset, field="views", fix="check the asset's scale and position.")
     precompute_seconds = time.perf_counter() - started
+    weighted = [v.weight > 1.0 for v in train_views if v.weight is not None]
+    artist = {
+        "weights": config.weights,
+        "weighted_pixel_fraction": float(torch.cat(weighted).float().mean()) if weighted else 0.0,
+        "warm_start": config.warm_start,
+    }
 
     model = LodAppearance(config, rs.faces, rs.positions.shape[0], device)
-    if config.init == "splat":
+    if config.warm_start is not None:
+        warm_start(model, config)
+    elif config.init == "splat":
         initialise(model, train_views, rs.positions.shape[0])
+    if run.previews is not None:
+        _publish_paint_views(run, scene, held_views, config)
     assert config.epochs is not None and config.views is not None
     per_epoch = steps_per_epoch(config)
     train = replace(config.train, steps=per_epoch * config.epochs, log_every=per_epoch, eval_every=per_epoch)
@@ -128,17 +145,74 @@ def _body(run: BakeRun) -> BakeOutcome:
             F.mse_loss,  # unused: the view losses run in ViewForwardBackward
             train,
             phase=PHASE,
-            evaluate=lambda m: evaluate_views(m, held_views, with_ssim=False),  # type: ignore[arg-type]
+            evaluate=lambda m: _evaluate_and_preview(run, m, held_views),  # type: ignore[arg-type]
             compatibility=_compatibility(config),
             forward_backward=forward_backward,
             on_step=lambda trainer, step: model.project(),
             lr_scales=lr_scales,
         )
-    return _outcome(run, config, model, rs, held_views, result, started, precompute_seconds)
+    return _outcome(run, config, model, rs, held_views, result, started, precompute_seconds, artist)
+
+
+WARM_START_KEYS = ("asset_sha256", "target", "texture_size", "chroma_size", "uv1", "atlas_padding", "quantize", "tonemap", "tonemap_order")
+"""What a warm-start checkpoint's fit must share with this one: the asset and the stored values' layout."""
+
+PAINT_VIEWS = 8
+"""Held-out views (the first ones) that a watcher may paint weights on."""
+
+
+def warm_start(model: LodAppearance, config: FitConfig) -> None:
+    """Load the stored values (and tone map) of a previous fit's checkpoint into ``model``."""
+    from neuralbake.nn.checkpoint import CHECKPOINT_FORMAT
+
+    path = Path(str(config.warm_start))
+    fix = "pass the fit.pt of a fit of the same asset with the same target and sizes, or leave warm_start unset."
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for damaged or foreign files
+        raise InputError(f"the warm-start checkpoint cannot be read ({exc}).", path=path, field="warm_start", fix=fix) from exc
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT or not isinstance(state.get("model"), dict):
+        raise InputError("the warm-start file is not a neuralbake checkpoint.", path=path, field="warm_start", fix=fix)
+    theirs, ours = state.get("compatibility") or {}, _compatibility(config)
+    for key in WARM_START_KEYS:
+        if theirs.get(key) != ours.get(key):
+            what = "a different asset" if key == "asset_sha256" else f"{key}={theirs.get(key)!r} (this fit: {ours.get(key)!r})"
+            raise InputError(f"the warm-start checkpoint is of a fit with {what}.", path=path, field="warm_start", fix=fix)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            value = state["model"].get(name)
+            if not isinstance(value, torch.Tensor) or value.shape != param.shape:
+                raise InputError(f"the warm-start checkpoint has no {name} of shape {tuple(param.shape)}.", path=path, field="warm_start", fix=fix)
+            param.copy_(value.to(param.device, param.dtype))
+
+
+def _publish_paint_views(run: BakeRun, scene: Scene, held_views: list, config: FitConfig) -> None:
+    """Give a watcher the first held-out views to paint weights on: each view's reference picture
+    (preview ``view<k>``) and its uv0 buffer (``view<k>.npz``, see :mod:`neuralbake.render.paint`),
+    announced by a ``paint_view`` event. Skipped when a mesh has no uv0 (weights live in uv0)."""
+    from neuralbake.render.paint import view_uv_buffer
+
+    if any(m.uv0 is None for m in scene.meshes):
+        return
+    for k, view in enumerate(held_views[:PAINT_VIEWS]):
+        height, width = view.image.shape[:2]
+        cpu = lambda t: t.detach().float().cpu().numpy()
+        buffer = view_uv_buffer(cpu(view.pixel), cpu(view.uv[0]), cpu(view.uv_dx[0]), cpu(view.uv_dy[0]), width, height)
+        data = run.preview_arrays(f"view{k}", buffer)
+        picture = run.preview_image(f"view{k}", lambda view=view: view.image.float().cpu().numpy())
+        run.events.emit("paint_view", view=k, picture=picture, data=data, width=width, height=height, weights=config.weights)
+
+
+def _evaluate_and_preview(run: BakeRun, model: LodAppearance, held_views: list) -> dict[str, float]:
+    """The per-epoch held-out evaluation, and (when watched) the live triptych of the first view."""
+    metrics = evaluate_views(model, held_views, with_ssim=False)
+    run.preview_image("triptych", lambda: triptych_image(model, held_views[:1]))
+    return metrics
 
 
 def _outcome(
-    run: BakeRun, config: FitConfig, model: LodAppearance, rs: Any, held_views: list, result: Any, started: float, precompute_seconds: float
+    run: BakeRun, config: FitConfig, model: LodAppearance, rs: Any, held_views: list, result: Any, started: float, precompute_seconds: float,
+    artist: dict[str, Any],
 ) -> BakeOutcome:
     device = run.device
     per_epoch = steps_per_epoch(config)
@@ -195,6 +269,8 @@ def _outcome(
             "over windows centred on hit pixels"
         ),
         psnr_curve=[{"epoch": e, "psnr_db": p} for e, p, _ in curve],
+        **artist,
+        weighted_pixel_fraction_definition="share of the training views' hit pixels whose loss the weights mask raises",
         **{k: v for k, v in files.items() if k != "bytes"},
     )
     return BakeOutcome(metrics, fields, curve_title=f"LOD fit ({config.target})", quality_key="psnr_db")

@@ -97,6 +97,9 @@ class FitConfig:
     """Loss weight where the mask is white (1 where it is black)."""
     init: Literal["splat", "constant"] = "splat"
     """Starting values: splat (reference pixels averaged onto their nearest texel/vertex) or constant mid-grey."""
+    warm_start: str | None = None
+    """A previous fit's checkpoint (.neuralbake/checkpoints/fit.pt in its output folder) to start from instead of init:
+    same asset, target and sizes; how a refit with newly painted weights picks up where the last fit stood."""
     uv1: Literal["auto", "generate"] = "auto"
     """auto: keep the asset's uv1 if every mesh has one, else unwrap with xatlas; generate: always unwrap."""
     atlas_padding: int = 2

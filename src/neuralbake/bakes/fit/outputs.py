@@ -23,16 +23,21 @@ from neuralbake.render.pictures import comparison_row, panel_grid
 from neuralbake.render.tonemap import tone_map
 from neuralbake.render.uv_raster import rasterize_uv
 
-__all__ = ["write_lod", "write_triptych"]
+__all__ = ["triptych_image", "write_lod", "write_triptych"]
 
 
 @torch.no_grad()
-def write_triptych(path: Path, model: LodAppearance, views: list[View], max_rows: int = 3, error_scale: float = 0.25) -> None:
+def triptych_image(model: LodAppearance, views: list[View], max_rows: int = 3, error_scale: float = 0.25) -> np.ndarray:
     """PBR reference | LOD | error heat map, one row per held-out view (at most ``max_rows``)."""
     rows = []
     for v in views[:max_rows]:
         rows += comparison_row(v.image, lod_image(model, v), error="heat", heat_scale=error_scale, colormap="inferno")
-    save_png(path, panel_grid(rows, gap=0))
+    return panel_grid(rows, gap=0)
+
+
+def write_triptych(path: Path, model: LodAppearance, views: list[View], max_rows: int = 3, error_scale: float = 0.25) -> None:
+    """:func:`triptych_image` as a PNG."""
+    save_png(path, triptych_image(model, views, max_rows, error_scale))
 
 
 @torch.no_grad()
