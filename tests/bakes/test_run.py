@@ -281,3 +281,58 @@ def test_an_unfinished_bake_folder_is_refused_by_readers(tmp_path: Path) -> None
         run_bake(LINE, LineConfig(), tmp_path, progress=False, on_step=_stop_at(5))
     with pytest.raises(BundleError, match="never finished"):
         verify_bake_folder(tmp_path)
+
+
+def _previewing_body(run: BakeRun) -> BakeOutcome:
+    """The line bake, publishing a picture of its weights at every evaluation (and arrays once)."""
+    config: LineConfig = run.config
+    torch.manual_seed(0)
+    model = torch.nn.Linear(config.size, 2, bias=False)
+
+    def evaluate(m: torch.nn.Module) -> dict[str, float]:
+        run.preview_image("weights", lambda: (m.weight.detach().clamp(-1, 1) * 0.5 + 0.5).numpy()[..., None].repeat(3, -1), max_side=2)
+        return {"norm": float(m.weight.norm())}
+
+    run.preview_arrays("facts", {"size": [config.size]})
+    run.train(model, LineSampler(config.size), torch.nn.functional.mse_loss, config.train, phase="coarse", evaluate=evaluate)
+    run.train(model, LineSampler(config.size), torch.nn.functional.mse_loss, config.train, phase="fine", evaluate=evaluate)
+    return BakeOutcome({}, {})
+
+
+PREVIEWING = Bake("line", LineConfig, _previewing_body, device_defaults=lambda config, device: {"size": 4})
+
+
+def test_previews_are_made_only_when_watched_numbered_across_phases_and_pruned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+    from PIL import Image
+
+    import neuralbake.bakes.run as runner
+
+    run_bake(PREVIEWING, LineConfig(), tmp_path / "quiet", progress=False)
+    assert not (tmp_path / "quiet" / STATE_DIR / "previews").exists()
+    monkeypatch.setattr(runner, "PREVIEW_VERSIONS", 4)
+    out = tmp_path / "watched"
+    run_bake(PREVIEWING, LineConfig(), out, progress=False, previews=True)
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    shown = [e for e in events if e["event"] == "preview"]
+    # evaluations at steps 0, 10, 20 of each phase: six pictures, numbered on across the phases
+    assert [(e["phase"], e["step"]) for e in shown] == [("coarse", 0), ("coarse", 10), ("coarse", 20), ("fine", 0), ("fine", 10), ("fine", 20)]
+    assert [e["file"] for e in shown] == [f"weights.{n:06d}.png" for n in range(1, 7)]
+    folder = out / STATE_DIR / "previews"
+    assert sorted(p.name for p in folder.glob("*.png")) == [f"weights.{n:06d}.png" for n in range(3, 7)]  # the newest 4 kept
+    picture = np.asarray(Image.open(folder / "weights.000006.png"))
+    assert picture.shape[:2] == (1, 2) and (shown[-1]["width"], shown[-1]["height"]) == (2, 1)  # shrunk to max_side
+    with np.load(folder / "facts.npz", allow_pickle=False) as facts:
+        assert facts["size"].tolist() == [4]
+    run_bake(PREVIEWING, LineConfig(), out, progress=False, previews=True)  # a new bake starts its pictures afresh
+    assert min(p.name for p in folder.glob("*.png")) == "weights.000003.png"
+    assert json.loads((out / "events.jsonl").read_text().splitlines()[-1])["event"] == "done"
+
+
+def test_a_preview_name_must_be_plain(tmp_path: Path) -> None:
+    def body(run: BakeRun) -> BakeOutcome:
+        run.preview_image("../escape", lambda: [[0.0]])
+        return BakeOutcome({}, {})
+
+    with pytest.raises(ValueError, match="preview name"):
+        run_bake(Bake("bad", LineConfig, body, device_defaults=lambda c, d: {"size": 4}), LineConfig(), tmp_path / "o", progress=False, previews=True)

@@ -60,14 +60,18 @@ def _all_texel_coords(layout: NTCLayout, device: torch.device) -> torch.Tensor:
     return torch.cat(parts).to(torch.float32)
 
 
-def _save_preview(path: Path, reference: np.ndarray, decoded: np.ndarray, groups: tuple[ChannelGroup, ...]) -> None:
+def _preview_image(reference: np.ndarray, decoded: np.ndarray, groups: tuple[ChannelGroup, ...]) -> np.ndarray:
     """Rows per group: reference | NTC | error x10 around mid-grey."""
     rows, start = [], 0
     for group in groups:
         stop = start + len(group.channels)
         rows += comparison_row(reference[..., start:stop], decoded[..., start:stop], error="signed", error_gain=10.0, kind=group.kind)
         start = stop
-    save_png(path, panel_grid(rows, gap=4))
+    return panel_grid(rows, gap=4)
+
+
+def _save_preview(path: Path, reference: np.ndarray, decoded: np.ndarray, groups: tuple[ChannelGroup, ...]) -> None:
+    save_png(path, _preview_image(reference, decoded, groups))
 
 
 def _train(run: BakeRun, model: NTCModel, sampler: TexelSampler, compatibility: dict[str, Any], prefix: str) -> list[tuple[str, TrainResult]]:
@@ -82,6 +86,9 @@ def _train(run: BakeRun, model: NTCModel, sampler: TexelSampler, compatibility: 
         with torch.no_grad():
             prediction = torch.cat([net(part).clamp(0, 1) for part in coords.split(1 << 16)])
         net.quant_mode = mode
+        width, height = layout.level_sizes[0]
+        level0 = lambda t: t[: width * height].reshape(height, width, -1).float().cpu().numpy()  # noqa: E731
+        run.preview_image("preview", lambda: _preview_image(level0(sampler.texels), level0(prediction), layout.groups))  # when watched
         error = mse(prediction, sampler.texels)
         return {"psnr_db": 10 * math.log10(1 / error) if error > 0 else math.inf}
 
