@@ -185,6 +185,8 @@ def submit(
 
     job = run_action(action)
     print_done(f"job {job['id']} ({job['kind']}): {job['status']}" + (f" ({job['error']})" if job.get("error") else ""))
+    if wait and job["status"] != "succeeded":
+        raise typer.Exit(1)
 
 
 def jobs(
