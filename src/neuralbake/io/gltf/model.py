@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from neuralbake.errors import InputError
+from neuralbake.io.gltf.rig import Rig
 
 __all__ = ["WRAP_CODES", "Material", "Mesh", "Scene", "TextureRef"]
 
@@ -102,9 +103,19 @@ class Mesh:
     name: str = "mesh"
     """``mesh name/primitive index`` of the source, for messages."""
     joints: np.ndarray | None = None
-    """uint16 ``[V, 4]`` ``JOINTS_0``: indices into the skin's joints (skinning is not applied)."""
+    """uint16 ``[V, 4]`` ``JOINTS_0``: indices into the skin's joints."""
     weights: np.ndarray | None = None
     """float32 ``[V, 4]`` ``WEIGHTS_0``: the weights of :attr:`joints` (summing to about 1)."""
+    skin: int | None = None
+    """Index into :attr:`Scene.rig`'s skins when the mesh is skinned; its :attr:`positions`,
+    :attr:`normals` and :attr:`tangents` are then the skinned rest pose (what a viewer shows
+    without animation), and the ``bind_*`` attributes what skinning starts from."""
+    bind_positions: np.ndarray | None = None
+    """float32 ``[V, 3]`` bind-pose positions (the file's POSITION) of a skinned mesh."""
+    bind_normals: np.ndarray | None = None
+    """float32 ``[V, 3]`` bind-pose normals of a skinned mesh."""
+    bind_tangents: np.ndarray | None = None
+    """float32 ``[V, 4]`` bind-pose tangents of a skinned mesh."""
 
     @property
     def num_triangles(self) -> int:
@@ -122,6 +133,9 @@ class Scene:
     """Materials; a primitive without one gets the glTF default material appended here."""
     source: str | None = None
     """The file it was read from, if any."""
+    rig: Rig | None = None
+    """Nodes, skins and animation clips (``None`` for a file with neither skins nor animations);
+    :func:`neuralbake.render.skinning.pose_scene` poses the skinned meshes at any frame."""
 
     @property
     def num_triangles(self) -> int:

@@ -11,7 +11,12 @@ primitives are decoded with DracoPy (:mod:`neuralbake.io.gltf.draco`), keeping e
 multiplied down the hierarchy; normals by the inverse transpose, or by the cofactor matrix under a
 singular transform such as the zero scale that hides a node, tangents by the linear part, triangle
 winding flipped under mirroring transforms), and every primitive becomes one
-:class:`~neuralbake.io.gltf.model.Mesh` holding its own material index.
+:class:`~neuralbake.io.gltf.model.Mesh` holding its own material index. A skinned primitive (its
+node has a skin, it has ``JOINTS_0`` and ``WEIGHTS_0``) keeps its file attributes as the bind pose
+and is placed by its joints instead (the spec ignores the skinned node's own transform): its
+positions are the rest pose that skinning gives, and the file's skins and clips are read into
+``Scene.rig`` (:mod:`neuralbake.io.gltf.rig`) so that
+:func:`neuralbake.render.skinning.pose_scene` poses it at any frame.
 
 What cannot be used is refused with an :class:`~neuralbake.errors.InputError` that names the file,
 the glTF field and the fix: meshopt compressed meshes and KTX2/WebP textures (convert them
@@ -39,6 +44,7 @@ from neuralbake.io.gltf.document import COMPONENT_DTYPES, GltfDocument
 from neuralbake.io.gltf.draco import AccessorSpec, decode_draco_primitive
 from neuralbake.io.gltf.geometry import cofactor, drop_degenerate_triangles, generate_normals, generate_tangents, normalize
 from neuralbake.io.gltf.model import WRAP_CODES, Material, Mesh, Scene, TextureRef
+from neuralbake.io.gltf.rig import read_rig
 from neuralbake.io.gltf.validate import MAX_ACCESSOR_COUNT, TYPE_WIDTHS
 from neuralbake.io.limits import MAX_JSON_BYTES
 
@@ -458,13 +464,42 @@ def load_gltf(
         problem = f"the scene has {vertices:,} vertices, over the budget of {3 * max_triangles:,} (three per triangle of max_triangles)."
         raise InputError(problem, path=path, field="max_triangles", fix=fix)
     materials = _read_materials(reader)
-    scene = Scene(materials=materials, source=str(path))
+    rig = read_rig(reader)
+    scene = Scene(materials=materials, source=str(path), rig=rig)
     for index, world in nodes:
-        mesh_index = reader.gltf.nodes[index].mesh
-        for prim_index in range(len(reader.gltf.meshes[mesh_index].primitives)):
-            mesh = _read_primitive(reader, mesh_index, prim_index, world, materials, generate_normals_mode)
-            if mesh is not None:
-                scene.meshes.append(mesh)
+        node = reader.gltf.nodes[index]
+        skin = node.skin if rig is not None and node.skin is not None else None
+        if skin is not None and not 0 <= skin < len(rig.skins):
+            raise reader.fail(f"the node uses skin {skin}, which does not exist.", f"nodes[{index}].skin", "re-export the rig.")
+        for prim_index, prim in enumerate(reader.gltf.meshes[node.mesh].primitives):
+            # A skinned mesh lives in its bind space; its node's transform plays no part (glTF spec).
+            # (A skinned node's primitive without JOINTS_0 and WEIGHTS_0 follows the node.)
+            skinned = skin is not None and all(getattr(prim.attributes, name, None) is not None for name in ("JOINTS_0", "WEIGHTS_0"))
+            mesh = _read_primitive(reader, node.mesh, prim_index, np.eye(4) if skinned else world, materials, generate_normals_mode)
+            if mesh is None:
+                continue
+            if skinned:
+                _bind(reader, mesh, skin, len(rig.skins[skin].joints), f"meshes[{node.mesh}].primitives[{prim_index}].attributes.JOINTS_0")
+            scene.meshes.append(mesh)
     if not scene.meshes:
         raise InputError("the scene has no triangle meshes.", path=path, field="scenes", fix="export a scene with at least one mesh.")
+    if rig is not None and rig.skins:
+        from neuralbake.render.skinning import pose_scene
+
+        scene = pose_scene(scene)  # the skinned meshes in their rest pose, as a viewer shows them
     return scene
+
+
+def _bind(reader: GltfDocument, mesh: Mesh, skin: int, joints: int, field: str) -> None:
+    """Make ``mesh`` a skinned mesh of ``skin``: its attributes become the bind pose."""
+    assert mesh.joints is not None
+    used = mesh.weights > 0
+    if used.any() and int(mesh.joints[used].max()) >= joints:
+        raise reader.fail(
+            f"JOINTS_0 uses joint {int(mesh.joints[used].max())}, but the skin has {joints} joints.", field, "re-export the skin."
+        )
+    mesh.joints = np.where(used, mesh.joints, 0).astype(np.uint16)  # unused slots may hold any index
+    mesh.skin = skin
+    mesh.bind_positions = mesh.positions.copy()
+    mesh.bind_normals = None if mesh.normals is None else mesh.normals.copy()
+    mesh.bind_tangents = None if mesh.tangents is None else mesh.tangents.copy()
