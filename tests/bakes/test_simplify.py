@@ -72,7 +72,7 @@ def test_a_textured_mesh_reaches_its_budget_and_keeps_its_uv_charts() -> None:
     assert nearest.max() < 0.1 * float(np.linalg.norm(np.subtract(*crate.bounds())))
 
 
-def test_weights_keep_vertices_on_the_plain_path_and_protect_on_the_textured_one() -> None:
+def test_weights_keep_vertices_on_the_plain_path_and_protection_keeps_faces_whole() -> None:
     sphere = _sphere()
     plain = decimate_scene(sphere, 300).scene.meshes[0]
     heavy = np.where(sphere.meshes[0].positions[:, 2] > 0.3, 50.0, 1.0)
@@ -83,9 +83,12 @@ def test_weights_keep_vertices_on_the_plain_path_and_protect_on_the_textured_one
     crate = _load(ROOT / "examples" / "crate" / "crate.gltf")
     original = crate.meshes[0]
     keep = original.positions[:, 1] > np.quantile(original.positions[:, 1], 0.8)  # the top of the crate
-    protected = decimate_scene(crate, 500, vertex_weights=[np.where(keep, 10.0, 1.0)]).scene.meshes[0]
+    protected = decimate_scene(crate, 500, protect=[keep]).scene.meshes[0]
     kept = {tuple(p) for p in np.round(protected.positions, 5)}
     assert all(tuple(p) in kept for p in np.round(original.positions[keep], 5))  # untouched where protected
+    # on a textured mesh, weights protect the heaviest vertices, a bounded number of them
+    heavy = decimate_scene(crate, 500, vertex_weights=[np.where(keep, 10.0, 1.0)])
+    assert 495 <= heavy.triangles_after <= 1.25 * 500  # the protected faces cost at most a quarter more
 
 
 def test_a_skinned_character_stays_skinned_and_poses_like_its_original(shared_dir: Path) -> None:
@@ -101,3 +104,147 @@ def test_a_skinned_character_stays_skinned_and_poses_like_its_original(shared_di
         sample = np.concatenate([m.positions for m in lod.meshes])[::7]
         gap = np.sqrt(((sample[:, None] - ref[None, ::3]) ** 2).sum(-1)).min(1)
         assert np.quantile(gap, 0.95) < 0.03 * float(np.linalg.norm(ref.max(0) - ref.min(0)))  # follows the animated body
+
+
+# --- large steps and the shape fit -----------------------------------------------------------------
+
+
+def test_large_steps_round_trip_and_gradient_is_the_inverse_solve() -> None:
+    import torch
+
+    from neuralbake.bakes.simplify.shape import LargeSteps
+
+    sphere = _sphere(8, 12).meshes[0]
+    positions = torch.from_numpy(sphere.positions).float()
+    faces = torch.from_numpy(sphere.indices)
+    steps = LargeSteps(positions, faces, lam=5.0)
+    x = steps.positions()
+    assert torch.allclose(x, positions, atol=1e-4)  # u = (I + lam L) x and back
+    weights = torch.randn_like(x)
+    (x * weights).sum().backward()
+    dense = steps.matrix.to_dense()
+    assert torch.allclose(steps.u.grad, torch.linalg.solve(dense, weights), atol=1e-4)  # (I + lam L) is symmetric
+    assert torch.allclose(dense, dense.T) and torch.allclose(dense.sum(1), torch.ones(len(positions)))  # Laplacian rows sum to 0
+    steps.close()
+
+
+def _crate_views(rs, cameras, size, lighting):
+    import torch
+
+    from neuralbake.bakes.simplify.shape import ShapeView
+    from neuralbake.render.deferred import render
+
+    views = []
+    for camera in cameras:
+        with torch.no_grad():
+            out = render(rs, camera, size, size, lighting, antialias=True)
+        views.append(ShapeView(camera, out.ldr, out.alpha))
+    return views
+
+
+def test_the_shape_fit_grows_a_shrunk_mesh_back_to_the_original() -> None:
+    import torch
+
+    from neuralbake.bakes.simplify.decimate import weld
+    from neuralbake.bakes.simplify.shape import fit_shape
+    from neuralbake.render.camera import fibonacci_orbit
+    from neuralbake.render.deferred import DirectionalLight, Lighting
+    from neuralbake.render.scene import prepare_scene
+
+    crate = _load(ROOT / "examples" / "crate" / "crate.gltf")
+    lighting = Lighting(directional=[DirectionalLight(direction=(-0.45, 0.75, 0.5), irradiance=2.0)], shadows=False)
+    original = prepare_scene(crate)
+    views = _crate_views(original, fibonacci_orbit(6, 3.5), 48, lighting)
+    dented = prepare_scene(crate)
+    group, _ = weld(dented.positions.numpy())
+    group = torch.from_numpy(group)
+    shrunk = 0.85 * dented.positions  # a smooth deformation: the crate shrunk by 15 %
+    dented.set_positions(shrunk)
+    fit = fit_shape(dented, group, group[dented.faces], views, lighting, epochs=8, learning_rate=0.1, lam=2.0)
+    assert fit.best_loss < 0.3 * fit.losses[0], fit.losses
+    assert fit.best_loss == min(fit.losses) and fit.steps == 8 * len(views)
+    error = (dented.positions - original.positions).norm(dim=1).mean()
+    assert error < 0.4 * (original.positions - shrunk).norm(dim=1).mean()  # the vertices went most of the way back
+
+
+# --- the bake and its command --------------------------------------------------------------------
+
+
+def _tiny(**changes):
+    from neuralbake.bakes.simplify import SimplifyConfig
+
+    base = {"asset": str(ROOT / "examples" / "crate" / "crate.gltf"), "ratio": 0.3, "render_size": 48, "views": 6, "held_out_views": 2, "epochs": 2, "device": "cpu"}
+    return SimplifyConfig(**{**base, **changes})
+
+
+def test_simplify_writes_a_lod_a_triptych_and_a_report_comparing_with_qem(tmp_path: Path) -> None:
+    import json
+
+    from neuralbake.bakes.simplify import simplify_lod
+    from neuralbake.io.manifest import verify_bake_folder
+
+    report = simplify_lod(_tiny(), tmp_path / "out", progress=False)
+    assert verify_bake_folder(tmp_path / "out") is not None
+    lod = _load(tmp_path / "out" / "lod.gltf")
+    assert lod.num_triangles == report["triangles"] and abs(report["triangles"] - 0.3 * 1728) <= 6
+    assert lod.materials[0].base_color_texture is not None  # the original's material and textures
+    for key in ("psnr_db", "flip", "start_psnr_db", "start_flip", "backtracks", "ms_per_step", "high_error_regions"):
+        assert key in report
+    assert report["steps"] == 2 * 6 and len(report["train_loss_curve"]) == 3
+    assert min(report["train_loss_curve"]) <= report["train_loss_curve"][0]
+    assert 0 < len(report["high_error_regions"]) <= 5 and report["high_error_regions"][0]["peak_error"] > 0
+    assert (tmp_path / "out" / "triptych.png").is_file()
+    saved = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert saved["bake"] == "simplify" and saved["device_defaults"] == {}
+
+
+def test_simplify_refuses_bad_inputs_clearly(tmp_path: Path) -> None:
+    from neuralbake.bakes.simplify import simplify_lod
+    from neuralbake.errors import ConfigError
+
+    from ..render.test_skinning import _write_rig
+
+    rig = _write_rig(tmp_path / "rig")
+    cases = [
+        (_tiny(asset=str(rig)), InputError, "skinned"),
+        (_tiny(protect_materials=["gold"]), InputError, "protect_materials"),
+        (_tiny(protect_mask=str(tmp_path / "nope.png")), InputError, "protect mask does not exist"),
+        (_tiny(asset=str(tmp_path / "none.gltf")), InputError, "does not exist"),
+        (_tiny(ratio=0.0), ConfigError, "ratio"),
+        (_tiny(ratio=1.5), ConfigError, "ratio"),
+        (_tiny(learning_rate=-1.0), ConfigError, "learning_rate"),
+        (_tiny(lod=str(tmp_path / "missing.gltf")), InputError, "given lod does not exist"),
+        (_tiny(lod=str(rig), image_guidance=2.0), ConfigError, "fitted as it is"),
+    ]
+    for k, (config, error, message) in enumerate(cases):
+        with pytest.raises(error, match=message):
+            simplify_lod(config, tmp_path / f"o{k}", progress=False)
+        assert not (tmp_path / f"o{k}").exists()
+
+
+def test_simplify_protects_a_material_and_runs_from_the_command_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    crate = ROOT / "examples" / "crate" / "crate.gltf"
+    name = _load(crate).materials[0].name
+    result = subprocess.run(
+        [sys.executable, "-m", "neuralbake", "simplify", str(crate), "--out", str(tmp_path / "cli"), "--ratio", "0.3", "--render-size", "32",
+         "--views", "4", "--held-out", "2", "--epochs", "1", "--device", "cpu", "--protect-materials", name],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "QEM decimation alone" in result.stdout + result.stderr
+    lod = _load(tmp_path / "cli" / "lod.gltf")
+    assert lod.num_triangles == 1728  # its only material is protected: nothing to decimate
+
+
+def test_a_given_lod_is_fitted_instead_of_decimating(tmp_path: Path) -> None:
+    from neuralbake.bakes.simplify import simplify_lod
+    from neuralbake.io.gltf import write_gltf
+
+    crate = _load(ROOT / "examples" / "crate" / "crate.gltf")
+    (tmp_path / "artist").mkdir()
+    write_gltf(tmp_path / "artist" / "lod.gltf", decimate_scene(crate, 300).scene)
+    report = simplify_lod(_tiny(lod=str(tmp_path / "artist" / "lod.gltf"), ratio=0.9), tmp_path / "out", progress=False)
+    assert report["start"] == "the given lod" and report["start_triangles"] == report["triangles"] == _load(tmp_path / "artist" / "lod.gltf").num_triangles

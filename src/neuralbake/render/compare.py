@@ -35,7 +35,7 @@ from neuralbake.render.pictures import panel_grid
 from neuralbake.render.preview import SCENES, render_preview
 from neuralbake.render.tonemap import tone_map
 
-__all__ = ["compare_materials", "flip_error"]
+__all__ = ["compare_materials", "flip_error", "flip_error_ldr"]
 
 
 def flip_error(reference: torch.Tensor, test: torch.Tensor) -> tuple[float, np.ndarray]:
@@ -44,6 +44,14 @@ def flip_error(reference: torch.Tensor, test: torch.Tensor) -> tuple[float, np.n
     tst = np.ascontiguousarray(test.detach().float().clamp(min=0).cpu().numpy())
     error_map, mean, _ = flip_evaluator.evaluate(ref, tst, "HDR", inputsRGB=False, applyMagma=True)
     return float(mean), np.asarray(error_map, dtype=np.float32)
+
+
+def flip_error_ldr(reference: torch.Tensor, test: torch.Tensor) -> float:
+    """Mean LDR FLIP error of two display (sRGB-encoded, [0, 1]) ``[H, W, 3]`` images."""
+    ref = np.ascontiguousarray(reference.detach().float().clamp(0, 1).cpu().numpy())
+    tst = np.ascontiguousarray(test.detach().float().clamp(0, 1).cpu().numpy())
+    _, mean, _ = flip_evaluator.evaluate(ref, tst, "LDR", inputsRGB=True, applyMagma=False)
+    return float(mean)
 
 
 def compare_materials(

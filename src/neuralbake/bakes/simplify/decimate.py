@@ -15,8 +15,9 @@ decimator. Then
   (per triangle corner) attributes that enter the quadrics, so collapses along a seam keep both
   sides' uvs and no triangle spans two charts. MeshLab only accepts wedge uvs together with a
   texture, so the mesh is handed over as a temporary OBJ with a 2 x 2 placeholder texture. This
-  variant has no per-vertex weighting: ``vertex_weights`` protect instead (faces whose corners all
-  weigh at least :data:`PROTECT_WEIGHT` are not decimated);
+  variant has no per-vertex weighting: ``vertex_weights`` protect instead (the heaviest vertices,
+  weighing at least :data:`PROTECT_WEIGHT`, at most one for every eight triangles of the budget, keep
+  their faces, as do those ``protect`` marks);
 * a primitive without uvs goes through the plain variant with MeshLab's quality weighting: a
   collapse's error is multiplied by its vertices' weight, so heavy vertices (image-space error,
   joints, artists' masks) are kept longest.
@@ -42,7 +43,7 @@ from neuralbake.errors import InputError
 from neuralbake.io.gltf.geometry import drop_degenerate_triangles
 from neuralbake.io.gltf.model import Mesh, Scene
 
-__all__ = ["PROTECT_WEIGHT", "Decimated", "decimate_scene", "triangle_budget", "weld"]
+__all__ = ["PROTECT_WEIGHT", "Decimated", "decimate_scene", "non_manifold_edges", "triangle_budget", "weld"]
 
 MIN_TRIANGLES_PER_MESH = 4
 """A primitive is never decimated below this many triangles (or below what it has)."""
@@ -83,6 +84,16 @@ def weld(positions: np.ndarray, tolerance: float = WELD_TOLERANCE) -> tuple[np.n
     return group.reshape(-1), first
 
 
+def non_manifold_edges(mesh: Mesh) -> int:
+    """Edges (of the mesh welded by position) that three or more triangles share. The decimation
+    copes with them (MeshLab keeps them as they come); the report counts them."""
+    group, _ = weld(mesh.positions)
+    faces = group[mesh.indices]
+    edges = np.sort(np.concatenate((faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]])), 1)
+    _, counts = np.unique(edges, axis=0, return_counts=True)
+    return int((counts > 2).sum())
+
+
 def _shares(counts: list[int], target: int) -> list[int]:
     """Split ``target`` triangles over meshes in proportion to their ``counts`` (largest remainders)."""
     total = sum(counts)
@@ -120,11 +131,7 @@ def _textured(positions: np.ndarray, faces: np.ndarray, corner_uv: np.ndarray, t
     if mesh.vertex_number() != len(positions):
         raise RuntimeError("MeshLab reordered the OBJ's vertices; the decimation cannot be traced back")
     mesh.add_vertex_custom_scalar_attribute(first.astype(np.float64), "source")
-    selected = protect is not None and bool(protect.any())
-    if selected:
-        mesh.add_vertex_custom_scalar_attribute(protect.astype(np.float64), "protect")
-        meshes.compute_selection_by_condition_per_vertex(condselect="protect < 0.5")
-        meshes.compute_selection_transfer_vertex_to_face(inclusive=False)
+    selected = _select_unprotected(meshes, protect)
     meshes.meshing_decimation_quadric_edge_collapse_with_texture(
         targetfacenum=int(target), extratcoordw=1.0, preserveboundary=False, preservenormal=True, optimalplacement=True, selected=selected
     )
@@ -135,7 +142,17 @@ def _textured(positions: np.ndarray, faces: np.ndarray, corner_uv: np.ndarray, t
     return out.vertex_matrix(), out.face_matrix().astype(np.int64), uv, source
 
 
-def _plain(positions: np.ndarray, faces: np.ndarray, target: int, weights: np.ndarray | None, first: np.ndarray):
+def _select_unprotected(meshes: object, protect: np.ndarray) -> bool:
+    """Select the faces without a protected corner (the decimation then touches only those)."""
+    if not protect.any():
+        return False
+    meshes.current_mesh().add_vertex_custom_scalar_attribute(protect.astype(np.float64), "protect")
+    meshes.compute_selection_by_condition_per_vertex(condselect="protect < 0.5")
+    meshes.compute_selection_transfer_vertex_to_face(inclusive=False)
+    return True
+
+
+def _plain(positions: np.ndarray, faces: np.ndarray, target: int, weights: np.ndarray | None, protect: np.ndarray, first: np.ndarray):
     """Quality-weighted QEM of a welded mesh -> (positions, faces, source per vertex)."""
     import pymeshlab
 
@@ -144,9 +161,11 @@ def _plain(positions: np.ndarray, faces: np.ndarray, target: int, weights: np.nd
     mesh.add_vertex_custom_scalar_attribute(first.astype(np.float64), "source")
     meshes = pymeshlab.MeshSet()
     meshes.add_mesh(mesh)
+    selected = _select_unprotected(meshes, protect)
     meshes.meshing_decimation_quadric_edge_collapse(
         targetfacenum=int(target), preserveboundary=False, preservenormal=True, optimalplacement=True, qualityweight=weights is not None,
         autoclean=False,  # its clean-up may merge or drop vertices, which would lose their trace back
+        selected=selected,
     )
     out = meshes.current_mesh()
     return out.vertex_matrix(), out.face_matrix().astype(np.int64), np.round(out.vertex_custom_scalar_attribute_array("source")).astype(np.int64)
@@ -166,7 +185,7 @@ def _nearest_split(source: np.ndarray, uv: np.ndarray, group: np.ndarray, mesh_u
     return out
 
 
-def _decimate_mesh(mesh: Mesh, target: int, weights: np.ndarray | None) -> tuple[Mesh, np.ndarray]:
+def _decimate_mesh(mesh: Mesh, target: int, weights: np.ndarray | None, protect: np.ndarray | None = None) -> tuple[Mesh, np.ndarray]:
     skinned = mesh.skin is not None and mesh.bind_positions is not None
     positions = np.asarray(mesh.bind_positions if skinned else mesh.positions, np.float64)
     group, first = weld(positions)
@@ -175,9 +194,17 @@ def _decimate_mesh(mesh: Mesh, target: int, weights: np.ndarray | None) -> tuple
     if weights is not None:
         welded_weights = np.ones(len(first))
         np.maximum.at(welded_weights, group, np.asarray(weights, np.float64))
+    welded_protect = np.zeros(len(first), bool)
+    if protect is not None:
+        np.logical_or.at(welded_protect, group, np.asarray(protect, bool))
     if mesh.uv0 is not None:
-        protect = None if welded_weights is None else welded_weights >= PROTECT_WEIGHT
-        new_positions, new_faces, corner_uv, survivor = _textured(welded, faces, mesh.uv0[mesh.indices], target, protect, first)
+        if welded_weights is not None:
+            # the heaviest vertices (at least PROTECT_WEIGHT) are kept, at most a quarter of the
+            # budget's vertices, so that the rest can still meet it
+            heavy = np.flatnonzero(welded_weights >= PROTECT_WEIGHT)
+            heavy = heavy[np.argsort(-welded_weights[heavy], kind="stable")][: max(0, target // 8)]
+            welded_protect[heavy] = True
+        new_positions, new_faces, corner_uv, survivor = _textured(welded, faces, mesh.uv0[mesh.indices], target, welded_protect, first)
         # one glTF vertex per (position, uv) pair
         keys = np.concatenate((new_faces.reshape(-1, 1).astype(np.float64), np.round(corner_uv.reshape(-1, 2) * 2**20)), 1)
         _, unique, corner_vertex = np.unique(keys, axis=0, return_index=True, return_inverse=True)
@@ -187,7 +214,7 @@ def _decimate_mesh(mesh: Mesh, target: int, weights: np.ndarray | None) -> tuple
         source = _nearest_split(survivor[vertex_of], uv0, group, mesh.uv0)
         points, indices = new_positions[vertex_of].astype(np.float32), corner_vertex.reshape(-1, 3)
     else:
-        new_positions, indices, survivor = _plain(welded, faces, target, welded_weights, first)
+        new_positions, indices, survivor = _plain(welded, faces, target, welded_weights, welded_protect, first)
         points, source, uv0 = new_positions.astype(np.float32), survivor, None
     indices, _ = drop_degenerate_triangles(points.astype(np.float64), indices)
     pick = lambda a: None if a is None else np.ascontiguousarray(a[source])  # noqa: E731
@@ -201,10 +228,14 @@ def _decimate_mesh(mesh: Mesh, target: int, weights: np.ndarray | None) -> tuple
     return simplified, source
 
 
-def decimate_scene(scene: Scene, target: int, *, vertex_weights: list[np.ndarray] | None = None) -> Decimated:
+def decimate_scene(
+    scene: Scene, target: int, *, vertex_weights: list[np.ndarray] | None = None, protect: list[np.ndarray | None] | None = None
+) -> Decimated:
     """Decimate ``scene`` to about ``target`` triangles (see the module docstring).
 
     ``vertex_weights``: per mesh, float ``[V]`` >= 1 (1: plain QEM; larger keeps a vertex longer).
+    ``protect``: per mesh, bool ``[V]`` (or ``None``): faces whose corners are all protected are
+    kept as they are (the budget is then met, as far as it can be, elsewhere).
     """
     before = scene.num_triangles
     if not scene.meshes or before == 0:
@@ -218,7 +249,7 @@ def decimate_scene(scene: Scene, target: int, *, vertex_weights: list[np.ndarray
             meshes.append(mesh)
             sources.append(np.arange(len(mesh.positions)))
             continue
-        simplified, source = _decimate_mesh(mesh, share, None if vertex_weights is None else vertex_weights[k])
+        simplified, source = _decimate_mesh(mesh, share, None if vertex_weights is None else vertex_weights[k], None if protect is None else protect[k])
         meshes.append(simplified)
         sources.append(source)
     result = replace(scene, meshes=meshes)
