@@ -160,7 +160,8 @@ def test_the_shape_fit_grows_a_shrunk_mesh_back_to_the_original() -> None:
     group = torch.from_numpy(group)
     shrunk = 0.85 * dented.positions  # a smooth deformation: the crate shrunk by 15 %
     dented.set_positions(shrunk)
-    fit = fit_shape(dented, group, group[dented.faces], views, lighting, epochs=8, learning_rate=0.1, lam=2.0)
+    fit, best = fit_shape(dented, group, group[dented.faces], views, lighting, epochs=8, learning_rate=0.1, lam=2.0)
+    assert torch.equal(best, dented.positions)
     assert fit.best_loss < 0.3 * fit.losses[0], fit.losses
     assert fit.best_loss == min(fit.losses) and fit.steps == 8 * len(views)
     error = (dented.positions - original.positions).norm(dim=1).mean()
@@ -204,9 +205,16 @@ def test_simplify_refuses_bad_inputs_clearly(tmp_path: Path) -> None:
 
     from ..render.test_skinning import _write_rig
 
+    import json
+
     rig = _write_rig(tmp_path / "rig")
+    two = json.loads(rig.read_text())  # a second skin on a second copy of the mesh
+    two["skins"].append(dict(two["skins"][0]))
+    two["nodes"].append({"mesh": 0, "skin": 1})
+    two["scenes"][0]["nodes"].append(len(two["nodes"]) - 1)
+    (tmp_path / "rig" / "two.gltf").write_text(json.dumps(two))
     cases = [
-        (_tiny(asset=str(rig)), InputError, "skinned"),
+        (_tiny(asset=str(tmp_path / "rig" / "two.gltf")), InputError, "several skins"),
         (_tiny(protect_materials=["gold"]), InputError, "protect_materials"),
         (_tiny(protect_mask=str(tmp_path / "nope.png")), InputError, "protect mask does not exist"),
         (_tiny(asset=str(tmp_path / "none.gltf")), InputError, "does not exist"),
@@ -248,3 +256,35 @@ def test_a_given_lod_is_fitted_instead_of_decimating(tmp_path: Path) -> None:
     write_gltf(tmp_path / "artist" / "lod.gltf", decimate_scene(crate, 300).scene)
     report = simplify_lod(_tiny(lod=str(tmp_path / "artist" / "lod.gltf"), ratio=0.9), tmp_path / "out", progress=False)
     assert report["start"] == "the given lod" and report["start_triangles"] == report["triangles"] == _load(tmp_path / "artist" / "lod.gltf").num_triangles
+
+
+def test_a_skinned_character_is_simplified_over_its_animation_and_keeps_playing(tmp_path: Path, shared_dir: Path) -> None:
+    from neuralbake.bakes.simplify import simplify_lod
+    from neuralbake.render.skinning import pose_scene
+
+    brainstem = shared_dir / "assets" / "BrainStem" / "BrainStem.glb"
+    report = simplify_lod(_tiny(asset=str(brainstem), ratio=0.1, render_size=32, views=4, held_out_views=2, epochs=1, frames=2), tmp_path / "out", progress=False)
+    assert report["skinned"] and report["frames"] == 2
+    assert report["joint_weighted_vertices"] == 0  # BrainStem is rigidly skinned: every vertex follows one joint
+    lod = _load(tmp_path / "out" / "lod.gltf")
+    original = _load(brainstem)
+    assert len(lod.rig.clips) == 1 and all(m.skin == 0 and m.weights is not None for m in lod.meshes)
+    assert abs(lod.num_triangles - 0.1 * original.num_triangles) < 0.02 * original.num_triangles
+    for time in (3.0, 20.0):  # the LOD plays the clip and follows the animated body
+        ref = np.concatenate([m.positions for m in pose_scene(original, 0, time).meshes])
+        sample = np.concatenate([m.positions for m in pose_scene(lod, 0, time).meshes])[::9]
+        gap = np.sqrt(((sample[:, None] - ref[None, ::3]) ** 2).sum(-1)).min(1)
+        assert np.quantile(gap, 0.95) < 0.03 * float(np.linalg.norm(ref.max(0) - ref.min(0)))
+
+
+def test_a_tiny_rig_is_simplified_and_written_with_its_skin(tmp_path: Path) -> None:
+    from neuralbake.bakes.simplify import simplify_lod
+
+    from ..render.test_skinning import _write_rig
+
+    rig = _write_rig(tmp_path / "rig")
+    report = simplify_lod(_tiny(asset=str(rig), ratio=1.0, render_size=24, views=2, held_out_views=1, epochs=1, frames=2), tmp_path / "out", progress=False)
+    assert report["skinned"] and report["clip"] == "bend"
+    assert report["joint_weighted_vertices"] == 2  # the middle row is shared half and half
+    lod = _load(tmp_path / "out" / "lod.gltf")
+    assert lod.meshes[0].skin == 0 and lod.rig.clip("bend").duration == pytest.approx(1.0)

@@ -272,7 +272,7 @@ def runner_and_service_cases() -> None:
 
 
 def simplify_cases() -> None:
-    """``neuralbake simplify``: budgets out of range, a mesh with no usable triangle, a skinned asset."""
+    """``neuralbake simplify``: budgets out of range, a mesh with no usable triangle."""
     simplify = ["simplify", "{case}/model.gltf", "--out", "{out}", "--render-size", "16", "--views", "2", "--held-out", "1", "--epochs", "1", "-q"]
     for name, extra, expect in (("simplify_ratio_zero", ["--ratio", "0"], "ratio"), ("simplify_ratio_two", ["--ratio", "2"], "ratio"),
                                 ("simplify_triangles_negative", ["--triangles", "-5"], "triangles")):
@@ -282,22 +282,6 @@ def simplify_cases() -> None:
     doc, blob = _triangle_gltf(positions=np.array([[0, 0, 0], [0, 0, 0], [0, 0, 0]]))  # its one triangle has no area
     doc["buffers"][0]["uri"] = _data_uri(blob)
     (case("simplify_empty_mesh", simplify, "no triangle") / "model.gltf").write_text(json.dumps(doc))
-    doc, blob = _triangle_gltf()
-    joints = np.zeros((3, 4), np.uint16).tobytes()
-    weights = np.tile(np.array([1, 0, 0, 0], np.float32), (3, 1)).tobytes()
-    inverse_bind = np.eye(4, dtype=np.float32).tobytes()
-    offset = len(blob)
-    blob += joints + weights + inverse_bind
-    doc["buffers"] = [{"byteLength": len(blob), "uri": _data_uri(blob)}]
-    doc["bufferViews"] += [{"buffer": 0, "byteOffset": offset, "byteLength": 24}, {"buffer": 0, "byteOffset": offset + 24, "byteLength": 48},
-                           {"buffer": 0, "byteOffset": offset + 72, "byteLength": 64}]
-    doc["accessors"] += [{"bufferView": 2, "componentType": 5123, "count": 3, "type": "VEC4"}, {"bufferView": 3, "componentType": 5126, "count": 3, "type": "VEC4"},
-                         {"bufferView": 4, "componentType": 5126, "count": 1, "type": "MAT4"}]
-    doc["meshes"][0]["primitives"][0]["attributes"].update(JOINTS_0=2, WEIGHTS_0=3)
-    doc["nodes"] = [{"mesh": 0, "skin": 0}, {}]
-    doc["scenes"][0]["nodes"] = [0, 1]
-    doc["skins"] = [{"joints": [1], "inverseBindMatrices": 4}]
-    (case("simplify_skinned_asset", simplify, "skinned") / "model.gltf").write_text(json.dumps(doc))
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ import torch
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
 from neuralbake.bakes.simplify.config import SimplifyConfig, device_defaults
 from neuralbake.bakes.simplify.decimate import Decimated, decimate_scene, non_manifold_edges, triangle_budget, weld
-from neuralbake.bakes.simplify.shape import ShapeView, fit_shape, view_loss
+from neuralbake.bakes.simplify.shape import ShapeView, fit_shape
 from neuralbake.core.metrics import psnr
 from neuralbake.errors import InputError
 from neuralbake.io.gltf import Scene, load_gltf, write_gltf
@@ -28,6 +28,7 @@ from neuralbake.render.deferred import DirectionalLight, Lighting, render
 from neuralbake.render.envmap import EnvironmentLight, default_environment
 from neuralbake.render.pictures import error_heat_map, panel_grid
 from neuralbake.render.scene import RenderScene, prepare_scene
+from neuralbake.render.skinning import pose_scene, skin_normals, skin_positions, skin_tangents
 
 __all__ = ["SIMPLIFY", "simplify_lod"]
 
@@ -44,12 +45,10 @@ def _load(config: SimplifyConfig) -> Scene:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # repairs (generated normals...) are load_gltf's warnings; not fatal here
         scene = load_gltf(path, max_triangles=config.max_triangles)
-    if any(m.skin is not None for m in scene.meshes):
+    if len({m.skin for m in scene.meshes if m.skin is not None}) > 1:
         raise InputError(
-            "the asset is skinned; simplify writes static LODs so far, and a static copy of a character would lose its animation.",
-            path=path,
-            field="asset",
-            fix="simplify static assets for now (skinned LODs that keep their skin and clips are the next step of this bake).",
+            "the asset's meshes use several skins; simplify fits one skeleton at a time.", path=path, field="skins",
+            fix="export the character with one skin (e.g. Blender: one armature), or simplify its parts separately.",
         )
     names = {m.name for m in scene.materials}
     unknown = sorted(set(config.protect_materials) - names)
@@ -94,28 +93,87 @@ def _protect(scene: Scene, config: SimplifyConfig) -> list[np.ndarray | None] | 
     return out
 
 
-def _views(rs: RenderScene, cameras: list[Camera], size: int, lighting: Lighting, advance: Any) -> list[ShapeView]:
+class _Posable:
+    """A scene on the run's device, shown as a view sees it: at rest for a static asset, skinned at
+    the view's animation time for a skinned one (one skin; unskinned meshes ride on an identity joint)."""
+
+    def __init__(self, scene: Scene, device: torch.device) -> None:
+        self.scene = scene
+        self.rs = prepare_scene(scene, device=device)
+        self.rig = scene.rig if any(m.skin is not None and m.bind_positions is not None for m in scene.meshes) else None
+        self.bind: torch.Tensor | None = None
+        self._matrices: dict[float, torch.Tensor] = {}
+        if self.rig is None:
+            return
+        skin = next(m.skin for m in scene.meshes if m.skin is not None)
+        self.skin = skin
+        identity = len(self.rig.skins[skin].joints)
+        parts: dict[str, list[np.ndarray]] = {"bind": [], "normals": [], "tangents": [], "joints": [], "weights": []}
+        for m in scene.meshes:
+            skinned = m.skin is not None and m.bind_positions is not None
+            v = len(m.positions)
+            parts["bind"].append(m.bind_positions if skinned else m.positions)
+            normals = m.bind_normals if skinned else m.normals
+            parts["normals"].append(normals if normals is not None else np.tile([0.0, 0.0, 1.0], (v, 1)))
+            tangents = m.bind_tangents if skinned else m.tangents
+            parts["tangents"].append(tangents if tangents is not None else np.tile([0.0, 0.0, 0.0, 1.0], (v, 1)))
+            parts["joints"].append(m.joints.astype(np.int64) if skinned else np.full((v, 4), identity))
+            parts["weights"].append(m.weights if skinned else np.tile([1.0, 0.0, 0.0, 0.0], (v, 1)))
+        as_tensor = lambda name, dtype: torch.from_numpy(np.concatenate(parts[name]).astype(dtype)).to(device)  # noqa: E731
+        self.bind = as_tensor("bind", np.float32).to(self.rs.dtype)
+        self.bind_normals, self.bind_tangents = as_tensor("normals", np.float32), as_tensor("tangents", np.float32)
+        self.joints, self.weights = as_tensor("joints", np.int64), as_tensor("weights", np.float32)
+
+    def matrices(self, time: float | None) -> torch.Tensor:
+        key = -1.0 if time is None else float(time)
+        if key not in self._matrices:
+            clip = None if time is None or not self.rig.clips else self.rig.clips[0]
+            joints = self.rig.joint_matrices(self.skin, clip, 0.0 if time is None else time)
+            self._matrices[key] = torch.from_numpy(np.concatenate((joints, np.eye(4)[None]))).to(self.rs.device, self.rs.dtype)
+        return self._matrices[key]
+
+    def deform(self, positions: torch.Tensor, view: ShapeView) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Split bind positions -> (posed positions, normals, tangents) at the view's time."""
+        m = self.matrices(view.time)
+        return (skin_positions(positions, self.joints, self.weights, m).to(self.rs.dtype),
+                skin_normals(self.bind_normals, self.joints, self.weights, m).to(self.rs.dtype),
+                skin_tangents(self.bind_tangents, self.joints, self.weights, m).to(self.rs.dtype))
+
+    def show(self, view: ShapeView, positions: torch.Tensor | None = None) -> RenderScene:
+        """``rs`` posed for ``view`` (``positions``: split bind positions, default the scene's own)."""
+        if self.rig is not None:
+            posed, normals, tangents = self.deform(self.bind if positions is None else positions, view)
+            self.rs.set_positions(posed.detach())
+            self.rs.normals, self.rs.tangents = normals.detach(), tangents.detach()
+        elif positions is not None:
+            self.rs.set_positions(positions.detach())
+        return self.rs
+
+
+def _views(original: _Posable, cameras: list[Camera], times: list[float | None], size: int, lighting: Lighting, advance: Any) -> list[ShapeView]:
     views = []
-    for camera in cameras:
+    for camera, time in zip(cameras, times):
+        view = ShapeView(camera, torch.empty(0), torch.empty(0), time)
         with torch.no_grad():
-            out = render(rs, camera, size, size, lighting, antialias=True)
-        views.append(ShapeView(camera, out.ldr.detach(), out.alpha.detach()))
+            out = render(original.show(view), camera, size, size, lighting, antialias=True)
+        view.image, view.alpha = out.ldr.detach(), out.alpha.detach()
+        views.append(view)
         advance(1)
     return views
 
 
-def _vertex_error(original: RenderScene, lod: RenderScene, views: list[ShapeView], lighting: Lighting) -> np.ndarray:
+def _vertex_error(original: _Posable, lod: _Posable, views: list[ShapeView], lighting: Lighting, lod_positions: torch.Tensor | None = None) -> np.ndarray:
     """Per vertex of the original, the mean render difference (display + coverage) of ``lod`` over
     the pixels where the original shows that vertex's triangles (barycentric shares)."""
-    total = torch.zeros(original.positions.shape[0], dtype=torch.float64)
+    total = torch.zeros(original.rs.positions.shape[0], dtype=torch.float64)
     weight = torch.zeros_like(total)
     for view in views:
         height, width = view.alpha.shape
         with torch.no_grad():
-            ours = render(lod, view.camera, width, height, lighting, antialias=True)
-            seen = render(original, view.camera, width, height, lighting).gbuffer
+            ours = render(lod.show(view, lod_positions), view.camera, width, height, lighting, antialias=True)
+            seen = render(original.show(view), view.camera, width, height, lighting).gbuffer
         error = ((ours.ldr - view.image).abs().mean(-1) + (ours.alpha - view.alpha).abs()).reshape(-1)[seen.pixel].double().cpu()
-        corners = original.faces[seen.triangle].cpu()
+        corners = original.rs.faces[seen.triangle].cpu()
         bary = seen.barycentrics.detach().double().cpu()
         shares = torch.stack((1 - bary.sum(1), bary[:, 0], bary[:, 1]), 1)
         total.index_add_(0, corners.reshape(-1), (shares * error[:, None]).reshape(-1))
@@ -128,16 +186,23 @@ def _per_mesh(scene: Scene, values: np.ndarray) -> list[np.ndarray]:
     return np.split(values, cuts)
 
 
-def _judge(rs: RenderScene, views: list[ShapeView], lighting: Lighting) -> tuple[dict[str, float], list[torch.Tensor]]:
+def _judge(lod: _Posable, views: list[ShapeView], lighting: Lighting, positions: torch.Tensor | None = None) -> tuple[dict[str, float], list[torch.Tensor]]:
     images, psnrs, flips = [], [], []
     for view in views:
         height, width = view.alpha.shape
         with torch.no_grad():
-            out = render(rs, view.camera, width, height, lighting, antialias=True)
+            out = render(lod.show(view, positions), view.camera, width, height, lighting, antialias=True)
         images.append(out.ldr)
         psnrs.append(psnr(out.ldr, view.image))
         flips.append(flip_error_ldr(view.image, out.ldr))
     return {"psnr_db": float(np.mean(psnrs)), "flip": float(np.mean(flips))}, images
+
+
+def _joint_weights(scene: Scene, weight: float) -> list[np.ndarray] | None:
+    """Decimation weights: ``weight`` where a skinned vertex's influence is shared between joints (where it bends)."""
+    if weight <= 1.0 or not any(m.skin is not None for m in scene.meshes):
+        return None
+    return [np.where(m.weights.max(1) < 0.9, weight, 1.0) if m.skin is not None else np.ones(len(m.positions)) for m in scene.meshes]
 
 
 def _regions(original: RenderScene, error: np.ndarray, count: int = HIGH_ERROR_REGIONS) -> list[dict[str, Any]]:
@@ -176,44 +241,63 @@ def _body(run: BakeRun) -> BakeOutcome:
                      DirectionalLight(direction=tuple(-v for v in config.light_direction), irradiance=0.8)], environment=env,
         environment_samples=config.environment_samples, shadows=False, seed=config.seed, background=(0.18, 0.18, 0.18),
     )
-    original = prepare_scene(scene, device=device)
+    original = _Posable(scene, device)
+    clip = scene.rig.clips[0] if original.rig is not None and scene.rig.clips else None
+    if clip is not None and clip.duration > 0:
+        # training views cycle through frames spread over the first clip; held-out views fall between them
+        train_times = [clip.duration * (k % config.frames) / config.frames for k in range(len(train_cameras))]
+        held_times = [clip.duration * ((k % config.frames) + 0.5) / config.frames for k in range(len(held_cameras))]
+    else:
+        train_times, held_times = [None] * len(train_cameras), [None] * len(held_cameras)
     size = config.render_size
     with run.task("rendering the original", len(train_cameras) + len(held_cameras), unit="views") as advance:
-        train_views = _views(original, train_cameras, size, lighting, advance)
-        held_views = _views(original, held_cameras, size, lighting, advance)
+        train_views = _views(original, train_cameras, train_times, size, lighting, advance)
+        held_views = _views(original, held_cameras, held_times, size, lighting, advance)
 
     protect = _protect(scene, config)
+    joint = _joint_weights(scene, config.joint_weight) if config.lod is None else None
     if config.lod is not None:
         given = _load_lod(config)
         qem = Decimated(scene=given, source_vertex=[], triangles_before=scene.num_triangles, triangles_after=given.num_triangles)
     else:
-        qem = decimate_scene(scene, target, protect=protect)
+        qem = decimate_scene(scene, target, vertex_weights=joint, protect=protect)
     chosen: Decimated = qem
     guided = None
     if config.image_guidance > 0:
-        error = _vertex_error(original, prepare_scene(qem.scene, device=device), train_views, lighting)
+        error = _vertex_error(original, _Posable(qem.scene, device), train_views, lighting)
         relative = error / max(float(error[error > 0].mean()) if (error > 0).any() else 1.0, 1e-12)
-        weights = _per_mesh(scene, 1.0 + config.image_guidance * relative)
+        weights = [w * (1.0 if joint is None else j) for w, j in zip(_per_mesh(scene, 1.0 + config.image_guidance * relative), joint or [1.0] * len(scene.meshes))]
         guided = chosen = decimate_scene(scene, target, vertex_weights=weights, protect=protect)
 
-    qem_scores, qem_images = _judge(prepare_scene(qem.scene, device=device), held_views, lighting)
-    lod = prepare_scene(chosen.scene, device=device)
-    group_np, _ = weld(lod.positions.detach().cpu().numpy())
+    qem_scores, qem_images = _judge(_Posable(qem.scene, device), held_views, lighting)
+    lod = _Posable(chosen.scene, device)
+    rest = lod.rs.positions.detach() if lod.bind is None else lod.bind
+    group_np, _ = weld(rest.cpu().numpy())
     group = torch.from_numpy(group_np).to(device)
     shape_started = time.perf_counter()
-    fitted = None
+    fitted, best = None, rest
     if config.epochs:
         with run.task("fitting the shape", config.epochs * len(train_views), unit="steps") as advance:
-            fitted = fit_shape(lod, group, group[lod.faces], train_views, lighting, epochs=config.epochs, learning_rate=config.learning_rate * diagonal,
-                               lam=config.smoothness, seed=config.seed, advance=advance)
+            fitted, best = fit_shape(
+                lod.rs, group, group[lod.rs.faces], train_views, lighting, epochs=config.epochs, learning_rate=config.learning_rate * diagonal,
+                lam=config.smoothness, seed=config.seed, advance=advance, start=rest, deform=None if lod.rig is None else lod.deform,
+            )
     shape_seconds = time.perf_counter() - shape_started
-    ours_scores, ours_images = _judge(lod, held_views, lighting)
-    regions = _regions(original, _vertex_error(original, lod, held_views, lighting))
+    ours_scores, ours_images = _judge(lod, held_views, lighting, best)
+    regions = _regions(original.rs, _vertex_error(original, lod, held_views, lighting, best))
 
     out = run.stage
-    positions = lod.positions.detach().float().cpu().numpy()
-    meshes = [replace(m, positions=np.ascontiguousarray(p)) for m, p in zip(chosen.scene.meshes, _per_mesh(chosen.scene, positions))]
-    write_gltf(out / "lod.gltf", replace(chosen.scene, meshes=meshes, rig=None))
+    fitted_positions = _per_mesh(chosen.scene, best.detach().float().cpu().numpy())
+    meshes = []
+    for m, p in zip(chosen.scene.meshes, fitted_positions):
+        if m.skin is not None and m.bind_positions is not None:
+            meshes.append(replace(m, bind_positions=np.ascontiguousarray(p)))
+        else:
+            meshes.append(replace(m, positions=np.ascontiguousarray(p)))
+    result = replace(chosen.scene, meshes=meshes)
+    if lod.rig is not None:
+        result = pose_scene(result)  # the rest pose of the fitted bind pose
+    write_gltf(out / "lod.gltf", result if lod.rig is not None else replace(result, rig=None))
     rows = []
     for view, q, o in list(zip(held_views, qem_images, ours_images))[:TRIPTYCH_ROWS]:
         rows.append([view.image.cpu().numpy(), q.cpu().numpy(), o.cpu().numpy(), error_heat_map(view.image, o, scale=0.25)])
@@ -228,6 +312,10 @@ def _body(run: BakeRun) -> BakeOutcome:
         "start": "the given lod" if config.lod is not None else "QEM decimation",
         "start_triangles": qem.triangles_after,
         "image_guidance": config.image_guidance,
+        "skinned": original.rig is not None,
+        "clip": None if clip is None else clip.name,
+        "frames": None if clip is None else config.frames,
+        "joint_weighted_vertices": None if joint is None else int(sum(int((w > 1).sum()) for w in joint)),
         "guided_triangles": None if guided is None else guided.triangles_after,
         "views": config.views,
         "held_out_views": config.held_out_views,
@@ -244,7 +332,8 @@ def _body(run: BakeRun) -> BakeOutcome:
         "protected_vertices": None if protect is None else int(sum(int(p.sum()) for p in protect if p is not None)),
         "metrics_definition": (
             "held-out views (a seeded random orbit, same light scene), display space, antialiased silhouettes: psnr_db / flip of the "
-            "fitted LOD, qem_psnr_db / qem_flip of QEM decimation alone at the same budget (mean over views; FLIP: NVIDIA FLIP on the display images)"
+            "fitted LOD, start_psnr_db / start_flip of what the fit started from (QEM decimation alone at the same budget, or the given lod); "
+            "skinned assets: each view at its own animation time (mean over views; FLIP: NVIDIA FLIP, LDR, on the display images)"
         ),
         "high_error_regions_definition": "greedy picks of the original's vertices with the largest mean render difference of the LOD (radius: a tenth of the asset)",
     }

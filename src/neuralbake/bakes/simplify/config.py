@@ -46,6 +46,10 @@ class SimplifyConfig:
     image_guidance: float = 0.0
     """Strength of image-space guidance: decimate once, measure where the renders differ, and decimate again with
     the vertices there weighted up (1 + image_guidance * relative error; 0 = off)."""
+    joint_weight: float = 4.0
+    """Decimation weight of skinned vertices whose influence several joints share (where the mesh bends); 1 = none."""
+    frames: int = 4
+    """Skinned assets: animation frames of the first clip that the views are spread over (held-out views fall between them)."""
     protect_materials: list[str] = field(default_factory=list)
     """Names of materials whose triangles are kept as they are."""
     protect_mask: str | None = None
@@ -89,6 +93,10 @@ class SimplifyConfig:
             raise bad("lod", "a given lod is fitted as it is: image_guidance and the protections only steer the decimation.", "drop --lod or those options.")
         if not isinstance(self.image_guidance, (int, float)) or not math.isfinite(self.image_guidance) or self.image_guidance < 0:
             raise bad("image_guidance", f"image_guidance must be >= 0, got {self.image_guidance!r}.", "pass 0 (off) or e.g. 4.")
+        if not isinstance(self.joint_weight, (int, float)) or not math.isfinite(self.joint_weight) or self.joint_weight < 1:
+            raise bad("joint_weight", f"joint_weight must be >= 1, got {self.joint_weight!r}.", "pass 1 (off) or e.g. 4.")
+        if isinstance(self.frames, bool) or not isinstance(self.frames, int) or not 1 <= self.frames <= 256:
+            raise bad("frames", f"frames must be an integer in [1, 256], got {self.frames!r}.", "pass e.g. 4.")
         if not 1.0 <= self.fov_y_deg <= 150.0:
             raise bad("fov_y_deg", f"fov_y_deg must be in [1, 150], got {self.fov_y_deg!r}.", "pass e.g. 40.")
         if not isinstance(self.max_triangles, int) or self.max_triangles < 1:

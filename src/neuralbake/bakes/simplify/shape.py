@@ -16,6 +16,10 @@ lambda L)^-1 u`` and its gradient run through the ``largesteps`` package's Chole
 creates its tensors on CUDA only. The positions are optimised on the mesh **welded by position**,
 so vertices split at uv seams move together and seams never open.
 
+A skinned mesh is optimised in its bind pose and skinned for every view at the view's animation
+time (linear blend skinning is differentiable in the bind positions), so the fitted LOD matches the
+original over its animation, not only at rest.
+
 Steps are taken one view at a time; after every pass over the views (an epoch) the loss over all
 of them is measured, and a pass that made it worse is undone (backtracking: the best positions are
 restored and the learning rate halved).
@@ -71,13 +75,20 @@ class LargeSteps:
 
 @dataclass(eq=False)
 class ShapeView:
-    """A view of the original: camera and its display image and coverage."""
+    """A view of the original: camera, animation time and its display image and coverage."""
 
     camera: Camera
     image: torch.Tensor
     """``[H, W, 3]`` display values."""
     alpha: torch.Tensor
     """``[H, W]`` coverage."""
+    time: float | None = None
+    """Time in the animation clip the original was posed at (``None``: a static asset)."""
+
+
+Deform = Callable[[torch.Tensor, ShapeView], tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]]
+"""``(positions [V, 3], view) -> (positions, normals or None, tangents or None)`` as the view sees the
+mesh: the identity for a static mesh, skinning at the view's time for a skinned one."""
 
 
 @dataclass
@@ -112,15 +123,20 @@ def fit_shape(
     seed: int = 0,
     tone_map: str = "aces",
     advance: Callable[[int], None] | None = None,
-) -> ShapeFit:
-    """Move ``rs``'s vertices (split vertex ``i`` follows welded vertex ``group[i]``) to match ``views``.
+    start: torch.Tensor | None = None,
+    deform: Deform | None = None,
+) -> tuple[ShapeFit, torch.Tensor]:
+    """Move the mesh's vertices (split vertex ``i`` follows welded vertex ``group[i]``) to match ``views``.
 
-    Leaves ``rs`` at the best positions found; returns the loss history.
+    ``start``: the split positions to optimise (default ``rs.positions``; a skinned mesh passes its
+    bind pose and a ``deform`` that skins it for each view). Returns the loss history and the best
+    split positions found (undeformed); ``rs`` is left showing them as the last view saw them.
     """
     from largesteps.optimize import AdamUniform
 
+    start = rs.positions.detach() if start is None else start.detach()
     welded = torch.zeros((int(group.max()) + 1, 3), dtype=rs.positions.dtype, device=rs.device)
-    welded[group] = rs.positions.detach()
+    welded[group] = start.to(rs.dtype)
     steps = LargeSteps(welded, welded_faces, lam)
     optimiser = AdamUniform([steps.u], lr=learning_rate)
     generator = torch.Generator().manual_seed(seed)
@@ -129,10 +145,25 @@ def fit_shape(
     def place() -> torch.Tensor:
         return steps.positions().to(rs.dtype)[group]
 
+    def show(positions: torch.Tensor, view: ShapeView) -> None:
+        if deform is None:
+            rs.set_positions(positions)
+            return
+        posed, normals, tangents = deform(positions, view)
+        rs.set_positions(posed)
+        if normals is not None:
+            rs.normals = normals.detach()
+        if tangents is not None:
+            rs.tangents = tangents.detach()
+
     def total() -> float:
         with torch.no_grad():
-            rs.set_positions(place())
-            return sum(float(view_loss(rs, v, lighting, tone_map=tone_map)) for v in views) / len(views)
+            positions = place()
+            out = 0.0
+            for v in views:
+                show(positions, v)
+                out += float(view_loss(rs, v, lighting, tone_map=tone_map))
+            return out / len(views)
 
     best_u, rate = steps.u.detach().clone(), learning_rate
     result.best_loss = total()
@@ -141,7 +172,7 @@ def fit_shape(
         for _ in range(epochs):
             for index in torch.randperm(len(views), generator=generator).tolist():
                 optimiser.zero_grad()
-                rs.set_positions(place())
+                show(place(), views[index])
                 loss = view_loss(rs, views[index], lighting, tone_map=tone_map)
                 loss.backward()
                 optimiser.step()
@@ -160,7 +191,8 @@ def fit_shape(
                 optimiser = AdamUniform([steps.u], lr=rate)
         with torch.no_grad():
             steps.u.copy_(best_u)
-            rs.set_positions(place().detach())
+            best = place().detach()
+            show(best, views[-1])
     finally:
         steps.close()
-    return result
+    return result, best

@@ -1,7 +1,9 @@
 """glTF 2.0 files out: :func:`write_gltf` writes a :class:`~neuralbake.io.gltf.model.Scene` as
 ``name.gltf`` + ``name.bin`` + PNG textures beside it, with positions, normals, tangents, uv0,
 uv1, ``COLOR_0`` and indices as float32 / uint32 accessors, and materials including
-``KHR_materials_unlit``. Textures are 8-bit PNGs by default (16-bit on request), so a write
+``KHR_materials_unlit``. A scene with skinned meshes is written with its rig: every node of the
+source (same indices), the skins with their inverse bind matrices, the skinned meshes in their
+bind pose with ``JOINTS_0`` / ``WEIGHTS_0``, and the animation clips, so it plays as the source did. Textures are 8-bit PNGs by default (16-bit on request), so a write
 followed by :func:`~neuralbake.io.gltf.load_gltf` returns exactly what was written whenever the
 texels are multiples of 1/255 (1/65535). Every file is written atomically and the ``.gltf`` last,
 so a crash never leaves a ``.gltf`` that points at missing data.
@@ -18,6 +20,7 @@ import numpy as np
 from neuralbake.errors import InputError
 from neuralbake.io.files import atomic_write_bytes, atomic_write_text
 from neuralbake.io.gltf.model import WRAP_CODES, Mesh, Scene, TextureRef
+from neuralbake.io.gltf.rig import Rig
 from neuralbake.io.images import save_png
 
 __all__ = ["write_gltf"]
@@ -48,7 +51,7 @@ class _BinWriter:
         self.views.append(view)
         self.chunks.append(data)
         self.length += len(data)
-        component = 5125 if array.dtype == np.uint32 else 5126
+        component = {np.dtype(np.uint32): 5125, np.dtype(np.uint16): 5123}.get(array.dtype, 5126)
         acc = {"bufferView": len(self.views) - 1, "componentType": component, "count": int(array.shape[0]), "type": kind}
         if minmax:
             acc["min"] = [float(v) for v in array.reshape(array.shape[0], -1).min(axis=0)]
@@ -75,6 +78,41 @@ def _check_mesh_for_writing(mesh: Mesh, index: int, n_materials: int) -> None:
             field=f"meshes[{index}].material",
             fix="add the material.",
         )
+
+
+def _rig_nodes(rig: Rig) -> tuple[list[dict], list[int]]:
+    """The rig's nodes (same indices, so skins and channels keep theirs) and its roots."""
+    nodes: list[dict] = []
+    for i, node in enumerate(rig.nodes):
+        entry: dict = {"name": node.name}
+        if node.matrix is not None:
+            entry["matrix"] = [float(v) for v in np.asarray(node.matrix).T.reshape(-1)]  # column-major
+        else:
+            entry.update(translation=[float(v) for v in node.translation], rotation=[float(v) for v in node.rotation], scale=[float(v) for v in node.scale])
+        children = [j for j, other in enumerate(rig.nodes) if other.parent == i]
+        if children:
+            entry["children"] = children
+        nodes.append(entry)
+    return nodes, [i for i, node in enumerate(rig.nodes) if node.parent < 0]
+
+
+def _rig_skins_and_clips(rig: Rig, bins: _BinWriter) -> tuple[list[dict], list[dict]]:
+    skins = []
+    for skin in rig.skins:
+        inverse_bind = np.ascontiguousarray(np.asarray(skin.inverse_bind, np.float32).transpose(0, 2, 1))  # column-major
+        skins.append({"name": skin.name, "joints": [int(j) for j in skin.joints], "inverseBindMatrices": bins.add(inverse_bind.reshape(-1, 16), "MAT4", target=None)})
+    clips = []
+    for clip in rig.clips:
+        samplers, channels = [], []
+        for channel in clip.channels:
+            times = np.asarray(channel.times, np.float32).reshape(-1, 1)
+            values = np.asarray(channel.values, np.float32).reshape(-1, channel.values.shape[-1])
+            kind = {3: "VEC3", 4: "VEC4"}[values.shape[1]]
+            samplers.append({"input": bins.add(times, "SCALAR", target=None, minmax=True), "output": bins.add(values, kind, target=None), "interpolation": channel.interpolation})
+            channels.append({"sampler": len(samplers) - 1, "target": {"node": int(channel.node), "path": channel.path}})
+        if channels:
+            clips.append({"name": clip.name, "samplers": samplers, "channels": channels})
+    return skins, clips
 
 
 def write_gltf(path: str | Path, scene: Scene, *, texture_bits: int = 8) -> Path:
@@ -154,26 +192,35 @@ def write_gltf(path: str | Path, scene: Scene, *, texture_bits: int = 8) -> Path
             entry["extensions"] = {"KHR_materials_unlit": {}}
         materials.append(entry)
 
-    meshes, nodes = [], []
+    rig = scene.rig if scene.rig is not None and any(m.skin is not None for m in scene.meshes) else None
+    nodes, roots = ([], []) if rig is None else _rig_nodes(rig)
+    meshes = []
     for mesh in scene.meshes:
-        attrs = {"POSITION": bins.add(mesh.positions.astype(np.float32), "VEC3", target=34962, minmax=True)}
+        skinned = rig is not None and mesh.skin is not None and mesh.bind_positions is not None
+        # a skinned mesh is stored in its bind pose; its joints place it (the node's transform plays no part)
+        positions, normals, tangents = (mesh.bind_positions, mesh.bind_normals, mesh.bind_tangents) if skinned else (mesh.positions, mesh.normals, mesh.tangents)
+        attrs = {"POSITION": bins.add(positions.astype(np.float32), "VEC3", target=34962, minmax=True)}
         for key, arr, kind in (
-            ("NORMAL", mesh.normals, "VEC3"),
-            ("TANGENT", mesh.tangents, "VEC4"),
+            ("NORMAL", normals, "VEC3"),
+            ("TANGENT", tangents, "VEC4"),
             ("TEXCOORD_0", mesh.uv0, "VEC2"),
             ("TEXCOORD_1", mesh.uv1, "VEC2"),
             ("COLOR_0", mesh.colors, "VEC4"),
         ):
             if arr is not None:
                 attrs[key] = bins.add(arr.astype(np.float32), kind, target=34962)
+        if skinned:
+            attrs["JOINTS_0"] = bins.add(mesh.joints.astype(np.uint16), "VEC4", target=34962)
+            attrs["WEIGHTS_0"] = bins.add(mesh.weights.astype(np.float32), "VEC4", target=34962)
         indices = bins.add(mesh.indices.astype(np.uint32).reshape(-1), "SCALAR", target=34963)
         meshes.append({"name": mesh.name, "primitives": [{"attributes": attrs, "indices": indices, "material": mesh.material, "mode": 4}]})
-        nodes.append({"mesh": len(meshes) - 1, "name": mesh.name})
+        nodes.append({"mesh": len(meshes) - 1, "name": mesh.name, **({"skin": int(mesh.skin)} if skinned else {})})
+        roots.append(len(nodes) - 1)
 
     doc = {
         "asset": {"version": "2.0", "generator": "neuralbake"},
         "scene": 0,
-        "scenes": [{"nodes": list(range(len(nodes)))}],
+        "scenes": [{"nodes": roots}],
         "nodes": nodes,
         "meshes": meshes,
         "materials": materials,
@@ -181,6 +228,12 @@ def write_gltf(path: str | Path, scene: Scene, *, texture_bits: int = 8) -> Path
         "bufferViews": bins.views,
         "buffers": [{"uri": f"{stem}.bin", "byteLength": bins.length}],
     }
+    if rig is not None:
+        doc["skins"], doc["animations"] = _rig_skins_and_clips(rig, bins)
+        doc["accessors"], doc["bufferViews"] = bins.accessors, bins.views
+        doc["buffers"] = [{"uri": f"{stem}.bin", "byteLength": bins.length}]
+        if not doc["animations"]:
+            del doc["animations"]
     if textures:
         doc.update({"textures": textures, "samplers": samplers, "images": images})
     if any(m.unlit for m in scene.materials):
