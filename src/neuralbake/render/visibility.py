@@ -34,6 +34,7 @@ from neuralbake.errors import InputError
 from neuralbake.render.camera import Camera
 
 __all__ = [
+    "closest_points",
     "RayCaster",
     "VisibilityBuffer",
     "ray_triangle_barycentrics",
@@ -102,7 +103,24 @@ def _build_kernels(wp):
         q = wp.mesh_query_ray(mesh, origins[i], directions[i], max_t[i])
         occluded[i] = wp.where(q.result, 1, 0)
 
-    return {"closest_hit": closest_hit, "any_hit": any_hit}
+    @wp.kernel
+    def closest_point(
+        mesh: wp.uint64,
+        points: wp.array(dtype=wp.vec3),
+        max_distance: float,
+        triangle: wp.array(dtype=wp.int32),
+        barycentric: wp.array(dtype=wp.vec2),
+    ):
+        i = wp.tid()
+        q = wp.mesh_query_point_no_sign(mesh, points[i], max_distance)
+        if q.result:
+            triangle[i] = q.face
+            barycentric[i] = wp.vec2(q.v, 1.0 - q.u - q.v)  # (weights of p1, p2), as for the rays
+        else:
+            triangle[i] = -1
+            barycentric[i] = wp.vec2(0.0, 0.0)
+
+    return {"closest_hit": closest_hit, "any_hit": any_hit, "closest_point": closest_point}
 
 
 def _warp_device(device: torch.device) -> str:
@@ -396,3 +414,70 @@ def rasterize_triangle_ids(
         start = stop
     tri = torch.where(keys == empty, -1, keys & 0xFFFFFFFF)
     return tri.reshape(height, width)
+
+
+def _closest_points_torch(positions: torch.Tensor, faces: torch.Tensor, points: torch.Tensor, chunk: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+    """Brute force over every triangle (Ericson's closest point on a triangle), ``chunk`` points at a time."""
+    p0, p1, p2 = (positions[faces[:, k]].double() for k in range(3))
+    ab, ac = p1 - p0, p2 - p0
+    tri_out, bary_out = [], []
+    for start in range(0, points.shape[0], chunk):
+        p = points[start : start + chunk].double()[:, None, :]
+        ap = p - p0
+        d1, d2 = (ab * ap).sum(-1), (ac * ap).sum(-1)
+        bp = p - p1
+        d3, d4 = (ab * bp).sum(-1), (ac * bp).sum(-1)
+        cp = p - p2
+        d5, d6 = (ab * cp).sum(-1), (ac * cp).sum(-1)
+        va, vb, vc = d3 * d6 - d5 * d4, d5 * d2 - d1 * d6, d1 * d4 - d3 * d2
+        tiny = 1e-30
+        # start from the interior solution, then overwrite by Voronoi region (edges, then vertices)
+        denom = (va + vb + vc).clamp(min=tiny)
+        v, w = vb / denom, vc / denom
+        e_ab = (vc <= 0) & (d1 >= 0) & (d3 <= 0)
+        v, w = torch.where(e_ab, d1 / (d1 - d3).clamp(min=tiny), v), torch.where(e_ab, torch.zeros_like(w), w)
+        e_ac = (vb <= 0) & (d2 >= 0) & (d6 <= 0)
+        v, w = torch.where(e_ac, torch.zeros_like(v), v), torch.where(e_ac, d2 / (d2 - d6).clamp(min=tiny), w)
+        e_bc = (va <= 0) & ((d4 - d3) >= 0) & ((d5 - d6) >= 0)
+        t_bc = (d4 - d3) / ((d4 - d3) + (d5 - d6)).clamp(min=tiny)
+        v, w = torch.where(e_bc, 1 - t_bc, v), torch.where(e_bc, t_bc, w)
+        at_a = (d1 <= 0) & (d2 <= 0)
+        at_b = (d3 >= 0) & (d4 <= d3)
+        at_c = (d6 >= 0) & (d5 <= d6)
+        v = torch.where(at_a | at_c, torch.zeros_like(v), torch.where(at_b, torch.ones_like(v), v))
+        w = torch.where(at_a | at_b, torch.zeros_like(w), torch.where(at_c, torch.ones_like(w), w))
+        closest = p0 + v[..., None] * ab + w[..., None] * ac
+        best = ((closest - p) ** 2).sum(-1).argmin(1)
+        rows = torch.arange(best.shape[0], device=best.device)
+        tri_out.append(best)
+        bary_out.append(torch.stack((v[rows, best], w[rows, best]), 1))
+    return torch.cat(tri_out), torch.cat(bary_out).to(positions.dtype)
+
+
+def closest_points(positions: torch.Tensor, faces: torch.Tensor, points: torch.Tensor, *, use_warp: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each of ``points`` ``[N, 3]``, the closest point on the mesh: ``(triangle [N], barycentrics
+    [N, 2])`` (weights of the triangle's second and third vertices, as everywhere in the renderer).
+
+    Through Warp's BVH point query when warp-lang is there (``use_warp=None``), else by brute force
+    in PyTorch (every triangle; slower, same answer up to ties).
+    """
+    if use_warp is None:
+        use_warp = warp_available()
+    if not use_warp:
+        return _closest_points_torch(positions, faces.long(), points)
+    wp, kernels = _warp()
+    device = positions.device
+    target = _warp_device(device)
+    with _torch_stream(device):
+        verts = wp.array(positions.detach().float().contiguous().cpu().numpy() if device.type == "cpu" else positions.detach().float().contiguous(), dtype=wp.vec3, device=target)
+        index = wp.array(faces.detach().to(torch.int32).reshape(-1).contiguous().cpu().numpy() if device.type == "cpu" else faces.detach().to(torch.int32).reshape(-1).contiguous(),
+                         dtype=wp.int32, device=target)
+        mesh = wp.Mesh(points=verts, indices=index)
+        queries = wp.array(points.detach().float().contiguous().cpu().numpy() if device.type == "cpu" else points.detach().float().contiguous(), dtype=wp.vec3, device=target)
+        triangle = wp.empty(points.shape[0], dtype=wp.int32, device=target)
+        bary = wp.empty(points.shape[0], dtype=wp.vec2, device=target)
+        extent = float((positions.max(0).values - positions.min(0).values).norm()) * 4 + 1.0
+        wp.launch(kernels["closest_point"], dim=points.shape[0], inputs=[mesh.id, queries, extent, triangle, bary], device=target)
+        out_tri = torch.as_tensor(triangle.numpy()).to(device=device, dtype=torch.int64)
+        out_bary = torch.as_tensor(bary.numpy()).to(device=device, dtype=positions.dtype)
+    return out_tri, out_bary

@@ -28,7 +28,8 @@ from neuralbake.render.deferred import DirectionalLight, Lighting, render
 from neuralbake.render.envmap import EnvironmentLight, default_environment
 from neuralbake.render.pictures import error_heat_map, panel_grid
 from neuralbake.render.scene import RenderScene, prepare_scene
-from neuralbake.render.skinning import pose_scene, skin_normals, skin_positions, skin_tangents
+from neuralbake.render.posing import Posable
+from neuralbake.render.skinning import pose_scene
 
 __all__ = ["SIMPLIFY", "simplify_lod"]
 
@@ -93,76 +94,19 @@ def _protect(scene: Scene, config: SimplifyConfig) -> list[np.ndarray | None] | 
     return out
 
 
-class _Posable:
-    """A scene on the run's device, shown as a view sees it: at rest for a static asset, skinned at
-    the view's animation time for a skinned one (one skin; unskinned meshes ride on an identity joint)."""
-
-    def __init__(self, scene: Scene, device: torch.device) -> None:
-        self.scene = scene
-        self.rs = prepare_scene(scene, device=device)
-        self.rig = scene.rig if any(m.skin is not None and m.bind_positions is not None for m in scene.meshes) else None
-        self.bind: torch.Tensor | None = None
-        self._matrices: dict[float, torch.Tensor] = {}
-        if self.rig is None:
-            return
-        skin = next(m.skin for m in scene.meshes if m.skin is not None)
-        self.skin = skin
-        identity = len(self.rig.skins[skin].joints)
-        parts: dict[str, list[np.ndarray]] = {"bind": [], "normals": [], "tangents": [], "joints": [], "weights": []}
-        for m in scene.meshes:
-            skinned = m.skin is not None and m.bind_positions is not None
-            v = len(m.positions)
-            parts["bind"].append(m.bind_positions if skinned else m.positions)
-            normals = m.bind_normals if skinned else m.normals
-            parts["normals"].append(normals if normals is not None else np.tile([0.0, 0.0, 1.0], (v, 1)))
-            tangents = m.bind_tangents if skinned else m.tangents
-            parts["tangents"].append(tangents if tangents is not None else np.tile([0.0, 0.0, 0.0, 1.0], (v, 1)))
-            parts["joints"].append(m.joints.astype(np.int64) if skinned else np.full((v, 4), identity))
-            parts["weights"].append(m.weights if skinned else np.tile([1.0, 0.0, 0.0, 0.0], (v, 1)))
-        as_tensor = lambda name, dtype: torch.from_numpy(np.concatenate(parts[name]).astype(dtype)).to(device)  # noqa: E731
-        self.bind = as_tensor("bind", np.float32).to(self.rs.dtype)
-        self.bind_normals, self.bind_tangents = as_tensor("normals", np.float32), as_tensor("tangents", np.float32)
-        self.joints, self.weights = as_tensor("joints", np.int64), as_tensor("weights", np.float32)
-
-    def matrices(self, time: float | None) -> torch.Tensor:
-        key = -1.0 if time is None else float(time)
-        if key not in self._matrices:
-            clip = None if time is None or not self.rig.clips else self.rig.clips[0]
-            joints = self.rig.joint_matrices(self.skin, clip, 0.0 if time is None else time)
-            self._matrices[key] = torch.from_numpy(np.concatenate((joints, np.eye(4)[None]))).to(self.rs.device, self.rs.dtype)
-        return self._matrices[key]
-
-    def deform(self, positions: torch.Tensor, view: ShapeView) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Split bind positions -> (posed positions, normals, tangents) at the view's time."""
-        m = self.matrices(view.time)
-        return (skin_positions(positions, self.joints, self.weights, m).to(self.rs.dtype),
-                skin_normals(self.bind_normals, self.joints, self.weights, m).to(self.rs.dtype),
-                skin_tangents(self.bind_tangents, self.joints, self.weights, m).to(self.rs.dtype))
-
-    def show(self, view: ShapeView, positions: torch.Tensor | None = None) -> RenderScene:
-        """``rs`` posed for ``view`` (``positions``: split bind positions, default the scene's own)."""
-        if self.rig is not None:
-            posed, normals, tangents = self.deform(self.bind if positions is None else positions, view)
-            self.rs.set_positions(posed.detach())
-            self.rs.normals, self.rs.tangents = normals.detach(), tangents.detach()
-        elif positions is not None:
-            self.rs.set_positions(positions.detach())
-        return self.rs
-
-
-def _views(original: _Posable, cameras: list[Camera], times: list[float | None], size: int, lighting: Lighting, advance: Any) -> list[ShapeView]:
+def _views(original: Posable, cameras: list[Camera], times: list[float | None], size: int, lighting: Lighting, advance: Any) -> list[ShapeView]:
     views = []
     for camera, time in zip(cameras, times):
         view = ShapeView(camera, torch.empty(0), torch.empty(0), time)
         with torch.no_grad():
-            out = render(original.show(view), camera, size, size, lighting, antialias=True)
+            out = render(original.show(view.time), camera, size, size, lighting, antialias=True)
         view.image, view.alpha = out.ldr.detach(), out.alpha.detach()
         views.append(view)
         advance(1)
     return views
 
 
-def _vertex_error(original: _Posable, lod: _Posable, views: list[ShapeView], lighting: Lighting, lod_positions: torch.Tensor | None = None) -> np.ndarray:
+def _vertex_error(original: Posable, lod: Posable, views: list[ShapeView], lighting: Lighting, lod_positions: torch.Tensor | None = None) -> np.ndarray:
     """Per vertex of the original, the mean render difference (display + coverage) of ``lod`` over
     the pixels where the original shows that vertex's triangles (barycentric shares)."""
     total = torch.zeros(original.rs.positions.shape[0], dtype=torch.float64)
@@ -170,8 +114,8 @@ def _vertex_error(original: _Posable, lod: _Posable, views: list[ShapeView], lig
     for view in views:
         height, width = view.alpha.shape
         with torch.no_grad():
-            ours = render(lod.show(view, lod_positions), view.camera, width, height, lighting, antialias=True)
-            seen = render(original.show(view), view.camera, width, height, lighting).gbuffer
+            ours = render(lod.show(view.time, lod_positions), view.camera, width, height, lighting, antialias=True)
+            seen = render(original.show(view.time), view.camera, width, height, lighting).gbuffer
         error = ((ours.ldr - view.image).abs().mean(-1) + (ours.alpha - view.alpha).abs()).reshape(-1)[seen.pixel].double().cpu()
         corners = original.rs.faces[seen.triangle].cpu()
         bary = seen.barycentrics.detach().double().cpu()
@@ -186,12 +130,12 @@ def _per_mesh(scene: Scene, values: np.ndarray) -> list[np.ndarray]:
     return np.split(values, cuts)
 
 
-def _judge(lod: _Posable, views: list[ShapeView], lighting: Lighting, positions: torch.Tensor | None = None) -> tuple[dict[str, float], list[torch.Tensor]]:
+def _judge(lod: Posable, views: list[ShapeView], lighting: Lighting, positions: torch.Tensor | None = None) -> tuple[dict[str, float], list[torch.Tensor]]:
     images, psnrs, flips = [], [], []
     for view in views:
         height, width = view.alpha.shape
         with torch.no_grad():
-            out = render(lod.show(view, positions), view.camera, width, height, lighting, antialias=True)
+            out = render(lod.show(view.time, positions), view.camera, width, height, lighting, antialias=True)
         images.append(out.ldr)
         psnrs.append(psnr(out.ldr, view.image))
         flips.append(flip_error_ldr(view.image, out.ldr))
@@ -241,7 +185,7 @@ def _body(run: BakeRun) -> BakeOutcome:
                      DirectionalLight(direction=tuple(-v for v in config.light_direction), irradiance=0.8)], environment=env,
         environment_samples=config.environment_samples, shadows=False, seed=config.seed, background=(0.18, 0.18, 0.18),
     )
-    original = _Posable(scene, device)
+    original = Posable(scene, device)
     clip = scene.rig.clips[0] if original.rig is not None and scene.rig.clips else None
     if clip is not None and clip.duration > 0:
         # training views cycle through frames spread over the first clip; held-out views fall between them
@@ -264,13 +208,13 @@ def _body(run: BakeRun) -> BakeOutcome:
     chosen: Decimated = qem
     guided = None
     if config.image_guidance > 0:
-        error = _vertex_error(original, _Posable(qem.scene, device), train_views, lighting)
+        error = _vertex_error(original, Posable(qem.scene, device), train_views, lighting)
         relative = error / max(float(error[error > 0].mean()) if (error > 0).any() else 1.0, 1e-12)
         weights = [w * (1.0 if joint is None else j) for w, j in zip(_per_mesh(scene, 1.0 + config.image_guidance * relative), joint or [1.0] * len(scene.meshes))]
         guided = chosen = decimate_scene(scene, target, vertex_weights=weights, protect=protect)
 
-    qem_scores, qem_images = _judge(_Posable(qem.scene, device), held_views, lighting)
-    lod = _Posable(chosen.scene, device)
+    qem_scores, qem_images = _judge(Posable(qem.scene, device), held_views, lighting)
+    lod = Posable(chosen.scene, device)
     rest = lod.rs.positions.detach() if lod.bind is None else lod.bind
     group_np, _ = weld(rest.cpu().numpy())
     group = torch.from_numpy(group_np).to(device)
@@ -280,7 +224,7 @@ def _body(run: BakeRun) -> BakeOutcome:
         with run.task("fitting the shape", config.epochs * len(train_views), unit="steps") as advance:
             fitted, best = fit_shape(
                 lod.rs, group, group[lod.rs.faces], train_views, lighting, epochs=config.epochs, learning_rate=config.learning_rate * diagonal,
-                lam=config.smoothness, seed=config.seed, advance=advance, start=rest, deform=None if lod.rig is None else lod.deform,
+                lam=config.smoothness, seed=config.seed, advance=advance, start=rest, deform=None if lod.rig is None else (lambda positions, view: lod.deform(positions, view.time)),
             )
     shape_seconds = time.perf_counter() - shape_started
     ours_scores, ours_images = _judge(lod, held_views, lighting, best)

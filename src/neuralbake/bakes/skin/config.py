@@ -1,0 +1,82 @@
+"""The skin bake's settings (:class:`SkinConfig`), their checks and the sizes picked by device."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from neuralbake.errors import ConfigError
+from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES
+
+__all__ = ["SkinConfig", "device_defaults"]
+
+GPU_DEFAULTS = {"steps": 2000, "render_size": 256, "views": 16}
+CPU_DEFAULTS = {"steps": 300, "render_size": 96, "views": 6}
+
+
+@dataclass
+class SkinConfig:
+    """Everything that determines a skin-weight fit."""
+
+    lod: str = ""
+    """The LOD to skin (.gltf or .glb): a static mesh in the original's rest pose, or a skinned one whose weights are fitted again."""
+    reference: str = ""
+    """The skinned original (.gltf or .glb) whose skeleton, skin and first clip the LOD follows."""
+    influences: int = 4
+    """Joints per vertex in the written skin (glTF's JOINTS_0 holds 4)."""
+    candidates: int = 8
+    """Joints per vertex the fit may weigh: the strongest of the transferred weights of the nearby original surface."""
+    frames: int = 8
+    """Frames of the clip the weights are fitted over (evenly spread; the rest pose is always one)."""
+    held_out_frames: int = 4
+    """Frames between the fitted ones on which transferred and fitted weights are judged."""
+    steps: int | None = None
+    """Adam steps of the fit (unset: 2000 on a GPU, 300 on a CPU)."""
+    learning_rate: float = 0.05
+    """Adam learning rate of the weights' logits."""
+    image_weight: float = 0.1
+    """Weight of the image term (renders of LOD and original at a random view and frame per step) beside the vertex term; 0 = vertices only."""
+    views: int | None = None
+    """Orbit views of the image term and of the judgement (unset: 16 on a GPU, 6 on a CPU)."""
+    render_size: int | None = None
+    """Side of the square renders (unset: 256 on a GPU, 96 on a CPU)."""
+    fov_y_deg: float = 40.0
+    """Vertical field of view of every view."""
+    max_triangles: int = DEFAULT_MAX_TRIANGLES
+    """Triangle budget of each input."""
+    device: str = "auto"
+    """auto, cpu, cuda or cuda:N."""
+    seed: int = 0
+    """Seeds the view and frame order."""
+
+    def validate(self) -> None:
+        """Raise :class:`~neuralbake.errors.ConfigError` for unusable settings."""
+
+        def bad(name: str, problem: str, fix: str) -> ConfigError:
+            return ConfigError(problem, field=name, fix=fix)
+
+        if not self.lod:
+            raise bad("lod", "no LOD given.", "pass the mesh to skin.")
+        if not self.reference:
+            raise bad("reference", "no reference given.", "pass the skinned original with --reference.")
+        for name, low, top in (("influences", 1, 4), ("candidates", 1, 32), ("frames", 1, 256), ("held_out_frames", 1, 64), ("steps", 0, 1_000_000),
+                               ("views", 1, 256), ("render_size", 16, 4096)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= top:
+                raise bad(name, f"{name} must be an integer in [{low}, {top}], got {v!r}.", f"pass e.g. {max(low, 4)}.")
+        if self.candidates < self.influences:
+            raise bad("candidates", f"candidates ({self.candidates}) must be at least influences ({self.influences}).", "raise candidates.")
+        if not isinstance(self.learning_rate, (int, float)) or not math.isfinite(self.learning_rate) or self.learning_rate <= 0:
+            raise bad("learning_rate", f"learning_rate must be a positive number, got {self.learning_rate!r}.", "pass e.g. 0.05.")
+        if not isinstance(self.image_weight, (int, float)) or not math.isfinite(self.image_weight) or self.image_weight < 0:
+            raise bad("image_weight", f"image_weight must be >= 0, got {self.image_weight!r}.", "pass 0 (vertices only) or e.g. 1.")
+        if not 1.0 <= self.fov_y_deg <= 150.0:
+            raise bad("fov_y_deg", f"fov_y_deg must be in [1, 150], got {self.fov_y_deg!r}.", "pass e.g. 40.")
+
+
+def device_defaults(config: SkinConfig, device: torch.device) -> dict[str, Any]:
+    """Full size on a GPU; on a CPU, sizes that finish in a minute or two (fields left ``None`` only)."""
+    return dict(GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS)
