@@ -271,3 +271,25 @@ def test_a_skinned_scene_written_out_plays_as_the_source(tmp_path: Path, shared_
             a = np.concatenate([m.positions for m in pose_scene(scene, 0, time).meshes])
             b = np.concatenate([m.positions for m in pose_scene(written, 0, time).meshes])
             assert np.abs(a - b).max() < 1e-5, (source.name, time)
+
+
+def test_closest_points_warp_and_brute_force_agree() -> None:
+    from neuralbake.render.visibility import closest_points, warp_available
+
+    g = torch.Generator().manual_seed(3)
+    positions = torch.randn(200, 3, generator=g)
+    faces = torch.randint(0, 200, (300, 3), generator=g)
+    faces = faces[(faces[:, 0] != faces[:, 1]) & (faces[:, 1] != faces[:, 2]) & (faces[:, 0] != faces[:, 2])]
+    queries = 1.5 * torch.randn(150, 3, generator=g)
+
+    def distance(triangle: torch.Tensor, bary: torch.Tensor) -> torch.Tensor:
+        f = faces[triangle]
+        point = (1 - bary.sum(1, keepdim=True)) * positions[f[:, 0]] + bary[:, :1] * positions[f[:, 1]] + bary[:, 1:] * positions[f[:, 2]]
+        return (point - queries).norm(dim=1)
+
+    brute = distance(*closest_points(positions, faces, queries, use_warp=False))
+    # no vertex of any triangle is closer than the answer (the answer is a point of the mesh)
+    corners = (positions[faces.reshape(-1)][None] - queries[:, None]).norm(dim=2).min(1).values
+    assert (brute <= corners + 1e-5).all()
+    if warp_available():
+        assert torch.allclose(distance(*closest_points(positions, faces, queries, use_warp=True)), brute, atol=1e-5)
