@@ -70,8 +70,9 @@ def _load_lod(config: SimplifyConfig) -> Scene:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lod = load_gltf(path, max_triangles=config.max_triangles)
-    if any(m.skin is not None for m in lod.meshes):
-        raise InputError("the given lod is skinned; simplify fits static LODs so far.", path=path, field="lod", fix="pass a static LOD.")
+    original_skinned = any(m.skin is not None for m in _load(config).meshes) if any(m.skin is not None for m in lod.meshes) else False
+    if any(m.skin is not None for m in lod.meshes) and not original_skinned:
+        raise InputError("the given lod is skinned but the asset is not.", path=path, field="lod", fix="pass a static LOD of a static asset.")
     return lod
 
 
