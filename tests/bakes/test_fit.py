@@ -426,3 +426,20 @@ def test_a_warm_start_of_another_fit_is_refused_naming_the_difference(tmp_path: 
         with pytest.raises(InputError, match="warm") as caught:
             fit_lod(config, tmp_path / f"o{k}", progress=False)
         assert message in str(caught.value) and _no_outputs(tmp_path / f"o{k}")
+
+
+def test_a_simplified_mesh_is_fitted_to_its_original(tmp_path: Path) -> None:
+    from neuralbake.bakes.simplify import decimate_scene
+
+    model = _write_asset(tmp_path / "asset")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sphere = load_gltf(model)
+    (tmp_path / "lod").mkdir()
+    coarse = write_gltf(tmp_path / "lod" / "lod.gltf", decimate_scene(sphere, sphere.num_triangles // 3).scene)
+    chained = fit_lod(_config(coarse, reference=str(model), epochs=3), tmp_path / "chained", progress=False)
+    alone = fit_lod(_config(coarse, epochs=3), tmp_path / "alone", progress=False)
+    assert chained["triangles"] == alone["triangles"] < sphere.num_triangles  # the coarse mesh is what is fitted
+    assert chained["psnr_db"] > 15 and chained["psnr_db"] != alone["psnr_db"]  # judged against the original's renders
+    with pytest.raises(InputError, match="reference asset does not exist"):
+        fit_lod(_config(coarse, reference=str(tmp_path / "none.gltf")), tmp_path / "bad", progress=False)

@@ -82,11 +82,23 @@ def _load_asset(config: FitConfig) -> Scene:
     return scene
 
 
+def _load_reference(config: FitConfig) -> Scene | None:
+    if config.reference is None:
+        return None
+    if not Path(config.reference).is_file():
+        raise InputError("the reference asset does not exist.", path=config.reference, field="reference", fix="pass the original .gltf or .glb, or leave reference unset.")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_gltf(config.reference, max_triangles=config.max_triangles)
+
+
 def _compatibility(config: FitConfig) -> dict[str, Any]:
     """What a checkpoint must share with the fit that resumes it: the asset's bytes and every setting
     that shapes the views or the stored values (epochs may grow; device and cadence may change)."""
     settings = {k: v for k, v in asdict(config).items() if k not in ("device", "train", "epochs", "max_triangles")}
     digest = hashlib.sha256(Path(config.asset).read_bytes()).hexdigest()[:16]
+    if config.reference is not None:
+        settings["reference"] = hashlib.sha256(Path(config.reference).read_bytes()).hexdigest()[:16]
     return json.loads(json.dumps({"asset_sha256": digest, **settings}))
 
 
@@ -107,14 +119,16 @@ def _body(run: BakeRun) -> BakeOutcome:
     _check_inputs(config)
     scene = _load_asset(config)
     rs = prepare_scene(scene, device=device)
+    original = _load_reference(config)
+    reference = None if original is None else prepare_scene(original, device=device)
     lighting = fit_lighting(config, device)
     mask = load_weights(config, device)
-    train_cams, held_cams = fit_cameras(scene, config)
+    train_cams, held_cams = fit_cameras(scene if original is None else original, config)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     with run.task("rendering reference views", len(train_cams) + len(held_cams), unit="views") as advance:
-        train_views = render_views(rs, train_cams, config, lighting, mask, keep_image=False, advance=advance)
-        held_views = render_views(rs, held_cams, config, lighting, None, keep_image=True, advance=advance)
+        train_views = render_views(rs, train_cams, config, lighting, mask, keep_image=False, advance=advance, reference=reference)
+        held_views = render_views(rs, held_cams, config, lighting, None, keep_image=True, advance=advance, reference=reference)
     if sum(v.pixel.numel() for v in train_views) == 0:
         raise InputError("no training view sees the asset.", path=config.asset, field="views", fix="check the asset's scale and position.")
     precompute_seconds = time.perf_counter() - started

@@ -59,6 +59,9 @@ class FitConfig:
 
     asset: str = ""
     """Path of the PBR asset (.gltf or .glb)."""
+    reference: str | None = None
+    """Render the reference from this asset instead (the original of a simplified asset): the LOD's appearance is
+    fitted to its original, as `neuralbake simplify` then `fit --reference` chain them."""
     target: Literal["unlit", "vertex-color", "luma-chroma"] = "unlit"
     """unlit (one texture in uv1), vertex-color (COLOR_0) or luma-chroma (luminance in uv0, chrominance in uv1)."""
     texture_size: int | None = None

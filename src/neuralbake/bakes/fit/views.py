@@ -19,7 +19,7 @@ from neuralbake.io.limits import check_memory
 from neuralbake.render.camera import Camera, fibonacci_orbit, framing_radius, random_orbit
 from neuralbake.render.deferred import DirectionalLight, Lighting, render
 from neuralbake.render.envmap import EnvironmentLight, default_environment
-from neuralbake.render.gbuffer import GBuffer
+from neuralbake.render.gbuffer import GBuffer, render_gbuffer
 from neuralbake.render.mip import sample_bilinear
 
 __all__ = [
@@ -136,14 +136,19 @@ def render_views(
     mask: torch.Tensor | None,
     keep_image: bool,
     advance: Callable[[int], None] | None = None,
+    reference: Any = None,
 ) -> list[View]:
-    """Render the PBR reference from ``cameras`` and keep each view's hit pixels (see :class:`View`)."""
+    """Render the PBR reference from ``cameras`` and keep each view's hit pixels (see :class:`View`).
+
+    ``reference``: another prepared scene to render the reference images from (the original of a
+    simplified ``rs``); the hit pixels and G-buffer rows are still ``rs``'s.
+    """
     views = []
     size = config.render_size
     for cam in cameras:
         with torch.no_grad():
-            out = render(rs, cam, size, size, lighting, tone_map=config.display_tone_map, exposure=config.exposure)
-        g: GBuffer = out.gbuffer
+            out = render(rs if reference is None else reference, cam, size, size, lighting, tone_map=config.display_tone_map, exposure=config.exposure)
+            g: GBuffer = out.gbuffer if reference is None else render_gbuffer(rs, cam, size, size)
         rows = g.pixel
         weight = None
         if mask is not None:
