@@ -257,10 +257,10 @@ def test_a_posed_frame_renders(shared_dir: Path) -> None:
     assert not torch.equal(coverage[0], coverage[1])  # the pose changes the silhouette
 
 
-def test_a_skinned_scene_written_out_plays_as_the_source(tmp_path: Path, shared_dir: Path) -> None:
+def _replays(tmp_path: Path, source: Path) -> None:
     from neuralbake.io.gltf import write_gltf
 
-    for source in (_write_rig(tmp_path / "rig"), shared_dir / "assets" / "BrainStem" / "BrainStem.glb"):
+    for source in (source,):
         scene = _load(source)
         out = tmp_path / f"out_{source.stem}"
         out.mkdir()
@@ -271,6 +271,14 @@ def test_a_skinned_scene_written_out_plays_as_the_source(tmp_path: Path, shared_
             a = np.concatenate([m.positions for m in pose_scene(scene, 0, time).meshes])
             b = np.concatenate([m.positions for m in pose_scene(written, 0, time).meshes])
             assert np.abs(a - b).max() < 1e-5, (source.name, time)
+
+
+def test_a_written_rig_plays_as_the_source(tmp_path: Path) -> None:
+    _replays(tmp_path, _write_rig(tmp_path / "rig"))
+
+
+def test_a_written_brainstem_plays_as_the_source(tmp_path: Path, shared_dir: Path) -> None:
+    _replays(tmp_path, shared_dir / "assets" / "BrainStem" / "BrainStem.glb")
 
 
 def test_closest_points_warp_and_brute_force_agree() -> None:
