@@ -22,10 +22,11 @@ decimator. Then
   collapse's error is multiplied by its vertices' weight, so heavy vertices (image-space error,
   joints, artists' masks) are kept longest.
 
-Afterwards the glTF vertices are rebuilt, one per (position, uv) pair; every other attribute
-(normal, tangent, colour, uv1, joints, weights) is copied from the original vertex that the new one
-survives from (each collapse keeps one of its ends), taking, among that position's split
-vertices, the one whose uv is nearest, so normals stay on their side of a seam. Skinned
+Afterwards the glTF vertices are rebuilt from the new faces' corners: every other attribute
+(normal, tangent, colour, uv1, joints, weights) is copied from the original vertex that the corner
+survives from (each collapse keeps one of its ends), taking, among that position's split vertices,
+the one whose uv is nearest the corner's and then whose normal is nearest the new face's, so uv
+seams keep each side's attributes and hard edges (vertices split by their normals) stay hard. Skinned
 primitives are decimated in their bind pose, so the result stays skinnable, and posed back into
 the rest pose.
 """
@@ -171,18 +172,33 @@ def _plain(positions: np.ndarray, faces: np.ndarray, target: int, weights: np.nd
     return out.vertex_matrix(), out.face_matrix().astype(np.int64), np.round(out.vertex_custom_scalar_attribute_array("source")).astype(np.int64)
 
 
-def _nearest_split(source: np.ndarray, uv: np.ndarray, group: np.ndarray, mesh_uv: np.ndarray) -> np.ndarray:
-    """For new vertices (each a survivor ``source`` and a uv), the original vertex at the survivor's
-    position whose uv is nearest (so seams keep each side's normal and tangent)."""
+def _corner_sources(survivor: np.ndarray, corner_uv: np.ndarray | None, face_normal: np.ndarray, group: np.ndarray,
+                    mesh_uv: np.ndarray | None, mesh_normals: np.ndarray) -> np.ndarray:
+    """For every corner of the new faces, the original vertex it takes its attributes from: among the
+    split vertices at the corner's surviving position, the one whose uv is nearest the corner's uv,
+    then whose normal is nearest the new face's normal. So uv seams keep each side's uv, normal and
+    tangent, and hard edges (vertices split by their normals) stay hard."""
     order = np.argsort(group, kind="stable")
     starts = np.searchsorted(group[order], np.arange(group.max() + 1))
     ends = np.append(starts[1:], len(order))
-    out = np.empty(len(source), np.int64)
-    for k, (s, u) in enumerate(zip(source, uv)):
+    out = np.empty(len(survivor), np.int64)
+    for k, s in enumerate(survivor):
         g = group[s]
         members = order[starts[g] : ends[g]]
-        out[k] = members[np.argmin(((mesh_uv[members] - u) ** 2).sum(1))] if len(members) > 1 else members[0]
+        if len(members) == 1:
+            out[k] = members[0]
+            continue
+        score = 1.0 - mesh_normals[members] @ face_normal[k]
+        if mesh_uv is not None:
+            score = score + 1e6 * ((mesh_uv[members] - corner_uv[k]) ** 2).sum(1)
+        out[k] = members[np.argmin(score)]
     return out
+
+
+def _face_normals(points: np.ndarray, faces: np.ndarray) -> np.ndarray:
+    p = points[faces]
+    n = np.cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0])
+    return n / np.maximum(np.linalg.norm(n, axis=1, keepdims=True), 1e-30)
 
 
 def _decimate_mesh(mesh: Mesh, target: int, weights: np.ndarray | None, protect: np.ndarray | None = None) -> tuple[Mesh, np.ndarray]:
@@ -197,6 +213,7 @@ def _decimate_mesh(mesh: Mesh, target: int, weights: np.ndarray | None, protect:
     welded_protect = np.zeros(len(first), bool)
     if protect is not None:
         np.logical_or.at(welded_protect, group, np.asarray(protect, bool))
+    corner_uv = None
     if mesh.uv0 is not None:
         if welded_weights is not None:
             # the heaviest vertices (at least PROTECT_WEIGHT) are kept, at most a quarter of the
@@ -205,20 +222,24 @@ def _decimate_mesh(mesh: Mesh, target: int, weights: np.ndarray | None, protect:
             heavy = heavy[np.argsort(-welded_weights[heavy], kind="stable")][: max(0, target // 8)]
             welded_protect[heavy] = True
         new_positions, new_faces, corner_uv, survivor = _textured(welded, faces, mesh.uv0[mesh.indices], target, welded_protect, first)
-        # one glTF vertex per (position, uv) pair
-        keys = np.concatenate((new_faces.reshape(-1, 1).astype(np.float64), np.round(corner_uv.reshape(-1, 2) * 2**20)), 1)
-        _, unique, corner_vertex = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-        corner_vertex = corner_vertex.reshape(-1)
-        vertex_of = new_faces.reshape(-1)[unique]
-        uv0 = corner_uv.reshape(-1, 2)[unique].astype(np.float32)
-        source = _nearest_split(survivor[vertex_of], uv0, group, mesh.uv0)
-        points, indices = new_positions[vertex_of].astype(np.float32), corner_vertex.reshape(-1, 3)
+        corner_uv = corner_uv.reshape(-1, 2)
     else:
-        new_positions, indices, survivor = _plain(welded, faces, target, welded_weights, welded_protect, first)
-        points, source, uv0 = new_positions.astype(np.float32), survivor, None
+        new_positions, new_faces, survivor = _plain(welded, faces, target, welded_weights, welded_protect, first)
+    # one glTF vertex per (position, uv, source split vertex) of the new faces' corners
+    bind_normals = mesh.bind_normals if skinned else mesh.normals
+    reference_normals = bind_normals if bind_normals is not None else np.zeros((len(positions), 3))
+    corners = new_faces.reshape(-1)
+    sources = _corner_sources(survivor[corners], corner_uv, np.repeat(_face_normals(new_positions, new_faces), 3, 0), group, mesh.uv0, reference_normals)
+    columns = [corners[:, None].astype(np.float64), sources[:, None].astype(np.float64)]
+    if corner_uv is not None:
+        columns.append(np.round(corner_uv * 2**20))
+    _, unique, corner_vertex = np.unique(np.concatenate(columns, 1), axis=0, return_index=True, return_inverse=True)
+    source = sources[unique]
+    points, indices = new_positions[corners[unique]].astype(np.float32), corner_vertex.reshape(-1, 3)
+    uv0 = None if corner_uv is None else corner_uv[unique].astype(np.float32)
     indices, _ = drop_degenerate_triangles(points.astype(np.float64), indices)
     pick = lambda a: None if a is None else np.ascontiguousarray(a[source])  # noqa: E731
-    normals, tangents = pick(mesh.bind_normals if skinned else mesh.normals), pick(mesh.bind_tangents if skinned else mesh.tangents)
+    normals, tangents = pick(bind_normals), pick(mesh.bind_tangents if skinned else mesh.tangents)
     simplified = replace(
         mesh, positions=points, indices=indices, normals=normals, tangents=tangents, uv0=uv0, uv1=pick(mesh.uv1), colors=pick(mesh.colors),
         joints=pick(mesh.joints), weights=pick(mesh.weights),
