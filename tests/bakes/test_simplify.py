@@ -186,7 +186,7 @@ def test_simplify_writes_a_lod_a_triptych_and_a_report_comparing_with_qem(tmp_pa
 
     report = simplify_lod(_tiny(), tmp_path / "out", progress=False)
     assert verify_bake_folder(tmp_path / "out") is not None
-    lod = _load(tmp_path / "out" / "lod.gltf")
+    lod = _load(tmp_path / "out" / "lod.glb")
     assert lod.num_triangles == report["triangles"] and abs(report["triangles"] - 0.3 * 1728) <= 6
     assert lod.materials[0].base_color_texture is not None  # the original's material and textures
     for key in ("psnr_db", "flip", "start_psnr_db", "start_flip", "backtracks", "ms_per_step", "high_error_regions"):
@@ -243,7 +243,7 @@ def test_simplify_protects_a_material_and_runs_from_the_command_line(tmp_path: P
     )
     assert result.returncode == 0, result.stderr
     assert "QEM decimation alone" in result.stdout + result.stderr
-    lod = _load(tmp_path / "cli" / "lod.gltf")
+    lod = _load(tmp_path / "cli" / "lod.glb")
     assert lod.num_triangles == 1728  # its only material is protected: nothing to decimate
 
 
@@ -266,7 +266,7 @@ def test_a_skinned_character_is_simplified_over_its_animation_and_keeps_playing(
     report = simplify_lod(_tiny(asset=str(brainstem), ratio=0.1, render_size=32, views=4, held_out_views=2, epochs=1, frames=2), tmp_path / "out", progress=False)
     assert report["skinned"] and report["frames"] == 2
     assert report["joint_weighted_vertices"] == 0  # BrainStem is rigidly skinned: every vertex follows one joint
-    lod = _load(tmp_path / "out" / "lod.gltf")
+    lod = _load(tmp_path / "out" / "lod.glb")
     original = _load(brainstem)
     assert len(lod.rig.clips) == 1 and all(m.skin == 0 and m.weights is not None for m in lod.meshes)
     assert abs(lod.num_triangles - 0.1 * original.num_triangles) < 0.02 * original.num_triangles
@@ -286,5 +286,5 @@ def test_a_tiny_rig_is_simplified_and_written_with_its_skin(tmp_path: Path) -> N
     report = simplify_lod(_tiny(asset=str(rig), ratio=1.0, render_size=24, views=2, held_out_views=1, epochs=1, frames=2), tmp_path / "out", progress=False)
     assert report["skinned"] and report["clip"] == "bend"
     assert report["joint_weighted_vertices"] == 2  # the middle row is shared half and half
-    lod = _load(tmp_path / "out" / "lod.gltf")
+    lod = _load(tmp_path / "out" / "lod.glb")
     assert lod.meshes[0].skin == 0 and lod.rig.clip("bend").duration == pytest.approx(1.0)

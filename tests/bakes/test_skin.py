@@ -53,7 +53,7 @@ def test_a_vertex_between_the_originals_follows_it_better_after_the_fit(tmp_path
     report = skin_lod(_quick(lod=str(lod), reference=str(rig), steps=300, learning_rate=0.05), tmp_path / "out", progress=False)
     assert report["transferred_vertex_error"] > 0
     assert report["vertex_error"] < 0.8 * report["transferred_vertex_error"], report
-    skinned = _load(tmp_path / "out" / "lod.gltf")
+    skinned = _load(tmp_path / "out" / "lod.glb")
     weights = skinned.meshes[0].weights
     assert (weights >= 0).all() and np.allclose(weights.sum(1), 1.0, atol=1e-5) and ((weights > 0).sum(1) <= 4).all()
     assert skinned.meshes[0].skin == 0 and skinned.rig.clip("bend") is not None
@@ -66,7 +66,7 @@ def test_the_arm_is_skinned_sparsely_and_plays_its_clip(tmp_path: Path) -> None:
     lod = _static(decimate_scene(arm, 400).scene, tmp_path / "static")
     report = skin_lod(_quick(lod=str(lod), reference=str(ARM), influences=2), tmp_path / "out", progress=False)
     assert report["vertex_error"] < 0.002 and report["pruning_cost"] >= -1e-9 and report["influences"] == 2
-    skinned = _load(tmp_path / "out" / "lod.gltf")
+    skinned = _load(tmp_path / "out" / "lod.glb")
     weights = skinned.meshes[0].weights
     assert ((weights > 0).sum(1) <= 2).all() and np.allclose(weights.sum(1), 1.0, atol=1e-5)
     assert (tmp_path / "out" / "frames.png").is_file()
@@ -103,4 +103,4 @@ def test_skin_runs_from_the_command_line(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=300, check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "transferred" in result.stdout + result.stderr and (tmp_path / "cli" / "lod.gltf").is_file()
+    assert "transferred" in result.stdout + result.stderr and (tmp_path / "cli" / "lod.glb").is_file()

@@ -85,7 +85,7 @@ def test_blender_plays_a_simplified_brainstem(blender_python: Path, tmp_path: Pa
     config = SimplifyConfig(asset=str(shared_dir / "assets" / "BrainStem" / "BrainStem.glb"), ratio=0.1, render_size=24, views=2, held_out_views=1,
                             epochs=1, frames=2, device="cpu")
     simplify_lod(config, tmp_path / "lod", progress=False)
-    lod = tmp_path / "lod" / "lod.gltf"
+    lod = tmp_path / "lod" / "lod.glb"
     rest, later = _blender_pose(blender_python, lod, 0.0), _blender_pose(blender_python, lod, 3.0)
     assert len(rest["actions"]) == 1
     ours_rest, ours_later = _our_pose(lod, 0.0), _our_pose(lod, 3.0)

@@ -276,3 +276,23 @@ def test_shared_assets(shared_dir: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert load_gltf(shared_dir / "assets/BrainStem/BrainStem.glb").meshes[0].joints is not None
+
+
+def test_a_glb_holds_everything_and_reads_back_exactly(tmp_path: Path) -> None:
+    from neuralbake.render.skinning import pose_scene
+
+    root = Path(__file__).resolve().parents[2] / "examples"
+    for source in (root / "crate" / "crate.gltf", root / "arm" / "arm.gltf"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            scene = load_gltf(source)
+            out = write_gltf(tmp_path / f"{source.stem}.glb", scene)
+            back = load_gltf(out)
+        assert out.read_bytes()[:4] == b"glTF" and not list(tmp_path.glob(f"{source.stem}*.png")) and not list(tmp_path.glob("*.bin"))
+        for a, b in zip(scene.meshes, back.meshes):
+            assert np.array_equal(a.positions, b.positions) and np.array_equal(a.indices, b.indices)
+        for a, b in zip(scene.materials, back.materials):
+            for slot, ref in a.textures().items():
+                assert np.array_equal(ref.image, getattr(b, slot).image)  # 8-bit texels survive the embedded PNG
+        if scene.rig is not None:
+            assert np.array_equal(pose_scene(scene, 0, 1.0).meshes[0].positions, pose_scene(back, 0, 1.0).meshes[0].positions)

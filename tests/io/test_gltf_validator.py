@@ -60,10 +60,17 @@ def test_simplified_and_fitted_lods_are_valid_gltf(validator: Path, tmp_path: Pa
 
     crate = ROOT / "examples" / "crate" / "crate.gltf"
     simplify_lod(SimplifyConfig(asset=str(crate), ratio=0.3, render_size=24, views=2, held_out_views=1, epochs=1, device="cpu"), tmp_path / "simplified", progress=False)
-    _assert_valid(validator, tmp_path / "simplified" / "lod.gltf")
+    _assert_valid(validator, tmp_path / "simplified" / "lod.glb")
     fit_lod(FitConfig(asset=str(crate), texture_size=32, render_size=24, views=2, held_out_views=1, epochs=1, environment=False, shadows=False, device="cpu"),
             tmp_path / "fitted", progress=False)
     _assert_valid(validator, tmp_path / "fitted" / "lod.gltf")
+
+
+def test_a_glb_is_valid(validator: Path, tmp_path: Path) -> None:
+    from neuralbake.io.gltf import load_gltf, write_gltf
+
+    for source in (ROOT / "examples" / "arm" / "arm.gltf", ROOT / "examples" / "crate" / "crate.gltf"):
+        _assert_valid(validator, write_gltf(tmp_path / f"{source.stem}.glb", load_gltf(source)))
 
 
 def test_a_skinned_rig_is_written_valid_with_its_clip(validator: Path, tmp_path: Path) -> None:

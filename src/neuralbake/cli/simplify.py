@@ -33,6 +33,6 @@ def register(app: typer.Typer) -> None:
         help="Decimate a glTF (QEM, uv seams kept) and fit the coarse shape to renders of the original (large steps).",
         arguments=[Arg("asset", "The glTF asset (.gltf or .glb).", metavar="ASSET")],
         rename={"held_out_views": "held-out", "learning_rate": "lr"},
-        out_help="Output folder for lod.gltf, the triptych and report.json.",
+        out_help="Output folder for lod.glb, the triptych and report.json.",
         summary=_summary,
     )

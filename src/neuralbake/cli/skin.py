@@ -33,6 +33,6 @@ def register(app: typer.Typer) -> None:
         help="Skin a LOD like its original: weights transferred from the closest surface, then fitted over the original's animation.",
         arguments=[Arg("lod", "The LOD to skin (.gltf or .glb).", metavar="LOD")],
         rename={"learning_rate": "lr"},
-        out_help="Output folder for the skinned lod.gltf, frames.png and report.json.",
+        out_help="Output folder for the skinned lod.glb, frames.png and report.json.",
         summary=_summary,
     )

@@ -8,7 +8,7 @@ Artists protect regions by material name or with a uv0 mask. The report judges Q
 the fitted LOD on held-out views (PSNR, FLIP) at the same budget and lists the LOD's high-error
 regions; ``triptych.png`` shows original | QEM | fitted LOD | error.
 
-Outputs in ``out_dir`` (through :mod:`neuralbake.bakes.run`): ``lod.gltf`` (+ ``.bin``, the
+Outputs in ``out_dir`` (through :mod:`neuralbake.bakes.run`): ``lod.glb`` (one binary glTF with the
 original's materials and textures), ``triptych.png``, ``report.json``, ``config.json``,
 ``events.jsonl``, ``bake.json``. Skinned assets are refused for now (a static copy would lose the
 animation); their decimation already keeps skins (:func:`decimate_scene`).

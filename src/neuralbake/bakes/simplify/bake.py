@@ -242,7 +242,7 @@ def _body(run: BakeRun) -> BakeOutcome:
     result = replace(chosen.scene, meshes=meshes)
     if lod.rig is not None:
         result = pose_scene(result)  # the rest pose of the fitted bind pose
-    write_gltf(out / "lod.gltf", result if lod.rig is not None else replace(result, rig=None))
+    write_gltf(out / "lod.glb", result if lod.rig is not None else replace(result, rig=None))
     rows = []
     for view, q, o in list(zip(held_views, qem_images, ours_images))[:TRIPTYCH_ROWS]:
         rows.append([view.image.cpu().numpy(), q.cpu().numpy(), o.cpu().numpy(), error_heat_map(view.image, o, scale=0.25)])

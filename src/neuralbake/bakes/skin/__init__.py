@@ -14,7 +14,7 @@ original's skeleton and is weighted to deform like it.
 
 The report judges transferred against fitted weights on held-out frames (between the fitted ones):
 the vertex error and the renders' PSNR; ``frames.png`` shows original | transferred | fitted at held-out
-frames. ``lod.gltf`` carries the original's skeleton, skin and clips. The seed initialises with a
+frames. ``lod.glb`` carries the original's skeleton, skin and clips. The seed initialises with a
 graph network (SkinNet); no such network is trained or shipped here, so the weights start from the
 transfer (recorded in the report).
 """

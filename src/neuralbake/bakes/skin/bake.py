@@ -266,7 +266,7 @@ def _body(run: BakeRun) -> BakeOutcome:
         meshes.append(replace(m, skin=skin, bind_positions=np.ascontiguousarray(b), bind_normals=np.ascontiguousarray(n), bind_tangents=None, tangents=None,
                               joints=j.astype(np.uint16), weights=np.ascontiguousarray(w)))
     skinned = pose_scene(replace(lod_scene, meshes=meshes, rig=reference_scene.rig))
-    write_gltf(out / "lod.gltf", skinned)
+    write_gltf(out / "lod.glb", skinned)
     with torch.no_grad():
         rows = []
         for f, t in enumerate(held_times[:STRIP_FRAMES]):

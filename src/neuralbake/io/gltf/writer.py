@@ -1,5 +1,5 @@
 """glTF 2.0 files out: :func:`write_gltf` writes a :class:`~neuralbake.io.gltf.model.Scene` as
-``name.gltf`` + ``name.bin`` + PNG textures beside it, with positions, normals, tangents, uv0,
+``name.gltf`` + ``name.bin`` + PNG textures beside it (or one ``name.glb`` holding them all), with positions, normals, tangents, uv0,
 uv1, ``COLOR_0`` and indices as float32 / uint32 accessors, and materials including
 ``KHR_materials_unlit``. A scene with skinned meshes is written with its rig: every node of the
 source (same indices), the skins with their inverse bind matrices, the skinned meshes in their
@@ -12,6 +12,8 @@ so a crash never leaves a ``.gltf`` that points at missing data.
 from __future__ import annotations
 
 import re
+import struct
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -38,6 +40,17 @@ class _BinWriter:
         self.length = 0
         self.views: list[dict] = []
         self.accessors: list[dict] = []
+
+    def add_bytes(self, data: bytes) -> int:
+        """A buffer view holding ``data`` (an embedded image); returns the view's index."""
+        pad = (-self.length) % 4
+        if pad:
+            self.chunks.append(b"\0" * pad)
+            self.length += pad
+        self.views.append({"buffer": 0, "byteOffset": self.length, "byteLength": len(data)})
+        self.chunks.append(data)
+        self.length += len(data)
+        return len(self.views) - 1
 
     def add(self, array: np.ndarray, kind: str, *, target: int | None, minmax: bool = False) -> int:
         data = np.ascontiguousarray(array).tobytes()
@@ -125,8 +138,9 @@ def write_gltf(path: str | Path, scene: Scene, *, texture_bits: int = 8) -> Path
     import pygltflib
 
     path = Path(path)
-    if path.suffix.lower() != ".gltf":
-        raise InputError("write_gltf writes .gltf files (+ .bin + PNG).", path=path, field="path", fix="name the output *.gltf.")
+    if path.suffix.lower() not in (".gltf", ".glb"):
+        raise InputError("write_gltf writes .gltf (+ .bin + PNG) or .glb files.", path=path, field="path", fix="name the output *.gltf or *.glb.")
+    binary = path.suffix.lower() == ".glb"
     if texture_bits not in (8, 16):
         raise InputError(f"texture_bits must be 8 or 16, got {texture_bits}.", field="texture_bits", fix="pass 8 or 16.")
     if not path.parent.is_dir():
@@ -151,9 +165,15 @@ def write_gltf(path: str | Path, scene: Scene, *, texture_bits: int = 8) -> Path
                 name = f"{base}_{k}"
             used_names.add(name)
             image = np.asarray(ref.image, dtype=np.float32)
-            save_png(path.parent / f"{name}.png", image, bits=texture_bits)
             image_index[key] = len(images)
-            images.append({"uri": f"{name}.png", "name": ref.name or name})
+            if binary:  # embedded in the .glb's buffer
+                with tempfile.TemporaryDirectory(prefix="neuralbake-glb-") as folder:
+                    save_png(Path(folder) / "image.png", image, bits=texture_bits)
+                    data = (Path(folder) / "image.png").read_bytes()
+                images.append({"bufferView": bins.add_bytes(data), "mimeType": "image/png", "name": ref.name or name})
+            else:
+                save_png(path.parent / f"{name}.png", image, bits=texture_bits)
+                images.append({"uri": f"{name}.png", "name": ref.name or name})
         samplers.append({"wrapS": _WRAP_NAMES[ref.wrap_s], "wrapT": _WRAP_NAMES[ref.wrap_t]})
         textures.append({"source": image_index[key], "sampler": len(samplers) - 1})
         info = {"index": len(textures) - 1}
@@ -226,12 +246,12 @@ def write_gltf(path: str | Path, scene: Scene, *, texture_bits: int = 8) -> Path
         "materials": materials,
         "accessors": bins.accessors,
         "bufferViews": bins.views,
-        "buffers": [{"uri": f"{stem}.bin", "byteLength": bins.length}],
+        "buffers": [{"byteLength": bins.length} if binary else {"uri": f"{stem}.bin", "byteLength": bins.length}],
     }
     if rig is not None:
         doc["skins"], doc["animations"] = _rig_skins_and_clips(rig, bins)
         doc["accessors"], doc["bufferViews"] = bins.accessors, bins.views
-        doc["buffers"] = [{"uri": f"{stem}.bin", "byteLength": bins.length}]
+        doc["buffers"] = [{"byteLength": bins.length} if binary else {"uri": f"{stem}.bin", "byteLength": bins.length}]
         if not doc["animations"]:
             del doc["animations"]
     if textures:
@@ -241,6 +261,20 @@ def write_gltf(path: str | Path, scene: Scene, *, texture_bits: int = 8) -> Path
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=RuntimeWarning, module="dataclasses_json")
         gltf = pygltflib.GLTF2.from_dict(doc)  # checks the structure against pygltflib's schema classes
+    if binary:
+        atomic_write_bytes(path, _glb(gltf.to_json(), b"".join(bins.chunks)))
+        return path
     atomic_write_bytes(path.parent / f"{stem}.bin", b"".join(bins.chunks))
     atomic_write_text(path, gltf.to_json(indent=2))
     return path
+
+
+def _glb(text: str, blob: bytes) -> bytes:
+    """A binary glTF: 12-byte header, the JSON chunk (space-padded), the BIN chunk (zero-padded)."""
+    json_bytes = text.encode("utf-8")
+    json_bytes += b" " * ((-len(json_bytes)) % 4)
+    blob += b"\0" * ((-len(blob)) % 4)
+    chunks = struct.pack("<II", len(json_bytes), 0x4E4F534A) + json_bytes
+    if blob:
+        chunks += struct.pack("<II", len(blob), 0x004E4942) + blob
+    return struct.pack("<III", 0x46546C67, 2, 12 + len(chunks)) + chunks
