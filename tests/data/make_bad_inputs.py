@@ -284,6 +284,28 @@ def simplify_cases() -> None:
     (case("simplify_empty_mesh", simplify, "no triangle") / "model.gltf").write_text(json.dumps(doc))
 
 
+def lod_cases() -> None:
+    """``skin``, ``fit --reference / --warm-start / --shape`` and ``lod``: the refusals of the LOD chain."""
+    def triangle(folder: Path, name: str = "model.gltf") -> None:
+        doc, blob = _triangle_gltf()
+        doc["buffers"][0]["uri"] = _data_uri(blob)
+        (folder / name).write_text(json.dumps(doc))
+
+    small = ["--out", "{out}", "--device", "cpu", "-q"]
+    triangle(folder := case("skin_static_reference", ["skin", "{case}/lod.gltf", "--reference", "{case}/model.gltf", *small], "no skin"))
+    triangle(folder, "lod.gltf")
+    triangle(case("skin_missing_reference", ["skin", "{case}/model.gltf", "--reference", "{case}/none.glb", *small], "does not exist"))
+    fit = ["fit", "{case}/model.gltf", "--size", "8", "--render-size", "16", "--views", "2", "--held-out", "1", "--epochs", "1", "--no-shadows", *small]
+    triangle(case("fit_missing_reference", [*fit, "--reference", "{case}/none.gltf"], "reference asset does not exist"))
+    triangle(folder := case("fit_warm_start_not_a_checkpoint", [*fit, "--warm-start", "{case}/fit.pt"], "cannot be read"))
+    (folder / "fit.pt").write_bytes(b"not a checkpoint")
+    triangle(case("fit_shape_luma_chroma", [*fit, "--shape", "--target", "luma-chroma"], "luma-chroma"))
+    triangle(case("fit_shape_negative_rate", [*fit, "--shape", "--shape-learning-rate", "-1"], "shape_learning_rate"))
+    triangle(case("lod_ratio_zero", ["lod", "{case}/model.gltf", "--ratio", "0", *small], "ratio"))
+    triangle(folder := case("lod_unknown_stage_option", ["lod", "{case}/model.gltf", "--config", "{case}/lod.toml", *small], "unknown stage"))
+    (folder / "lod.toml").write_text("[stage_options.sculpt]\nsteps = 3\n")
+
+
 def main() -> None:
     if CORPUS.exists():
         shutil.rmtree(CORPUS)
@@ -294,6 +316,7 @@ def main() -> None:
     option_cases()
     runner_and_service_cases()
     simplify_cases()
+    lod_cases()
     (CORPUS / "cases.json").write_text(json.dumps(_CASES, indent=1) + "\n")
     print(f"{len(_CASES)} cases -> {CORPUS}")
 

@@ -66,6 +66,22 @@ def test_simplified_and_fitted_lods_are_valid_gltf(validator: Path, tmp_path: Pa
     _assert_valid(validator, tmp_path / "fitted" / "lod.gltf")
 
 
+@pytest.mark.slow
+def test_a_skinned_lod_from_the_chain_is_valid_with_its_skin_and_clip(validator: Path, tmp_path: Path) -> None:
+    from neuralbake.bakes.lod import LodConfig, make_lod
+    from neuralbake.io.gltf import load_gltf
+
+    from ..bakes.test_lod import ARM, SMALL
+
+    config = LodConfig(asset=str(ARM), ratio=0.3, texture_size=32, device="cpu", shadows=False, stage_options=SMALL)
+    make_lod(config, tmp_path / "lod", progress=False)  # unlit: the uv1 atlas splits vertices, the skin follows them
+    _assert_valid(validator, tmp_path / "lod" / "lod.glb")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lod = load_gltf(tmp_path / "lod" / "lod.glb")
+    assert lod.rig is not None and lod.rig.clips and all(m.skin is not None and m.uv1 is not None for m in lod.meshes)
+
+
 def test_a_glb_is_valid(validator: Path, tmp_path: Path) -> None:
     from neuralbake.io.gltf import load_gltf, write_gltf
 

@@ -52,7 +52,7 @@ from neuralbake.io.limits import load_json_file
 from neuralbake.io.manifest import BAKE_MANIFEST, read_bake_manifest, write_bake_manifest
 from neuralbake.nn.trainer import Trainer, TrainerConfig, TrainingInterrupted, TrainResult
 
-__all__ = ["Bake", "BakeOutcome", "BakeRun", "OutputLockedError", "apply_defaults", "run_bake"]
+__all__ = ["Bake", "BakeOutcome", "BakeRun", "OutputLockedError", "apply_defaults", "run_bake", "validate_for_any_device"]
 
 C = TypeVar("C")
 
@@ -131,6 +131,21 @@ def apply_defaults(bake: Bake[C], config: C, device: torch.device) -> dict[str, 
             _set(config, dotted, value)
             chosen[dotted] = value
     return chosen
+
+
+def validate_for_any_device(bake: Bake[C], config: C) -> None:
+    """``config``'s own ``validate()`` with the fields a device would choose filled as on a CPU: how a
+    config is checked before the machine that will run it is known (the service at submission)."""
+    trial = copy.deepcopy(config)
+    apply_defaults(bake, trial, torch.device("cpu"))
+    try:
+        trial.validate()  # type: ignore[attr-defined]
+    except NeuralbakeError:
+        raise
+    except ValueError as exc:
+        from neuralbake.errors import ConfigError
+
+        raise ConfigError(str(exc), field="config") from exc
 
 
 class BakeRun:

@@ -17,9 +17,12 @@ __all__ = ["register"]
 
 
 def _summary(report: dict[str, Any], out: Path) -> str:
+    key = report.get("judged_by", "psnr_db")
+    what = "PSNR (pixels either covers)" if key == "psnr_union_db" else "PSNR"
     return (
-        f"{report['target']}: {report['epochs']} epochs in {report['seconds']:.1f} s on {report['device']['name']} "
-        f"({report['ms_per_epoch']:.0f} ms/epoch): held-out PSNR {report['psnr_db']:.2f} dB (start {report['initial_psnr_db']:.2f}), "
+        f"{report['target']}{' + shape' if report.get('shape') else ''}: {report['epochs']} epochs in {report['seconds']:.1f} s on "
+        f"{report['device']['name']} ({report['ms_per_epoch']:.0f} ms/epoch): held-out {what} {report[key]:.2f} dB "
+        f"(start {report['initial_' + key]:.2f}), "
         f"SSIM {report['ssim']:.3f}, {report['bytes']:,} bytes -> {out}"
     )
 

@@ -34,8 +34,19 @@ RESUME_FREE_FIELDS = {"steps", "log_every", "eval_every", "checkpoint_every", "c
 change these (and ``steps``, which extends or shortens the run) without breaking bit-exactness."""
 
 
+def checkpointed_buffers(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's buffers that a checkpoint keeps: those under the name prefixes the model lists in
+    a ``checkpointed_buffers`` attribute (state trained outside the Trainer's Adam, e.g. a fit's
+    large-steps shape and its own optimiser's moments); none by default."""
+    prefixes = tuple(getattr(model, "checkpointed_buffers", ()))
+    if not prefixes:
+        return {}
+    return {name: b for name, b in model.named_buffers() if name.startswith(prefixes)}
+
+
 def checkpoint_state(self: Trainer) -> dict[str, Any]:
-    """Everything a bit-identical resume needs: masters, Adam, loss scaler, generator, counters, history."""
+    """Everything a bit-identical resume needs: masters, Adam, loss scaler, generator, counters, history
+    (and the model's :func:`checkpointed_buffers`)."""
     return {
         "format": CHECKPOINT_FORMAT,
         "version": CHECKPOINT_VERSION,
@@ -47,6 +58,7 @@ def checkpoint_state(self: Trainer) -> dict[str, Any]:
             name: float(getattr(self, f"_{name}")) for name in ("skipped", "nonfinite_run", "loss_sum", "loss_count")
         },
         "model": {name: p.detach().clone() for name, p in self.master.items()},
+        "buffers": {name: b.detach().clone() for name, b in checkpointed_buffers(self.model).items()},
         "optimizer": self.optimizer.state_dict(),
         "scaler": self.scaler.state_dict(),
         "generator": self.generator.get_state(),
@@ -110,9 +122,19 @@ def load_checkpoint(self: Trainer) -> None:
             field="steps",
             fix=f"pass --steps {state['step']} or more.",
         )
+    buffers = checkpointed_buffers(self.model)
+    saved = state.get("buffers") or {}
+    missing = sorted(set(buffers) - set(saved))
+    if missing:
+        raise TrainingError(
+            f"the checkpoint lacks the model state {missing[0]}.", path=path, field=missing[0],
+            fix="run without --resume to start over (the checkpoint is of another kind of run).",
+        )
     with torch.no_grad():
         for name, param in self.master.items():
             param.copy_(state["model"][name].to(param.device))
+        for name, buffer in buffers.items():
+            buffer.copy_(saved[name].to(buffer.device))
     self.optimizer.load_state_dict(state["optimizer"])
     for group, (lr_t, _) in zip(self.optimizer.param_groups, self._lr_groups):
         group["lr"] = lr_t  # loading replaced it with a copy; the schedule writes into ours

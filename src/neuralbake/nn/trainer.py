@@ -300,6 +300,11 @@ class Trainer:
         self._saved_at_time = time.monotonic()
 
     @property
+    def learning_rate(self) -> float:
+        """The base learning rate the last step was taken with (the schedule's value; scales apply on top)."""
+        return self._lr
+
+    @property
     def skipped_steps(self) -> int:
         """Steps skipped for inf/NaN loss or gradients."""
         return int(self._skipped)

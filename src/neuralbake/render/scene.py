@@ -155,6 +155,7 @@ class RenderScene:
         colors: torch.Tensor | None = None,
         material: int | None = None,
         name_prefix: str = "",
+        extra: dict[str, np.ndarray] | None = None,
     ) -> list[Mesh]:
         """The current geometry as glTF :class:`~neuralbake.io.gltf.Mesh` es (detached, float32, on the
         CPU): one per material that has triangles, holding only the vertices its triangles use.
@@ -170,6 +171,10 @@ class RenderScene:
             The material index every mesh gets; by default each keeps its own.
         name_prefix:
             Put before each mesh's name (its material's name).
+        extra:
+            Further per-vertex arrays of the merged vertices, by :class:`~neuralbake.io.gltf.Mesh`
+            field name (``joints``, ``weights``, ``bind_positions``...), each written for the
+            vertices a mesh uses.
         """
         unknown = sorted(set(attributes) - set(GLTF_VERTEX_ATTRIBUTES))
         if unknown:
@@ -195,6 +200,7 @@ class RenderScene:
                     material=m if material is None else material,
                     name=f"{name_prefix}{self.materials[m].name}",
                     **{name: cpu(sources[name][used]) for name in attributes},
+                    **{name: np.ascontiguousarray(array[used.cpu().numpy()]) for name, array in (extra or {}).items()},
                 )
             )
         return meshes

@@ -16,8 +16,8 @@ __all__ = ["generate_uv1_atlas", "rasterize_uv"]
 
 def generate_uv1_atlas(scene: Scene, *, resolution: int, padding: int = 2) -> Scene:
     """A copy of ``scene`` with a non-overlapping uv1 atlas over all meshes (xatlas), vertices split
-    along chart seams. Triangle order is kept, so triangle ids (and barycentrics) of the input and
-    the output agree."""
+    along chart seams (every vertex attribute, skinning ones included, follows its vertex; the rig is
+    kept). Triangle order is kept, so triangle ids (and barycentrics) of the input and the output agree."""
     import xatlas
 
     atlas = xatlas.Atlas()
@@ -42,9 +42,14 @@ def generate_uv1_atlas(scene: Scene, *, resolution: int, padding: int = 2) -> Sc
                 uv0=pick(mesh.uv0),
                 uv1=np.ascontiguousarray(uvs, np.float32),
                 colors=pick(mesh.colors),
+                joints=pick(mesh.joints),
+                weights=pick(mesh.weights),
+                bind_positions=pick(mesh.bind_positions),
+                bind_normals=pick(mesh.bind_normals),
+                bind_tangents=pick(mesh.bind_tangents),
             )
         )
-    return Scene(meshes=meshes, materials=scene.materials, source=scene.source)
+    return Scene(meshes=meshes, materials=scene.materials, source=scene.source, rig=scene.rig)
 
 
 def rasterize_uv(uv: torch.Tensor, faces: torch.Tensor, size: int, *, dilate: int = 4) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,7 +18,6 @@ artist's strokes on a fit's view into new weights and a warm-started refit
 from __future__ import annotations
 
 import asyncio
-import copy
 import hashlib
 import json
 import re
@@ -49,7 +48,10 @@ INPUT_FIELDS: dict[str, tuple[str, ...]] = {
     "material": ("material", "shared_decoder"),
     "ntc": ("sources", "material"),
     "mipmap": ("base_color", "normal", "roughness_map"),
-    "fit": ("asset", "weights", "warm_start"),
+    "fit": ("asset", "reference", "weights", "warm_start"),
+    "simplify": ("asset", "lod", "protect_mask"),
+    "skin": ("lod", "reference"),
+    "lod": ("asset",),
 }
 """Per job kind, the config fields that name files: settable only through ``inputs``."""
 
@@ -268,24 +270,10 @@ def _parse_job(body: dict[str, Any], uploads: UploadStore) -> tuple[str, dict[st
         data[name] = paths if isinstance(ref, list) else paths[0]
     bake = bake_of(kind)
     parsed = config_from_dict(bake.config_type, data, source="the request")
-    _validate_for_any_device(bake, parsed)
+    from neuralbake.bakes.run import validate_for_any_device
+
+    validate_for_any_device(bake, parsed)
     return kind, config_to_dict(parsed)
-
-
-def _validate_for_any_device(bake: Any, config: Any) -> None:
-    """The bake's own validate(), with fields the worker's device will choose filled as on a CPU."""
-    import torch
-
-    from neuralbake.bakes.run import apply_defaults
-
-    trial = copy.deepcopy(config)
-    apply_defaults(bake, trial, torch.device("cpu"))
-    try:
-        trial.validate()
-    except (ConfigError, InputError):
-        raise
-    except ValueError as exc:
-        raise ConfigError(str(exc), field="config") from exc
 
 
 def _describe(config_type: type, prefix: str = "", instance: Any = None) -> list[dict[str, Any]]:

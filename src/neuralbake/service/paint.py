@@ -195,9 +195,9 @@ def refit_with_strokes(
         parsed = config_from_dict(FIT.config_type, settings, source="the paint request")
     except ConfigError as exc:
         raise PaintError(exc.problem, field=f"config.{exc.field}" if exc.field else "config", fix=exc.fix) from exc
-    from neuralbake.service.app import _validate_for_any_device
+    from neuralbake.bakes.run import validate_for_any_device
 
-    _validate_for_any_device(FIT, parsed)
+    validate_for_any_device(FIT, parsed)
     new = store.create_job("fit", config_to_dict(parsed), token_id=token_id, max_attempts=max_attempts)
     store.add_event(job.id, "refit", {"job": new.id, "view": request.view, "mode": request.mode, "painted_texels": texels})
     return {

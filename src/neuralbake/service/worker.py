@@ -42,15 +42,18 @@ __all__ = ["KINDS", "StoreSink", "WorkerSettings", "bake_of", "job_folder", "run
 def _kinds() -> dict[str, Any]:
     # Imported on first use: a worker process pays for torch and the bakes, the store does not.
     from neuralbake.bakes.fit import FIT
+    from neuralbake.bakes.lod import LOD
     from neuralbake.bakes.mipmap import MIPMAP
     from neuralbake.bakes.neural_material import NEURAL_MATERIAL
     from neuralbake.bakes.neural_texture import NEURAL_TEXTURE
     from neuralbake.bakes.ntc import NTC
+    from neuralbake.bakes.simplify import SIMPLIFY
+    from neuralbake.bakes.skin import SKIN
 
-    return {"texture": NEURAL_TEXTURE, "material": NEURAL_MATERIAL, "ntc": NTC, "mipmap": MIPMAP, "fit": FIT}
+    return {"texture": NEURAL_TEXTURE, "material": NEURAL_MATERIAL, "ntc": NTC, "mipmap": MIPMAP, "fit": FIT, "simplify": SIMPLIFY, "skin": SKIN, "lod": LOD}
 
 
-KINDS = ("texture", "material", "ntc", "mipmap", "fit")
+KINDS = ("texture", "material", "ntc", "mipmap", "fit", "simplify", "skin", "lod")
 """Job kinds: the bakes a job may run."""
 
 

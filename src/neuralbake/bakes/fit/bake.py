@@ -8,7 +8,7 @@ import hashlib
 import json
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -19,8 +19,9 @@ import torch.nn.functional as F
 from neuralbake.bakes.fit.config import FitConfig, device_defaults, steps_per_epoch
 from neuralbake.bakes.fit.model import LodAppearance, evaluate_views, initialise
 from neuralbake.bakes.fit.outputs import triptych_image, write_lod, write_triptych
+from neuralbake.bakes.fit.shape import ShapeForwardBackward, ShapeParameters, ShapeTarget, shape_view
 from neuralbake.bakes.fit.training import ViewForwardBackward, ViewOrderSampler, soft_temperature_at
-from neuralbake.bakes.fit.views import check_view_memory, fit_cameras, fit_lighting, load_weights, render_views
+from neuralbake.bakes.fit.views import check_view_memory, display_background, fit_cameras, fit_lighting, load_weights, render_views
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
 from neuralbake.core.events import EventSink, EventWriter
 from neuralbake.errors import ConfigError, InputError
@@ -45,6 +46,12 @@ def _check_inputs(config: FitConfig) -> None:
             path=config.warm_start,
             field="warm_start",
             fix="pass a previous fit's .neuralbake/checkpoints/fit.pt, or leave warm_start unset.",
+        )
+    if config.shape and config.target == "luma-chroma":
+        raise ConfigError(
+            "shape fitting moves the vertices under the luminance texture's uv0, which luma-chroma keeps fixed.",
+            field="shape",
+            fix="fit the shape with --target unlit or vertex-color, or leave --shape off.",
         )
     if config.shadows:
         from neuralbake.render.visibility import warp_available
@@ -74,6 +81,13 @@ def _load_asset(config: FitConfig) -> Scene:
             path=config.asset,
             field="target",
             fix="use --target unlit (uv1 is generated) or unwrap uv0 first.",
+        )
+    if config.shape and any(m.skin is not None for m in scene.meshes):
+        raise InputError(
+            "shape fitting moves a static mesh, and this LOD is skinned (the fit sees its rest pose only).",
+            path=config.asset,
+            field="shape",
+            fix="leave --shape off: neuralbake simplify already fits a skinned LOD's shape over its animation.",
         )
     if config.target != "vertex-color" and (config.uv1 == "generate" or any(m.uv1 is None for m in scene.meshes)):
         assert config.texture_size is not None
@@ -122,13 +136,16 @@ def _body(run: BakeRun) -> BakeOutcome:
     original = _load_reference(config)
     reference = None if original is None else prepare_scene(original, device=device)
     lighting = fit_lighting(config, device)
+    background = display_background(config, lighting, device)
     mask = load_weights(config, device)
     train_cams, held_cams = fit_cameras(scene if original is None else original, config)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     with run.task("rendering reference views", len(train_cams) + len(held_cams), unit="views") as advance:
-        train_views = render_views(rs, train_cams, config, lighting, mask, keep_image=False, advance=advance, reference=reference)
-        held_views = render_views(rs, held_cams, config, lighting, None, keep_image=True, advance=advance, reference=reference)
+        train_views = render_views(
+            rs, train_cams, config, lighting, mask, keep_image=config.shape, advance=advance, reference=reference, background=background
+        )
+        held_views = render_views(rs, held_cams, config, lighting, None, keep_image=True, advance=advance, reference=reference, background=background)
     if sum(v.pixel.numel() for v in train_views) == 0:
         raise InputError("no training view sees the asset.", path=config.asset, field="views", fix="check the asset's scale and position.")
     precompute_seconds = time.perf_counter() - started
@@ -140,6 +157,11 @@ def _body(run: BakeRun) -> BakeOutcome:
     }
 
     model = LodAppearance(config, rs.faces, rs.positions.shape[0], device)
+    shape = None
+    if config.shape:
+        model.shape = shape = ShapeParameters(rs.positions, rs.faces, config.shape_smoothness)
+        model.checkpointed_buffers = ("shape.",)  # u and its optimiser's moments: trained outside the Trainer's Adam
+        start_positions = rs.positions.detach().clone()
     if config.warm_start is not None:
         warm_start(model, config)
     elif config.init == "splat":
@@ -150,7 +172,28 @@ def _body(run: BakeRun) -> BakeOutcome:
     per_epoch = steps_per_epoch(config)
     train = replace(config.train, steps=per_epoch * config.epochs, log_every=per_epoch, eval_every=per_epoch)
     sampler = ViewOrderSampler(config.views, config.views_per_step, config.train.seed)
-    forward_backward = ViewForwardBackward(model, train_views, lambda step: soft_temperature_at(step, train.steps, config.soft_temperature))
+    temperature = lambda step: soft_temperature_at(step, train.steps, config.soft_temperature)  # noqa: E731
+    forward_backward: Any = ViewForwardBackward(model, train_views, temperature)
+    held_now: Callable[[], list] = lambda: held_views  # noqa: E731
+    on_step: Callable[[Any, int], None] = lambda trainer, step: model.project()  # noqa: E731
+    if shape is not None:
+        targets = [ShapeTarget(cam, v.image, v.alpha) for cam, v in zip(train_cams, train_views)]
+        held_targets = [ShapeTarget(cam, v.image, v.alpha) for cam, v in zip(held_cams, held_views)]
+        forward_backward = ShapeForwardBackward(model, shape, rs, targets, background, mask, config.weight_max, temperature)
+        for v in train_views:  # the whole frames live on in the targets; the splat start has been taken
+            v.image = v.alpha = None
+        diagonal = float((rs.positions.max(0).values - rs.positions.min(0).values).norm())
+
+        def shape_step(trainer: Any, step: int) -> None:
+            model.project()
+            shape.step(config.shape_learning_rate * diagonal * trainer.learning_rate / train.learning_rate)
+
+        def refreshed() -> list:
+            with torch.no_grad():
+                rs.set_positions(shape.positions().to(rs.dtype))
+                return [replace(shape_view(rs, t, None, config.weight_max)[0], background=background) for t in held_targets]
+
+        on_step, held_now = shape_step, refreshed
     lr_scales = {"tonemap.": config.tonemap_learning_rate / train.learning_rate} if model.tonemap is not None else None
     with _listening(run.events, sampler):
         result = run.train(
@@ -159,16 +202,27 @@ def _body(run: BakeRun) -> BakeOutcome:
             F.mse_loss,  # unused: the view losses run in ViewForwardBackward
             train,
             phase=PHASE,
-            evaluate=lambda m: _evaluate_and_preview(run, m, held_views),  # type: ignore[arg-type]
+            evaluate=lambda m: _evaluate_and_preview(run, m, held_now()),  # type: ignore[arg-type]
             compatibility=_compatibility(config),
             forward_backward=forward_backward,
-            on_step=lambda trainer, step: model.project(),
+            on_step=on_step,
             lr_scales=lr_scales,
         )
-    return _outcome(run, config, model, rs, held_views, result, started, precompute_seconds, artist)
+    if shape is not None:
+        held_views = held_now()
+        moved = (rs.positions.detach() - start_positions).norm(dim=1)
+        artist["shape"] = {
+            "welded_vertices": shape.welded_vertices,
+            "smoothness": config.shape_smoothness,
+            "learning_rate": config.shape_learning_rate,
+            "mean_displacement": float(moved.mean()) / diagonal,
+            "max_displacement": float(moved.max()) / diagonal,
+            "displacement_definition": "vertex movement from the input LOD, as a fraction of its bounding-box diagonal",
+        }
+    return _outcome(run, config, model, rs, held_views, result, started, precompute_seconds, artist, scene)
 
 
-WARM_START_KEYS = ("asset_sha256", "target", "texture_size", "chroma_size", "uv1", "atlas_padding", "quantize", "tonemap", "tonemap_order")
+WARM_START_KEYS = ("asset_sha256", "shape", "target", "texture_size", "chroma_size", "uv1", "atlas_padding", "quantize", "tonemap", "tonemap_order")
 """What a warm-start checkpoint's fit must share with this one: the asset and the stored values' layout."""
 
 PAINT_VIEWS = 8
@@ -198,6 +252,14 @@ def warm_start(model: LodAppearance, config: FitConfig) -> None:
             if not isinstance(value, torch.Tensor) or value.shape != param.shape:
                 raise InputError(f"the warm-start checkpoint has no {name} of shape {tuple(param.shape)}.", path=path, field="warm_start", fix=fix)
             param.copy_(value.to(param.device, param.dtype))
+        if getattr(model, "checkpointed_buffers", ()):  # a shape fit: the moved vertices too
+            from neuralbake.nn.checkpoint import checkpointed_buffers
+
+            for name, buffer in checkpointed_buffers(model).items():
+                value = (state.get("buffers") or {}).get(name)
+                if not isinstance(value, torch.Tensor) or value.shape != buffer.shape:
+                    raise InputError(f"the warm-start checkpoint has no {name} of shape {tuple(buffer.shape)}.", path=path, field="warm_start", fix=fix)
+                buffer.copy_(value.to(buffer.device, buffer.dtype))
 
 
 def _publish_paint_views(run: BakeRun, scene: Scene, held_views: list, config: FitConfig) -> None:
@@ -226,18 +288,19 @@ def _evaluate_and_preview(run: BakeRun, model: LodAppearance, held_views: list) 
 
 def _outcome(
     run: BakeRun, config: FitConfig, model: LodAppearance, rs: Any, held_views: list, result: Any, started: float, precompute_seconds: float,
-    artist: dict[str, Any],
+    artist: dict[str, Any], scene: Scene | None = None,
 ) -> BakeOutcome:
     device = run.device
     per_epoch = steps_per_epoch(config)
     evals = [e for e in result.history if e.get("event") == "eval"]
     initial = evals[0]
-    curve = [(e["step"] // per_epoch, e["psnr_db"], e["train_seconds"]) for e in evals if e["step"] > 0]
+    key = quality_key(config)
+    curve = [(e["step"] // per_epoch, e[key], e["train_seconds"]) for e in evals if e["step"] > 0]
     final = evaluate_views(model, held_views, with_ssim=True)
-    converged = next((c for c in curve if c[1] >= final["psnr_db"] - 0.1), curve[-1] if curve else (0, initial["psnr_db"], 0.0))
+    converged = next((c for c in curve if c[1] >= final[key] - 0.1), curve[-1] if curve else (0, initial[key], 0.0))
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     out = run.stage
-    files = write_lod(out, model, rs, config)
+    files = write_lod(out, model, rs, config, scene)
     write_triptych(out / "triptych.png", model, held_views)
     written = sum(
         p.stat().st_size
@@ -248,10 +311,14 @@ def _outcome(
         "psnr_db": final["psnr_db"],
         "ssim": final["ssim"],
         "initial_psnr_db": initial["psnr_db"],
+        "initial_psnr_union_db": initial["psnr_union_db"],
         "psnr_frame_db": final["psnr_frame_db"],
+        "psnr_union_db": final["psnr_union_db"],
     }
     fields: dict[str, Any] = dict(
         target=config.target,
+        reference=config.reference,
+        judged_by=key,
         views=config.views,
         held_out_views=config.held_out_views,
         epochs=config.epochs,
@@ -264,7 +331,7 @@ def _outcome(
         epoch_definition="one pass over the training views, views_per_step views per Adam step; held-out evaluation excluded",
         epochs_to_converge=converged[0],
         seconds_to_converge=converged[2],
-        convergence_definition="first epoch whose held-out PSNR is within 0.1 dB of the final",
+        convergence_definition=f"first epoch whose held-out {key} is within 0.1 dB of the final",
         texture_size=config.texture_size if config.target != "vertex-color" else None,
         chroma_size=config.chroma_side if config.target == "luma-chroma" else None,
         render_size=config.render_size,
@@ -278,16 +345,24 @@ def _outcome(
         file_bytes=int(written),
         peak_gpu_memory_bytes=peak,
         metrics_definition=(
-            "psnr_db: PSNR over the hit pixels of the held-out views (display space; the asset only); psnr_frame_db: over "
-            "whole held-out frames, background included (identical in both, so it only dilutes the error); SSIM averaged "
-            "over windows centred on hit pixels"
+            "psnr_db: PSNR over the LOD's hit pixels of the held-out views (display space; the asset only); psnr_union_db: over "
+            "the pixels the reference or the LOD covers (where a simplified or reshaped LOD misses its reference, its frame shows "
+            "the background there); psnr_frame_db: over whole held-out frames, background included; SSIM averaged over windows "
+            "centred on the covered pixels"
         ),
-        psnr_curve=[{"epoch": e, "psnr_db": p} for e, p, _ in curve],
+        psnr_curve=[{"epoch": e, key: p} for e, p, _ in curve],
         **artist,
         weighted_pixel_fraction_definition="share of the training views' hit pixels whose loss the weights mask raises",
         **{k: v for k, v in files.items() if k != "bytes"},
     )
-    return BakeOutcome(metrics, fields, curve_title=f"LOD fit ({config.target})", quality_key="psnr_db")
+    title = f"LOD fit ({config.target}{', shape' if config.shape else ''})"
+    return BakeOutcome(metrics, fields, curve_title=title, quality_key=key)
+
+
+def quality_key(config: FitConfig) -> str:
+    """The held-out PSNR a fit is judged by: over the LOD's hits, or, when the LOD's silhouette may
+    differ from its reference's (a reference original, a fitted shape), over both's covered pixels."""
+    return "psnr_union_db" if config.shape or config.reference is not None else "psnr_db"
 
 
 FIT = Bake("fit", FitConfig, _body, device_defaults=device_defaults, title="fit")

@@ -62,6 +62,14 @@ class FitConfig:
     reference: str | None = None
     """Render the reference from this asset instead (the original of a simplified asset): the LOD's appearance is
     fitted to its original, as `neuralbake simplify` then `fit --reference` chain them."""
+    shape: bool = False
+    """Fit the vertex positions together with the appearance (large steps; every step re-renders the LOD), as for
+    the seed's best LODs: for a simplified mesh against its original (with reference). Static meshes only."""
+    shape_learning_rate: float = 0.002
+    """Uniform-Adam step of the large-steps coordinates with shape, as a fraction of the bounding-box diagonal
+    (follows the learning-rate schedule)."""
+    shape_smoothness: float = 2.0
+    """lambda of the large-steps parametrisation (I + lambda L) with shape: larger gives smoother, wider steps."""
     target: Literal["unlit", "vertex-color", "luma-chroma"] = "unlit"
     """unlit (one texture in uv1), vertex-color (COLOR_0) or luma-chroma (luminance in uv0, chrominance in uv1)."""
     texture_size: int | None = None
@@ -162,7 +170,12 @@ class FitConfig:
                 )
         if self.views_per_step > self.views:
             raise bad("views_per_step", f"views_per_step ({self.views_per_step}) exceeds views ({self.views}).", "lower it or add views.")
-        for name, value in (("train.learning_rate", self.train.learning_rate), ("tonemap_learning_rate", self.tonemap_learning_rate)):
+        for name, value in (
+            ("train.learning_rate", self.train.learning_rate),
+            ("tonemap_learning_rate", self.tonemap_learning_rate),
+            ("shape_learning_rate", self.shape_learning_rate),
+            ("shape_smoothness", self.shape_smoothness),
+        ):
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise bad(name, f"{name} must be a positive number, got {value!r}.", "pass e.g. 0.01.")
         if self.quantize not in (0, 8):

@@ -4,6 +4,7 @@ triptych of held-out views (PBR reference | LOD | error)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,11 @@ from neuralbake.material.texture import srgb_to_linear
 from neuralbake.render.gbuffer import interpolate
 from neuralbake.render.mip import sample_bilinear
 from neuralbake.render.pictures import comparison_row, panel_grid
+from neuralbake.render.skinning import pose_scene
 from neuralbake.render.tonemap import tone_map
 from neuralbake.render.uv_raster import rasterize_uv
 
-__all__ = ["triptych_image", "write_lod", "write_triptych"]
+__all__ = ["skin_of", "triptych_image", "write_lod", "write_triptych"]
 
 
 @torch.no_grad()
@@ -56,9 +58,28 @@ def _baked_uv1_texture(model: LodAppearance, rs: Any, config: FitConfig) -> np.n
     return display.float().cpu().numpy()
 
 
+SKIN_FIELDS = ("joints", "weights", "bind_positions", "bind_normals")
+"""Per-vertex skinning attributes a skinned LOD keeps through the fit."""
+
+
+def skin_of(scene: Scene | None) -> int | None:
+    """The one skin every mesh of ``scene`` uses (its index), or ``None`` when the LOD is not skinned
+    as a whole (no rig, an unskinned mesh, or several skins: then the fit writes the rest pose)."""
+    if scene is None or scene.rig is None or not scene.meshes:
+        return None
+    skins = {m.skin for m in scene.meshes}
+    if len(skins) != 1 or None in skins or any(getattr(m, f) is None for m in scene.meshes for f in SKIN_FIELDS):
+        return None
+    return skins.pop()
+
+
 @torch.no_grad()
-def write_lod(out: Path, model: LodAppearance, rs: Any, config: FitConfig) -> dict[str, Any]:
-    """Write ``lod.gltf`` and the stored textures (codes, tone map) into ``out``; return the payload sizes."""
+def write_lod(out: Path, model: LodAppearance, rs: Any, config: FitConfig, scene: Scene | None = None) -> dict[str, Any]:
+    """Write ``lod.gltf`` and the stored textures (codes, tone map) into ``out``; return the payload sizes.
+
+    ``scene``: the loaded LOD (after any uv1 unwrap, in :func:`~neuralbake.render.scene.prepare_scene`'s
+    vertex order). When it is skinned as a whole (:func:`skin_of`), the LOD keeps its skin, joints,
+    weights and animations (the fit's appearance does not change how it deforms)."""
     bits = config.quantize or 16
     material = Material(name="lod_unlit", metallic_factor=0.0, roughness_factor=1.0, unlit=True, double_sided=True)
     cpu = lambda t: t.detach().float().cpu().numpy()
@@ -74,7 +95,16 @@ def write_lod(out: Path, model: LodAppearance, rs: Any, config: FitConfig) -> di
         colours = torch.cat((lin, torch.ones_like(lin[:, :1])), 1)
     # One mesh per source material (the vertices it uses), all on the LOD material.
     attributes = ("normals", "uv0", "colors") if config.target == "vertex-color" else ("normals", "uv0", "uv1")
-    meshes = rs.gltf_meshes(attributes=attributes, colors=colours, material=0, name_prefix="lod_")
+    skin = skin_of(scene)
+    extra = None
+    if skin is not None:
+        assert scene is not None
+        extra = {f: np.concatenate([getattr(m, f) for m in scene.meshes]) for f in SKIN_FIELDS}
+        # the rest pose is unchanged (fit --shape refuses skinned LODs), so the bind pose carries over as loaded
+        info["skinned"] = True
+    meshes = rs.gltf_meshes(attributes=attributes, colors=colours, material=0, name_prefix="lod_", extra=extra)
+    if skin is not None:
+        meshes = [replace(m, skin=skin) for m in meshes]
     if config.target == "vertex-color":
         info["bytes"] = int(model.vertex.shape[0] * 3 * (1 if config.quantize else 4))
     elif config.target == "unlit":
@@ -109,5 +139,6 @@ def write_lod(out: Path, model: LodAppearance, rs: Any, config: FitConfig) -> di
                 "exposure": config.exposure,
             },
         )
-    write_gltf(out / "lod.gltf", Scene(meshes=meshes, materials=[material], source=None), texture_bits=8 if config.quantize else 16)
+    lod = Scene(meshes=meshes, materials=[material], source=None, rig=scene.rig if skin is not None and scene is not None else None)
+    write_gltf(out / "lod.gltf", pose_scene(lod) if skin is not None else lod, texture_bits=8 if config.quantize else 16)
     return info

@@ -25,6 +25,7 @@ from neuralbake.render.mip import sample_bilinear
 __all__ = [
     "View",
     "check_view_memory",
+    "display_background",
     "estimated_view_bytes",
     "fit_cameras",
     "fit_lighting",
@@ -59,6 +60,9 @@ class View:
     image: torch.Tensor | None = None
     """``[H, W, 3]`` full reference display image (held-out views only)."""
     alpha: torch.Tensor | None = None
+    background: torch.Tensor | None = None
+    """``[3]`` display colour where nothing is hit (held-out views): what a LOD frame shows where the
+    LOD misses, so a LOD that covers less than its reference is scored for it."""
 
 
 def fit_lighting(config: FitConfig, device: torch.device) -> Lighting:
@@ -87,6 +91,14 @@ def fit_cameras(scene: Scene, config: FitConfig) -> tuple[list[Camera], list[Cam
     return train, held
 
 
+def display_background(config: FitConfig, lighting: Lighting, device: torch.device) -> torch.Tensor:
+    """``[3]`` display colour of the lighting's constant background (what a frame shows where nothing is hit)."""
+    from neuralbake.render.tonemap import tone_map
+
+    hdr = torch.as_tensor(lighting.background, dtype=torch.float32, device=device).reshape(1, 1, 3)
+    return tone_map(hdr, operator=config.display_tone_map, exposure=config.exposure).reshape(3)
+
+
 def load_weights(config: FitConfig, device: torch.device) -> torch.Tensor | None:
     """The artist's mask in uv0 space as ``[H, W, 1]`` float32 (``None`` without one)."""
     if config.weights is None:
@@ -101,10 +113,13 @@ def estimated_view_bytes(config: FitConfig) -> int:
 
     Every view's hits at most fill the disc that the framed bounding sphere projects to (pi/4 of
     the frame); each hit keeps :data:`VIEW_BYTES_PER_PIXEL` (held-out views
-    :data:`HELD_OUT_BYTES_PER_PIXEL`, and their full images).
+    :data:`HELD_OUT_BYTES_PER_PIXEL`, and their full images; with ``shape`` every training view
+    keeps its whole frame and each step's differentiable renders are counted too).
     """
     pixels = config.render_size * config.render_size
     kept = math.pi / 4 * pixels * (config.views * VIEW_BYTES_PER_PIXEL + config.held_out_views * HELD_OUT_BYTES_PER_PIXEL)
+    if config.shape:  # every training view keeps its whole frame; a step renders and differentiates one more
+        kept += pixels * (16 * config.views + RENDER_BYTES_PER_PIXEL * config.views_per_step)
     return int(kept + pixels * RENDER_BYTES_PER_PIXEL)
 
 
@@ -137,11 +152,13 @@ def render_views(
     keep_image: bool,
     advance: Callable[[int], None] | None = None,
     reference: Any = None,
+    background: torch.Tensor | None = None,
 ) -> list[View]:
     """Render the PBR reference from ``cameras`` and keep each view's hit pixels (see :class:`View`).
 
     ``reference``: another prepared scene to render the reference images from (the original of a
-    simplified ``rs``); the hit pixels and G-buffer rows are still ``rs``'s.
+    simplified ``rs``); the hit pixels and G-buffer rows are still ``rs``'s. ``background``: the
+    display colour where nothing is hit (:func:`display_background`), kept by held-out views.
     """
     views = []
     size = config.render_size
@@ -168,6 +185,7 @@ def render_views(
                 hdr=out.hdr.reshape(-1, 3)[rows].detach(),
                 image=out.ldr.detach() if keep_image else None,
                 alpha=out.alpha.detach() if keep_image else None,
+                background=background if keep_image else None,
             )
         )
         if advance is not None:

@@ -63,15 +63,14 @@ def _load(config: SimplifyConfig) -> Scene:
     return scene
 
 
-def _load_lod(config: SimplifyConfig) -> Scene:
+def _load_lod(config: SimplifyConfig, original: Scene) -> Scene:
     path = Path(str(config.lod))
     if not path.is_file():
         raise InputError("the given lod does not exist.", path=path, field="lod", fix="pass a .gltf or .glb, or leave lod unset to decimate.")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lod = load_gltf(path, max_triangles=config.max_triangles)
-    original_skinned = any(m.skin is not None for m in _load(config).meshes) if any(m.skin is not None for m in lod.meshes) else False
-    if any(m.skin is not None for m in lod.meshes) and not original_skinned:
+    if any(m.skin is not None for m in lod.meshes) and not any(m.skin is not None for m in original.meshes):
         raise InputError("the given lod is skinned but the asset is not.", path=path, field="lod", fix="pass a static LOD of a static asset.")
     return lod
 
@@ -202,7 +201,7 @@ def _body(run: BakeRun) -> BakeOutcome:
     protect = _protect(scene, config)
     joint = _joint_weights(scene, config.joint_weight) if config.lod is None else None
     if config.lod is not None:
-        given = _load_lod(config)
+        given = _load_lod(config, scene)
         qem = Decimated(scene=given, source_vertex=[], triangles_before=scene.num_triangles, triangles_after=given.num_triangles)
     else:
         qem = decimate_scene(scene, target, vertex_weights=joint, protect=protect)

@@ -24,7 +24,7 @@ from neuralbake.render.deferred import DirectionalLight, Lighting, render
 from neuralbake.render.gbuffer import interpolate
 from neuralbake.render.pictures import panel_grid
 from neuralbake.render.posing import Posable
-from neuralbake.render.skinning import blend_matrices, pose_scene
+from neuralbake.render.skinning import blend_matrices, pose_scene, skin_positions
 from neuralbake.render.visibility import closest_points
 
 __all__ = ["SKIN", "skin_lod"]
@@ -150,7 +150,8 @@ def _body(run: BakeRun) -> BakeOutcome:
         matrices, targets = [], []
         for t in times:
             matrices.append(reference.matrices(t).float())
-            posed = reference.show(t).positions.detach().float()
+            with torch.no_grad():  # positions only: no BVH refit, no normals
+                posed = skin_positions(reference.bind, reference.joints, reference.weights, reference.matrices(t)).float()
             targets.append(interpolate(posed, reference.rs.faces, triangle, bary.float()))
         return matrices, torch.stack(targets)
 
@@ -208,21 +209,30 @@ def _body(run: BakeRun) -> BakeOutcome:
     curve = []
     fit_started = time.perf_counter()
     assert config.steps is not None
+    def image_term(index: int, weights: torch.Tensor) -> torch.Tensor:
+        camera, t = image_pairs[index]
+        out = lod_render(camera, t, candidates, weights, reference.matrices(t).float())
+        ref_image, ref_alpha = references[("train", index)]
+        return (out.ldr - ref_image).abs().mean() + (out.alpha - ref_alpha).abs().mean()
+
+    # Both terms are measured relative to where the transfer left them (the vertex term over the training
+    # frames, the image term per view and frame), so image_weight is their ratio whatever the asset's
+    # scale or the renders' size; raw, the image term would outweigh the vertex term several times over.
+    with torch.no_grad():
+        start = torch.softmax(logits, dim=1)
+        vertex_start = _vertex_error(bind, candidates, start, train_matrices, train_targets).mean().clamp(min=1e-12)
+        image_start = [image_term(i, start).clamp(min=1e-6) for i in range(len(image_pairs))]
     with run.task("fitting the weights", config.steps, unit="steps") as advance:
         for step in range(config.steps):
             optimiser.zero_grad()
             weights = torch.softmax(logits, dim=1)
-            geometric = _vertex_error(bind, candidates, weights, train_matrices, train_targets).mean() / diagonal
-            loss = geometric
+            loss = _vertex_error(bind, candidates, weights, train_matrices, train_targets).mean() / vertex_start
             if image_pairs:
                 index = int(torch.randint(len(image_pairs), (1,), generator=generator))
-                camera, t = image_pairs[index]
-                out = lod_render(camera, t, candidates, weights, reference.matrices(t).float())
-                ref_image, ref_alpha = references[("train", index)]
-                loss = loss + config.image_weight * ((out.ldr - ref_image).abs().mean() + (out.alpha - ref_alpha).abs().mean())
+                loss = loss + config.image_weight * image_term(index, weights) / image_start[index]
             loss.backward()
             optimiser.step()
-            curve.append(float(loss))
+            curve.append(float(loss.detach()))
             advance(1)
     fit_seconds = time.perf_counter() - fit_started
 
@@ -285,6 +295,7 @@ def _body(run: BakeRun) -> BakeOutcome:
         "vertices": int(bind.shape[0]),
         "steps": config.steps,
         "loss_curve": curve[:: max(1, len(curve) // 100)],
+        "loss_definition": "vertex term / its value with the transferred weights + image_weight x image term / its value with them (1 + image_weight at the start)",
         "ms_per_step": 1000.0 * fit_seconds / max(1, config.steps),
         "seconds": time.perf_counter() - started,
         "peak_gpu_memory_bytes": peak,

@@ -38,7 +38,8 @@ class SkinConfig:
     learning_rate: float = 0.05
     """Adam learning rate of the weights' logits."""
     image_weight: float = 0.1
-    """Weight of the image term (renders of LOD and original at a random view and frame per step) beside the vertex term; 0 = vertices only."""
+    """Weight of the image term (renders of LOD and original at a random view and frame per step) beside the vertex term, each
+    measured relative to its value with the transferred weights; 0 = vertices only."""
     views: int | None = None
     """Orbit views of the image term and of the judgement (unset: 16 on a GPU, 6 on a CPU)."""
     render_size: int | None = None

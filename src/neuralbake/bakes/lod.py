@@ -1,0 +1,229 @@
+"""``neuralbake lod``: one command from a PBR asset to a finished LOD, seed 003's whole chain.
+
+1. **simplify** (:mod:`neuralbake.bakes.simplify`): QEM decimation to the budget, then the shape fitted to
+   the original's renders with large steps (over the animation for a skinned asset);
+2. **skin** (:mod:`neuralbake.bakes.skin`, skinned and animated assets only): weights transferred from the
+   original and fitted over its animation;
+3. **fit** (:mod:`neuralbake.bakes.fit`): the original's full PBR look fitted into an unlit texture or
+   vertex colours of the simplified mesh, judged against renders of the original (``reference``); for a
+   static asset jointly with the vertex positions (``shape``).
+
+Each stage is a bake of its own on the one run path (its config, checkpoints, report, manifest), run in
+``.neuralbake/checkpoints/stages/<stage>`` of the output folder; ``--resume`` skips the stages that
+finished and resumes the one that was stopped from its own checkpoint. The output folder gets the
+finished ``lod.glb`` (one binary glTF: mesh, unlit material and texture or colours, and the original's
+skeleton, skin and clips when skinned), each stage's picture (``simplify.png``, ``frames.png``,
+``triptych.png``) and a report with every stage's figures.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from neuralbake.bakes.run import STATE_DIR, Bake, BakeOutcome, BakeRun, run_bake
+from neuralbake.errors import ConfigError, InputError
+from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES, load_gltf, write_gltf
+
+__all__ = ["LOD", "LodConfig", "make_lod"]
+
+STAGES_FILE = "lod.pt"
+"""The chain's own checkpoint: the stages that finished (the stages' folders hold the rest)."""
+
+
+@dataclass
+class LodConfig:
+    """Everything that determines a LOD chain; the stages' other settings keep their own defaults
+    (full size on a GPU, minutes on a CPU)."""
+
+    asset: str = ""
+    """Path of the PBR asset (.gltf or .glb)."""
+    ratio: float = 0.25
+    """Share of the triangles to keep, in (0, 1]."""
+    triangles: int = 0
+    """Triangles to keep (overrides ratio when > 0)."""
+    target: Literal["unlit", "vertex-color"] = "unlit"
+    """What the LOD stores its look in: an unlit texture (uv1, unwrapped with xatlas) or vertex colours."""
+    shape: bool = True
+    """Fit the vertex positions together with the look in the fit stage (static assets; a skinned asset's
+    shape is fitted over its animation by the simplify stage)."""
+    skin: bool = True
+    """Fit the skin weights of a skinned, animated asset (off: the weights the decimation carried over)."""
+    texture_size: int | None = None
+    """Side of the unlit texture (unset: the fit's default, 1024)."""
+    shadows: bool = True
+    """Shadow rays in the fit's reference renders (needs warp-lang)."""
+    max_triangles: int = DEFAULT_MAX_TRIANGLES
+    """Triangle budget of the input: larger assets are refused before their attributes are decoded."""
+    device: str = "auto"
+    """auto, cpu, cuda or cuda:N."""
+    seed: int = 0
+    """Seeds every stage."""
+    stage_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Further settings per stage, e.g. ``{"fit": {"epochs": 5}, "simplify": {"views": 8}}`` (a --config file's
+    ``[stage_options.fit]`` table): any field of that stage's config."""
+
+    def validate(self) -> None:
+        """Raise :class:`~neuralbake.errors.ConfigError` for unusable settings."""
+        if not self.asset:
+            raise ConfigError("no asset given.", field="asset", fix="pass the PBR glTF to make a LOD of.")
+        if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)) or math.isnan(self.ratio) or not 0.0 < self.ratio <= 1.0:
+            raise ConfigError(f"ratio must be in (0, 1], got {self.ratio!r}.", field="ratio", fix="pass e.g. 0.25 to keep a quarter of the triangles.")
+        if isinstance(self.triangles, bool) or not isinstance(self.triangles, int) or self.triangles < 0:
+            raise ConfigError(f"triangles must be 0 (use ratio) or a positive integer, got {self.triangles!r}.", field="triangles", fix="pass e.g. 5000.")
+        if self.target not in ("unlit", "vertex-color"):
+            raise ConfigError(f"unknown target {self.target!r}.", field="target", fix="use unlit or vertex-color.")
+        unknown = sorted(set(self.stage_options) - {"simplify", "skin", "fit"})
+        if unknown:
+            raise ConfigError(f"stage_options names an unknown stage {unknown[0]!r}.", field="stage_options", fix="use simplify, skin or fit.")
+        for stage, options in self.stage_options.items():
+            config = _stage_config(stage, self, "in.glb", "original.glb")
+            fields = set(config.__dataclass_fields__)
+            for name in options:
+                if name.split(".")[0] not in fields:
+                    raise ConfigError(
+                        f"stage_options.{stage} names {name!r}, which the {stage} stage does not have.",
+                        field=f"stage_options.{stage}.{name}",
+                        fix=f"see `neuralbake {stage} --help` for its settings.",
+                    )
+
+
+def _set(config: Any, dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        config = getattr(config, part)
+    setattr(config, last, value)
+
+
+def _stage_config(stage: str, config: LodConfig, asset: str, original: str) -> Any:
+    """The ``stage``'s config: the chain's settings, then its ``stage_options``."""
+    common = {"device": config.device, "max_triangles": config.max_triangles}
+    if stage == "simplify":
+        from neuralbake.bakes.simplify import SimplifyConfig
+
+        out: Any = SimplifyConfig(asset=asset, ratio=float(config.ratio), triangles=config.triangles, seed=config.seed, **common)
+    elif stage == "skin":
+        from neuralbake.bakes.skin import SkinConfig
+
+        out = SkinConfig(lod=asset, reference=original, seed=config.seed, **common)
+    else:
+        from neuralbake.bakes.fit import FitConfig
+
+        # 8-bit stored values, trained through the quantiser: what lod.glb ships is what the fit scored
+        out = FitConfig(asset=asset, reference=original, target=config.target, shape=config.shape, texture_size=config.texture_size,
+                        shadows=config.shadows, quantize=8, **common)
+        out.train.seed = config.seed
+    for name, value in config.stage_options.get(stage, {}).items():
+        _set(out, name, value)
+    return out
+
+
+class _Forward:
+    """Hands a stage's headline events on to the chain's log (tagged with the stage)."""
+
+    KEPT = ("bake", "eval", "done", "interrupted")
+
+    def __init__(self, run: BakeRun, stage: str) -> None:
+        self.run, self.stage = run, stage
+
+    def write(self, event: dict[str, Any]) -> None:
+        if event.get("event") in self.KEPT:
+            self.run.events.emit("stage", stage=self.stage, **{("stage_event" if k == "event" else k): v for k, v in event.items()})
+
+    def close(self) -> None:
+        pass
+
+
+def _finished(folder: Path) -> dict[str, Any] | None:
+    """The report of a stage that finished in ``folder`` (``None`` if it did not)."""
+    report, manifest = folder / "report.json", folder / "bake.json"
+    if report.is_file() and manifest.is_file():
+        return json.loads(report.read_text())
+    return None
+
+
+def _body(run: BakeRun) -> BakeOutcome:
+    from neuralbake.bakes.fit import FIT
+    from neuralbake.bakes.simplify import SIMPLIFY
+    from neuralbake.bakes.skin import SKIN
+
+    started = time.perf_counter()
+    config: LodConfig = run.config
+    asset = Path(config.asset)
+    if not asset.is_file():
+        raise InputError("the asset does not exist.", path=asset, field="asset", fix="pass a .gltf or .glb file.")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scene = load_gltf(asset, max_triangles=config.max_triangles)
+    skinned = any(m.skin is not None for m in scene.meshes)
+    animated = skinned and scene.rig is not None and any(c.duration > 0 for c in scene.rig.clips)
+    stages = run.checkpoints / "stages"
+    bakes = {"simplify": SIMPLIFY, "skin": SKIN, "fit": FIT}
+    plan = ["simplify", *(["skin"] if animated and config.skin else []), "fit"]
+    reports: dict[str, dict[str, Any]] = {}
+    current = str(asset.resolve())
+    for stage in plan:
+        folder = stages / stage
+        stage_config = _stage_config(stage, config, current, str(asset.resolve()))
+        if stage == "fit" and skinned:
+            stage_config.shape = False  # the simplify stage fitted the shape over the animation
+        report = _finished(folder) if run.resume else None
+        if report is None:
+            run.note(f"lod: {stage}")
+            resume = run.resume and (folder / STATE_DIR / "checkpoints").is_dir() and any((folder / STATE_DIR / "checkpoints").glob("*.pt"))
+            report = run_bake(bakes[stage], stage_config, folder, resume=resume, progress=run.progress, sinks=[_Forward(run, stage)])
+            torch.save({"stages": [*reports, stage]}, run.checkpoints / STAGES_FILE)
+        reports[stage] = report
+        current = str(folder / ("lod.gltf" if stage == "fit" else "lod.glb"))
+    out = run.stage
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lod = load_gltf(current)
+    write_gltf(out / "lod.glb", lod, texture_bits=8)
+    pictures = {"simplify": ("triptych.png", "simplify.png"), "skin": ("frames.png", "frames.png"), "fit": ("triptych.png", "triptych.png")}
+    for stage in plan:
+        source, name = pictures[stage]
+        shutil.copyfile(stages / stage / source, out / name)
+    fit, simplify = reports["fit"], reports["simplify"]
+    metrics = {
+        "psnr_union_db": fit["psnr_union_db"],
+        "ssim": fit["ssim"],
+        "triangles": simplify["triangles"],
+        "original_triangles": simplify["triangles_original"],
+    }
+    keep = {
+        "simplify": ("psnr_db", "flip", "start_psnr_db", "start_flip", "triangles", "seconds"),
+        "skin": ("vertex_error", "transferred_vertex_error", "psnr_db", "transferred_psnr_db", "pruning_cost", "seconds"),
+        "fit": ("psnr_union_db", "initial_psnr_union_db", "psnr_db", "ssim", "bytes", "shape", "epochs", "seconds"),
+    }
+    fields = {
+        "asset": str(asset),
+        "target": config.target,
+        "skinned": skinned,
+        "stages": {s: {k: reports[s].get(k) for k in keep[s]} for s in plan},
+        "stage_folders": {s: str(Path(STATE_DIR) / "checkpoints" / "stages" / s) for s in plan},
+        "lod_bytes": (out / "lod.glb").stat().st_size,
+        "seconds": time.perf_counter() - started,
+        "metrics_definition": (
+            "psnr_union_db / ssim: the finished LOD against renders of the original over the fit's held-out views, on the pixels "
+            "either covers (display space); each stage's own figures are under stages (see their reports)"
+        ),
+    }
+    return BakeOutcome(metrics, fields, curve_title=None)
+
+
+LOD = Bake("lod", LodConfig, _body, title="lod")
+"""The chain, as the runner (:mod:`neuralbake.bakes.run`) runs it."""
+
+
+def make_lod(config: LodConfig, out_dir: str | Path, **options: Any) -> dict[str, Any]:
+    """Make a finished LOD of ``config.asset`` in ``out_dir`` (see the module docstring); return the report."""
+    return LOD.run(config, out_dir, **options)
