@@ -22,7 +22,6 @@ import json
 import math
 import shutil
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -30,8 +29,8 @@ from typing import Any, Literal
 import torch
 
 from neuralbake.bakes.run import STATE_DIR, Bake, BakeOutcome, BakeRun, run_bake
-from neuralbake.errors import ConfigError, InputError
-from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES, load_gltf, write_gltf
+from neuralbake.errors import ConfigError
+from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES, load_bake_input, write_gltf
 
 __all__ = ["LOD", "LodConfig", "make_lod"]
 
@@ -158,11 +157,7 @@ def _body(run: BakeRun) -> BakeOutcome:
     started = time.perf_counter()
     config: LodConfig = run.config
     asset = Path(config.asset)
-    if not asset.is_file():
-        raise InputError("the asset does not exist.", path=asset, field="asset", fix="pass a .gltf or .glb file.")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        scene = load_gltf(asset, max_triangles=config.max_triangles)
+    scene = load_bake_input(asset, max_triangles=config.max_triangles)
     skinned = any(m.skin is not None for m in scene.meshes)
     animated = skinned and scene.rig is not None and any(c.duration > 0 for c in scene.rig.clips)
     stages = run.checkpoints / "stages"
@@ -184,9 +179,7 @@ def _body(run: BakeRun) -> BakeOutcome:
         reports[stage] = report
         current = str(folder / ("lod.gltf" if stage == "fit" else "lod.glb"))
     out = run.stage
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        lod = load_gltf(current)
+    lod = load_bake_input(current, field="lod")
     write_gltf(out / "lod.glb", lod, texture_bits=8)
     pictures = {"simplify": ("triptych.png", "simplify.png"), "skin": ("frames.png", "frames.png"), "fit": ("triptych.png", "triptych.png")}
     for stage in plan:

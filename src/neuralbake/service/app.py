@@ -33,7 +33,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.datastructures import UploadFile
 
 from neuralbake.core.config import config_from_dict, config_to_dict, field_docs
-from neuralbake.errors import ConfigError, InputError, NeuralbakeError
+from neuralbake.errors import ConfigError, NeuralbakeError
 from neuralbake.io.manifest import verify_bake_folder
 from neuralbake.service.paint import parse_paint_request, refit_with_strokes
 from neuralbake.service.settings import ServiceSettings

@@ -7,7 +7,6 @@ import contextlib
 import hashlib
 import json
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -25,7 +24,7 @@ from neuralbake.bakes.fit.views import check_view_memory, display_background, fi
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
 from neuralbake.core.events import EventSink, EventWriter
 from neuralbake.errors import ConfigError, InputError
-from neuralbake.io.gltf import Scene, load_gltf
+from neuralbake.io.gltf import Scene, load_bake_input
 from neuralbake.render.scene import prepare_scene
 from neuralbake.render.uv_raster import generate_uv1_atlas
 
@@ -65,9 +64,7 @@ def _check_inputs(config: FitConfig) -> None:
 
 
 def _load_asset(config: FitConfig) -> Scene:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # generated normals/tangents are reported by load_gltf's warnings; not fatal here
-        scene = load_gltf(config.asset, max_triangles=config.max_triangles)
+    scene = load_bake_input(config.asset, max_triangles=config.max_triangles)
     if config.weights is not None and any(m.uv0 is None for m in scene.meshes):
         raise InputError(
             "the weights mask lives in uv0 space, but a mesh has no TEXCOORD_0.",
@@ -99,11 +96,8 @@ def _load_asset(config: FitConfig) -> Scene:
 def _load_reference(config: FitConfig) -> Scene | None:
     if config.reference is None:
         return None
-    if not Path(config.reference).is_file():
-        raise InputError("the reference asset does not exist.", path=config.reference, field="reference", fix="pass the original .gltf or .glb, or leave reference unset.")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return load_gltf(config.reference, max_triangles=config.max_triangles)
+    return load_bake_input(config.reference, field="reference", max_triangles=config.max_triangles, problem="the reference asset does not exist.",
+                           fix="pass the original .gltf or .glb, or leave reference unset.")
 
 
 def _compatibility(config: FitConfig) -> dict[str, Any]:

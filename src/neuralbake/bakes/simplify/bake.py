@@ -6,7 +6,6 @@ locate the LOD's high-error regions, write the LOD, the triptych and the report.
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,14 +19,14 @@ from neuralbake.bakes.simplify.decimate import Decimated, decimate_scene, non_ma
 from neuralbake.bakes.simplify.shape import ShapeView, fit_shape
 from neuralbake.core.metrics import psnr
 from neuralbake.errors import InputError
-from neuralbake.io.gltf import Scene, load_gltf, write_gltf
+from neuralbake.io.gltf import Scene, load_bake_input, write_gltf
 from neuralbake.io.images import load_image, save_png
 from neuralbake.render.camera import Camera, fibonacci_orbit, framing_radius, random_orbit
 from neuralbake.render.compare import flip_error_ldr
 from neuralbake.render.deferred import DirectionalLight, Lighting, render
 from neuralbake.render.envmap import EnvironmentLight, default_environment
 from neuralbake.render.pictures import error_heat_map, panel_grid
-from neuralbake.render.scene import RenderScene, prepare_scene
+from neuralbake.render.scene import RenderScene
 from neuralbake.render.posing import Posable
 from neuralbake.render.skinning import pose_scene
 
@@ -39,13 +38,9 @@ HIGH_ERROR_REGIONS = 5
 
 def _load(config: SimplifyConfig) -> Scene:
     path = Path(config.asset)
-    if not path.is_file():
-        raise InputError("the asset does not exist.", path=path, field="asset", fix="pass a .gltf or .glb file.")
-    if config.protect_mask is not None and not Path(config.protect_mask).is_file():
+    if path.is_file() and config.protect_mask is not None and not Path(config.protect_mask).is_file():
         raise InputError("the protect mask does not exist.", path=config.protect_mask, field="protect_mask", fix="pass a greyscale PNG in uv0 space.")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # repairs (generated normals...) are load_gltf's warnings; not fatal here
-        scene = load_gltf(path, max_triangles=config.max_triangles)
+    scene = load_bake_input(path, max_triangles=config.max_triangles)
     if len({m.skin for m in scene.meshes if m.skin is not None}) > 1:
         raise InputError(
             "the asset's meshes use several skins; simplify fits one skeleton at a time.", path=path, field="skins",
@@ -65,11 +60,8 @@ def _load(config: SimplifyConfig) -> Scene:
 
 def _load_lod(config: SimplifyConfig, original: Scene) -> Scene:
     path = Path(str(config.lod))
-    if not path.is_file():
-        raise InputError("the given lod does not exist.", path=path, field="lod", fix="pass a .gltf or .glb, or leave lod unset to decimate.")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        lod = load_gltf(path, max_triangles=config.max_triangles)
+    lod = load_bake_input(path, field="lod", max_triangles=config.max_triangles, problem="the given lod does not exist.",
+                          fix="pass a .gltf or .glb, or leave lod unset to decimate.")
     if any(m.skin is not None for m in lod.meshes) and not any(m.skin is not None for m in original.meshes):
         raise InputError("the given lod is skinned but the asset is not.", path=path, field="lod", fix="pass a static LOD of a static asset.")
     return lod
@@ -96,8 +88,8 @@ def _protect(scene: Scene, config: SimplifyConfig) -> list[np.ndarray | None] | 
 
 def _views(original: Posable, cameras: list[Camera], times: list[float | None], size: int, lighting: Lighting, advance: Any) -> list[ShapeView]:
     views = []
-    for camera, time in zip(cameras, times):
-        view = ShapeView(camera, torch.empty(0), torch.empty(0), time)
+    for camera, at in zip(cameras, times):
+        view = ShapeView(camera, torch.empty(0), torch.empty(0), at)
         with torch.no_grad():
             out = render(original.show(view.time), camera, size, size, lighting, antialias=True)
         view.image, view.alpha = out.ldr.detach(), out.alpha.detach()

@@ -5,7 +5,6 @@ fitted weights on held-out frames, write the skinned LOD, the frame strip and th
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
 from neuralbake.bakes.skin.config import SkinConfig, device_defaults
 from neuralbake.core.metrics import psnr
 from neuralbake.errors import InputError
-from neuralbake.io.gltf import Scene, load_gltf, write_gltf
+from neuralbake.io.gltf import Scene, load_bake_input, write_gltf
 from neuralbake.io.images import save_png
 from neuralbake.render.camera import fibonacci_orbit, framing_radius, random_orbit
 from neuralbake.render.deferred import DirectionalLight, Lighting, render
@@ -33,12 +32,7 @@ STRIP_FRAMES = 4
 
 
 def _load(path_text: str, field: str, max_triangles: int) -> Scene:
-    path = Path(path_text)
-    if not path.is_file():
-        raise InputError(f"the {field} does not exist.", path=path, field=field, fix="pass a .gltf or .glb file.")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return load_gltf(path, max_triangles=max_triangles)
+    return load_bake_input(path_text, field=field, max_triangles=max_triangles)
 
 
 def _inputs(config: SkinConfig) -> tuple[Scene, Scene]:

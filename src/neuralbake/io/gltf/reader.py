@@ -503,3 +503,19 @@ def _bind(reader: GltfDocument, mesh: Mesh, skin: int, joints: int, field: str) 
     mesh.bind_positions = mesh.positions.copy()
     mesh.bind_normals = None if mesh.normals is None else mesh.normals.copy()
     mesh.bind_tangents = None if mesh.tangents is None else mesh.tangents.copy()
+
+
+def load_bake_input(
+    path: str | Path, *, field: str = "asset", max_triangles: int = DEFAULT_MAX_TRIANGLES, problem: str | None = None, fix: str = "pass a .gltf or .glb file."
+) -> Scene:
+    """:func:`load_gltf` for a bake's input: a missing file is an :class:`InputError` naming ``field``
+    (``problem``: its message, default "the <field> does not exist."); the reader's repair warnings
+    (generated normals or tangents, dropped degenerate triangles) are silenced, as they do not stop a bake."""
+    import warnings
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(problem or f"the {field} does not exist.", path=path, field=field, fix=fix)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_gltf(path, max_triangles=max_triangles)
