@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from neuralbake.cli import fit, lod, material, mipmap, ntc, service, simplify, skin, texture
+from neuralbake.cli import fit, lod, material, mipmap, ntc, postfx, service, simplify, skin, texture
 
 __all__ = ["app", "main"]
 
@@ -56,7 +56,7 @@ def version() -> None:
         out.print(f"{name} {value}", highlight=False)
 
 
-for _module in (texture, material, ntc, mipmap, fit, simplify, skin, lod, service):
+for _module in (texture, material, ntc, mipmap, fit, simplify, skin, lod, postfx, service):
     _module.register(app)
 
 
