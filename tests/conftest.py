@@ -49,13 +49,15 @@ def tiny_png(tmp_path: Path) -> Path:
     return path
 
 
-def _kill_and_resume(argv: list[str], out: Path, *, timeout: float = 240.0) -> dict:
+def _kill_and_resume(argv: list[str], out: Path, *, timeout: float = 240.0, checkpoints: Path | None = None) -> dict:
     """Run ``neuralbake ARGV --out OUT`` in a subprocess, SIGKILL it once its first checkpoint is on
     disk, then run it again with ``--resume``; return the final report after checking the folder.
 
     The bake must checkpoint early and run long enough to be killed mid-way (e.g.
     ``--checkpoint-every 2`` and a few hundred tiny steps); a bake that finishes before the kill
-    fails the test rather than passing it vacuously.
+    fails the test rather than passing it vacuously. ``checkpoints``: the folder whose first ``*.pt``
+    triggers the kill (default: the bake's own ``OUT/.neuralbake/checkpoints``; a chained bake passes
+    one of its stages' folders).
     """
     import json
     import os
@@ -69,7 +71,7 @@ def _kill_and_resume(argv: list[str], out: Path, *, timeout: float = 240.0) -> d
     command = [sys.executable, "-m", "neuralbake", *argv, "--out", str(out), "--quiet"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-    checkpoints = out / ".neuralbake" / "checkpoints"
+    checkpoints = checkpoints or out / ".neuralbake" / "checkpoints"
     started = time.monotonic()
     try:
         while not (checkpoints.is_dir() and any(checkpoints.glob("*.pt"))):

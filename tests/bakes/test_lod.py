@@ -81,43 +81,20 @@ def test_stage_options_and_inputs_are_checked(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_chain_killed_in_its_fit_stage_resumes_from_there(tmp_path: Path) -> None:
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
+def test_a_chain_killed_in_its_fit_stage_resumes_from_there(tmp_path: Path, kill_and_resume) -> None:
     model = _write_asset(tmp_path / "asset")
     options = {**SMALL, "fit": {**SMALL["fit"], "epochs": 30, "train.checkpoint_every": 1}}
     lines = ["[stage_options.simplify]", *(f"{k} = {json.dumps(v)}" for k, v in options["simplify"].items()), "[stage_options.fit]"]
     lines += [f'"{k}" = {json.dumps(v)}' for k, v in options["fit"].items()]
     (tmp_path / "lod.toml").write_text("\n".join(lines) + "\n")
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "neuralbake", "lod", str(model), "--ratio", "0.3", "--size", "16", "--no-shadows", "--device", "cpu",
-               "--config", str(tmp_path / "lod.toml"), "--out", str(out), "--quiet"]
-    fit_checkpoints = out / STATE_DIR / "checkpoints" / "stages" / "fit" / STATE_DIR / "checkpoints"
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    started = time.monotonic()
-    try:
-        while not list(fit_checkpoints.glob("*.pt")):  # the simplify stage has finished, the fit is under way
-            assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
-            assert time.monotonic() - started < 240, "the fit stage never checkpointed"
-            time.sleep(0.02)
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert not (out / "lod.glb").exists()
-    simplify_report = (out / STATE_DIR / "checkpoints" / "stages" / "simplify" / "report.json").read_bytes()
-    result = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=240)
-    assert result.returncode == 0, result.stdout + result.stderr
-    verify_bake_folder(out)
-    report = json.loads((out / "report.json").read_text())
+    argv = ["lod", str(model), "--ratio", "0.3", "--size", "16", "--no-shadows", "--device", "cpu", "--config", str(tmp_path / "lod.toml")]
     stages = out / STATE_DIR / "checkpoints" / "stages"
-    assert (stages / "simplify" / "report.json").read_bytes() == simplify_report  # the finished stage was not run again
+    # killed once the fit stage has checkpointed (the simplify stage has finished by then)
+    report = kill_and_resume(argv, out, checkpoints=stages / "fit" / STATE_DIR / "checkpoints")
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    started = [e["stage"] for e in events if e["event"] == "stage" and e["stage_event"] == "bake"]
+    assert started == ["simplify", "fit", "fit"]  # the finished simplify stage was not run again; the fit was, once more
     fit_report = json.loads((stages / "fit" / "report.json").read_text())
     assert fit_report["resumed"] is True and fit_report["steps"] == 30 * 4  # the fit went on from its own checkpoint
-    assert report["resumed"] is True and report["stages"]["fit"]["epochs"] == 30 and (out / "lod.glb").is_file()
+    assert report["stages"]["fit"]["epochs"] == 30 and (out / "lod.glb").is_file()

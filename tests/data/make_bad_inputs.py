@@ -306,6 +306,25 @@ def lod_cases() -> None:
     (folder / "lod.toml").write_text("[stage_options.sculpt]\nsteps = 3\n")
 
 
+def postfx_cases() -> None:
+    """``postfx conditions``: a pass file without the pass, a damaged EXR, passes of another size, NaN ids."""
+    from neuralbake.io.images import save_exr  # the passes are OpenEXR, as Blender writes them
+
+    def render(folder: Path) -> None:
+        (folder / "render.png").write_bytes(_png(8, 6, colour=2, rows=b"".join(b"\x00" + bytes(range(24)) for _ in range(6))))
+
+    conditions = ["postfx", "conditions", "{case}/render.png", "--out", "{out}"]
+    render(folder := case("postfx_depth_pass_missing", [*conditions, "--depth", "{case}/passes.exr"], "no depth channel"))
+    save_exr(folder / "passes.exr", np.zeros((6, 8, 3), np.float32))
+    render(folder := case("postfx_exr_damaged", [*conditions, "--normal", "{case}/passes.exr"], "not a readable OpenEXR"))
+    (folder / "passes.exr").write_bytes(b"\x76\x2f\x31\x01" + b"\x00" * 40)
+    render(folder := case("postfx_pass_other_size", [*conditions, "--depth", "{case}/passes.exr"], "but the render is"))
+    save_exr(folder / "passes.exr", np.ones((3, 4, 1), np.float32), channels=["Z"])
+    render(folder := case("postfx_ids_nan", [*conditions, "--ids", "{case}/passes.exr"], "whole non-negative"))
+    save_exr(folder / "passes.exr", np.full((6, 8, 1), np.nan, np.float32), channels=["IndexOB.X"])
+    render(case("postfx_pass_file_missing", [*conditions, "--normal", "{case}/none.exr"], "does not exist"))
+
+
 def main() -> None:
     if CORPUS.exists():
         shutil.rmtree(CORPUS)
@@ -317,6 +336,7 @@ def main() -> None:
     runner_and_service_cases()
     simplify_cases()
     lod_cases()
+    postfx_cases()
     (CORPUS / "cases.json").write_text(json.dumps(_CASES, indent=1) + "\n")
     print(f"{len(_CASES)} cases -> {CORPUS}")
 

@@ -38,6 +38,17 @@ def test_canny_finds_the_border_of_a_square_and_nothing_else() -> None:
         canny_condition(image, low=200, high=100)
 
 
+def test_a_missing_library_is_named_with_its_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from neuralbake.errors import ConfigError
+
+    monkeypatch.setitem(sys.modules, "cv2", None)  # import cv2 now raises ImportError
+    with pytest.raises(ConfigError, match="cv2 cannot be imported") as caught:
+        canny_condition(np.zeros((8, 8, 3), np.float32))
+    assert "pip install opencv-python-headless" in str(caught.value)
+
+
 def test_depth_is_normalised_inverse_depth_near_white_background_black() -> None:
     depth = np.full((4, 4), np.inf, np.float32)
     depth[0, :] = 2.0

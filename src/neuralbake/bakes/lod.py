@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import torch
 
-from neuralbake.bakes.run import STATE_DIR, Bake, BakeOutcome, BakeRun, run_bake
+from neuralbake.bakes.run import STATE_DIR, Bake, BakeOutcome, BakeRun, run_bake, set_field
 from neuralbake.errors import ConfigError
 from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES, load_bake_input, write_gltf
 
@@ -95,13 +95,6 @@ class LodConfig:
                     )
 
 
-def _set(config: Any, dotted: str, value: Any) -> None:
-    *parents, last = dotted.split(".")
-    for part in parents:
-        config = getattr(config, part)
-    setattr(config, last, value)
-
-
 def _stage_config(stage: str, config: LodConfig, asset: str, original: str) -> Any:
     """The ``stage``'s config: the chain's settings, then its ``stage_options``."""
     common = {"device": config.device, "max_triangles": config.max_triangles}
@@ -121,7 +114,7 @@ def _stage_config(stage: str, config: LodConfig, asset: str, original: str) -> A
                         shadows=config.shadows, quantize=8, **common)
         out.train.seed = config.seed
     for name, value in config.stage_options.get(stage, {}).items():
-        _set(out, name, value)
+        set_field(out, name, value)
     return out
 
 

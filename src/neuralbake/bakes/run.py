@@ -52,7 +52,7 @@ from neuralbake.io.limits import load_json_file
 from neuralbake.io.manifest import BAKE_MANIFEST, read_bake_manifest, write_bake_manifest
 from neuralbake.nn.trainer import Trainer, TrainerConfig, TrainingInterrupted, TrainResult
 
-__all__ = ["Bake", "BakeOutcome", "BakeRun", "OutputLockedError", "apply_defaults", "run_bake", "validate_for_any_device"]
+__all__ = ["Bake", "BakeOutcome", "BakeRun", "OutputLockedError", "apply_defaults", "get_field", "run_bake", "set_field", "validate_for_any_device"]
 
 C = TypeVar("C")
 
@@ -108,13 +108,15 @@ def _seed_of(config: Any) -> int:
     return int(getattr(config, "seed", 0) or 0)
 
 
-def _get(config: Any, dotted: str) -> Any:
+def get_field(config: Any, dotted: str) -> Any:
+    """``config``'s field at a dotted path (``train.steps``)."""
     for part in dotted.split("."):
         config = getattr(config, part)
     return config
 
 
-def _set(config: Any, dotted: str, value: Any) -> None:
+def set_field(config: Any, dotted: str, value: Any) -> None:
+    """Set ``config``'s field at a dotted path (``train.steps``)."""
     *parents, last = dotted.split(".")
     for part in parents:
         config = getattr(config, part)
@@ -127,8 +129,8 @@ def apply_defaults(bake: Bake[C], config: C, device: torch.device) -> dict[str, 
     if bake.device_defaults is None:
         return chosen
     for dotted, value in bake.device_defaults(config, device).items():
-        if _get(config, dotted) is None:
-            _set(config, dotted, value)
+        if get_field(config, dotted) is None:
+            set_field(config, dotted, value)
             chosen[dotted] = value
     return chosen
 

@@ -1,29 +1,8 @@
 """AI render passes (seed 004): conditions from a render's true passes for ControlNets (this
-module's first part, :mod:`neuralbake.postfx.conditions`); the diffusion, LoRA and upscaler chain
+package's first part, :mod:`neuralbake.postfx.conditions`); the diffusion, LoRA and upscaler chain
 and the Blender add-on build on it."""
 
-from neuralbake.postfx.conditions import (
-    RenderPasses,
-    canny_condition,
-    depth_condition,
-    id_masks,
-    normal_condition,
-    read_exr_channels,
-    read_exr_passes,
-    render_passes,
-    segmentation_condition,
-    write_conditions,
-)
+from neuralbake.postfx import conditions
+from neuralbake.postfx.conditions import *  # noqa: F403  (the names conditions.__all__ lists)
 
-__all__ = [
-    "RenderPasses",
-    "canny_condition",
-    "depth_condition",
-    "id_masks",
-    "normal_condition",
-    "read_exr_channels",
-    "read_exr_passes",
-    "render_passes",
-    "segmentation_condition",
-    "write_conditions",
-]
+__all__ = list(conditions.__all__)

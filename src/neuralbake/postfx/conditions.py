@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from neuralbake.errors import InputError
+from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.images import MAX_IMAGE_SIDE
 
 __all__ = [
@@ -72,9 +72,19 @@ class RenderPasses:
     ``None``: the normals are already in view space."""
 
 
+def _need(module: str, package: str, field: str) -> Any:
+    """Import ``module``, or say which package to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigError(f"{module} cannot be imported ({exc}).", field=field, fix=f"pip install {package} (neuralbake's set-up installs it).") from exc
+
+
 def read_exr_channels(path: str | Path, *, field: str = "passes") -> dict[str, np.ndarray]:
     """Every channel of an OpenEXR file (first part) as ``{name: [H, W] float32}``."""
-    import OpenEXR
+    OpenEXR = _need("OpenEXR", "OpenEXR==3.5.3", field)
 
     path = Path(path)
     if not path.is_file():
@@ -158,7 +168,7 @@ def _check_image(image: np.ndarray, field: str) -> np.ndarray:
 def canny_condition(image: np.ndarray, *, low: int = 100, high: int = 200) -> np.ndarray:
     """Canny edges of a display image ``[H, W, 3]`` in [0, 1]: ``[H, W, 3]`` float32, 1 on edges, 0 elsewhere
     (OpenCV, thresholds on the 8-bit luminance gradient as ControlNet's canny annotator uses)."""
-    import cv2
+    cv2 = _need("cv2", "opencv-python-headless==5.0.0.93", "canny")
 
     if not 0 <= low <= high:
         raise InputError(f"Canny thresholds must satisfy 0 <= low <= high, got {low} and {high}.", field="canny", fix="pass e.g. 100 and 200.")
@@ -314,12 +324,13 @@ def write_conditions(
         image = passes.image
     else:
         image = _load_render(render)
-        passes = read_exr_passes(depth=depth, normal=normal, ids=ids)
-        for name in ("depth", "normal", "ids"):
+        files = {"depth": depth, "normal": normal, "ids": ids}
+        passes = read_exr_passes(**files)
+        for name, path in files.items():
             value = getattr(passes, name)
             if value is not None and value.shape[:2] != image.shape[:2]:
                 raise InputError(f"the {name} pass is {value.shape[1]}x{value.shape[0]} but the render is {image.shape[1]}x{image.shape[0]}.",
-                                 path=locals()[name], field=name, fix="render the passes in the same render as the image.")
+                                 path=path, field=name, fix="render the passes in the same render as the image.")
     folder = prepare_output_dir(out)
     written: dict[str, Any] = {"width": int(image.shape[1]), "height": int(image.shape[0])}
     if render.suffix.lower() in (".gltf", ".glb"):

@@ -20,7 +20,6 @@ them and a resumed fit continues exactly.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -175,7 +174,6 @@ class ShapeForwardBackward:
         loss = loss / len(chunk)
         wrt = [*params.values(), self.shape.u]
         grads = torch.autograd.grad(loss * loss_scale, wrt, allow_unused=True)
-        scale = float(loss_scale) if not isinstance(loss_scale, torch.Tensor) else float(loss_scale.item())
-        self.shape.grad = None if grads[-1] is None else grads[-1] / (scale if math.isfinite(scale) and scale > 0 else 1.0)
-        self.rs.set_positions(positions.detach())
+        self.shape.grad = None if grads[-1] is None else grads[-1] / loss_scale
+        self.rs.positions = positions.detach()  # the BVH already fits them: drop the graph without a second refit
         return loss.detach(), [torch.zeros_like(p) if g is None else g for p, g in zip(params.values(), grads[:-1])]

@@ -31,12 +31,8 @@ __all__ = ["SKIN", "skin_lod"]
 STRIP_FRAMES = 4
 
 
-def _load(path_text: str, field: str, max_triangles: int) -> Scene:
-    return load_bake_input(path_text, field=field, max_triangles=max_triangles)
-
-
 def _inputs(config: SkinConfig) -> tuple[Scene, Scene]:
-    reference = _load(config.reference, "reference", config.max_triangles)
+    reference = load_bake_input(config.reference, field="reference", max_triangles=config.max_triangles)
     skins = {m.skin for m in reference.meshes if m.skin is not None}
     if not skins:
         raise InputError("the reference has no skin: there are no joints to bind the LOD to.", path=config.reference, field="reference",
@@ -47,7 +43,7 @@ def _inputs(config: SkinConfig) -> tuple[Scene, Scene]:
     if not reference.rig.clips or reference.rig.clips[0].duration <= 0:
         raise InputError("the reference has no animation clip to fit the weights over.", path=config.reference, field="reference",
                          fix="export the original with at least one animation.")
-    lod = _load(config.lod, "lod", config.max_triangles)
+    lod = load_bake_input(config.lod, field="lod", max_triangles=config.max_triangles)
     return lod, reference
 
 
