@@ -300,9 +300,17 @@ def _config_data(config: Any) -> dict[str, Any]:
     for item in dataclasses.fields(config):
         if not item.init:
             continue
-        value = getattr(config, item.name)
-        data[item.name] = _config_data(value) if dataclasses.is_dataclass(value) else value
+        data[item.name] = _plain(getattr(config, item.name))
     return data
+
+
+def _plain(value: Any) -> Any:
+    """A config value as plain data: nested configs (also inside lists, e.g. composition passes) as dicts."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _config_data(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
 
 
 def resolve_config(config_type: type[T], config_file: Path | None, values: dict[str, Any], flags: Sequence[Flag]) -> T:

@@ -1,18 +1,59 @@
-"""``neuralbake postfx``: AI render passes (seed 004). ``conditions`` builds the ControlNet
-conditions of a render from its true passes (see :mod:`neuralbake.postfx.conditions`)."""
+"""``neuralbake postfx``: AI render passes (seed 004).
+
+- ``neuralbake postfx RENDER --model DIR --prompt ... --out OUT`` (the same as ``postfx run``): the
+  chain of :mod:`neuralbake.postfx.chain` (conditions, diffusion with ControlNets and LoRAs,
+  composition, upscaler) as a bake;
+- ``postfx conditions``: only the ControlNet conditions of a render (:mod:`neuralbake.postfx.conditions`);
+- ``postfx make-model``: a diffusion model with random weights, built offline, for trials and timing.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from neuralbake.cli.common import print_done, run_action
+from neuralbake.cli.common import Arg, bake_command, print_done, run_action
+from neuralbake.postfx.chain import POSTFX
 
 __all__ = ["postfx_app", "register"]
 
-postfx_app = typer.Typer(help="AI render passes: ControlNet conditions from a render's true passes.", no_args_is_help=True)
+
+class _RunByDefault(typer.core.TyperGroup):
+    """``neuralbake postfx RENDER ...`` runs ``postfx run RENDER ...``: a first word that is no
+    subcommand (nor an option) is the render."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and not args[0].startswith("-") and args[0] not in self.commands:
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+postfx_app = typer.Typer(cls=_RunByDefault, no_args_is_help=True,
+                         help="AI render passes: a render through ControlNets + diffusion + LoRAs + upscaler (`neuralbake postfx RENDER ...` = `postfx run`).")
+
+
+def _summary(report: dict[str, Any], out: Path) -> str:
+    m = report
+    temporal = f", temporal ratio {m['temporal_ratio']:.2f}" if m.get("temporal_ratio") is not None else ""
+    what = "frames/" if m["frames"] > 1 else "result.png"
+    speed = f", {m['seconds_per_frame']:.2f} s/frame" if m.get('seconds_per_frame') is not None else ""
+    return f"{m['frames']} frame(s){speed}{temporal} -> {out / what}"
+
+
+bake_command(
+    postfx_app,
+    "run",
+    POSTFX,
+    help="Run the AI render pass: conditions from the render's passes, diffusion with ControlNets and LoRAs, composition by masks, upscaler.",
+    arguments=[Arg("render", "The render (PNG, JPEG, OpenEXR), a folder of frames, or a .gltf/.glb scene neuralbake renders.", metavar="RENDER")],
+    rename={"controlnets": "controlnet", "loras": "lora", "negative_prompt": "negative"},
+    skip=["passes"],
+    notes={"passes": "config file only"},
+    out_help="Output folder for result.png (or frames/), conditions/, comparison.png and report.json.",
+    summary=_summary,
+)
 
 
 @postfx_app.command("conditions")
@@ -35,6 +76,30 @@ def postfx_conditions(
     print_done(f"{', '.join(names)}{masks} ({written['width']}x{written['height']}) -> {out}")
 
 
+@postfx_app.command("make-model")
+def postfx_make_model(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder: base/ (diffusers layout) and controlnet/.")],
+    family: Annotated[str, typer.Option(help="sd (Stable Diffusion 1.x) or sdxl.", metavar="sd|sdxl")] = "sd",
+    size: Annotated[str, typer.Option(help="tiny (seconds on a CPU), sd15 or sdxl (the real networks' shapes and cost).", metavar="tiny|sd15|sdxl")] = "tiny",
+    controlnet: Annotated[bool, typer.Option("--controlnet/--no-controlnet", help="Also write a ControlNet of the same UNet.")] = True,
+    seed: Annotated[int, typer.Option(help="Seeds the random weights.")] = 0,
+) -> None:
+    """Write a diffusion model with random weights, built offline from configs (for trials of the chain and for timing; it draws noise, not pictures)."""
+    from neuralbake.errors import ConfigError
+    from neuralbake.postfx.models import make_random_model
+
+    def action() -> dict[str, Any]:
+        if family not in ("sd", "sdxl") or size not in ("tiny", "sd15", "sdxl"):
+            raise ConfigError(f"unknown family {family!r} or size {size!r}.", field="--family/--size", fix="use --family sd|sdxl and --size tiny|sd15|sdxl.")
+        if out.exists() and any(out.iterdir()):
+            raise ConfigError("the output folder is not empty.", field="--out", fix="pass a new folder.")
+        return make_random_model(out, family=family, size=size, controlnet=controlnet, seed=seed)  # type: ignore[arg-type]
+
+    made = run_action(action, out=out)
+    total = sum(made["parameters"].values())
+    print_done(f"{family} {size} model, {total / 1e6:.2f} M parameters -> {made['base']}" + (f" + {made['controlnet']}" if "controlnet" in made else ""))
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``postfx`` (conditions) to the main CLI."""
+    """Add ``postfx`` (run, conditions, make-model) to the main CLI."""
     app.add_typer(postfx_app, name="postfx")
