@@ -307,7 +307,8 @@ def lod_cases() -> None:
 
 
 def postfx_cases() -> None:
-    """``postfx conditions``: a pass file without the pass, a damaged EXR, passes of another size, NaN ids."""
+    """``postfx``: a pass file without the pass, a damaged EXR, passes of another size, NaN ids; damaged or incomplete model
+    folders; a LoRA training folder without images."""
     from neuralbake.io.images import save_exr  # the passes are OpenEXR, as Blender writes them
 
     def render(folder: Path) -> None:
@@ -323,6 +324,20 @@ def postfx_cases() -> None:
     render(folder := case("postfx_ids_nan", [*conditions, "--ids", "{case}/passes.exr"], "whole non-negative"))
     save_exr(folder / "passes.exr", np.full((6, 8, 1), np.nan, np.float32), channels=["IndexOB.X"])
     render(case("postfx_pass_file_missing", [*conditions, "--normal", "{case}/none.exr"], "does not exist"))
+    # the render pass's model folders: damaged, of a pipeline it does not run, missing a component; a LoRA training set without images
+    chain = ["postfx", "{case}/render.png", "--model", "{case}/model", "--out", "{out}"]
+    render(folder := case("postfx_model_index_damaged", chain, "JSON"))
+    (folder / "model").mkdir()
+    (folder / "model" / "model_index.json").write_text('{"_class_name": "StableDiffusionPipeline",')
+    render(folder := case("postfx_model_unknown_pipeline", chain, "does not run"))
+    (folder / "model").mkdir()
+    (folder / "model" / "model_index.json").write_text('{"_class_name": "AudioLDMPipeline", "unet": ["diffusers", "UNet2DConditionModel"]}')
+    render(folder := case("postfx_model_component_missing", chain, "unet/ is missing"))
+    (folder / "model").mkdir()
+    (folder / "model" / "model_index.json").write_text('{"_class_name": "StableDiffusionPipeline", "unet": ["diffusers", "UNet2DConditionModel"]}')
+    folder = case("postfx_lora_no_images", ["postfx", "lora", "{case}/images", "--base", "{case}/model", "--prompt", "x", "--out", "{out}"], "no PNG or JPEG")
+    (folder / "images").mkdir()
+    (folder / "images" / "notes.txt").write_text("not an image\n")
 
 
 def main() -> None:

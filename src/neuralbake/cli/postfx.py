@@ -16,6 +16,7 @@ import typer
 
 from neuralbake.cli.common import Arg, bake_command, print_done, run_action
 from neuralbake.postfx.chain import POSTFX
+from neuralbake.postfx.lora import LORA_TRAIN
 
 __all__ = ["postfx_app", "register"]
 
@@ -74,6 +75,25 @@ def postfx_conditions(
     names = [k for k in ("render", "canny", "depth", "normal", "segmentation") if k in written]
     masks = f" + {len(written['masks'])} id masks" if "masks" in written else ""
     print_done(f"{', '.join(names)}{masks} ({written['width']}x{written['height']}) -> {out}")
+
+
+def _lora_summary(report: dict[str, Any], out: Path) -> str:
+    before = report.get("denoise_loss_before")
+    change = f" (base model {before:.4f})" if before is not None else ""
+    return (f"rank-{report['rank']} LoRA on {report['images']} image(s), {report['steps']} steps in {report['train_seconds']:.1f} s: "
+            f"denoising loss {report['denoise_loss']:.4f}{change} -> {out / 'lora.safetensors'}")
+
+
+bake_command(
+    postfx_app,
+    "lora",
+    LORA_TRAIN,
+    help="Train a style LoRA (peft) for a diffusion model on a folder of images, resumable; use it with `postfx --lora`.",
+    arguments=[Arg("images", "Folder of training images (PNG or JPEG); IMAGE.txt beside an image is its caption.", metavar="IMAGES")],
+    rename={"learning_rate": "lr"},
+    out_help="Output folder for lora.safetensors, samples.png and report.json.",
+    summary=_lora_summary,
+)
 
 
 @postfx_app.command("make-model")
