@@ -168,3 +168,24 @@ def test_cli_writes_conditions_from_exr_passes_and_from_a_gltf_scene(tmp_path: P
     for name in ("render", "canny", "depth", "normal", "segmentation"):
         assert (tmp_path / "crate" / f"{name}.png").is_file()
     assert json.loads((tmp_path / "crate" / "conditions.json").read_text())["normal_space"] == "view"
+
+
+def test_blender_5_multipart_exr_passes_are_read(tmp_path: Path) -> None:
+    """Blender 5 writes a multilayer EXR as one part per pass and names the index pass "Object Index"."""
+    import OpenEXR
+
+    depth = np.full((4, 6), 3.0, np.float32)
+    ids = np.zeros((4, 6), np.float32)
+    ids[1:3, 2:4] = 2
+    normal = np.zeros((4, 6, 3), np.float32)
+    normal[..., 2] = 1.0
+    header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
+    parts = [
+        OpenEXR.Part(header, {"ViewLayer.Depth.Z": depth}, "ViewLayer.Depth"),
+        OpenEXR.Part(header, {f"ViewLayer.Normal.{a}": np.ascontiguousarray(normal[..., k]) for k, a in enumerate("XYZ")}, "ViewLayer.Normal"),
+        OpenEXR.Part(header, {"ViewLayer.Object Index.X": ids}, "ViewLayer.Object Index"),
+    ]
+    OpenEXR.File(parts).write(str(tmp_path / "blender5.exr"))
+    passes = read_exr_passes(depth=tmp_path / "blender5.exr", normal=tmp_path / "blender5.exr", ids=tmp_path / "blender5.exr")
+    assert np.array_equal(passes.depth, depth) and np.array_equal(passes.normal, normal)
+    assert np.array_equal(passes.ids, ids.astype(np.int32)) and sorted(id_masks(passes.ids)) == [0, 2]

@@ -120,6 +120,29 @@ def postfx_make_model(
     print_done(f"{family} {size} model, {total / 1e6:.2f} M parameters -> {made['base']}" + (f" + {made['controlnet']}" if "controlnet" in made else ""))
 
 
+@postfx_app.command("addon")
+def postfx_addon(
+    out: Annotated[Path, typer.Option("--out", "-o", help="The add-on zip to write (install it in Blender: Preferences > Add-ons > Install from Disk).")],
+) -> None:
+    """Write the Blender add-on (Render Properties > neuralbake AI pass) as an installable zip."""
+    import zipfile
+
+    from neuralbake.errors import ConfigError
+    from neuralbake.io.files import atomic_path
+    from neuralbake.postfx import blender_addon_source
+
+    def action() -> Path:
+        if out.suffix.lower() != ".zip":
+            raise ConfigError("the add-on is written as a .zip file.", field="--out", fix="pass a path ending in .zip.")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(out) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr("neuralbake_postfx/__init__.py", blender_addon_source())
+        return out
+
+    run_action(action, out=out)
+    print_done(f"Blender add-on -> {out}")
+
+
 def register(app: typer.Typer) -> None:
     """Add ``postfx`` (run, conditions, make-model) to the main CLI."""
     app.add_typer(postfx_app, name="postfx")

@@ -7,4 +7,11 @@ and the chain of them as a bake (:mod:`~neuralbake.postfx.chain`)."""
 from neuralbake.postfx import conditions
 from neuralbake.postfx.conditions import *  # noqa: F403  (the names conditions.__all__ lists)
 
-__all__ = list(conditions.__all__)
+__all__ = list(conditions.__all__) + ["blender_addon_source"]
+
+
+def blender_addon_source() -> str:
+    """The Blender add-on's source (``blender_addon.py``, which only Blender's Python imports)."""
+    from pathlib import Path
+
+    return (Path(__file__).with_name("blender_addon.py")).read_text(encoding="utf-8")

@@ -120,6 +120,9 @@ class PostfxConfig:
     """Canny's lower hysteresis threshold."""
     canny_high: int = 200
     """Canny's upper hysteresis threshold."""
+    world_to_view: list[float] = field(default_factory=list)
+    """The camera's rotation as 9 numbers, row by row (right, up, towards the camera), when the normal pass is in world
+    space (Blender's is); empty: the normals are already in view space."""
     scene_size: int = 512
     """Render side when the input is a glTF scene."""
     precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
@@ -160,6 +163,9 @@ class PostfxConfig:
                 raise ConfigError("the pass names no ids.", field=f"passes[{i}].ids", fix="list the indexes it covers, e.g. ids = [2].")
             if p.strength is not None and not 0.0 <= p.strength <= 1.0:
                 raise ConfigError(f"strength must be in [0, 1], got {p.strength!r}.", field=f"passes[{i}].strength", fix="pass a value in [0, 1].")
+        if self.world_to_view and (len(self.world_to_view) != 9 or not all(math.isfinite(v) for v in self.world_to_view)):
+            raise ConfigError(f"world_to_view must be 9 finite numbers, got {len(self.world_to_view)}.", field="world_to_view",
+                              fix="pass the camera's 3x3 world-to-view rotation row by row, or leave it empty for view-space normals.")
         if self.passes and not self.ids and Path(self.render).suffix.lower() not in (".gltf", ".glb"):
             raise ConfigError("composition passes need the ids pass.", field="ids", fix="pass --ids with the object or material index pass.")
 
@@ -257,7 +263,8 @@ def _read_frame(frame: _Frame, config: PostfxConfig) -> Any:
             raise InputError("a glTF scene brings its own passes.", path=frame.render, field="render", fix="drop --depth / --normal / --ids, or pass a rendered image.")
         return _scene_passes(frame.render, config.scene_size)
     image = _load_render(frame.render)
-    passes = read_exr_passes(depth=frame.depth, normal=frame.normal, ids=frame.ids)
+    rotation = np.asarray(config.world_to_view, dtype=np.float32).reshape(3, 3) if config.world_to_view else None
+    passes = read_exr_passes(depth=frame.depth, normal=frame.normal, ids=frame.ids, world_to_view=rotation)
     passes.image = image
     for name in ("depth", "normal", "ids"):
         value = getattr(passes, name)

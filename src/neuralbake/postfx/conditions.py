@@ -83,7 +83,7 @@ def _need(module: str, package: str, field: str) -> Any:
 
 
 def read_exr_channels(path: str | Path, *, field: str = "passes") -> dict[str, np.ndarray]:
-    """Every channel of an OpenEXR file (first part) as ``{name: [H, W] float32}``."""
+    """Every channel of an OpenEXR file (all its parts) as ``{name: [H, W] float32}``."""
     OpenEXR = _need("OpenEXR", "OpenEXR==3.5.3", field)
 
     path = Path(path)
@@ -99,10 +99,19 @@ def read_exr_channels(path: str | Path, *, field: str = "passes") -> dict[str, n
         raise InputError(f"the pass is {width} x {height}; at most {MAX_IMAGE_SIDE} per side is read.", path=path, field=field,
                          fix="render the pass at the render's own size.")
     try:
-        channels = OpenEXR.File(str(path), separate_channels=True).channels()
+        parts = OpenEXR.File(str(path), separate_channels=True).parts
     except Exception as exc:
         raise InputError(f"the OpenEXR pixels cannot be read ({exc}).", path=path, field=field, fix="save the pass again.") from exc
-    return {name: np.asarray(c.pixels, dtype=np.float32).reshape(height, width) for name, c in channels.items()}
+    # Blender 5 writes a multilayer EXR as one part per pass; older writers put every channel in one part.
+    channels: dict[str, np.ndarray] = {}
+    for part in parts:
+        for name, channel in part.channels.items():
+            pixels = np.asarray(channel.pixels, dtype=np.float32)
+            if pixels.size != height * width:
+                raise InputError(f"the part {part.name()!r} is not {width} x {height} like the file's first part.", path=path, field=field,
+                                 fix="write every pass of the render at one size.")
+            channels.setdefault(name, pixels.reshape(height, width))
+    return channels
 
 
 def _pick(channels: dict[str, np.ndarray], names: list[list[str]]) -> list[np.ndarray] | None:
@@ -128,7 +137,7 @@ def read_exr_passes(
     """The passes asked for, read from OpenEXR files (one file may hold several: pass the same path).
 
     Depth: a ``Depth.Z``, ``Z`` or ``Y`` (single-channel) channel; normals: ``Normal.X/Y/Z``, ``X/Y/Z``
-    or ``R/G/B``; ids: ``IndexOB.X``, ``IndexMA.X``, ``X``, ``Y`` or ``R``."""
+    or ``R/G/B``; ids: ``IndexOB.X`` / ``Object Index.X`` (Blender 4 / 5), ``IndexMA.X`` / ``Material Index.X``, ``X``, ``Y`` or ``R``."""
     out = RenderPasses(world_to_view=world_to_view)
     sizes = {}
     if depth is not None:
@@ -144,9 +153,11 @@ def read_exr_passes(
         out.normal = np.stack(found, -1)
         sizes["normal"] = out.normal.shape[:2]
     if ids is not None:
-        found = _pick(read_exr_channels(ids, field="ids"), [["IndexOB.X"], ["IndexMA.X"], ["X"], ["Y"], ["R"]])
+        found = _pick(read_exr_channels(ids, field="ids"),
+                      [["IndexOB.X"], ["Object Index.X"], ["IndexMA.X"], ["Material Index.X"], ["X"], ["Y"], ["R"]])
         if found is None:
-            raise InputError("the file has no index channel (IndexOB.X, IndexMA.X, X, Y or R).", path=ids, field="ids", fix=_FIX["ids"])
+            raise InputError("the file has no index channel (IndexOB.X or Object Index.X, IndexMA.X or Material Index.X, X, Y or R).", path=ids,
+                             field="ids", fix=_FIX["ids"])
         value = found[0]
         if not np.all(np.isfinite(value)) or np.any(value < 0) or np.any(np.abs(value - np.round(value)) > 1e-3):
             raise InputError("the index pass holds values that are not whole non-negative numbers.", path=ids, field="ids", fix=_FIX["ids"])

@@ -1,0 +1,463 @@
+"""neuralbake's AI render pass inside Blender (seed 004), a Blender add-on: ``neuralbake postfx addon --out
+neuralbake_postfx.zip`` packages this file as ``neuralbake_postfx/__init__.py`` for Edit > Preferences >
+Add-ons > Install from Disk (Blender 4.2 to 5.x). It runs inside Blender's Python, never in neuralbake's.
+
+After a render, the image and its Z, normal,
+object-index and vector passes go through neuralbake's chain (ControlNets from the true passes, a
+diffusion model with LoRAs and a prompt, composition by object masks, Real-ESRGAN), and the result
+comes back as an image in Blender and a file on disk.
+
+The add-on imports neither torch nor neuralbake: it runs the chain through a ``neuralbake``
+executable (Preferences > Add-ons > neuralbake AI render pass: the path, or found on PATH), so the
+models and the GPU stay with neuralbake's own Python. Stills: the render result is saved as one
+multilayer OpenEXR (every pass) and processed when the render completes. Animations: each frame is
+saved the same way and the sequence is processed once at the end, with one seed, the previous output
+blended into each frame's start and carried along Blender's Vector pass. The viewport button runs the
+chain on a viewport snapshot (``render.opengl``). Render settings are in Render Properties >
+neuralbake AI pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+
+import bpy
+from bpy.app.handlers import persistent
+from bpy.props import BoolProperty, CollectionProperty, EnumProperty, FloatProperty, IntProperty, PointerProperty, StringProperty
+
+bl_info = {
+    "name": "neuralbake AI render pass",
+    "author": "neuralbake",
+    "version": (0, 1, 0),
+    "blender": (4, 2, 0),
+    "location": "Properties > Render > neuralbake AI pass",
+    "description": "Runs neuralbake's ControlNet + diffusion + LoRA + upscaler chain on renders, with the render's true passes",
+    "category": "Render",
+}
+
+RESULT_IMAGE = "neuralbake postfx"
+"""Name of the image datablock the result is loaded into (shown in the render window)."""
+
+CONDITIONS = ("canny", "depth", "normal", "segmentation")
+
+
+# -- settings ----------------------------------------------------------------------------------
+
+
+class NEURALBAKE_Preferences(bpy.types.AddonPreferences):
+    bl_idname = __package__ or __name__
+
+    executable: StringProperty(name="neuralbake executable", subtype="FILE_PATH", default="",
+                               description="The neuralbake command (its Python has torch and the models); empty: found on PATH")
+    device: StringProperty(name="Device", default="auto", description="auto, cpu, cuda or cuda:N for the chain")
+
+    def draw(self, context):
+        self.layout.prop(self, "executable")
+        self.layout.prop(self, "device")
+
+
+class NEURALBAKE_Lora(bpy.types.PropertyGroup):
+    path: StringProperty(name="LoRA", subtype="FILE_PATH", description="A LoRA .safetensors file")
+    weight: FloatProperty(name="Weight", default=0.8, min=-4.0, max=4.0)
+
+
+class NEURALBAKE_Pass(bpy.types.PropertyGroup):
+    ids: StringProperty(name="Object indexes", default="1", description="Pass indexes (Object Properties > Relations > Pass Index) this pass covers, e.g. 2,3")
+    prompt: StringProperty(name="Prompt", description="This pass's prompt (empty: the main one)")
+    strength: FloatProperty(name="Strength", default=0.6, min=0.0, max=1.0)
+    lora: StringProperty(name="LoRA", subtype="FILE_PATH", description="This pass's LoRA (empty: the main ones)")
+    lora_weight: FloatProperty(name="LoRA weight", default=0.8, min=-4.0, max=4.0)
+
+
+class NEURALBAKE_Settings(bpy.types.PropertyGroup):
+    enabled: BoolProperty(name="Run after renders", default=False, description="Run the AI pass when a render or an animation render completes")
+    prompt: StringProperty(name="Prompt", default="")
+    negative: StringProperty(name="Negative", default="")
+    model: StringProperty(name="Model folder", subtype="DIR_PATH", description="Diffusion model in the diffusers layout (SD, SDXL or Flux)")
+    strength: FloatProperty(name="Strength", default=0.5, min=0.0, max=1.0, description="0 keeps the render, 1 ignores it")
+    steps: IntProperty(name="Steps", default=20, min=1, max=200)
+    guidance: FloatProperty(name="Guidance", default=7.0, min=0.0, max=50.0)
+    seed: IntProperty(name="Seed", default=0, min=0)
+    size: IntProperty(name="Working size", default=1024, min=64, max=4096, description="Longest side the diffusion works at")
+    upscale: EnumProperty(name="Upscale", items=[("1", "Off", ""), ("2", "2x", ""), ("4", "4x", "")], default="1")
+    temporal: FloatProperty(name="Temporal blend", default=0.5, min=0.0, max=1.0, description="Animation: share of the previous output in each frame's start")
+    feather: FloatProperty(name="Mask feather", default=2.0, min=0.0, max=64.0)
+    use_canny: BoolProperty(name="Canny", default=False)
+    canny_model: StringProperty(name="Canny ControlNet", subtype="DIR_PATH")
+    canny_scale: FloatProperty(name="Scale", default=1.0, min=0.0, max=2.0)
+    use_depth: BoolProperty(name="Depth", default=True)
+    depth_model: StringProperty(name="Depth ControlNet", subtype="DIR_PATH")
+    depth_scale: FloatProperty(name="Scale", default=1.0, min=0.0, max=2.0)
+    use_normal: BoolProperty(name="Normals", default=False)
+    normal_model: StringProperty(name="Normal ControlNet", subtype="DIR_PATH")
+    normal_scale: FloatProperty(name="Scale", default=1.0, min=0.0, max=2.0)
+    use_segmentation: BoolProperty(name="Segmentation", default=False)
+    segmentation_model: StringProperty(name="Segmentation ControlNet", subtype="DIR_PATH")
+    segmentation_scale: FloatProperty(name="Scale", default=1.0, min=0.0, max=2.0)
+    loras: CollectionProperty(type=NEURALBAKE_Lora)
+    passes: CollectionProperty(type=NEURALBAKE_Pass)
+    output_dir: StringProperty(name="Output folder", subtype="DIR_PATH", default="//neuralbake_postfx/",
+                               description="Where results go (// is the .blend's folder; a temporary folder for unsaved files)")
+    status: StringProperty(name="Status", default="")
+
+
+# -- running the chain -------------------------------------------------------------------------
+
+
+def _settings(scene):
+    return scene.neuralbake_postfx
+
+
+def _executable() -> str:
+    prefs = bpy.context.preferences.addons.get(__package__ or __name__)
+    given = prefs.preferences.executable if prefs is not None else ""
+    found = bpy.path.abspath(given) if given else shutil.which("neuralbake")
+    if not found:
+        raise RuntimeError("neuralbake was not found: set its path in the add-on's preferences, or put it on PATH.")
+    return found
+
+
+def _device() -> str:
+    prefs = bpy.context.preferences.addons.get(__package__ or __name__)
+    return prefs.preferences.device if prefs is not None else "auto"
+
+
+def output_folder(scene) -> str:
+    """The result folder (absolute); ``//`` resolves against the .blend, or a temporary folder for an unsaved file."""
+    folder = _settings(scene).output_dir or "//neuralbake_postfx/"
+    if folder.startswith("//") and not bpy.data.filepath:
+        folder = os.path.join(tempfile.gettempdir(), "neuralbake_postfx", folder[2:])
+    folder = bpy.path.abspath(folder)
+    os.makedirs(folder, exist_ok=True)
+    return folder
+
+
+def _world_to_view(scene) -> list[float]:
+    """The camera's world-to-view rotation, row by row (right, up, towards the camera): Blender's normal pass is in world space."""
+    camera = scene.camera
+    if camera is None:
+        return []
+    rotation = camera.matrix_world.to_3x3().normalized().transposed()
+    return [float(rotation[r][c]) for r in range(3) for c in range(3)]
+
+
+def chain_config(scene, *, exr_passes: bool) -> dict:
+    """The chain's settings from the panel, as neuralbake's config file (TOML keys, written as JSON)."""
+    s = _settings(scene)
+    controlnets = []
+    for name in CONDITIONS:
+        if getattr(s, f"use_{name}"):
+            folder = bpy.path.abspath(getattr(s, f"{name}_model"))
+            if not folder:
+                raise RuntimeError(f"the {name} ControlNet is on but has no folder.")
+            controlnets.append(f"{name}={folder.rstrip(os.sep)}:{getattr(s, f'{name}_scale'):g}")
+    passes = []
+    for p in s.passes:
+        ids = [int(x) for x in p.ids.replace(" ", "").split(",") if x]
+        entry = {"ids": ids, "prompt": p.prompt, "strength": p.strength}
+        if p.lora:
+            entry["loras"] = [f"{bpy.path.abspath(p.lora)}:{p.lora_weight:g}"]
+        passes.append(entry)
+    config = {
+        "model": bpy.path.abspath(s.model).rstrip(os.sep),
+        "prompt": s.prompt,
+        "negative_prompt": s.negative,
+        "strength": s.strength,
+        "steps": s.steps,
+        "guidance": s.guidance,
+        "seed": s.seed,
+        "size": s.size,
+        "upscale": int(s.upscale),
+        "temporal": s.temporal,
+        "feather": s.feather,
+        "controlnets": controlnets,
+        "loras": [f"{bpy.path.abspath(lora.path)}:{lora.weight:g}" for lora in s.loras if lora.path],
+        "passes": passes,
+        "device": _device(),
+    }
+    if exr_passes:
+        config["world_to_view"] = _world_to_view(scene)
+    return config
+
+
+def run_chain(scene, render: str, out: str, *, passes_file: bool, motion: bool = False) -> dict:
+    """Run ``neuralbake postfx`` on ``render`` (a multilayer EXR, a frames folder of them, or a PNG) into ``out``; return its report."""
+    config = chain_config(scene, exr_passes=passes_file)
+    config_file = os.path.join(out + ".config.json")
+    os.makedirs(os.path.dirname(config_file), exist_ok=True)
+    with open(config_file, "w", encoding="utf-8") as handle:
+        json.dump(config, handle)
+    argv = [_executable(), "postfx", "run", render, "--config", config_file, "--out", out, "--quiet"]
+    if passes_file:
+        wanted = {"depth": _settings(scene).use_depth, "normal": _settings(scene).use_normal,
+                  "ids": _settings(scene).use_segmentation or len(_settings(scene).passes) > 0}
+        for name, use in wanted.items():
+            if use:
+                argv += [f"--{name}", render]
+        if motion:
+            argv += ["--motion", render]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError((done.stderr or done.stdout).strip().splitlines()[-1] if (done.stderr or done.stdout).strip() else f"exit {done.returncode}")
+    with open(os.path.join(out, "report.json"), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def show_result(path: str, name: str = RESULT_IMAGE):
+    """Load ``path`` into the image datablock ``name`` (replacing its pixels) and show it in any image editor showing the render."""
+    image = bpy.data.images.get(name)
+    if image is None:
+        image = bpy.data.images.load(path, check_existing=False)
+        image.name = name
+    else:
+        image.filepath = path
+        image.reload()
+    for window in getattr(bpy.context.window_manager, "windows", []):
+        for area in window.screen.areas:
+            if area.type == "IMAGE_EDITOR" and area.spaces.active.image is not None and area.spaces.active.image.type == "RENDER_RESULT":
+                area.spaces.active.image = image
+    return image
+
+
+# -- render handlers ---------------------------------------------------------------------------
+
+_state = {"frames": [], "folder": None, "thread": None, "error": None}
+
+
+def _save_frame(scene, folder: str) -> str:
+    """Write the render result with every pass as a multilayer OpenEXR (the scene's output format is restored)."""
+    settings = scene.render.image_settings
+    kept = (settings.media_type, settings.file_format, settings.color_depth)
+    try:
+        settings.media_type = "MULTI_LAYER_IMAGE"
+        settings.file_format = "OPEN_EXR_MULTILAYER"
+        settings.color_depth = "32"
+        path = os.path.join(folder, f"{scene.frame_current:05d}.exr")
+        bpy.data.images["Render Result"].save_render(filepath=path, scene=scene)
+    finally:
+        settings.media_type, settings.file_format, settings.color_depth = kept
+    return path
+
+
+@persistent
+def _on_render_init(scene, *args):
+    if not _settings(scene).enabled:
+        return
+    folder = tempfile.mkdtemp(prefix="frames-", dir=output_folder(scene))
+    _state.update(frames=[], folder=folder, error=None)
+
+
+@persistent
+def _on_render_post(scene, *args):
+    if not _settings(scene).enabled or _state["folder"] is None:
+        return
+    _state["frames"].append(_save_frame(scene, _state["folder"]))
+
+
+def _finish(scene_name: str, render: str, out: str, sequence: bool) -> None:
+    scene = bpy.data.scenes[scene_name]
+    try:
+        report = run_chain(scene, render, out, passes_file=True, motion=sequence and _uses_vector(scene))
+        _state["report"] = report
+    except Exception as exc:  # noqa: BLE001 - shown in the panel and the console, Blender keeps running
+        _state["error"] = str(exc)
+
+
+def _uses_vector(scene) -> bool:
+    return any(layer.use_pass_vector for layer in scene.view_layers)
+
+
+def _show(scene_name: str, out: str, sequence: bool) -> None:
+    scene = bpy.data.scenes[scene_name]
+    if _state.get("error"):
+        _settings(scene).status = f"failed: {_state['error']}"
+        print(f"neuralbake postfx: {_state['error']}")
+        return
+    if sequence:
+        frames = sorted(os.listdir(os.path.join(out, "frames")))
+        show_result(os.path.join(out, "frames", frames[-1]))
+        _settings(scene).status = f"{len(frames)} frames -> {os.path.join(out, 'frames')}"
+    else:
+        show_result(os.path.join(out, "result.png"))
+        _settings(scene).status = f"done -> {os.path.join(out, 'result.png')}"
+
+
+@persistent
+def _on_render_complete(scene, *args):
+    if not _settings(scene).enabled or not _state["frames"]:
+        return
+    frames, folder = list(_state["frames"]), _state["folder"]
+    sequence = len(frames) > 1
+    render = folder if sequence else frames[0]
+    out = os.path.join(output_folder(scene), f"frame_{frames[0][-9:-4]}" if not sequence else "animation")
+    _state["frames"], _state["folder"] = [], None
+    _settings(scene).status = "running..."
+    if bpy.app.background:  # no UI to keep responsive: run now
+        _finish(scene.name, render, out, sequence)
+        _show(scene.name, out, sequence)
+        return
+    thread = threading.Thread(target=_finish, args=(scene.name, render, out, sequence), daemon=True)
+    _state["thread"] = thread
+    thread.start()
+
+    def poll():
+        if thread.is_alive():
+            return 0.5
+        _show(scene.name, out, sequence)
+        return None
+
+    bpy.app.timers.register(poll, first_interval=0.5)
+
+
+# -- operators and panel -----------------------------------------------------------------------
+
+
+class NEURALBAKE_OT_run_viewport(bpy.types.Operator):
+    """Run the AI pass on a snapshot of the 3D viewport"""
+
+    bl_idname = "neuralbake.postfx_viewport"
+    bl_label = "AI pass on viewport"
+
+    def execute(self, context):
+        scene = context.scene
+        folder = output_folder(scene)
+        path = os.path.join(folder, "viewport.png")
+        bpy.ops.render.opengl(write_still=False, view_context=True)
+        settings = scene.render.image_settings
+        kept = (settings.media_type, settings.file_format)
+        try:
+            settings.media_type, settings.file_format = "IMAGE", "PNG"
+            bpy.data.images["Render Result"].save_render(filepath=path, scene=scene)
+        finally:
+            settings.media_type, settings.file_format = kept
+        try:
+            run_chain(scene, path, os.path.join(folder, "viewport"), passes_file=False)
+        except RuntimeError as exc:
+            self.report({"ERROR"}, str(exc))
+            return {"CANCELLED"}
+        show_result(os.path.join(folder, "viewport", "result.png"))
+        return {"FINISHED"}
+
+
+class NEURALBAKE_OT_run_last(bpy.types.Operator):
+    """Render the current frame and run the AI pass on it"""
+
+    bl_idname = "neuralbake.postfx_render"
+    bl_label = "Render + AI pass"
+
+    def execute(self, context):
+        s = _settings(context.scene)
+        was = s.enabled
+        s.enabled = True
+        try:
+            bpy.ops.render.render("INVOKE_DEFAULT" if not bpy.app.background else "EXEC_DEFAULT")
+        finally:
+            if bpy.app.background:
+                s.enabled = was
+        return {"FINISHED"}
+
+
+class NEURALBAKE_OT_list_add(bpy.types.Operator):
+    """Add an entry"""
+
+    bl_idname = "neuralbake.postfx_add"
+    bl_label = "Add"
+    which: StringProperty()
+
+    def execute(self, context):
+        getattr(_settings(context.scene), self.which).add()
+        return {"FINISHED"}
+
+
+class NEURALBAKE_OT_list_remove(bpy.types.Operator):
+    """Remove the last entry"""
+
+    bl_idname = "neuralbake.postfx_remove"
+    bl_label = "Remove"
+    which: StringProperty()
+
+    def execute(self, context):
+        items = getattr(_settings(context.scene), self.which)
+        if len(items):
+            items.remove(len(items) - 1)
+        return {"FINISHED"}
+
+
+class RENDER_PT_neuralbake_postfx(bpy.types.Panel):
+    bl_label = "neuralbake AI pass"
+    bl_space_type = "PROPERTIES"
+    bl_region_type = "WINDOW"
+    bl_context = "render"
+
+    def draw_header(self, context):
+        self.layout.prop(_settings(context.scene), "enabled", text="")
+
+    def draw(self, context):
+        s = _settings(context.scene)
+        layout = self.layout
+        for name in ("prompt", "negative", "model", "strength", "steps", "guidance", "seed", "size", "upscale", "temporal", "output_dir"):
+            layout.prop(s, name)
+        box = layout.box()
+        box.label(text="ControlNets (from the render's passes)")
+        for name in CONDITIONS:
+            row = box.row()
+            row.prop(s, f"use_{name}")
+            row.prop(s, f"{name}_model", text="")
+            row.prop(s, f"{name}_scale")
+        box = layout.box()
+        row = box.row()
+        row.label(text="LoRAs")
+        row.operator("neuralbake.postfx_add", text="", icon="ADD").which = "loras"
+        row.operator("neuralbake.postfx_remove", text="", icon="REMOVE").which = "loras"
+        for lora in s.loras:
+            row = box.row()
+            row.prop(lora, "path", text="")
+            row.prop(lora, "weight")
+        box = layout.box()
+        row = box.row()
+        row.label(text="Passes by object index")
+        row.operator("neuralbake.postfx_add", text="", icon="ADD").which = "passes"
+        row.operator("neuralbake.postfx_remove", text="", icon="REMOVE").which = "passes"
+        for p in s.passes:
+            col = box.column()
+            col.prop(p, "ids")
+            col.prop(p, "prompt")
+            row = col.row()
+            row.prop(p, "strength")
+            row.prop(p, "lora", text="")
+            row.prop(p, "lora_weight")
+        layout.prop(s, "feather")
+        row = layout.row()
+        row.operator("neuralbake.postfx_render")
+        row.operator("neuralbake.postfx_viewport")
+        if s.status:
+            layout.label(text=s.status)
+
+
+CLASSES = (NEURALBAKE_Preferences, NEURALBAKE_Lora, NEURALBAKE_Pass, NEURALBAKE_Settings, NEURALBAKE_OT_run_viewport, NEURALBAKE_OT_run_last,
+           NEURALBAKE_OT_list_add, NEURALBAKE_OT_list_remove, RENDER_PT_neuralbake_postfx)
+HANDLERS = ((bpy.app.handlers.render_init, _on_render_init), (bpy.app.handlers.render_post, _on_render_post),
+            (bpy.app.handlers.render_complete, _on_render_complete))
+
+
+def register():
+    for cls in CLASSES:
+        bpy.utils.register_class(cls)
+    bpy.types.Scene.neuralbake_postfx = PointerProperty(type=NEURALBAKE_Settings)
+    for handlers, handler in HANDLERS:
+        if handler not in handlers:
+            handlers.append(handler)
+
+
+def unregister():
+    for handlers, handler in HANDLERS:
+        if handler in handlers:
+            handlers.remove(handler)
+    del bpy.types.Scene.neuralbake_postfx
+    for cls in reversed(CLASSES):
+        bpy.utils.unregister_class(cls)
