@@ -181,11 +181,11 @@ def test_blender_5_multipart_exr_passes_are_read(tmp_path: Path) -> None:
     normal[..., 2] = 1.0
     header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
     parts = [
-        OpenEXR.Part(header, {"ViewLayer.Depth.Z": depth}, "ViewLayer.Depth"),
-        OpenEXR.Part(header, {f"ViewLayer.Normal.{a}": np.ascontiguousarray(normal[..., k]) for k, a in enumerate("XYZ")}, "ViewLayer.Normal"),
-        OpenEXR.Part(header, {"ViewLayer.Object Index.X": ids}, "ViewLayer.Object Index"),
+        OpenEXR.Part(dict(header), {"ViewLayer.Depth.Z": depth}, "ViewLayer.Depth"),
+        OpenEXR.Part(dict(header), {f"ViewLayer.Normal.{a}": np.ascontiguousarray(normal[..., k]) for k, a in enumerate("XYZ")}, "ViewLayer.Normal"),
+        OpenEXR.Part(dict(header), {"ViewLayer.Object Index.X": ids}, "ViewLayer.Object Index"),
     ]
     OpenEXR.File(parts).write(str(tmp_path / "blender5.exr"))
     passes = read_exr_passes(depth=tmp_path / "blender5.exr", normal=tmp_path / "blender5.exr", ids=tmp_path / "blender5.exr")
     assert np.array_equal(passes.depth, depth) and np.array_equal(passes.normal, normal)
-    assert np.array_equal(passes.ids, ids.astype(np.int32)) and sorted(id_masks(passes.ids)) == [0, 2]
+    assert np.array_equal(passes.ids, ids.astype(np.int32)) and sorted(id_masks(passes.ids)) == [2]  # background (0) has no mask
