@@ -1,6 +1,7 @@
 """Run inside Blender's Python (bpy 5.0): install neuralbake's add-on from its zip, render a small scene
 with Cycles on the CPU with Z, normal, object-index and vector passes, let the add-on's handlers run
-the AI pass through the local neuralbake, then an animation of 3 frames. Prints one line
+the AI pass through the local neuralbake, then an animation of 3 frames, then (given a server) the still
+through a neuralbake server over HTTP. Prints one line
 ``RESULT {json}`` with what it found."""
 
 import json
@@ -10,6 +11,7 @@ import sys
 import bpy
 
 zip_path, model, controlnet, executable, out = sys.argv[1:6]
+server = sys.argv[6:9]  # URL, token, the model's and ControlNet's library folder, when the server phase runs
 
 bpy.ops.wm.read_factory_settings(use_empty=True)
 bpy.ops.preferences.addon_install(filepath=zip_path, overwrite=True)
@@ -74,4 +76,20 @@ if os.path.isfile(report):
 result["exr_folders"] = sorted(d for d in os.listdir(out) if d.startswith("frames-"))
 image = bpy.data.images.get("neuralbake postfx")
 result["image_after_animation"] = None if image is None else bpy.path.abspath(image.filepath)
+
+if server:
+    # the same still, sent to a neuralbake server over HTTP; names are entries of its model library
+    url, token, library = server
+    prefs.mode, prefs.server, prefs.token = "SERVER", url, token
+    s.model, s.depth_model, s.normal_model = f"{library}/base", f"{library}/controlnet", f"{library}/controlnet"
+    scene.frame_set(1)
+    bpy.ops.render.render(write_still=False)
+    file = os.path.join(out, "frame_00001", "report.json")
+    with open(file) as handle:
+        served = json.load(handle)
+    result["server"] = {"status": s.status, "job": served.get("server_job"), "controlnets": [c["condition"] for c in served["controlnets"]],
+                        "image": bpy.path.abspath(bpy.data.images["neuralbake postfx"].filepath)}
+    s.model = "../outside"
+    bpy.ops.render.render(write_still=False)
+    result["server_refused"] = s.status
 print("RESULT " + json.dumps(result))

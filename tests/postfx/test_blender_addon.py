@@ -2,7 +2,8 @@
 makes it): installed from the zip `neuralbake postfx addon` writes, a Cycles render with Z, normal,
 object-index and vector passes goes through the add-on's handlers and the local neuralbake; the result
 is an image datablock and a file; an animation of 3 frames is processed as a sequence with Blender's
-vector pass, whose direction the chain's warp is checked against."""
+vector pass, whose direction the chain's warp is checked against; the still again through a
+`neuralbake serve --models` on loopback."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 
 from tests.io.test_blender import blender_python  # noqa: F401  (the fixture)
+from tests.service._support import Server
 
 SCRIPT = Path(__file__).with_name("blender_postfx.py")
 
@@ -30,14 +32,20 @@ def test_the_addon_runs_the_chain_on_renders_and_animations(blender_python: Path
 
     executable = shutil.which("neuralbake") or str(Path(sys.executable).with_name("neuralbake"))
     assert Path(executable).is_file()
-    made = make_random_model(tmp_path / "model", family="sd", size="tiny")
+    library = tmp_path / "library"
+    made = make_random_model(library / "sd", family="sd", size="tiny")
+    server = Server(tmp_path / "service", extra=["--models", str(library)])
+    server.start()
     addon = tmp_path / "neuralbake_postfx.zip"
     done = subprocess.run([executable, "postfx", "addon", "--out", str(addon)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     out = tmp_path / "out"
     env = {**os.environ, **{name: str(tmp_path / "blender_user") for name in ("BLENDER_USER_RESOURCES", "BLENDER_USER_CONFIG", "BLENDER_USER_SCRIPTS")}}
-    run = subprocess.run([str(blender_python), str(SCRIPT), str(addon), made["base"], made["controlnet"], executable, str(out)],
-                         capture_output=True, text=True, timeout=900, check=False, env=env)
+    try:
+        run = subprocess.run([str(blender_python), str(SCRIPT), str(addon), made["base"], made["controlnet"], executable, str(out), server.url, server.token, "sd"],
+                             capture_output=True, text=True, timeout=900, check=False, env=env)
+    finally:
+        server.stop()
     lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, run.stdout[-3000:] + run.stderr[-3000:]
     result = json.loads(lines[-1][7:])
@@ -49,6 +57,10 @@ def test_the_addon_runs_the_chain_on_renders_and_animations(blender_python: Path
     assert animation["frames"] == ["00001.png", "00002.png", "00003.png"] and animation["motion"] is True
     assert animation["temporal_ratio"] is not None and result["image_after_animation"].endswith("00003.png")
     assert list((tmp_path / "blender_user").rglob("neuralbake_postfx/__init__.py"))  # installed into the test's own user folder
+
+    served = result["server"]
+    assert served["status"].startswith("done") and served["job"] and served["controlnets"] == ["depth", "normal"], served
+    assert "outside the model library" in result["server_refused"], result["server_refused"]
 
     # Blender's vector pass: each pixel's offset to where it was one frame earlier (the chain's warp convention)
     exrs = sorted(next(f for f in (glob.glob(str(out / d / "*.exr")) for d in result["exr_folders"]) if len(f) == 3))

@@ -20,8 +20,9 @@ def _free_port() -> int:
 
 
 class Server:
-    def __init__(self, data: Path, workers: int = 1) -> None:
+    def __init__(self, data: Path, workers: int = 1, extra: list[str] | None = None) -> None:
         self.data, self.port, self.workers = data, _free_port(), workers
+        self.extra = list(extra or [])
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
         made = subprocess.run([sys.executable, "-m", "neuralbake", "token", "create", "tests", "--data", str(data)], capture_output=True, text=True, check=True)
@@ -29,7 +30,7 @@ class Server:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "neuralbake", "serve", "--data", str(self.data), "--port", str(self.port), "--workers", str(self.workers)],
+            [sys.executable, "-m", "neuralbake", "serve", "--data", str(self.data), "--port", str(self.port), "--workers", str(self.workers), *self.extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"},
         )
         client = ServiceClient(self.url, self.token)

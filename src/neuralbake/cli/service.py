@@ -37,6 +37,7 @@ def serve(
     cors: Annotated[list[str] | None, typer.Option("--cors", help="An origin allowed to call the API from a browser page (repeatable); none by default.")] = None,
     ray: Annotated[str | None, typer.Option("--ray", help="Run the workers as Ray tasks: `auto` (this machine's cluster, else a local one) or a cluster ADDRESS. Workers must see --data and --db.")] = None,
     gpus_per_worker: Annotated[float, typer.Option(help="With --ray: GPUs each worker asks the cluster for.")] = 0.0,
+    models: Annotated[Path | None, typer.Option("--models", help="Model library for postfx jobs (diffusion models, ControlNets, LoRAs), named relative to it.")] = None,
 ) -> None:
     """Run the asset service: the HTTP API and local workers over one job store."""
 
@@ -51,7 +52,8 @@ def serve(
         if db:
             Store(db).close()  # a bad URL is refused before the data folder is made
         data.mkdir(parents=True, exist_ok=True)
-        settings = ServiceSettings(data=data, db=db, host=host, port=port, workers=workers, require_token=not no_token, cors_origins=list(cors or []))
+        settings = ServiceSettings(data=data, db=db, host=host, port=port, workers=workers, require_token=not no_token, cors_origins=list(cors or []),
+                                   models=models)
         app = create_app(settings)
         stop = threading.Event()
         worker_settings = WorkerSettings(db=settings.database_url(), data=data, lease_seconds=settings.lease_seconds)

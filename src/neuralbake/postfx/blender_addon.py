@@ -9,7 +9,10 @@ comes back as an image in Blender and a file on disk.
 
 The add-on imports neither torch nor neuralbake: it runs the chain through a ``neuralbake``
 executable (Preferences > Add-ons > neuralbake AI render pass: the path, or found on PATH), so the
-models and the GPU stay with neuralbake's own Python. Stills: the render result is saved as one
+models and the GPU stay with neuralbake's own Python, or, in the server mode, sends the render to a
+``neuralbake serve --models DIR`` over HTTP (Python's own ``urllib``; Blender ships no HTTP client),
+so the GPU can be another machine; model, ControlNet and LoRA names are then entries of the server's
+library. Stills: the render result is saved as one
 multilayer OpenEXR (every pass) and processed when the render completes. Animations: each frame is
 saved the same way and the sequence is processed once at the end, with one seed, the previous output
 blended into each frame's start and carried along Blender's Vector pass. The viewport button runs the
@@ -52,13 +55,23 @@ CONDITIONS = ("canny", "depth", "normal", "segmentation")
 class NEURALBAKE_Preferences(bpy.types.AddonPreferences):
     bl_idname = __package__ or __name__
 
+    mode: EnumProperty(name="Run on", items=[("LOCAL", "This machine", "Run the local neuralbake executable"),
+                                            ("SERVER", "neuralbake server", "Send the render to a `neuralbake serve --models DIR` over HTTP")], default="LOCAL")
     executable: StringProperty(name="neuralbake executable", subtype="FILE_PATH", default="",
                                description="The neuralbake command (its Python has torch and the models); empty: found on PATH")
     device: StringProperty(name="Device", default="auto", description="auto, cpu, cuda or cuda:N for the chain")
+    server: StringProperty(name="Server URL", default="http://127.0.0.1:8642", description="A neuralbake service started with --models")
+    token: StringProperty(name="API token", default="", subtype="PASSWORD", description="`neuralbake token create NAME` on the server")
 
     def draw(self, context):
-        self.layout.prop(self, "executable")
-        self.layout.prop(self, "device")
+        self.layout.prop(self, "mode")
+        if self.mode == "LOCAL":
+            self.layout.prop(self, "executable")
+            self.layout.prop(self, "device")
+        else:
+            self.layout.prop(self, "server")
+            self.layout.prop(self, "token")
+            self.layout.label(text="On a server, model, ControlNet and LoRA paths name entries of its --models library.")
 
 
 class NEURALBAKE_Lora(bpy.types.PropertyGroup):
@@ -122,9 +135,24 @@ def _executable() -> str:
     return found
 
 
+def _prefs():
+    found = bpy.context.preferences.addons.get(__package__ or __name__)
+    return found.preferences if found is not None else None
+
+
 def _device() -> str:
-    prefs = bpy.context.preferences.addons.get(__package__ or __name__)
-    return prefs.preferences.device if prefs is not None else "auto"
+    prefs = _prefs()
+    return prefs.device if prefs is not None else "auto"
+
+
+def _on_server() -> bool:
+    prefs = _prefs()
+    return prefs is not None and prefs.mode == "SERVER"
+
+
+def _library_name(path: str) -> str:
+    """On a server, a model path is a name in its library: the text as typed, without Blender's // prefix or a trailing slash."""
+    return path[2:].rstrip("/\\") if path.startswith("//") else path.rstrip("/\\")
 
 
 def output_folder(scene) -> str:
@@ -152,7 +180,8 @@ def chain_config(scene, *, exr_passes: bool) -> dict:
     controlnets = []
     for name in CONDITIONS:
         if getattr(s, f"use_{name}"):
-            folder = bpy.path.abspath(getattr(s, f"{name}_model"))
+            typed = getattr(s, f"{name}_model")
+            folder = _library_name(typed) if _on_server() else bpy.path.abspath(typed)
             if not folder:
                 raise RuntimeError(f"the {name} ControlNet is on but has no folder.")
             controlnets.append(f"{name}={folder.rstrip(os.sep)}:{getattr(s, f'{name}_scale'):g}")
@@ -161,10 +190,10 @@ def chain_config(scene, *, exr_passes: bool) -> dict:
         ids = [int(x) for x in p.ids.replace(" ", "").split(",") if x]
         entry = {"ids": ids, "prompt": p.prompt, "strength": p.strength}
         if p.lora:
-            entry["loras"] = [f"{bpy.path.abspath(p.lora)}:{p.lora_weight:g}"]
+            entry["loras"] = [f"{_library_name(p.lora) if _on_server() else bpy.path.abspath(p.lora)}:{p.lora_weight:g}"]
         passes.append(entry)
     config = {
-        "model": bpy.path.abspath(s.model).rstrip(os.sep),
+        "model": _library_name(s.model) if _on_server() else bpy.path.abspath(s.model).rstrip(os.sep),
         "prompt": s.prompt,
         "negative_prompt": s.negative,
         "strength": s.strength,
@@ -176,7 +205,7 @@ def chain_config(scene, *, exr_passes: bool) -> dict:
         "temporal": s.temporal,
         "feather": s.feather,
         "controlnets": controlnets,
-        "loras": [f"{bpy.path.abspath(lora.path)}:{lora.weight:g}" for lora in s.loras if lora.path],
+        "loras": [f"{_library_name(lora.path) if _on_server() else bpy.path.abspath(lora.path)}:{lora.weight:g}" for lora in s.loras if lora.path],
         "passes": passes,
         "device": _device(),
     }
@@ -185,25 +214,96 @@ def chain_config(scene, *, exr_passes: bool) -> dict:
     return config
 
 
+def _pass_fields(scene, passes_file: bool) -> list[str]:
+    s = _settings(scene)
+    if not passes_file:
+        return []
+    wanted = {"depth": s.use_depth, "normal": s.use_normal, "ids": s.use_segmentation or len(s.passes) > 0}
+    return [name for name, use in wanted.items() if use]
+
+
+def _http(method: str, url: str, token: str, body: bytes | None = None, content_type: str | None = None) -> bytes:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=body, method=method)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    if content_type:
+        request.add_header("Content-Type", content_type)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.read()
+    except urllib.error.HTTPError as exc:
+        try:
+            problem = json.loads(exc.read().decode("utf-8"))
+            message = f"{problem.get('field') or ''}: {problem.get('error')}" + (f" Fix: {problem['fix']}" if problem.get("fix") else "")
+        except (ValueError, AttributeError):
+            message = str(exc)
+        raise RuntimeError(f"the server refused the request ({exc.code}): {message}") from None
+    except urllib.error.URLError as exc:
+        raise RuntimeError(f"the server at {url.split('/api')[0]} cannot be reached ({exc.reason}).") from None
+
+
+def run_on_server(scene, render: str, out: str, *, passes_file: bool) -> dict:
+    """Upload ``render`` to the neuralbake server, run a postfx job there, and download its result into ``out``."""
+    import time
+    import uuid
+
+    prefs = _prefs()
+    base, token = prefs.server.rstrip("/"), prefs.token
+    boundary = uuid.uuid4().hex
+    with open(render, "rb") as handle:
+        payload = handle.read()
+    name = os.path.basename(render)
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"{name}\"\r\n"
+            "Content-Type: application/octet-stream\r\n\r\n").encode() + payload + f"\r\n--{boundary}--\r\n".encode()
+    upload = json.loads(_http("POST", f"{base}/api/uploads", token, body, f"multipart/form-data; boundary={boundary}"))
+    ref = f"{upload['id']}/{name}"
+    config = chain_config(scene, exr_passes=passes_file)
+    config.pop("device", None)  # the server's workers pick their own
+    inputs = {"render": ref, **{field: ref for field in _pass_fields(scene, passes_file)}}
+    job = json.loads(_http("POST", f"{base}/api/jobs", token, json.dumps({"kind": "postfx", "config": config, "inputs": inputs}).encode(), "application/json"))
+    while job["status"] not in ("succeeded", "failed", "cancelled"):
+        time.sleep(0.5)
+        job = json.loads(_http("GET", f"{base}/api/jobs/{job['id']}", token))
+    if job["status"] != "succeeded":
+        raise RuntimeError(f"the server's job {job['id']} {job['status']}: {job.get('error') or ''}")
+    files = json.loads(_http("GET", f"{base}/api/jobs/{job['id']}/files", token))["files"]
+    os.makedirs(out, exist_ok=True)
+    for wanted in ("result.png", "report.json", "comparison.png"):
+        if wanted in files:
+            with open(os.path.join(out, wanted), "wb") as handle:
+                handle.write(_http("GET", f"{base}/api/jobs/{job['id']}/files/{wanted}", token))
+    with open(os.path.join(out, "report.json"), encoding="utf-8") as handle:
+        report = json.load(handle)
+    report["server_job"] = job["id"]
+    with open(os.path.join(out, "report.json"), "w", encoding="utf-8") as handle:
+        json.dump(report, handle, indent=1)  # the local copy says which server job made it
+    return report
+
+
 def run_chain(scene, render: str, out: str, *, passes_file: bool, motion: bool = False) -> dict:
-    """Run ``neuralbake postfx`` on ``render`` (a multilayer EXR, a frames folder of them, or a PNG) into ``out``; return its report."""
+    """Run ``neuralbake postfx`` on ``render`` (a multilayer EXR, a frames folder of them, or a PNG) into ``out``; return its report.
+    With the server mode of the preferences, a still goes to the neuralbake server instead."""
+    if _on_server():
+        if os.path.isdir(render):
+            raise RuntimeError("animations run with the local neuralbake; the server mode takes stills.")
+        return run_on_server(scene, render, out, passes_file=passes_file)
     config = chain_config(scene, exr_passes=passes_file)
     config_file = os.path.join(out + ".config.json")
     os.makedirs(os.path.dirname(config_file), exist_ok=True)
     with open(config_file, "w", encoding="utf-8") as handle:
         json.dump(config, handle)
     argv = [_executable(), "postfx", "run", render, "--config", config_file, "--out", out, "--quiet"]
-    if passes_file:
-        wanted = {"depth": _settings(scene).use_depth, "normal": _settings(scene).use_normal,
-                  "ids": _settings(scene).use_segmentation or len(_settings(scene).passes) > 0}
-        for name, use in wanted.items():
-            if use:
-                argv += [f"--{name}", render]
-        if motion:
-            argv += ["--motion", render]
+    for name in _pass_fields(scene, passes_file):
+        argv += [f"--{name}", render]
+    if passes_file and motion:
+        argv += ["--motion", render]
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise RuntimeError((done.stderr or done.stdout).strip().splitlines()[-1] if (done.stderr or done.stdout).strip() else f"exit {done.returncode}")
+        message = " ".join((done.stderr or done.stdout).split())  # neuralbake's one error, unwrapped
+        raise RuntimeError(message[-600:] or f"neuralbake exited with {done.returncode}")
     with open(os.path.join(out, "report.json"), encoding="utf-8") as handle:
         return json.load(handle)
 

@@ -52,6 +52,7 @@ INPUT_FIELDS: dict[str, tuple[str, ...]] = {
     "simplify": ("asset", "lod", "protect_mask"),
     "skin": ("lod", "reference"),
     "lod": ("asset",),
+    "postfx": ("render", "depth", "normal", "ids", "motion"),
 }
 """Per job kind, the config fields that name files: settable only through ``inputs``."""
 
@@ -146,7 +147,7 @@ def create_app(settings: ServiceSettings, store: Store | None = None) -> FastAPI
             raise _HttpError(422, "the request body must be a JSON object.", "body", 'send {"kind": ..., "config": {...}, "inputs": {...}}.')
         if token is not None and token.quota_jobs is not None and store.count_jobs(token.id) >= token.quota_jobs:
             raise _HttpError(429, f"this token's quota of {token.quota_jobs} jobs is used up.", "token", "ask for a token with a larger quota.")
-        kind, config = _parse_job(body, uploads)
+        kind, config = _parse_job(body, uploads, models=settings.models)
         job = store.create_job(kind, config, token_id=token.id if token else None, max_attempts=settings.max_attempts)
         return job.to_json()
 
@@ -245,7 +246,50 @@ def _finished_manifest(store: Store, settings: ServiceSettings, job_id: str) -> 
     return manifest
 
 
-def _parse_job(body: dict[str, Any], uploads: UploadStore) -> tuple[str, dict[str, Any]]:
+def _library_path(models: Path | None, name: Any, field: str, *, folder: bool) -> str:
+    """A model library entry (a path relative to ``--models``) as its absolute path, never outside the library."""
+    if models is None:
+        raise ConfigError("this service has no model library, so it runs no postfx jobs.", field=field,
+                          fix="start it with `neuralbake serve --models DIR` (diffusion models, ControlNets and LoRAs under DIR).")
+    if not isinstance(name, str) or not name or Path(name).is_absolute() or name.startswith("\\") or re.match(r"[A-Za-z]:", name):
+        raise ConfigError(f"{str(name)[:80]!r} is not a name in the model library.", field=field, fix="name it by its path relative to the library, e.g. sd15/base.")
+    root = models.resolve()
+    path = (root / name).resolve()
+    if not path.is_relative_to(root):
+        raise ConfigError(f"{name[:80]!r} points outside the model library.", field=field, fix="name an entry under the library, without '..'.")
+    if not (path.is_dir() if folder else path.is_file()):
+        listing = sorted(p.name for p in root.iterdir())[:10] if root.is_dir() else []
+        raise ConfigError(f"the model library has no {'folder' if folder else 'file'} {name[:80]!r}.", field=field,
+                          fix=f"use one of the library's entries ({', '.join(listing)}), or put it there.")
+    return str(path)
+
+
+def _postfx_models(config: dict[str, Any], models: Path | None) -> dict[str, Any]:
+    """A postfx job names its model, ControlNets and LoRAs in the server's library; they become the library's paths."""
+    from neuralbake.postfx.chain import parse_controlnet, parse_weighted
+
+    data = dict(config)
+    data["model"] = _library_path(models, config.get("model", ""), "config.model", folder=True)
+    nets = []
+    for spec in config.get("controlnets", []) or []:
+        condition, name, scale = parse_controlnet(str(spec))
+        nets.append(f"{condition}={_library_path(models, name, 'config.controlnets', folder=True)}:{scale:g}")
+    data["controlnets"] = nets
+
+    def loras(specs: Any, field: str) -> list[str]:
+        out = []
+        for spec in specs or []:
+            name, weight = parse_weighted(str(spec), field)
+            out.append(f"{_library_path(models, name, field, folder=False)}:{weight:g}")
+        return out
+
+    data["loras"] = loras(config.get("loras"), "config.loras")
+    if isinstance(config.get("passes"), list):
+        data["passes"] = [{**p, "loras": loras(p.get("loras"), f"config.passes[{i}].loras")} if isinstance(p, dict) else p for i, p in enumerate(config["passes"])]
+    return data
+
+
+def _parse_job(body: dict[str, Any], uploads: UploadStore, *, models: Path | None = None) -> tuple[str, dict[str, Any]]:
     """``{kind, config, inputs}`` -> (kind, the config as stored), with the bake's own checks."""
     unknown = sorted(set(body) - {"kind", "config", "inputs"})
     if unknown:
@@ -259,7 +303,7 @@ def _parse_job(body: dict[str, Any], uploads: UploadStore) -> tuple[str, dict[st
     for name in INPUT_FIELDS[kind]:
         if config.get(name) not in (None, "", []):
             raise ConfigError(f"{name} names a file and can only be given in inputs.", field=f"config.{name}", fix=f'send "inputs": {{"{name}": "<upload id>/<file name>"}}.')
-    data = dict(config)
+    data = _postfx_models(config, models) if kind == "postfx" else dict(config)
     for name, ref in inputs.items():
         if name not in INPUT_FIELDS[kind]:
             raise ConfigError(f"{kind} jobs take no input {name!r}.", field=f"inputs.{name}", fix=f"inputs are: {', '.join(INPUT_FIELDS[kind])}.")

@@ -34,6 +34,8 @@ class ServiceSettings:
     """Refuse requests without a valid API token (401)."""
     cors_origins: list[str] = field(default_factory=list)
     """Origins allowed to call the API from a browser page; none by default."""
+    models: Path | None = None
+    """The model library of ``postfx`` jobs (diffusion models, ControlNets, LoRAs), named by path relative to it; ``None``: no such jobs."""
 
     def database_url(self) -> str:
         """The job store's URL."""

@@ -49,11 +49,12 @@ def _kinds() -> dict[str, Any]:
     from neuralbake.bakes.ntc import NTC
     from neuralbake.bakes.simplify import SIMPLIFY
     from neuralbake.bakes.skin import SKIN
+    from neuralbake.postfx.chain import POSTFX
 
-    return {"texture": NEURAL_TEXTURE, "material": NEURAL_MATERIAL, "ntc": NTC, "mipmap": MIPMAP, "fit": FIT, "simplify": SIMPLIFY, "skin": SKIN, "lod": LOD}
+    return {"texture": NEURAL_TEXTURE, "material": NEURAL_MATERIAL, "ntc": NTC, "mipmap": MIPMAP, "fit": FIT, "simplify": SIMPLIFY, "skin": SKIN, "lod": LOD, "postfx": POSTFX}
 
 
-KINDS = ("texture", "material", "ntc", "mipmap", "fit", "simplify", "skin", "lod")
+KINDS = ("texture", "material", "ntc", "mipmap", "fit", "simplify", "skin", "lod", "postfx")
 """Job kinds: the bakes a job may run."""
 
 
