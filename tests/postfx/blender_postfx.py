@@ -77,6 +77,21 @@ result["exr_folders"] = sorted(d for d in os.listdir(out) if d.startswith("frame
 image = bpy.data.images.get("neuralbake postfx")
 result["image_after_animation"] = None if image is None else bpy.path.abspath(image.filepath)
 
+# the selected object baked with `neuralbake fit` (small sizes) and imported back
+bpy.ops.object.select_all(action="DESELECT")
+material = bpy.data.materials.new("copper")
+material.use_nodes = True
+material.node_tree.nodes["Principled BSDF"].inputs["Base Color"].default_value = (0.8, 0.4, 0.2, 1.0)
+cube.data.materials.append(material)
+cube.select_set(True)
+bpy.context.view_layer.objects.active = cube
+before = set(bpy.data.objects)
+fitted = bpy.ops.neuralbake.bake_selected(kind="fit", extra="--render-size 32 --size 64 --views 6 --held-out 2 --epochs 2 --environment-samples 4 --no-shadows")
+new_objects = [o for o in bpy.data.objects if o not in before]
+result["fit"] = {"operator": sorted(fitted), "status": s.status, "imported": [o.name for o in new_objects],
+                 "textured": any(n.type == "TEX_IMAGE" for o in new_objects for slot in o.material_slots if slot.material and slot.material.node_tree
+                                 for n in slot.material.node_tree.nodes)}
+
 if server:
     # the same still, sent to a neuralbake server over HTTP; names are entries of its model library
     url, token, library = server

@@ -58,6 +58,9 @@ def test_the_addon_runs_the_chain_on_renders_and_animations(blender_python: Path
     assert animation["temporal_ratio"] is not None and result["image_after_animation"].endswith("00003.png")
     assert list((tmp_path / "blender_user").rglob("neuralbake_postfx/__init__.py"))  # installed into the test's own user folder
 
+    fit = result["fit"]
+    assert fit["operator"] == ["FINISHED"] and fit["imported"] and fit["textured"], fit
+    assert all(name.endswith(" FIT") for name in fit["imported"])
     served = result["server"]
     assert served["status"].startswith("done") and served["job"] and served["controlnets"] == ["depth", "normal"], served
     assert "outside the model library" in result["server_refused"], result["server_refused"]

@@ -16,8 +16,9 @@ library. Stills: the render result is saved as one
 multilayer OpenEXR (every pass) and processed when the render completes. Animations: each frame is
 saved the same way and the sequence is processed once at the end, with one seed, the previous output
 blended into each frame's start and carried along Blender's Vector pass. The viewport button runs the
-chain on a viewport snapshot (``render.opengl``). Render settings are in Render Properties >
-neuralbake AI pass.
+chain on a viewport snapshot (``render.opengl``). "Fit selection" / "LOD of selection" export the
+selected objects as GLB, bake them with ``neuralbake fit`` or ``neuralbake lod`` and import the
+result. Render settings are in Render Properties > neuralbake AI pass.
 """
 
 from __future__ import annotations
@@ -462,6 +463,58 @@ class NEURALBAKE_OT_run_last(bpy.types.Operator):
         return {"FINISHED"}
 
 
+def bake_selected(context, kind: str, ratio: float, extra: str) -> list:
+    """Export the selected objects as one GLB, bake it with ``neuralbake fit`` (the PBR look into an unlit
+    texture on the same mesh) or ``neuralbake lod`` (simplified to ``ratio`` first), import the result.
+    Returns the imported objects."""
+    import shlex
+
+    folder = tempfile.mkdtemp(prefix=f"{kind}-", dir=output_folder(context.scene))
+    source = os.path.join(folder, "selected.glb")
+    bpy.ops.export_scene.gltf(filepath=source, export_format="GLB", use_selection=True)
+    out = os.path.join(folder, "out")
+    if _on_server():
+        raise RuntimeError("baking the selection runs with the local neuralbake (use `neuralbake submit` for the server).")
+    argv = [_executable(), kind, source, "--out", out, "--device", _device(), "--quiet", *shlex.split(extra)]
+    if kind == "lod":
+        argv += ["--ratio", f"{ratio:g}"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        message = " ".join((done.stderr or done.stdout).split())
+        raise RuntimeError(message[-600:] or f"neuralbake exited with {done.returncode}")
+    result = os.path.join(out, "lod.gltf" if kind == "fit" else "lod.glb")
+    before = set(bpy.data.objects)
+    bpy.ops.import_scene.gltf(filepath=result)
+    imported = [o for o in bpy.data.objects if o not in before]
+    names = "+".join(o.name for o in context.selected_objects if o not in imported)[:40]
+    for obj in imported:
+        obj.name = f"{names} {kind.upper()}"
+    return imported
+
+
+class NEURALBAKE_OT_bake_selected(bpy.types.Operator):
+    """Bake the selected objects with neuralbake (fit: their PBR look into an unlit texture; lod: simplified too) and import the result"""
+
+    bl_idname = "neuralbake.bake_selected"
+    bl_label = "Bake selection with neuralbake"
+    kind: EnumProperty(name="Bake", items=[("fit", "Fit (unlit texture)", ""), ("lod", "LOD (simplify + fit)", "")], default="fit")
+    ratio: FloatProperty(name="Triangles kept", default=0.25, min=0.01, max=1.0)
+    extra: StringProperty(name="Extra options", default="", description="More command-line options of the bake, e.g. --texture-size 512")
+
+    def execute(self, context):
+        if not context.selected_objects:
+            self.report({"ERROR"}, "select the objects to bake first.")
+            return {"CANCELLED"}
+        try:
+            imported = bake_selected(context, self.kind, self.ratio, self.extra)
+        except RuntimeError as exc:
+            self.report({"ERROR"}, str(exc))
+            _settings(context.scene).status = f"failed: {exc}"
+            return {"CANCELLED"}
+        _settings(context.scene).status = f"imported {', '.join(o.name for o in imported)}"
+        return {"FINISHED"}
+
+
 class NEURALBAKE_OT_list_add(bpy.types.Operator):
     """Add an entry"""
 
@@ -535,11 +588,15 @@ class RENDER_PT_neuralbake_postfx(bpy.types.Panel):
         row = layout.row()
         row.operator("neuralbake.postfx_render")
         row.operator("neuralbake.postfx_viewport")
+        row = layout.row()
+        row.operator("neuralbake.bake_selected", text="Fit selection").kind = "fit"
+        row.operator("neuralbake.bake_selected", text="LOD of selection").kind = "lod"
         if s.status:
             layout.label(text=s.status)
 
 
 CLASSES = (NEURALBAKE_Preferences, NEURALBAKE_Lora, NEURALBAKE_Pass, NEURALBAKE_Settings, NEURALBAKE_OT_run_viewport, NEURALBAKE_OT_run_last,
+           NEURALBAKE_OT_bake_selected,
            NEURALBAKE_OT_list_add, NEURALBAKE_OT_list_remove, RENDER_PT_neuralbake_postfx)
 HANDLERS = ((bpy.app.handlers.render_init, _on_render_init), (bpy.app.handlers.render_post, _on_render_post),
             (bpy.app.handlers.render_complete, _on_render_complete))
