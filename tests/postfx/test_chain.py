@@ -261,6 +261,29 @@ def test_sdxl_family_runs_through_the_same_chain(tmp_path: Path) -> None:
     assert report["pipeline"] == "StableDiffusionXLControlNetImg2ImgPipeline" and _result(tmp_path / "out").shape == (64, 64, 3)
 
 
+def test_flux_family_runs_through_the_same_chain(tmp_path: Path) -> None:
+    from neuralbake.postfx.models import make_random_model
+
+    made = make_random_model(tmp_path / "flux", family="flux", size="tiny")
+    scene = _scene(tmp_path / "scene")
+    config = PostfxConfig(render=str(scene["render"]), depth=str(scene["passes"]), model=made["base"], controlnets=[f"depth={made['controlnet']}"],
+                          prompt="a copper box", negative_prompt="ignored by flux", steps=3, strength=0.9, guidance=3.5, size=64, device="cpu")
+    report = POSTFX.run(config, tmp_path / "out", progress=False)
+    assert report["pipeline"] == "FluxControlNetImg2ImgPipeline" and report["family"] == "flux"
+    result = _result(tmp_path / "out")
+    assert result.shape == (64, 64, 3)
+    config.controlnets = [f"depth={made['controlnet']}:0.1"]
+    POSTFX.run(config, tmp_path / "weak", progress=False)
+    assert np.abs(_result(tmp_path / "weak") - result).mean() > 1e-3  # the ControlNet acts
+    with pytest.raises(ConfigError, match="flow-matching"):
+        config.scheduler = "ddim"
+        POSTFX.run(config, tmp_path / "ddim", progress=False)
+    sd = make_random_model(tmp_path / "sd", family="sd", size="tiny")
+    config.scheduler, config.controlnets = "default", [f"depth={sd['controlnet']}"]
+    with pytest.raises(InputError, match="family"):
+        POSTFX.run(config, tmp_path / "mixed", progress=False)  # an SD ControlNet on a Flux model
+
+
 def test_wrong_models_loras_and_passes_are_clear_errors(models: dict[str, Path], tmp_path: Path) -> None:
     scene = _scene(tmp_path / "scene")
     (tmp_path / "empty").mkdir()

@@ -136,3 +136,11 @@ def test_bad_training_inputs_are_clear_errors(base: Path, tmp_path: Path) -> Non
             LORA_TRAIN.run(config, tmp_path / "out", progress=False)
         assert caught.value.field == field, (change, caught.value.field)
         assert not (tmp_path / "out" / "lora.safetensors").exists()
+    from neuralbake.postfx.models import make_random_model
+
+    flux = make_random_model(tmp_path / "flux", family="flux", size="tiny", controlnet=False)
+    config = _config(base, bare, prompt="x")
+    config.base = flux["base"]
+    with pytest.raises(ConfigError, match="SD 1.x/2.x and SDXL") as caught:
+        LORA_TRAIN.run(config, tmp_path / "out", progress=False)
+    assert caught.value.field == "base"

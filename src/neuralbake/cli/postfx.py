@@ -99,7 +99,7 @@ bake_command(
 @postfx_app.command("make-model")
 def postfx_make_model(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder: base/ (diffusers layout) and controlnet/.")],
-    family: Annotated[str, typer.Option(help="sd (Stable Diffusion 1.x) or sdxl.", metavar="sd|sdxl")] = "sd",
+    family: Annotated[str, typer.Option(help="sd (Stable Diffusion 1.x), sdxl or flux (tiny only).", metavar="sd|sdxl|flux")] = "sd",
     size: Annotated[str, typer.Option(help="tiny (seconds on a CPU), sd15 or sdxl (the real networks' shapes and cost).", metavar="tiny|sd15|sdxl")] = "tiny",
     controlnet: Annotated[bool, typer.Option("--controlnet/--no-controlnet", help="Also write a ControlNet of the same UNet.")] = True,
     seed: Annotated[int, typer.Option(help="Seeds the random weights.")] = 0,
@@ -109,8 +109,8 @@ def postfx_make_model(
     from neuralbake.postfx.models import make_random_model
 
     def action() -> dict[str, Any]:
-        if family not in ("sd", "sdxl") or size not in ("tiny", "sd15", "sdxl"):
-            raise ConfigError(f"unknown family {family!r} or size {size!r}.", field="--family/--size", fix="use --family sd|sdxl and --size tiny|sd15|sdxl.")
+        if family not in ("sd", "sdxl", "flux") or size not in ("tiny", "sd15", "sdxl"):
+            raise ConfigError(f"unknown family {family!r} or size {size!r}.", field="--family/--size", fix="use --family sd|sdxl|flux and --size tiny|sd15|sdxl.")
         if out.exists() and any(out.iterdir()):
             raise ConfigError("the output folder is not empty.", field="--out", fix="pass a new folder.")
         return make_random_model(out, family=family, size=size, controlnet=controlnet, seed=seed)  # type: ignore[arg-type]

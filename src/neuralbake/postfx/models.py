@@ -14,7 +14,7 @@ that a wrong folder is an error saying what to put where instead of a hub lookup
 
 :func:`make_random_model` writes a model folder with random weights, built offline from configs:
 ``tiny`` ones for tests and the README's demo (seconds on a CPU), and ``sd15``- / ``sdxl``-size
-ones whose cost is that of the real networks, for latency benchmarks (the architecture sets the
+ones whose cost is that of the real networks, for latency benchmarks (Flux: tiny only) (the architecture sets the
 cost; the weights do not). Their tokenizer is a real CLIP byte-level BPE tokenizer whose vocabulary
 holds single characters only (no merges), since the learned vocabulary is not available offline.
 """
@@ -275,7 +275,7 @@ def _unet_and_controlnet(family: str, size: str, controlnet: bool) -> tuple[Any,
     return unet, net
 
 
-def make_random_model(out: str | Path, *, family: Literal["sd", "sdxl"] = "sd", size: Literal["tiny", "sd15", "sdxl"] = "tiny",
+def make_random_model(out: str | Path, *, family: Literal["sd", "sdxl", "flux"] = "sd", size: Literal["tiny", "sd15", "sdxl"] = "tiny",
                       controlnet: bool = True, seed: int = 0, save: bool = True, device: str = "cpu") -> dict[str, Any]:
     """Build a diffusion model with random weights from configs (offline) and write it to ``out``:
     ``out/base`` (diffusers layout) and ``out/controlnet`` (a ControlNet of the same UNet).
@@ -287,12 +287,61 @@ def make_random_model(out: str | Path, *, family: Literal["sd", "sdxl"] = "sd", 
 
     if size == "sdxl" and family != "sdxl" or size == "sd15" and family != "sd":
         raise ConfigError(f"the {size} size is a {'sdxl' if size == 'sdxl' else 'sd'} model.", field="size", fix="pick the family that matches the size.")
+    if family == "flux" and size != "tiny":
+        raise ConfigError("random Flux models are made tiny only (a Flux-size one is 12 B parameters).", field="size", fix="use --size tiny with --family flux.")
     s = _SIZES[size]
     quiet_libraries()
     torch.manual_seed(seed)
     out = Path(out)
     with torch.device(device):
+        if family == "flux":
+            return _build_flux(out, controlnet, save)
         return _build(out, family, size, s, controlnet, save)
+
+
+def _build_flux(out: Path, controlnet: bool, save: bool) -> dict[str, Any]:
+    """A tiny Flux pipeline: the MMDiT transformer, a VAE without quant convs, CLIP and T5 text encoders;
+    its T5 tokenizer is a unigram vocabulary of single characters (the learned one is not available offline)."""
+    import torch
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxControlNetModel, FluxPipeline, FluxTransformer2DModel
+    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel, T5Tokenizer
+
+    heads, head_dim = 2, 8
+    transformer = FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=1, num_single_layers=1, attention_head_dim=head_dim,
+                                         num_attention_heads=heads, joint_attention_dim=32, pooled_projection_dim=16, axes_dims_rope=[2, 2, 4])
+    vae = AutoencoderKL(block_out_channels=(8, 16), in_channels=3, out_channels=3, latent_channels=4, norm_num_groups=4, layers_per_block=1,
+                        down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2, use_quant_conv=False,
+                        use_post_quant_conv=False, shift_factor=0.0, scaling_factor=1.0)
+    vocab = _byte_vocab()
+    clip = CLIPTextModel(CLIPTextConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, vocab_size=1000,
+                                        max_position_embeddings=77, projection_dim=16, bos_token_id=len(vocab) - 2, eos_token_id=len(vocab) - 1,
+                                        pad_token_id=len(vocab) - 1))
+    pieces = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0)] + [(chr(c), -1.0) for c in range(32, 127)] + [("\u2581" + chr(c), -1.0) for c in range(32, 127)]
+    t5 = T5EncoderModel(T5Config(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, vocab_size=256, relative_attention_num_buckets=8))
+    with torch.device("cpu"):
+        scheduler = FlowMatchEulerDiscreteScheduler()
+    staging = out / "base"
+    tokenizer = _tokenizer(staging / "tokenizer", 77) if save else _tokenizer(Path(_tmp()) / "tokenizer", 77)
+    pipe = FluxPipeline(transformer=transformer, vae=vae, text_encoder=clip, tokenizer=tokenizer, text_encoder_2=t5,
+                        tokenizer_2=T5Tokenizer(vocab=pieces, extra_ids=0, model_max_length=64), scheduler=scheduler)
+    net = FluxControlNetModel.from_transformer(transformer, num_layers=1, num_single_layers=1, attention_head_dim=head_dim, num_attention_heads=heads) \
+        if controlnet else None
+    if net is not None:
+        with torch.no_grad():  # a new ControlNet's output layers start at zero; a random model's must act
+            for module in (*net.controlnet_blocks, *net.controlnet_single_blocks, net.controlnet_x_embedder):
+                for parameter in module.parameters():
+                    parameter.normal_(0.0, 0.05)
+    counts = {name: sum(p.numel() for p in model.parameters()) for name, model in pipe.components.items() if isinstance(model, torch.nn.Module)}
+    if net is not None:
+        counts["controlnet"] = sum(p.numel() for p in net.parameters())
+    if not save:
+        return {"pipeline": pipe, "controlnet": net, "parameters": counts}
+    pipe.save_pretrained(staging)
+    result: dict[str, Any] = {"base": str(staging), "parameters": counts}
+    if net is not None:
+        net.save_pretrained(out / "controlnet")
+        result["controlnet"] = str(out / "controlnet")
+    return result
 
 
 def _build(out: Path, family: str, size: str, s: dict[str, Any], controlnet: bool, save: bool) -> dict[str, Any]:
