@@ -104,6 +104,12 @@ if server:
         served = json.load(handle)
     result["server"] = {"status": s.status, "job": served.get("server_job"), "controlnets": [c["condition"] for c in served["controlnets"]],
                         "image": bpy.path.abspath(bpy.data.images["neuralbake postfx"].filepath)}
+    bpy.ops.render.render(animation=True)
+    served_frames = os.path.join(out, "animation", "frames")
+    result["server_animation"] = {"status": s.status, "frames": sorted(os.listdir(served_frames)) if os.path.isdir(served_frames) else []}
+    with open(os.path.join(out, "animation", "report.json")) as handle:
+        result["server_animation"]["job"] = json.load(handle).get("server_job")
+    scene.frame_start = scene.frame_end = 1
     s.model = "../outside"
     bpy.ops.render.render(write_still=False)
     result["server_refused"] = s.status

@@ -64,6 +64,8 @@ def test_the_addon_runs_the_chain_on_renders_and_animations(blender_python: Path
     served = result["server"]
     assert served["status"].startswith("done") and served["job"] and served["controlnets"] == ["depth", "normal"], served
     assert "outside the model library" in result["server_refused"], result["server_refused"]
+    served_animation = result["server_animation"]
+    assert served_animation["frames"] == ["00001.png", "00002.png", "00003.png"] and served_animation["job"] not in (None, served["job"]), served_animation
 
     # Blender's vector pass: each pixel's offset to where it was one frame earlier (the chain's warp convention)
     exrs = sorted(next(f for f in (glob.glob(str(out / d / "*.exr")) for d in result["exr_folders"]) if len(f) == 3))

@@ -80,3 +80,17 @@ def test_library_names_are_confined_and_checked(library: Path, tmp_path: Path) -
     bare, _, _ = _service(tmp_path / "bare", None)
     response = bare.post("/api/jobs", json={"kind": "postfx", "config": {"model": "sd/base"}, "inputs": {"render": _render(bare, tmp_path)}})
     assert response.status_code == 422 and "--models" in response.json()["fix"]
+
+
+def test_a_frame_sequence_is_a_folder_input_of_postfx_jobs_only(library: Path, tmp_path: Path) -> None:
+    client, store, _ = _service(tmp_path, library)
+    save_png(tmp_path / "frame.png", np.full((16, 16, 3), 0.5, np.float32))
+    data = (tmp_path / "frame.png").read_bytes()
+    upload = client.post("/api/uploads", files=[("files", (f"frames/{k:04d}.png", data)) for k in range(2)]).json()
+    job = client.post("/api/jobs", json={"kind": "postfx", "config": {"model": "sd/base"}, "inputs": {"render": f"{upload['id']}/frames"}})
+    assert job.status_code == 201, job.text
+    assert Path(store.get_job(job.json()["id"]).config["render"]).is_dir()
+    texture = client.post("/api/jobs", json={"kind": "texture", "config": {}, "inputs": {"image": f"{upload['id']}/frames"}})
+    assert texture.status_code == 422 and "has no file" in texture.json()["error"]
+    escape = client.post("/api/jobs", json={"kind": "postfx", "config": {"model": "sd/base"}, "inputs": {"render": f"{upload['id']}/../frames"}})
+    assert escape.status_code == 422

@@ -247,23 +247,33 @@ def _http(method: str, url: str, token: str, body: bytes | None = None, content_
 
 
 def run_on_server(scene, render: str, out: str, *, passes_file: bool) -> dict:
-    """Upload ``render`` to the neuralbake server, run a postfx job there, and download its result into ``out``."""
+    """Upload ``render`` (a multilayer EXR, or a folder of them for an animation) to the neuralbake server, run a postfx job
+    there, and download its result into ``out``."""
     import time
     import uuid
 
     prefs = _prefs()
     base, token = prefs.server.rstrip("/"), prefs.token
     boundary = uuid.uuid4().hex
-    with open(render, "rb") as handle:
-        payload = handle.read()
-    name = os.path.basename(render)
-    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"{name}\"\r\n"
-            "Content-Type: application/octet-stream\r\n\r\n").encode() + payload + f"\r\n--{boundary}--\r\n".encode()
+    sequence = os.path.isdir(render)
+    if sequence:  # the frames go up as one upload, in a folder the job names
+        sent = [(f"frames/{f}", os.path.join(render, f)) for f in sorted(os.listdir(render)) if f.lower().endswith(".exr")]
+    else:
+        sent = [(os.path.basename(render), render)]
+    body = b""
+    for name, path in sent:
+        with open(path, "rb") as handle:
+            payload = handle.read()
+        body += (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"{name}\"\r\n"
+                 "Content-Type: application/octet-stream\r\n\r\n").encode() + payload + b"\r\n"
+    body += f"--{boundary}--\r\n".encode()
     upload = json.loads(_http("POST", f"{base}/api/uploads", token, body, f"multipart/form-data; boundary={boundary}"))
-    ref = f"{upload['id']}/{name}"
+    ref = f"{upload['id']}/frames" if sequence else f"{upload['id']}/{sent[0][0]}"
     config = chain_config(scene, exr_passes=passes_file)
     config.pop("device", None)  # the server's workers pick their own
     inputs = {"render": ref, **{field: ref for field in _pass_fields(scene, passes_file)}}
+    if sequence and _uses_vector(scene):
+        inputs["motion"] = ref
     job = json.loads(_http("POST", f"{base}/api/jobs", token, json.dumps({"kind": "postfx", "config": config, "inputs": inputs}).encode(), "application/json"))
     while job["status"] not in ("succeeded", "failed", "cancelled"):
         time.sleep(0.5)
@@ -272,9 +282,11 @@ def run_on_server(scene, render: str, out: str, *, passes_file: bool) -> dict:
         raise RuntimeError(f"the server's job {job['id']} {job['status']}: {job.get('error') or ''}")
     files = json.loads(_http("GET", f"{base}/api/jobs/{job['id']}/files", token))["files"]
     os.makedirs(out, exist_ok=True)
-    for wanted in ("result.png", "report.json", "comparison.png"):
-        if wanted in files:
-            with open(os.path.join(out, wanted), "wb") as handle:
+    for wanted in files:
+        if wanted in ("result.png", "report.json", "comparison.png") or wanted.startswith("frames/"):
+            target = os.path.join(out, *wanted.split("/"))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "wb") as handle:
                 handle.write(_http("GET", f"{base}/api/jobs/{job['id']}/files/{wanted}", token))
     with open(os.path.join(out, "report.json"), encoding="utf-8") as handle:
         report = json.load(handle)
@@ -288,8 +300,6 @@ def run_chain(scene, render: str, out: str, *, passes_file: bool, motion: bool =
     """Run ``neuralbake postfx`` on ``render`` (a multilayer EXR, a frames folder of them, or a PNG) into ``out``; return its report.
     With the server mode of the preferences, a still goes to the neuralbake server instead."""
     if _on_server():
-        if os.path.isdir(render):
-            raise RuntimeError("animations run with the local neuralbake; the server mode takes stills.")
         return run_on_server(scene, render, out, passes_file=passes_file)
     config = chain_config(scene, exr_passes=passes_file)
     config_file = os.path.join(out + ".config.json")

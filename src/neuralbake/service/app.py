@@ -56,6 +56,9 @@ INPUT_FIELDS: dict[str, tuple[str, ...]] = {
 }
 """Per job kind, the config fields that name files: settable only through ``inputs``."""
 
+FOLDER_INPUTS = ("postfx",)
+"""Job kinds whose inputs may name a folder of an upload (a frame sequence and its passes)."""
+
 PREVIEW_FILE = re.compile(r"[A-Za-z0-9_-]{1,64}\.[0-9]{6}\.png")
 """A live preview's file name, as the runner writes it (``<name>.<number>.png``)."""
 
@@ -310,7 +313,7 @@ def _parse_job(body: dict[str, Any], uploads: UploadStore, *, models: Path | Non
         refs = ref if isinstance(ref, list) else [ref]
         if not refs or not all(isinstance(r, str) for r in refs):
             raise ConfigError("an input is '<upload id>/<file name>' (or a list of them).", field=f"inputs.{name}")
-        paths = [str(uploads.resolve(r, field=name)) for r in refs]
+        paths = [str(uploads.resolve(r, field=name, folders=kind in FOLDER_INPUTS)) for r in refs]
         data[name] = paths if isinstance(ref, list) else paths[0]
     bake = bake_of(kind)
     parsed = config_from_dict(bake.config_type, data, source="the request")

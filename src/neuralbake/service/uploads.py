@@ -150,13 +150,19 @@ class UploadStore:
         index = self.root / upload_id / ".files.json"
         return UploadRecord(upload_id, json.loads(index.read_text())) if index.is_file() else None
 
-    def resolve(self, ref: str, *, field: str) -> Path:
-        """``<upload id>/<name>`` -> the file's path inside that upload, or an error naming ``field``."""
+    def resolve(self, ref: str, *, field: str, folders: bool = False) -> Path:
+        """``<upload id>/<name>`` -> the file's path inside that upload, or an error naming ``field``.
+        With ``folders``, ``name`` may also be a folder of the upload (a job that reads a frame sequence)."""
         upload_id, _, name = ref.partition("/")
         upload = self.get(upload_id)
         if upload is None:
             raise UploadError(f"there is no upload {upload_id[:80]!r}.", field=f"inputs.{field}", fix="upload the files first; refer to them as <upload id>/<file name>.")
-        name = check_name(name) if name else ""
+        name = check_name(name.rstrip("/")) if name.rstrip("/") else ""
+        if folders and name and name not in upload.files and any(f.startswith(name + "/") for f in upload.files):
+            folder = (self.root / upload_id / name).resolve()
+            if not folder.is_relative_to((self.root / upload_id).resolve()) or not folder.is_dir():
+                raise UploadError(f"{ref[:80]!r} does not resolve inside its upload.", field=f"inputs.{field}")
+            return folder
         if name not in upload.files:
             raise UploadError(f"upload {upload_id[:12]}... has no file {name!r}.", field=f"inputs.{field}", fix=f"use one of: {', '.join(list(upload.files)[:10])}.")
         path = (self.root / upload_id / name).resolve()
