@@ -438,7 +438,12 @@ class NEURALBAKE_OT_run_viewport(bpy.types.Operator):
         scene = context.scene
         folder = output_folder(scene)
         path = os.path.join(folder, "viewport.png")
-        bpy.ops.render.opengl(write_still=False, view_context=True)
+        s = _settings(scene)
+        was, s.enabled = s.enabled, False  # the snapshot is not a render for the handlers
+        try:
+            bpy.ops.render.opengl(write_still=False, view_context=True)
+        finally:
+            s.enabled = was
         settings = scene.render.image_settings
         kept = (settings.media_type, settings.file_format)
         try:
@@ -456,20 +461,14 @@ class NEURALBAKE_OT_run_viewport(bpy.types.Operator):
 
 
 class NEURALBAKE_OT_run_last(bpy.types.Operator):
-    """Render the current frame and run the AI pass on it"""
+    """Turn the AI pass on, render the current frame and run the pass on it"""
 
     bl_idname = "neuralbake.postfx_render"
     bl_label = "Render + AI pass"
 
     def execute(self, context):
-        s = _settings(context.scene)
-        was = s.enabled
-        s.enabled = True
-        try:
-            bpy.ops.render.render("INVOKE_DEFAULT" if not bpy.app.background else "EXEC_DEFAULT")
-        finally:
-            if bpy.app.background:
-                s.enabled = was
+        _settings(context.scene).enabled = True  # the pass stays on for later renders (the checkbox in the panel's header)
+        bpy.ops.render.render("EXEC_DEFAULT" if bpy.app.background else "INVOKE_DEFAULT")
         return {"FINISHED"}
 
 
