@@ -331,17 +331,7 @@ def _build_flux(out: Path, controlnet: bool, save: bool) -> dict[str, Any]:
             for module in (*net.controlnet_blocks, *net.controlnet_single_blocks, net.controlnet_x_embedder):
                 for parameter in module.parameters():
                     parameter.normal_(0.0, 0.05)
-    counts = {name: sum(p.numel() for p in model.parameters()) for name, model in pipe.components.items() if isinstance(model, torch.nn.Module)}
-    if net is not None:
-        counts["controlnet"] = sum(p.numel() for p in net.parameters())
-    if not save:
-        return {"pipeline": pipe, "controlnet": net, "parameters": counts}
-    pipe.save_pretrained(staging)
-    result: dict[str, Any] = {"base": str(staging), "parameters": counts}
-    if net is not None:
-        net.save_pretrained(out / "controlnet")
-        result["controlnet"] = str(out / "controlnet")
-    return result
+    return _finish(pipe, net, out, save)
 
 
 def _build(out: Path, family: str, size: str, s: dict[str, Any], controlnet: bool, save: bool) -> dict[str, Any]:
@@ -376,13 +366,20 @@ def _build(out: Path, family: str, size: str, s: dict[str, Any], controlnet: boo
                                                         s.get("text2", s["text"])))
         pipe = StableDiffusionXLPipeline(unet=unet, vae=vae, text_encoder=text, text_encoder_2=text2, tokenizer=tokenizer, tokenizer_2=tokenizer,
                                          scheduler=scheduler)
+    return _finish(pipe, net, out, save)
+
+
+def _finish(pipe: Any, net: Any, out: Path, save: bool) -> dict[str, Any]:
+    """Count a built model's parameters; write it (``out/base``, ``out/controlnet``) or hand it back."""
+    import torch
+
     counts = {name: sum(p.numel() for p in model.parameters()) for name, model in pipe.components.items() if isinstance(model, torch.nn.Module)}
     if net is not None:
         counts["controlnet"] = sum(p.numel() for p in net.parameters())
     if not save:
         return {"pipeline": pipe, "controlnet": net, "parameters": counts}
-    pipe.save_pretrained(staging)
-    result: dict[str, Any] = {"base": str(staging), "parameters": counts}
+    pipe.save_pretrained(out / "base")
+    result: dict[str, Any] = {"base": str(out / "base"), "parameters": counts}
     if net is not None:
         net.save_pretrained(out / "controlnet")
         result["controlnet"] = str(out / "controlnet")
