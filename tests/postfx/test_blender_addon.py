@@ -27,7 +27,7 @@ SCRIPT = Path(__file__).with_name("blender_postfx.py")
 def test_the_addon_runs_the_chain_on_renders_and_animations(blender_python: Path, tmp_path: Path) -> None:  # noqa: F811
     pytest.importorskip("diffusers")
     from neuralbake.postfx.chain import _motion, warp
-    from neuralbake.postfx.conditions import _load_render
+    from neuralbake.postfx.conditions import load_render
     from neuralbake.postfx.models import make_random_model
 
     executable = shutil.which("neuralbake") or str(Path(sys.executable).with_name("neuralbake"))
@@ -69,7 +69,7 @@ def test_the_addon_runs_the_chain_on_renders_and_animations(blender_python: Path
 
     # Blender's vector pass: each pixel's offset to where it was one frame earlier (the chain's warp convention)
     exrs = sorted(next(f for f in (glob.glob(str(out / d / "*.exr")) for d in result["exr_folders"]) if len(f) == 3))
-    first, second = _load_render(Path(exrs[0])), _load_render(Path(exrs[1]))
+    first, second = load_render(Path(exrs[0])), load_render(Path(exrs[1]))
     motion = _motion(Path(exrs[1]), first.shape[:2])
     assert motion[..., 0].min() < -1.0  # the cube moved right, so it was to the left before
     kept, carried, reversed_ = (np.abs(x - second).mean() for x in (first, warp(first, motion), warp(first, -motion)))

@@ -255,13 +255,13 @@ def _frames(config: PostfxConfig) -> list[_Frame]:
 
 
 def _read_frame(frame: _Frame, config: PostfxConfig) -> Any:
-    from neuralbake.postfx.conditions import _load_render, _scene_passes, read_exr_passes
+    from neuralbake.postfx.conditions import load_render, read_exr_passes, scene_passes
 
     if frame.render.suffix.lower() in (".gltf", ".glb"):
         if any(getattr(config, k) for k in ("depth", "normal", "ids")):
             raise InputError("a glTF scene brings its own passes.", path=frame.render, field="render", fix="drop --depth / --normal / --ids, or pass a rendered image.")
-        return _scene_passes(frame.render, config.scene_size)
-    image = _load_render(frame.render)
+        return scene_passes(frame.render, config.scene_size)
+    image = load_render(frame.render)
     rotation = np.asarray(config.world_to_view, dtype=np.float32).reshape(3, 3) if config.world_to_view else None
     passes = read_exr_passes(depth=frame.depth, normal=frame.normal, ids=frame.ids, world_to_view=rotation)
     passes.image = image
@@ -275,9 +275,9 @@ def _read_frame(frame: _Frame, config: PostfxConfig) -> Any:
 
 def _motion(path: Path, shape: tuple[int, int]) -> np.ndarray:
     """``[H, W, 2]`` pixel offsets (x right, y down) from each pixel to where it was in the previous frame."""
-    from neuralbake.postfx.conditions import _pick, read_exr_channels
+    from neuralbake.postfx.conditions import pick_channels, read_exr_channels
 
-    found = _pick(read_exr_channels(path, field="motion"), [["Vector.X", "Vector.Y"], ["X", "Y"], ["R", "G"]])
+    found = pick_channels(read_exr_channels(path, field="motion"), [["Vector.X", "Vector.Y"], ["X", "Y"], ["R", "G"]])
     if found is None:
         raise InputError("the file has no motion channels (Vector.X/Y, X/Y or R/G).", path=path, field="motion",
                          fix="render with the Vector pass on (Blender: View Layer Properties > Passes > Data > Vector; motion blur off).")
@@ -327,7 +327,7 @@ def _pil(image: np.ndarray) -> Any:
 
 
 def _conditions(passes: Any, wanted: list[str], config: PostfxConfig, frame: _Frame) -> dict[str, np.ndarray]:
-    from neuralbake.postfx.conditions import _FIX, canny_condition, depth_condition, normal_condition, segmentation_condition
+    from neuralbake.postfx.conditions import PASS_FIXES, canny_condition, depth_condition, normal_condition, segmentation_condition
 
     made: dict[str, np.ndarray] = {}
     for name in wanted:
@@ -336,7 +336,7 @@ def _conditions(passes: Any, wanted: list[str], config: PostfxConfig, frame: _Fr
         source = {"depth": "depth", "normal": "normal", "segmentation": "ids"}.get(name)
         if source is not None and getattr(passes, source) is None:
             raise InputError(f"a {name} ControlNet is given but the frame has no {source} pass.", path=frame.render, field=source,
-                             fix=f"pass --{source} with the pass file: {_FIX[source]}")
+                             fix=f"pass --{source} with the pass file: {PASS_FIXES[source]}")
         if name == "canny":
             made[name] = canny_condition(passes.image, low=config.canny_low, high=config.canny_high)
         elif name == "depth":

@@ -33,14 +33,18 @@ from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.images import MAX_IMAGE_SIDE
 
 __all__ = [
+    "PASS_FIXES",
     "RenderPasses",
     "canny_condition",
     "depth_condition",
     "id_masks",
+    "load_render",
     "normal_condition",
+    "pick_channels",
     "read_exr_channels",
     "read_exr_passes",
     "render_passes",
+    "scene_passes",
     "segmentation_condition",
     "write_conditions",
 ]
@@ -48,7 +52,7 @@ __all__ = [
 BACKGROUND_DEPTH = 1e9
 """Z values at or above this (Blender writes 1e10 where nothing is hit) count as background."""
 
-_FIX = {
+PASS_FIXES = {
     "depth": "render with the Z pass on (Blender: View Layer Properties > Passes > Data > Z) and save it as OpenEXR.",
     "normal": "render with the Normal pass on (Blender: View Layer Properties > Passes > Data > Normal) and save it as OpenEXR.",
     "ids": "render with the Object Index (or Material Index) pass on (Blender: View Layer Properties > Passes > Data > Indexes).",
@@ -114,7 +118,7 @@ def read_exr_channels(path: str | Path, *, field: str = "passes") -> dict[str, n
     return channels
 
 
-def _pick(channels: dict[str, np.ndarray], names: list[list[str]]) -> list[np.ndarray] | None:
+def pick_channels(channels: dict[str, np.ndarray], names: list[list[str]]) -> list[np.ndarray] | None:
     """The first group of channels that all exist, matched exactly or as a ``.``-separated suffix."""
     for group in names:
         found = []
@@ -141,26 +145,26 @@ def read_exr_passes(
     out = RenderPasses(world_to_view=world_to_view)
     sizes = {}
     if depth is not None:
-        found = _pick(read_exr_channels(depth, field="depth"), [["Depth.Z"], ["Z"], ["Y"], ["V"]])
+        found = pick_channels(read_exr_channels(depth, field="depth"), [["Depth.Z"], ["Z"], ["Y"], ["V"]])
         if found is None:
-            raise InputError("the file has no depth channel (Depth.Z, Z or Y).", path=depth, field="depth", fix=_FIX["depth"])
+            raise InputError("the file has no depth channel (Depth.Z, Z or Y).", path=depth, field="depth", fix=PASS_FIXES["depth"])
         out.depth = found[0]
         sizes["depth"] = out.depth.shape
     if normal is not None:
-        found = _pick(read_exr_channels(normal, field="normal"), [["Normal.X", "Normal.Y", "Normal.Z"], ["X", "Y", "Z"], ["R", "G", "B"]])
+        found = pick_channels(read_exr_channels(normal, field="normal"), [["Normal.X", "Normal.Y", "Normal.Z"], ["X", "Y", "Z"], ["R", "G", "B"]])
         if found is None:
-            raise InputError("the file has no normal channels (Normal.X/Y/Z, X/Y/Z or R/G/B).", path=normal, field="normal", fix=_FIX["normal"])
+            raise InputError("the file has no normal channels (Normal.X/Y/Z, X/Y/Z or R/G/B).", path=normal, field="normal", fix=PASS_FIXES["normal"])
         out.normal = np.stack(found, -1)
         sizes["normal"] = out.normal.shape[:2]
     if ids is not None:
-        found = _pick(read_exr_channels(ids, field="ids"),
+        found = pick_channels(read_exr_channels(ids, field="ids"),
                       [["IndexOB.X"], ["Object Index.X"], ["IndexMA.X"], ["Material Index.X"], ["X"], ["Y"], ["R"]])
         if found is None:
             raise InputError("the file has no index channel (IndexOB.X or Object Index.X, IndexMA.X or Material Index.X, X, Y or R).", path=ids,
-                             field="ids", fix=_FIX["ids"])
+                             field="ids", fix=PASS_FIXES["ids"])
         value = found[0]
         if not np.all(np.isfinite(value)) or np.any(value < 0) or np.any(np.abs(value - np.round(value)) > 1e-3):
-            raise InputError("the index pass holds values that are not whole non-negative numbers.", path=ids, field="ids", fix=_FIX["ids"])
+            raise InputError("the index pass holds values that are not whole non-negative numbers.", path=ids, field="ids", fix=PASS_FIXES["ids"])
         out.ids = np.round(value).astype(np.int32)
         sizes["ids"] = out.ids.shape
     if len(set(sizes.values())) > 1:
@@ -198,7 +202,7 @@ def depth_condition(depth: np.ndarray) -> np.ndarray:
     far surface stays apart from the background), background 0."""
     depth = np.asarray(depth, dtype=np.float64)
     if depth.ndim != 2:
-        raise InputError(f"expected an [H, W] depth pass, got shape {depth.shape}.", field="depth", fix=_FIX["depth"])
+        raise InputError(f"expected an [H, W] depth pass, got shape {depth.shape}.", field="depth", fix=PASS_FIXES["depth"])
     covered = _covered(depth)
     out = np.zeros(depth.shape, np.float32)
     if covered.any():
@@ -214,7 +218,7 @@ def normal_condition(normal: np.ndarray, world_to_view: np.ndarray | None = None
     the camera; background (zero normals) is (0.5, 0.5, 1)."""
     n = np.asarray(normal, dtype=np.float64)
     if n.ndim != 3 or n.shape[2] != 3:
-        raise InputError(f"expected an [H, W, 3] normal pass, got shape {n.shape}.", field="normal", fix=_FIX["normal"])
+        raise InputError(f"expected an [H, W, 3] normal pass, got shape {n.shape}.", field="normal", fix=PASS_FIXES["normal"])
     n = np.nan_to_num(n)
     if world_to_view is not None:
         n = n @ np.asarray(world_to_view, dtype=np.float64).T
@@ -271,7 +275,7 @@ def render_passes(scene: Any, camera: Any, width: int, height: int, lighting: An
     )
 
 
-def _load_render(path: Path) -> np.ndarray:
+def load_render(path: Path) -> np.ndarray:
     """A render as a display image: PNG/JPEG as they are, OpenEXR (linear) through the sRGB curve, clamped."""
     from neuralbake.io.images import load_image
 
@@ -280,14 +284,14 @@ def _load_render(path: Path) -> np.ndarray:
         if image.shape[2] < 3:
             image = np.repeat(image[..., :1], 3, axis=2)
         return image[..., :3]
-    found = _pick(read_exr_channels(path, field="render"), [["Combined.R", "Combined.G", "Combined.B"], ["R", "G", "B"]])
+    found = pick_channels(read_exr_channels(path, field="render"), [["Combined.R", "Combined.G", "Combined.B"], ["R", "G", "B"]])
     if found is None:
         raise InputError("the render has no colour channels (Combined.R/G/B or R/G/B).", path=path, field="render", fix="save the render with its colour.")
     linear = np.clip(np.nan_to_num(np.stack(found, -1)), 0.0, 1.0)
     return np.where(linear <= 0.0031308, 12.92 * linear, 1.055 * np.power(linear, 1.0 / 2.4) - 0.055).astype(np.float32)
 
 
-def _scene_passes(path: Path, size: int) -> RenderPasses:
+def scene_passes(path: Path, size: int) -> RenderPasses:
     """Render a glTF asset with neuralbake's renderer from the front (the orbit's first view), sun and sky."""
     from neuralbake.io.gltf import load_bake_input
     from neuralbake.render.camera import framing_radius, look_at
@@ -331,10 +335,10 @@ def write_conditions(
     if render.suffix.lower() in (".gltf", ".glb"):
         if any(p is not None for p in (depth, normal, ids)):
             raise InputError("a glTF scene brings its own passes.", path=render, field="render", fix="drop --depth / --normal / --ids, or pass a rendered image.")
-        passes = _scene_passes(render, size)
+        passes = scene_passes(render, size)
         image = passes.image
     else:
-        image = _load_render(render)
+        image = load_render(render)
         files = {"depth": depth, "normal": normal, "ids": ids}
         passes = read_exr_passes(**files)
         for name, path in files.items():
