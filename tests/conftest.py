@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,11 @@ import torch
 from PIL import Image
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+if not torch.cuda.is_available():
+    # Without a GPU the fused Triton kernels run in Triton's interpreter (tests/kernels); it must be
+    # chosen before the kernels are defined, so here, before any test module imports them.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def _devices() -> list[str]:

@@ -297,3 +297,30 @@ def test_pack_refuses_an_input_bake_with_a_byte_changed(baked: Path, tmp_path: P
     assert result.exit_code == 2, result.output
     assert "latents.u8.safetensors" in shown and BAKE_MANIFEST in shown, result.output
     assert not (tmp_path / "pack").exists()
+
+
+def test_fused_decode_renders_like_pytorch_and_the_report_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kernels=triton`` scores and times the bake through the fused decode (the interpreter on a CPU); same training, same scores."""
+    pytest.importorskip("triton")
+    import os
+
+    from neuralbake.bakes.neural_material import bake as bake_module
+    from neuralbake.bakes.neural_material.comparison import throughput
+
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs a GPU or TRITON_INTERPRET=1")
+    # the interpreter runs a kernel thousands of times slower than a GPU: time a small batch
+    monkeypatch.setattr(bake_module, "throughput", lambda *args: throughput(*args, samples=2048, repeats=1))
+    reports = {}
+    for kernels in ("torch", "triton"):
+        config = tiny(steps=20)
+        config.kernels = kernels
+        reports[kernels] = bake_neural_material(config, tmp_path / kernels, progress=False)
+    assert reports["torch"]["kernels"] == {"train": "torch", "decode": "torch"}
+    assert reports["triton"]["kernels"] == {"train": "torch", "decode": "triton"}
+    assert reports["triton"]["throughput"]["neural_kernels"] == "triton"
+    assert abs(reports["triton"]["psnr_db"] - reports["torch"]["psnr_db"]) < 0.05
+    config = tiny()
+    config.kernels = "fast"
+    with pytest.raises(ConfigError, match="kernels"):
+        config.validate()

@@ -214,3 +214,24 @@ def test_infer_refuses_a_flipped_byte_in_any_file_of_the_bake(tiny_png, tmp_path
         path.write_bytes(original)
     result = runner.invoke(app, ["texture", "infer", str(out), "--size", "8x8", "--out", str(tmp_path / "x.png")])
     assert result.exit_code == 0, result.output
+
+
+def test_fused_training_kernel_bakes_and_the_report_says_so(tiny_png, tmp_path):
+    """``--kernels triton`` trains through the fused Triton step (the interpreter on a CPU); ``auto`` on a CPU is PyTorch."""
+    pytest.importorskip("triton")
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs a GPU or TRITON_INTERPRET=1")
+    common = ["--steps", "60", "--hidden", "16", "--layers", "2", "--batch-size", "256", "--lr", "0.02", "--device", "cpu", "--quiet"]
+    result = runner.invoke(app, ["texture", str(tiny_png), "--out", str(tmp_path / "fused"), "--kernels", "triton", *common])
+    assert result.exit_code == 0, result.output
+    fused = json.loads((tmp_path / "fused" / "report.json").read_text())
+    assert fused["kernels"] == {"train": "triton"}
+    assert fused["psnr_curve"][-1][1] > fused["psnr_curve"][0][1] + 3.0, fused["psnr_curve"]
+    result = runner.invoke(app, ["texture", str(tiny_png), "--out", str(tmp_path / "torch"), *common])
+    assert result.exit_code == 0, result.output
+    reference = json.loads((tmp_path / "torch" / "report.json").read_text())
+    assert reference["kernels"] == {"train": "torch"}
+    # same seed, same batches, same fp16 scheme: the two runs end within fp16 noise of each other
+    assert abs(fused["psnr_db"] - reference["psnr_db"]) < 0.5, (fused["psnr_db"], reference["psnr_db"])
+    result = runner.invoke(app, ["texture", str(tiny_png), "--out", str(tmp_path / "bad"), "--kernels", "triton", "--hidden", "256", "--device", "cpu"])
+    assert result.exit_code != 0 and "256 wide" in result.output and "--kernels auto or torch" in result.output

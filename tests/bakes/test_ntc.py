@@ -169,6 +169,28 @@ def test_decompress_writes_every_group_and_mip(compressed: tuple[Path, dict], tm
         decompress(compressed[0], tmp_path / "x", image_format="tga")
 
 
+def test_decompress_through_the_fused_kernel_matches_pytorch(compressed: tuple[Path, dict], tmp_path: Path) -> None:
+    """``--kernels triton`` decodes with the fused Triton kernel (the interpreter on a CPU); the EXRs agree with PyTorch's."""
+    pytest.importorskip("triton")
+    import os
+
+    import OpenEXR
+
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs a GPU or TRITON_INTERPRET=1")
+    assert compressed[1]["kernels"] == {"train": "torch", "decode": "torch"}  # auto on a CPU
+    fused = decompress(compressed[0], tmp_path / "fused", image_format="exr", device="cpu", kernels="triton")
+    reference = decompress(compressed[0], tmp_path / "torch", image_format="exr", device="cpu", kernels="torch")
+    assert [p.name for p in fused] == [p.name for p in reference]
+    for a, b in zip(fused, reference):
+        with OpenEXR.File(str(a), separate_channels=True) as fa, OpenEXR.File(str(b), separate_channels=True) as fb:
+            for name, channel in fa.channels().items():
+                assert np.abs(channel.pixels - fb.channels()[name].pixels).max() < 1e-5, (a.name, name)
+    result = _ntc_cli(["decompress", str(compressed[0]), "--out", str(tmp_path / "bad"), "--device", "cpu", "--kernels", "warp"])
+    assert result.exit_code != 0 and "unknown kernels" in result.output
+    assert not (tmp_path / "bad").exists()
+
+
 # -- determinism ----------------------------------------------------------------------------------
 
 

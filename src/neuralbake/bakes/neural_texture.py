@@ -34,6 +34,7 @@ from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.files import prepare_output_dir
 from neuralbake.io.images import ImageInfo, load_image, resize_image, save_png
 from neuralbake.io.limits import MAX_IMAGE_PIXELS, TooManyPixelsError, check_memory
+from neuralbake.kernels import KERNEL_MODES, resolve_kernels, unsupported_reason
 from neuralbake.nn.mlp import CoordinateNetwork, CoordinateNetworkConfig
 from neuralbake.nn.precision import compute_dtype
 from neuralbake.nn.serialize import load_coordinate_network, save_coordinate_network
@@ -84,9 +85,13 @@ class NeuralTextureConfig:
     """The network: frequencies, hidden width, hidden layers, activations (outputs follow the image)."""
     train: TrainerConfig = field(default_factory=_default_train)
     """Optimisation: steps, learning rate, precision, loss scaling, seed, cadence of logs and checkpoints."""
+    kernels: Literal["auto", "triton", "torch"] = "auto"
+    """Training step: auto (the fused Triton kernel on a CUDA GPU when the network fits it, else PyTorch), triton, or torch."""
 
     def validate(self) -> None:
         """Raise ConfigError on settings no bake can use (before any file is touched)."""
+        if self.kernels not in KERNEL_MODES:
+            raise ConfigError(f"unknown kernels {self.kernels!r}.", field="kernels", fix="use auto, triton or torch.")
         if not self.image:
             raise ConfigError("no reference image given.", field="image", fix="pass the path of an image.")
         if self.transform not in TRANSFORMS:
@@ -248,8 +253,23 @@ def _bake_body(run: BakeRun) -> BakeOutcome:
         "batch_size": config.batch_size,
         "network": asdict(config.network),
     }
-    result = run.train(network, sampler, mse_loss, config.train, evaluate=evaluate, compatibility=compatibility)
-    return _write_outputs(run.stage, config, network, result, image, target, info)
+    kernels = resolve_kernels(config.kernels, run.device, fused_training_reason(config.network))
+    fused = None
+    if kernels == "triton":
+        from neuralbake.kernels.fused import FusedForwardBackward  # imports Triton
+
+        fused = FusedForwardBackward(network, "mse", dtype=compute_dtype(config.train.precision))
+    result = run.train(network, sampler, mse_loss, config.train, evaluate=evaluate, compatibility=compatibility, forward_backward=fused)
+    outcome = _write_outputs(run.stage, config, network, result, image, target, info)
+    outcome.fields["kernels"] = {"train": kernels}
+    return outcome
+
+
+def fused_training_reason(network: CoordinateNetworkConfig) -> str | None:
+    """Why the fused training kernel cannot train this coordinate network (None: it can)."""
+    mlp = network.mlp_config()
+    widths = [mlp.inputs, *[mlp.hidden] * mlp.layers, mlp.outputs]
+    return unsupported_reason(widths, [mlp.hidden_activation, mlp.output_activation], training=True)
 
 
 NEURAL_TEXTURE = Bake("neural_texture", NeuralTextureConfig, _bake_body, title="neural texture")

@@ -89,10 +89,11 @@ def ntc_decompress(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for <group>_mip<k>.png/.exr.")],
     image_format: Annotated[str, typer.Option("--format", help="png (8-bit RGB; normal Z rebuilt) or exr (float32, stored channels).")] = "png",
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    kernels: Annotated[str, typer.Option(help="auto (the fused Triton decode on a CUDA GPU), triton or torch.")] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Check the folder (every file against bake.json), then decode every channel group at every mip level from texture.ntc alone."""
-    written = run_action(lambda: decompress(folder, out, image_format=image_format, device=device, progress=not quiet), out=out)
+    written = run_action(lambda: decompress(folder, out, image_format=image_format, device=device, progress=not quiet, kernels=kernels), out=out)
     print_done(f"{len(written)} images -> {out}")
 
 

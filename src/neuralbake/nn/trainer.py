@@ -263,8 +263,13 @@ class Trainer:
         self.compute_model = model if self.dtype == torch.float32 else cast_model(model, self.dtype)
         self.compute_params = dict(self.compute_model.named_parameters())
         self.forward_backward: ForwardBackward = forward_backward or AutogradForwardBackward(self.compute_model, loss_fn)
+        # A custom forward/backward joins the graph when it says it can be captured (a fused kernel
+        # that reads the loss scale on the device does).
         self.use_cuda_graph = (
-            config.cuda_graph and device.type == "cuda" and forward_backward is None and getattr(sampler, "capturable", False)
+            config.cuda_graph
+            and device.type == "cuda"
+            and (forward_backward is None or getattr(forward_backward, "capturable", False))
+            and getattr(sampler, "capturable", False)
         )
         # Fused Adam takes the learning rate as a device tensor and skips the update on device
         # when `found_inf` is set, so a step needs no host round trip.

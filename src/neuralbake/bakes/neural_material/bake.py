@@ -19,6 +19,7 @@ from neuralbake.bakes.neural_material.model import NeuralMaterial, NeuralMateria
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
 from neuralbake.errors import ConfigError
 from neuralbake.io.files import sha256_file
+from neuralbake.kernels import resolve_kernels, unsupported_reason
 from neuralbake.material.loader import load_material
 from neuralbake.render.preview import SCENES
 
@@ -68,6 +69,7 @@ def bake_material(
     run.note(f"baking the {config.texture_size}x{config.texture_size} latent texture and scoring it")
     levels = bake_latent_pyramid(model, material, normal, config.texture_size)
     neural = NeuralMaterial(levels, model.decoder, config.direction_inputs)
+    neural.kernels = decode_kernels(neural, config.kernels)
     folder.mkdir(parents=True, exist_ok=True)
     bundle = write_material_bundle(folder, neural, config, features, shared)
     with run.task("comparison renders", 2 * len(SCENES) * config.compare_size**2, unit="pixels") as advance:
@@ -76,6 +78,7 @@ def bake_material(
     fields: dict[str, Any] = {
         **scores,
         "throughput": throughput(material, neural, normal),
+        "kernels": {"train": "torch", "decode": neural.kernels},
         "steps": result.steps,
         "samples_seen": result.samples_seen,
         "seconds": round(result.train_seconds, 3),
@@ -91,6 +94,16 @@ def bake_material(
         "source_material_parameter_bytes": sum(t.numel() * t.element_size() for t in getattr(material, "parameters", {}).values()),
     }
     return metrics, fields
+
+
+def decode_kernels(neural: NeuralMaterial, kernels: str) -> str:
+    """``triton`` or ``torch`` for decoding ``neural`` with the ``--kernels`` setting (see :mod:`neuralbake.kernels`)."""
+    config = neural.decoder.config
+    widths = [config.inputs, *[config.hidden] * config.layers, config.outputs]
+    reason = unsupported_reason(widths, [config.hidden_activation, config.output_activation])
+    if reason is None and config.output_activation != "none":
+        reason = "the fused decode expects a linear decoder output"
+    return resolve_kernels(kernels, neural.latents[0].device, reason)
 
 
 def _bake_body(run: BakeRun) -> BakeOutcome:

@@ -98,7 +98,7 @@ def compare(
 
 
 def throughput(reference: Any, neural: NeuralMaterial, normal: torch.Tensor, samples: int = 1 << 16, repeats: int = 3) -> dict[str, Any]:
-    """Samples/s of the reference graph and of the neural material (PyTorch, eager) on the bake's device.
+    """Samples/s of the reference graph and of the neural material on the bake's device (its ``kernels`` path).
 
     The neural path runs in fp16 on a GPU (as shipped) and fp32 on a CPU; ``bench/neural_material.py``
     measures larger batches and the torch.compile path.
@@ -125,14 +125,15 @@ def throughput(reference: Any, neural: NeuralMaterial, normal: torch.Tensor, sam
         return samples / best
 
     reference_rate = rate(lambda: reference(uv, normals).eval(wi, wo))
-    neural_rate = rate(lambda: shipped.evaluate(shipped.latent_at(uv), wi, wo))
+    neural_rate = rate(lambda: shipped.decode(uv, wi, wo))
     return {
         "reference_samples_per_second": round(reference_rate),
         "neural_samples_per_second": round(neural_rate),
         "speedup": round(neural_rate / reference_rate, 2),
         "samples": samples,
         "neural_precision": "fp16" if device.type == "cuda" else "fp32",
-        "method": "best of several eager PyTorch runs on the bake's device; bench/neural_material.py for large batches and torch.compile",
+        "neural_kernels": shipped.kernels,
+        "method": "best of several runs on the bake's device (the neural path on neural_kernels: eager PyTorch or the fused Triton decode); bench/kernels.py for large batches and torch.compile",
     }
 
 

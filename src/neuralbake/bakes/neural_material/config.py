@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from neuralbake.bakes.neural_material.model import DIRECTION_FEATURES
 from neuralbake.errors import ConfigError
+from neuralbake.kernels import KERNEL_MODES
 from neuralbake.nn.trainer import TrainerConfig
 
 __all__ = ["LATENT_CHANNELS", "NeuralMaterialConfig", "device_defaults"]
@@ -74,6 +75,8 @@ class NeuralMaterialConfig:
     """auto, cpu, cuda or cuda:N."""
     train: TrainerConfig = field(default_factory=_default_train)
     """Optimisation settings (trained in fp32 by default, as in the paper)."""
+    kernels: Literal["auto", "triton", "torch"] = "auto"
+    """Decoding in the comparison renders and throughput: auto (the fused Triton decode, latent fetch included, on a CUDA GPU), triton, or torch."""
 
     def validate(self) -> None:
         """Raise ConfigError on settings no bake can use (before any file is touched)."""
@@ -83,6 +86,8 @@ class NeuralMaterialConfig:
 
     def validate_settings(self) -> None:
         """Every check but the material's (a pack's template has none of its own)."""
+        if self.kernels not in KERNEL_MODES:
+            raise ConfigError(f"unknown kernels {self.kernels!r}.", field="kernels", fix="use auto, triton or torch.")
         if isinstance(self.latent, bool) or self.latent not in LATENT_CHANNELS:
             raise ConfigError(
                 f"latent channels must be one of {', '.join(map(str, LATENT_CHANNELS))}, got {self.latent!r}.", field="latent", fix="use 4, 8 or 16."

@@ -207,9 +207,33 @@ class NeuralMaterial:
         self.decoder = decoder
         self.direction_inputs = tuple(direction_inputs)
 
+    kernels = "torch"
+    """Which decode runs: ``torch`` (this class, the reference) or ``triton`` (the fused kernel of
+    :class:`neuralbake.kernels.fused.FusedNeuralMaterial`); set from a bake's resolved ``--kernels``."""
+
     def latent_at(self, uv: torch.Tensor, level: int = 0) -> torch.Tensor:
         """Bilinear (repeat-wrapped) latent lookup at ``uv`` from mip ``level``: ``[N, latent]``."""
         return sample_texture(self.latents[level], uv, wrap="repeat")
+
+    def latent_filtered(self, uv: torch.Tensor, lod: torch.Tensor) -> torch.Tensor:
+        """Trilinear latent lookup: bilinear in the two levels around ``lod`` ``[N]`` (clamped to the pyramid), blended linearly."""
+        lod = lod.float().clamp(0.0, len(self.latents) - 1.0)
+        out = torch.zeros(uv.shape[0], self.latents[0].shape[2], dtype=torch.float32, device=uv.device)
+        for level in range(len(self.latents)):
+            weight = torch.clamp(1.0 - (lod - level).abs(), min=0.0)
+            out = out + weight[:, None] * self.latent_at(uv, level).float()
+        return out
+
+    def decode(self, uv: torch.Tensor, wi: torch.Tensor, wo: torch.Tensor, lod: torch.Tensor | None = None) -> torch.Tensor:
+        """``f(wi, wo) cos`` ``[N, 3]`` at ``uv``: latent fetch (bilinear, or trilinear at ``lod``) and decoder, on the ``kernels`` path."""
+        if self.kernels == "triton":
+            if getattr(self, "_fused", None) is None:
+                from neuralbake.kernels.fused import FusedNeuralMaterial
+
+                self._fused = FusedNeuralMaterial(self)
+            return self._fused(uv, wi, wo, lod)
+        latent = self.latent_at(uv) if lod is None else self.latent_filtered(uv, lod)
+        return self.evaluate(latent, wi, wo)
 
     def evaluate(self, latent: torch.Tensor, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
         """``f(wi, wo) cos`` from latents and local directions, ``[N, 3]``."""
@@ -219,13 +243,15 @@ class NeuralMaterial:
         return torch.expm1(torch.clamp(y, min=0.0)) * valid
 
     def __call__(self, uv: torch.Tensor, normal: torch.Tensor | None = None) -> NeuralMaterialLayer:
-        return NeuralMaterialLayer(self, self.latent_at(uv))
+        return NeuralMaterialLayer(self, uv)
 
     def to(self, dtype: torch.dtype) -> NeuralMaterial:
         """A copy whose decoder and latents run in ``dtype`` (e.g. fp16, as a shader would)."""
         decoder = MLP(self.decoder.config).to(next(self.decoder.parameters()).device)
         decoder.load_state_dict(self.decoder.state_dict())
-        return NeuralMaterial([latent.to(dtype).float() for latent in self.latents], decoder.to(dtype), self.direction_inputs)
+        copy = NeuralMaterial([latent.to(dtype).float() for latent in self.latents], decoder.to(dtype), self.direction_inputs)
+        copy.kernels = self.kernels
+        return copy
 
 
 class NeuralMaterialLayer:
@@ -235,10 +261,20 @@ class NeuralMaterialLayer:
     unbiased estimate; the decoder has no sampler of its own yet).
     """
 
-    def __init__(self, material: NeuralMaterial, latent: torch.Tensor) -> None:
-        self.material, self.latent = material, latent
+    def __init__(self, material: NeuralMaterial, uv: torch.Tensor) -> None:
+        self.material, self.uv = material, uv
+        self._latent: torch.Tensor | None = None
+
+    @property
+    def latent(self) -> torch.Tensor:
+        """The bilinear latent at the layer's ``uv`` (fetched once, on first use)."""
+        if self._latent is None:
+            self._latent = self.material.latent_at(self.uv)
+        return self._latent
 
     def eval(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
+        if self.material.kernels == "triton":
+            return self.material.decode(self.uv, wi, wo)
         return self.material.evaluate(self.latent, wi, wo)
 
     def sample(self, wo: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

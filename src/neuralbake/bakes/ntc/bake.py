@@ -26,7 +26,7 @@ from torch import nn
 from neuralbake.bakes.ntc.baselines import bc_baselines
 from neuralbake.bakes.ntc.config import NTCConfig, device_defaults, load_config_texture_set
 from neuralbake.bakes.ntc.container import CONTAINER_NAME, MANIFEST_NAME, pack_container, read_container
-from neuralbake.bakes.ntc.decode import decode_all_levels, set_quality
+from neuralbake.bakes.ntc.decode import decode_all_levels, resolve_decode_kernels, set_quality
 from neuralbake.bakes.ntc.layout import CONTAINER_VERSION, NTCLayout, choose_layout
 from neuralbake.bakes.ntc.model import NTCModel, TexelSampler
 from neuralbake.bakes.ntc.rd import plot_rate_distortion, rate_distortion_summary
@@ -131,8 +131,9 @@ def _compress_rate(
 
     decode_start = time.perf_counter()
     container = read_container(folder / CONTAINER_NAME).to(device)
+    kernels = resolve_decode_kernels(container, config.kernels)
     with run.task(f"decoding {prefix.rstrip('_') or 'texture.ntc'}", sum(w * h for w, h in layout.level_sizes), unit="texels") as advance:
-        decoded = decode_all_levels(container, progress=advance)
+        decoded = decode_all_levels(container, progress=advance, kernels=kernels)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     decode_seconds = time.perf_counter() - decode_start
@@ -155,6 +156,7 @@ def _compress_rate(
         "ntc": quality,
         "train_seconds": round(sum(result.train_seconds for _, result in phases), 3),
         "decode_seconds_all_levels": round(decode_seconds, 4),
+        "kernels": {"train": "torch", "decode": kernels},
         "steps": {"noise": config.train.steps, "round": config.finetune_steps},
         "phases": [name for name, _ in phases],
         **memory,

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from neuralbake.bakes.ntc.layout import MAX_HIDDEN_LAYERS, MAX_HIDDEN_WIDTH, MAX_PE_FREQUENCIES, check_bpp
 from neuralbake.bakes.ntc.texture_set import TextureSet, check_texture_set, load_texture_set
 from neuralbake.errors import ConfigError
+from neuralbake.kernels import KERNEL_MODES
 from neuralbake.nn.trainer import TrainerConfig
 from neuralbake.render.mip import is_power_of_two
 
@@ -61,6 +62,8 @@ class NTCConfig:
     """auto, cpu, cuda or cuda:N."""
     train: TrainerConfig = field(default_factory=_default_train)
     """Main (noise-quantised) phase: steps, learning rate, precision, seed, cadence of logs and checkpoints."""
+    kernels: Literal["auto", "triton", "torch"] = "auto"
+    """Decoding for the quality report: auto (the fused Triton decode on a CUDA GPU), triton, or torch (training is PyTorch)."""
 
     def rates(self) -> list[float]:
         """The target rates, ascending (one compression each)."""
@@ -68,6 +71,8 @@ class NTCConfig:
 
     def validate(self) -> None:
         """Raise ConfigError on settings no compression can use."""
+        if self.kernels not in KERNEL_MODES:
+            raise ConfigError(f"unknown kernels {self.kernels!r}.", field="kernels", fix="use auto, triton or torch.")
         if not self.sources:
             raise ConfigError("no textures given.", field="sources", fix="pass image files or a .gltf file.")
         self._validate_rates()

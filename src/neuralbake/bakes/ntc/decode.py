@@ -21,10 +21,11 @@ from neuralbake.core.metrics import mse
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.files import prepare_output_dir
 from neuralbake.io.images import save_exr, save_png
+from neuralbake.kernels import resolve_kernels, unsupported_reason
 from neuralbake.nn.activations import activation_fn
 from neuralbake.render.pictures import display_rgb
 
-__all__ = ["decode_all_levels", "decode_texel", "decode_texels", "decompress", "set_quality"]
+__all__ = ["decode_all_levels", "decode_texel", "decode_texels", "decompress", "resolve_decode_kernels", "set_quality"]
 
 
 def decode_texels(container: NTCContainer, level: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *, chunk: int = 1 << 18) -> torch.Tensor:
@@ -54,19 +55,36 @@ def decode_texel(container: NTCContainer, mip: int, x: int, y: int) -> np.ndarra
     return decode_texels(container, one(mip), one(x), one(y))[0].cpu().numpy()
 
 
+def resolve_decode_kernels(container: NTCContainer, kernels: str) -> str:
+    """``triton`` or ``torch`` for decoding ``container`` with the ``--kernels`` setting (see :mod:`neuralbake.kernels`)."""
+    layout = container.layout
+    reason = unsupported_reason(layout.layer_widths, [layout.activation, "none"])
+    return resolve_kernels(kernels, container.latents_high.device, reason)
+
+
 def decode_all_levels(
-    container: NTCContainer, *, chunk: int = 1 << 18, progress: Callable[[int], None] | None = None
+    container: NTCContainer, *, chunk: int = 1 << 18, progress: Callable[[int], None] | None = None, kernels: str = "torch"
 ) -> list[np.ndarray]:
     """Decode every texel of every mip level -> a list of float32 ``[H_l, W_l, channels]``.
 
-    ``progress`` (if given) is called with the texels decoded after each level.
+    ``progress`` (if given) is called with the texels decoded after each level. ``kernels``
+    (auto, triton or torch) picks the fused Triton decode (fp32, the reference's precision) or
+    PyTorch.
     """
     device = container.latents_high.device
+    fused = None
+    if resolve_decode_kernels(container, kernels) == "triton":
+        from neuralbake.kernels.fused import FusedNTC  # imports Triton
+
+        fused = FusedNTC(container, torch.float32)
     levels = []
     for index, (width, height) in enumerate(container.layout.level_sizes):
-        yy, xx = torch.meshgrid(torch.arange(height, device=device), torch.arange(width, device=device), indexing="ij")
-        level = torch.full((width * height,), index, dtype=torch.int64, device=device)
-        levels.append(decode_texels(container, level, xx.reshape(-1), yy.reshape(-1), chunk=chunk).reshape(height, width, -1).cpu().numpy())
+        if fused is not None:
+            levels.append(fused.level(index).cpu().numpy())
+        else:
+            yy, xx = torch.meshgrid(torch.arange(height, device=device), torch.arange(width, device=device), indexing="ij")
+            level = torch.full((width * height,), index, dtype=torch.int64, device=device)
+            levels.append(decode_texels(container, level, xx.reshape(-1), yy.reshape(-1), chunk=chunk).reshape(height, width, -1).cpu().numpy())
         if progress is not None:
             progress(width * height)
     return levels
@@ -105,16 +123,17 @@ def set_quality(levels: Sequence[np.ndarray], reference: Sequence[np.ndarray], g
 
 
 def decompress(
-    folder: str | Path, out_dir: str | Path, *, image_format: str = "png", device: str = "auto", progress: bool = False
+    folder: str | Path, out_dir: str | Path, *, image_format: str = "png", device: str = "auto", progress: bool = False, kernels: str = "auto"
 ) -> list[Path]:
     """Decode every group at every mip level to ``out_dir/<group>_mip<k>.png`` (8-bit RGB) or ``.exr`` (float32, one channel per stored channel)."""
     if image_format not in ("png", "exr"):
         raise ConfigError(f"unknown image format {image_format!r}.", field="format", fix="use png or exr.")
     container = open_container(folder).to(resolve_device(device))
+    resolve_decode_kernels(container, kernels)  # a --kernels triton that cannot run fails before any file is written
     out = prepare_output_dir(out_dir)
     total = sum(width * height for width, height in container.layout.level_sizes)
     with progress_task("decoding", total, enabled=progress, unit="texels") as advance:
-        levels = decode_all_levels(container, progress=advance)
+        levels = decode_all_levels(container, progress=advance, kernels=kernels)
     written = []
     for index, level in enumerate(levels):
         start = 0

@@ -1,0 +1,342 @@
+"""The fused Triton kernels against the PyTorch paths they replace, every row measured in one run.
+
+Rows (fp16 weights; samples/s best of ``--repeats``, CUDA-synchronised):
+
+- ``mlp``: a plain 32 -> 64 -> 64 -> 64 -> 32 MLP on rows (the scale the others are judged by);
+- ``neural_material``: neural-material decode with the latent fetch, the copper tray's shape
+  (8-channel 1024x1024 latent pyramid, decoder 14 -> 64 x 3 -> 3, wi and wo), bilinear and
+  trilinear (a random level per sample), random uv;
+- ``ntc``: NTC decode of the helmet's 11-channel set shape (2048x2048, the BC7-rate latent shape,
+  decoder 53 -> 64 -> 48 -> 32 -> 11): a 3840x2160 frame of random-access texels, and a whole
+  mip 0 level;
+- ``train``: the RTXNS neural texture network (12 -> 64 x 4 -> 3, leaky ReLU, sigmoid) trained on
+  a 1024x1024 image, the whole trainer step (Adam, loss scaling) in a CUDA graph, autograd versus
+  the fused step, samples per step 2^10 to 2^18; and the loss both reach after the same steps.
+
+Each decode row: eager PyTorch, ``torch.compile`` of the same function, the Triton kernel, the
+kernel's ratio to compile, and its TFLOP/s (multiply-adds of the real layer widths x 2) as a
+fraction of the GPU's dense fp16 tensor-core peak (989 TFLOP/s on an H100 SXM).
+
+    python bench/kernels.py --out docs/results/kernels_h100.json
+    python bench/kernels.py --quick          # fewer sizes, for a smoke run
+"""
+
+# ruff: noqa: B023  (the timed lambdas run at once, inside the loop that binds their variables)
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from neuralbake.bakes.neural_material.model import NeuralMaterial
+from neuralbake.bakes.ntc.container import pack_container, read_container
+from neuralbake.bakes.ntc.decode import decode_texels
+from neuralbake.bakes.ntc.layout import LatentShape, NTCLayout
+from neuralbake.bakes.ntc.model import NTCModel
+from neuralbake.bakes.ntc.texture_set import ChannelGroup
+from neuralbake.core.device import describe_device
+from neuralbake.kernels.fused import FusedForwardBackward, FusedNTC, PackedMLP, mlp_forward
+from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
+from neuralbake.nn.trainer import Batch, Trainer, TrainerConfig
+
+PEAK_FP16 = {"H100": 989e12, "H200": 989e12}
+"""Dense fp16 tensor-core peak FLOP/s by GPU name fragment (SXM parts)."""
+
+
+def _peak(device: torch.device) -> float | None:
+    name = torch.cuda.get_device_name(device)
+    return next((value for key, value in PEAK_FP16.items() if key in name), None)
+
+
+def _time(fn, repeats: int) -> float:
+    fn()
+    torch.cuda.synchronize()
+    best = math.inf
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _macs(widths: list[int]) -> int:
+    return sum(a * b for a, b in itertools.pairwise(widths))
+
+
+def _row(name: str, n: int, times: dict[str, float | None], macs: int, peak: float | None) -> dict:
+    rates = {path: (None if t is None else n / t) for path, t in times.items()}
+    row = {"row": name, "samples": n, **{f"{path}_per_s": (None if r is None else round(r)) for path, r in rates.items()}}
+    fused = rates.get("triton")
+    for base in ("eager", "compile", "graph"):
+        if rates.get(base) and fused:
+            row[f"x_{base}"] = round(fused / rates[base], 2)
+    if fused:
+        row["triton_tflops"] = round(fused * macs * 2 / 1e12, 1)
+        if peak:
+            row["roofline_fraction"] = round(fused * macs * 2 / peak, 3)
+    shown = "  ".join(f"{path} {r / 1e6:9.1f} M/s" if r else f"{path}       -      " for path, r in rates.items())
+    ratios = "  ".join(f"{k} {v:6.1f}" for k, v in row.items() if k.startswith("x_"))
+    print(f"{name:28s} {n:>10,d}  {shown}  {ratios}  {row.get('triton_tflops', '-')} TFLOP/s {row.get('roofline_fraction', '')}", flush=True)
+    return row
+
+
+def _compiled(fn):
+    try:
+        return torch.compile(fn, dynamic=False)
+    except Exception as exc:  # noqa: BLE001  (a compile failure is a row without that column)
+        print(f"torch.compile unavailable: {exc}", flush=True)
+        return None
+
+
+def _try_time(fn, repeats: int) -> float | None:
+    if fn is None:
+        return None
+    try:
+        return _time(fn, repeats)
+    except Exception as exc:  # noqa: BLE001
+        print(f"  (a path failed: {type(exc).__name__}: {str(exc)[:200]})", flush=True)
+        return None
+
+
+def bench_mlp(device, sizes, repeats, peak) -> list[dict]:
+    torch.manual_seed(0)
+    mlp = MLP(MLPConfig(inputs=32, hidden=64, layers=3, outputs=32, hidden_activation="relu", output_activation="none")).to(device).half()
+    packed = PackedMLP.from_mlp(mlp)
+    compiled = _compiled(lambda x: mlp(x))
+    rows = []
+    for n in sizes:
+        x = torch.randn(n, 32, device=device, dtype=torch.float16)
+        out = torch.empty(n, 32, device=device, dtype=torch.float16)
+        times = {
+            "eager": _try_time(lambda: mlp(x), repeats),
+            "compile": _try_time(None if compiled is None else (lambda: compiled(x)), repeats),
+            "triton": _time(lambda: mlp_forward(packed, x, out_dtype=torch.float16), repeats),
+        }
+        del out
+        rows.append(_row("mlp 32-64x3-32", n, times, _macs([32, 64, 64, 64, 32]), peak))
+    return rows
+
+
+def _material(device) -> NeuralMaterial:
+    torch.manual_seed(1)
+    latents, side = [], 1024
+    while side >= 1:
+        latents.append(torch.randn(side, side, 8, device=device) * 0.5)
+        side //= 2
+    decoder = MLP(MLPConfig(inputs=14, hidden=64, layers=3, outputs=3, hidden_activation="relu", output_activation="none")).to(device)
+    return NeuralMaterial(latents, decoder, ("wi", "wo")).to(torch.float16)
+
+
+def bench_neural_material(device, sizes, repeats, peak) -> list[dict]:
+    material = _material(device)
+    reference = NeuralMaterial(material.latents, material.decoder, material.direction_inputs)
+    fused = NeuralMaterial(material.latents, material.decoder, material.direction_inputs)
+    fused.kernels = "triton"
+    compiled = _compiled(lambda uv, wi, wo: reference.decode(uv, wi, wo))
+    compiled_lod = _compiled(lambda uv, wi, wo, lod: reference.decode(uv, wi, wo, lod))
+    widths = [14, 64, 64, 64, 3]
+    rows = []
+    for n in sizes:
+        g = torch.Generator(device=device).manual_seed(2)
+        uv = torch.rand(n, 2, device=device, generator=g)
+        wi = torch.nn.functional.normalize(torch.rand(n, 3, device=device, generator=g) * 2 - 1, dim=1).abs()
+        wo = torch.nn.functional.normalize(torch.rand(n, 3, device=device, generator=g) * 2 - 1, dim=1).abs()
+        lod = torch.rand(n, device=device, generator=g) * 10
+        times = {
+            "eager": _try_time(lambda: reference.decode(uv, wi, wo), repeats),
+            "compile": _try_time(None if compiled is None else (lambda: compiled(uv, wi, wo)), repeats),
+            "triton": _time(lambda: fused.decode(uv, wi, wo), repeats),
+        }
+        rows.append(_row("neural material bilinear", n, times, _macs(widths), peak))
+        times = {
+            "eager": _try_time(lambda: reference.decode(uv, wi, wo, lod), repeats) if n <= 1 << 22 else None,
+            "compile": _try_time(None if compiled_lod is None else (lambda: compiled_lod(uv, wi, wo, lod)), repeats),
+            "triton": _time(lambda: fused.decode(uv, wi, wo, lod), repeats),
+        }
+        rows.append(_row("neural material trilinear", n, times, _macs(widths), peak))
+    diff = (fused.decode(uv, wi, wo) - reference.decode(uv, wi, wo)).abs().max().item()
+    print(f"  parity at {n:,}: max |triton - torch| = {diff:.3g}", flush=True)
+    return rows
+
+
+def _ntc_container(device):
+    groups = (
+        ChannelGroup("base_color", ("R", "G", "B")),
+        ChannelGroup("normal", ("X", "Y"), "normal_xy"),
+        ChannelGroup("orm", ("O", "R", "M"), "data"),
+        ChannelGroup("emissive", ("R", "G", "B")),
+    )
+    layout = NTCLayout(2048, 2048, groups, LatentShape(1, 8, 4))
+    model = NTCModel(layout, generator=torch.Generator().manual_seed(3))
+    return read_container(pack_container(model)).to(device)
+
+
+def bench_ntc(device, repeats, peak) -> list[dict]:
+    container = _ntc_container(device)
+    fused = FusedNTC(container)
+    frame = (3840, 2160)
+    n = frame[0] * frame[1]
+    width, height = container.layout.width, container.layout.height
+    x = torch.arange(frame[0], device=device).repeat(frame[1]) % width
+    y = torch.arange(frame[1], device=device).repeat_interleave(frame[0]) % height
+    level = torch.zeros_like(x)
+    widths = container.layout.layer_widths
+    compiled = _compiled(lambda level, x, y: decode_texels(container, level, x, y, chunk=n))
+    times = {
+        "eager": _try_time(lambda: decode_texels(container, level, x, y, chunk=1 << 22), repeats),
+        "compile": _try_time(None if compiled is None else (lambda: compiled(level, x, y)), repeats),
+        "triton": _time(lambda: fused.texels(level, x, y, out_dtype=torch.float16), repeats),
+    }
+    rows = [_row("ntc 4K frame random access", n, times, _macs(widths), peak)]
+    rows[-1]["ms_per_frame_triton"] = round(n / rows[-1]["triton_per_s"] * 1e3, 3)
+    level0 = width * height
+    times = {"triton": _time(lambda: fused.level(0, out_dtype=torch.float16), repeats)}
+    rows.append(_row("ntc mip 0 (2048x2048)", level0, times, _macs(widths), peak))
+    diff = (fused.texels(level[:65536], x[:65536], y[:65536]) - decode_texels(container, level[:65536], x[:65536], y[:65536])).abs().max().item()
+    print(f"  ntc parity: max |triton - torch| = {diff:.3g}; 4K frame {rows[0]['ms_per_frame_triton']} ms", flush=True)
+    return rows
+
+
+class _ImageSampler:
+    capturable = True
+
+    def __init__(self, image: torch.Tensor, batch_size: int) -> None:
+        self.image, self.batch_size = image, batch_size
+
+    def sample(self, generator: torch.Generator) -> Batch:
+        uv = torch.rand(self.batch_size, 2, generator=generator, device=self.image.device)
+        h, w, _ = self.image.shape
+        i = (uv[:, 1] * h).long().clamp(max=h - 1)
+        j = (uv[:, 0] * w).long().clamp(max=w - 1)
+        return Batch(inputs=uv, targets=self.image[i, j])
+
+
+def _image(device) -> torch.Tensor:
+    v, u = torch.meshgrid(torch.linspace(0, 1, 1024, device=device), torch.linspace(0, 1, 1024, device=device), indexing="ij")
+    return torch.stack((0.5 + 0.5 * torch.sin(40 * u * v), 0.5 + 0.5 * torch.cos(25 * u + 7 * v * v), (u + v) / 2), dim=-1)
+
+
+def _train(device, image, batch, steps, fused: bool) -> tuple[float, float]:
+    torch.manual_seed(4)
+    net = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device)
+    config = TrainerConfig(steps=steps, learning_rate=0.01, precision="fp16", log_every=steps, eval_every=0, checkpoint_every=0, checkpoint_seconds=0)
+    step = FusedForwardBackward(net, "mse", dtype=torch.float16) if fused else None
+    trainer = Trainer(net, _ImageSampler(image, batch), torch.nn.functional.mse_loss, config, device=device, forward_backward=step)
+    result = trainer.fit()
+    return result.samples_seen / result.train_seconds, result.final_loss
+
+
+def bench_train(device, sizes, steps, peak) -> list[dict]:
+    image = _image(device)
+    widths = [12, 64, 64, 64, 64, 3]
+    rows = []
+    for n in sizes:
+        count = steps or min(4000, max(200, (1 << 24) // n))
+        for fused in (False, True):
+            _train(device, image, n, 8, fused)  # compiles the kernels, warms the allocator
+        graph_rate, graph_loss = _train(device, image, n, count, False)
+        fused_rate, fused_loss = _train(device, image, n, count, True)
+        row = _row("train RTXNS net (fwd+bwd)", n, {"graph": n / graph_rate, "triton": n / fused_rate}, 3 * _macs(widths), peak)
+        row.update(graph_final_loss=graph_loss, triton_final_loss=fused_loss, steps=count)
+        print(f"  final loss after {count} steps: graph {graph_loss:.5f}  fused {fused_loss:.5f}", flush=True)
+        rows.append(row)
+    return rows
+
+
+def sweep(device, repeats, kind: str, tile: tuple[int, int]) -> None:
+    """Time the kernels of one kind (forward, ntc or train) at one (rows per program, warps) tile.
+
+    The fastest tile that bench/kernels_parity.py passes goes into ``kernels.fused.TILES``. One
+    tile per process: a tile the compiler gets wrong can take the CUDA context down with it.
+    """
+    from neuralbake.kernels import fused as fused_module
+    from neuralbake.nn.trainer import AutogradForwardBackward
+
+    fused_module.TILES[kind] = tile
+    n = 1 << 22
+    show = lambda t: f"{n / t / 1e9:7.2f} G/s" if t else "   failed"
+    if kind == "forward":
+        mlp = MLP(MLPConfig(inputs=32, hidden=64, layers=3, outputs=32, hidden_activation="relu", output_activation="none")).to(device).half()
+        packed = PackedMLP.from_mlp(mlp)
+        x = torch.randn(n, 32, device=device, dtype=torch.float16)
+        material = _material(device)
+        material.kernels = "triton"
+        uv = torch.rand(n, 2, device=device)
+        wi = torch.nn.functional.normalize(torch.rand(n, 3, device=device), dim=1)
+        t_mlp = _try_time(lambda: mlp_forward(packed, x, out_dtype=torch.float16), repeats)
+        t_nm = _try_time(lambda: material.decode(uv, wi, wi), repeats)
+        print(f"forward tile {tile}: mlp {show(t_mlp)}  neural material {show(t_nm)}", flush=True)
+    elif kind == "ntc":
+        ntc = FusedNTC(_ntc_container(device))
+        x = torch.randint(0, 2048, (n,), device=device)
+        print(f"ntc tile {tile}: {show(_try_time(lambda: ntc.texels(torch.zeros_like(x), x, x, out_dtype=torch.float16), repeats))}", flush=True)
+    else:
+        image = _image(device)
+        net = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device)
+        half = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device).half()
+        params = dict(half.named_parameters())
+        scale = torch.tensor(1024.0, device=device)
+        for batch in (1 << 14, 1 << 18):
+            sample = _ImageSampler(image, batch).sample(torch.Generator(device=device).manual_seed(0))
+            auto = AutogradForwardBackward(half, torch.nn.functional.mse_loss)
+            t_auto = _time(lambda: auto(params, sample, 1024.0), repeats)
+            print(f"train step {batch}: autograd (eager, not graphed) {batch / t_auto / 1e6:8.1f} M/s", flush=True)
+            for programs in (1, 2, 4):
+                count = programs * torch.cuda.get_device_properties(device).multi_processor_count
+                step = FusedForwardBackward(net, "mse", dtype=torch.float16, programs=count)
+                t = _try_time(lambda: step(params, sample, scale), repeats)
+                print(f"train step {batch} tile {tile} programs {programs}x SMs: {batch / t / 1e6 if t else 0:8.1f} M/s", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer sizes")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=0, help="training steps per timed run (0: about 2^24 samples, 200 to 4000 steps)")
+    parser.add_argument("--sweep", nargs=3, metavar=("KIND", "ROWS", "WARPS"), help="only time the forward, ntc or train kernels at one tile")
+    parser.add_argument("--only", nargs="*", default=["mlp", "neural_material", "ntc", "train"])
+    parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON (an existing file keeps its rows of the parts not run)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench/kernels.py times the CUDA kernels; run it on a machine with an NVIDIA GPU.")
+    device = torch.device("cuda")
+    peak = _peak(device)
+    decode_sizes = [1 << 16, 1 << 20, 1 << 24] if args.quick else [1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24]
+    train_sizes = [1 << 10, 1 << 14, 1 << 18] if args.quick else [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18]
+    result = {"device": describe_device(device), "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "peak_fp16_flops": peak, "rows": []}
+    import triton
+
+    result["triton"] = triton.__version__
+    print(f"{torch.cuda.get_device_name(device)}  torch {torch.__version__}  triton {triton.__version__}", flush=True)
+    if args.sweep:
+        sweep(device, args.repeats, args.sweep[0], (int(args.sweep[1]), int(args.sweep[2])))
+        return
+    if "mlp" in args.only:
+        result["rows"] += bench_mlp(device, decode_sizes, args.repeats, peak)
+    if "neural_material" in args.only:
+        result["rows"] += bench_neural_material(device, decode_sizes, args.repeats, peak)
+    if "ntc" in args.only:
+        result["rows"] += bench_ntc(device, args.repeats, peak)
+    if "train" in args.only:
+        result["rows"] += bench_train(device, train_sizes, args.steps, peak)
+    if args.out:
+        if args.out.is_file():  # a partial run (--only) replaces its own rows and keeps the others
+            ran = {row["row"] for row in result["rows"]}
+            result["rows"] = [row for row in json.loads(args.out.read_text())["rows"] if row["row"] not in ran] + result["rows"]
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

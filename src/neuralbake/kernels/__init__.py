@@ -1,0 +1,94 @@
+"""Fused GPU kernels for the tiny networks, and the choice between them and the PyTorch path.
+
+``--kernels auto|triton|torch`` on the bakes resolves here (:func:`resolve_kernels`): ``auto``
+takes the Triton kernels on a CUDA device when Triton is installed and the network's shape is
+supported (:func:`unsupported_reason`), and PyTorch otherwise; ``triton`` insists (an error says
+why it cannot run); ``torch`` is the reference path. On a machine without a GPU the kernels run
+only under Triton's interpreter (``TRITON_INTERPRET=1``, set before Python starts), which the tests
+use: slow, but the same kernel code.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Sequence
+
+import torch
+
+from neuralbake.errors import ConfigError
+
+__all__ = [
+    "ACTIVATION_CODES",
+    "KERNEL_MODES",
+    "MAX_LAYERS",
+    "MAX_WIDTH",
+    "interpreting",
+    "resolve_kernels",
+    "triton_installed",
+    "unsupported_reason",
+]
+
+KERNEL_MODES = ("auto", "triton", "torch")
+ACTIVATION_CODES = {"none": 0, "relu": 1, "leaky_relu": 2, "tanh": 3, "exp": 4, "sigmoid": 5, "clamped_gelu": 6}
+"""Activation codes (compile-time constants of the kernels), names as in :mod:`neuralbake.nn.activations`."""
+TRAINABLE_ACTIVATIONS = ("none", "relu", "leaky_relu", "tanh", "exp", "sigmoid")
+"""Activations whose derivative follows from their output (the training kernel keeps outputs only)."""
+LOSS_CODES = {"mse": 0, "l1": 1, "relative_l1": 2}
+DIRECTION_CODES = {"wi": 0, "wo": 1, "half": 2}
+MAX_WIDTH = 128
+"""Widest hidden layer (and input/output) the fused kernels keep on chip."""
+MAX_LAYERS = 8
+"""Most linear layers the fused kernels run."""
+
+
+def triton_installed() -> bool:
+    """Whether the ``triton`` package can be imported (CUDA builds of PyTorch bring it)."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def interpreting() -> bool:
+    """Whether Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def unsupported_reason(widths: Sequence[int], activations: Sequence[str], *, training: bool = False) -> str | None:
+    """Why the fused kernels cannot run a network of these layer ``widths`` (inputs, hidden..., outputs), or None."""
+    linear = len(widths) - 1
+    if linear < 2:
+        return f"the network has {linear} linear layer(s); the kernels need an input and an output layer (2 to {MAX_LAYERS})"
+    if linear > MAX_LAYERS:
+        return f"the network has {linear} linear layers; the kernels run at most {MAX_LAYERS}"
+    if max(widths) > MAX_WIDTH:
+        return f"a layer is {max(widths)} wide; the kernels keep layers of at most {MAX_WIDTH} on chip"
+    allowed = TRAINABLE_ACTIVATIONS if training else tuple(ACTIVATION_CODES)
+    for name in activations:
+        if name not in allowed:
+            return f"activation {name!r} is not in the {'training ' if training else ''}kernels ({', '.join(allowed)})"
+    return None
+
+
+def resolve_kernels(mode: str, device: torch.device, reason: str | None = None, *, field: str = "kernels") -> str:
+    """``"triton"`` or ``"torch"`` for a bake's ``kernels`` setting on ``device``.
+
+    ``reason`` is :func:`unsupported_reason` for the bake's network (None: supported). ``auto``
+    falls back to PyTorch quietly; ``triton`` raises :class:`ConfigError` saying why it cannot run.
+    """
+    if mode not in KERNEL_MODES:
+        raise ConfigError(f"unknown kernels {mode!r}.", field=field, fix="use auto, triton or torch.")
+    if mode == "torch":
+        return "torch"
+    problem = reason
+    if problem is None and not triton_installed():
+        problem = "Triton is not installed (CUDA builds of PyTorch bring it; or pip install triton)"
+    if problem is None and device.type != "cuda" and not interpreting():
+        problem = f"the Triton kernels run on a CUDA GPU and this run is on {device.type} (TRITON_INTERPRET=1 runs them slowly on the CPU, for tests)"
+    if problem is None and device.type == "cuda" and interpreting():
+        problem = "TRITON_INTERPRET=1 is set, which runs kernels on the CPU; unset it for the GPU"
+    if problem is None:
+        if mode == "auto" and device.type != "cuda":
+            return "torch"  # the interpreter is for tests, never picked by itself
+        return "triton"
+    if mode == "triton":
+        raise ConfigError(f"the fused kernels cannot run: {problem}.", field=field, fix="use --kernels auto or torch.")
+    return "torch"

@@ -1,0 +1,361 @@
+"""The fused kernels as PyTorch callables: packed weights, decoders and the training step.
+
+- :class:`PackedMLP`: a network's weights in the kernels' layout (transposed, padded, one block per
+  layer kind), refreshed in place so a CUDA graph can capture the kernels that read them.
+- :func:`mlp_forward`: any supported MLP (or frequency-encoded coordinate network) on rows.
+- :class:`FusedNeuralMaterial`: a baked neural material's decode, latent fetch included.
+- :class:`FusedNTC`: NTC decode of random texels or of a whole mip level.
+- :class:`FusedForwardBackward`: the trainer's :class:`~neuralbake.nn.trainer.ForwardBackward`
+  for plain MLPs and coordinate networks (MSE, L1 or relative-L1 loss), capturable in a CUDA graph.
+
+Every one has its PyTorch reference elsewhere in the project (the modules it names), and the tests
+compare them value by value under ``TRITON_INTERPRET=1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from neuralbake.errors import ConfigError
+from neuralbake.kernels import ACTIVATION_CODES, DIRECTION_CODES, LOSS_CODES, unsupported_reason
+from neuralbake.kernels.triton_mlp import (
+    _mlp_kernel,
+    _mlp_train_kernel,
+    _neural_material_kernel,
+    _ntc_kernel,
+)
+from neuralbake.nn.mlp import MLP, CoordinateNetwork
+
+if TYPE_CHECKING:
+    from neuralbake.bakes.neural_material.model import NeuralMaterial
+    from neuralbake.bakes.ntc.container import NTCContainer
+    from neuralbake.nn.trainer import Batch
+
+__all__ = ["FusedForwardBackward", "FusedNTC", "FusedNeuralMaterial", "PackedMLP", "mlp_forward"]
+
+
+def _pad(n: int, dtype: torch.dtype) -> int:
+    """The kernels' width for ``n``: a power of two, at least 16 (``tl.dot``'s smallest)."""
+    return max(16, 1 << (int(n) - 1).bit_length())
+
+
+TILES: dict[str, tuple[int, int]] = {
+    "forward": (128, 2),
+    "forward_wide": (64, 2),
+    "ntc": (32, 1),
+    "ntc_wide": (32, 1),
+    "train": (64, 2),
+    "train_wide": (32, 2),
+}
+"""``(rows per program, warps per program)`` by kernel kind; ``_wide`` for hidden layers over 64.
+
+At most 2 warps per program, on purpose: with 4 or more Triton 3.6 compiles ``tl.dot`` for an H100
+into Hopper's warpgroup MMA, and for these kernels that code crashed (compute-sanitizer: invalid
+shared-memory reads, out-of-range local addresses) or gave wrong values in about half of the tile
+shapes tried (a fused MLP, the neural-material and NTC decodes). With 1-2 warps it uses
+``mma.sync`` and every shape matched the PyTorch reference, at 0.7-1.0x the fastest warpgroup
+timing that was right. The sizes are the fastest of a sweep on an H100 (bench/kernels.py --sweep;
+bench/kernels_parity.py checks them).
+"""
+
+
+def _tile(kind: str, hidden: int) -> tuple[int, int]:
+    return TILES[f"{kind}_wide" if hidden > 64 else kind]
+
+
+class PackedMLP:
+    """An MLP's weights in the kernels' layout.
+
+    ``weights`` are ``[out, in]`` (``nn.Linear``'s), ``len(weights) >= 2``: the input layer, the
+    hidden-to-hidden layers, the output layer. Every hidden width pads to the widest (``HP``), the
+    inputs to ``KP`` and the outputs to ``OP``; weights are stored ``[in, out]`` in ``dtype``,
+    biases in fp32.
+    """
+
+    def __init__(
+        self,
+        weights: Sequence[torch.Tensor],
+        biases: Sequence[torch.Tensor],
+        *,
+        hidden_activation: str,
+        output_activation: str,
+        leak: float,
+        dtype: torch.dtype,
+        training: bool = False,
+    ) -> None:
+        widths = [int(weights[0].shape[1])] + [int(w.shape[0]) for w in weights]
+        reason = unsupported_reason(widths, [hidden_activation, output_activation], training=training)
+        if reason is not None:
+            raise ConfigError(f"the fused kernels cannot run this network: {reason}.", field="kernels", fix="use --kernels torch.")
+        if dtype not in (torch.float16, torch.bfloat16, torch.float32):
+            raise ConfigError(f"the fused kernels run fp16, bf16 or fp32 weights, not {dtype}.", field="kernels", fix="use --kernels torch.")
+        device = weights[0].device
+        self.widths, self.dtype = widths, dtype
+        self.inputs, self.outputs = widths[0], widths[-1]
+        self.kp, self.hp, self.op = _pad(widths[0], dtype), _pad(max(widths[1:-1]), dtype), _pad(widths[-1], dtype)
+        self.hidden = len(weights) - 2
+        self.hidden_activation, self.output_activation, self.leak = hidden_activation, output_activation, float(leak)
+        zeros = lambda *shape, dt=dtype: torch.zeros(*shape, dtype=dt, device=device)
+        self.w_in, self.b_in = zeros(self.kp, self.hp), zeros(self.hp, dt=torch.float32)
+        self.w_hid, self.b_hid = zeros(max(self.hidden, 1), self.hp, self.hp), zeros(max(self.hidden, 1), self.hp, dt=torch.float32)
+        self.w_out, self.b_out = zeros(self.hp, self.op), zeros(self.op, dt=torch.float32)
+        self._weight_views = [self.w_in[: widths[0], : widths[1]]]
+        self._weight_views += [self.w_hid[i, : widths[i + 1], : widths[i + 2]] for i in range(self.hidden)]
+        self._weight_views.append(self.w_out[: widths[-2], : widths[-1]])
+        self._bias_views = [self.b_in[: widths[1]]] + [self.b_hid[i, : widths[i + 2]] for i in range(self.hidden)] + [self.b_out[: widths[-1]]]
+        self.refresh(weights, biases)
+
+    @classmethod
+    def from_mlp(cls, mlp: MLP, dtype: torch.dtype | None = None, *, training: bool = False) -> PackedMLP:
+        config = mlp.config
+        return cls(
+            [layer.weight for layer in mlp.layers],
+            [layer.bias for layer in mlp.layers],
+            hidden_activation=config.hidden_activation,
+            output_activation=config.output_activation,
+            leak=config.leak,
+            dtype=dtype or mlp.layers[0].weight.dtype,
+            training=training,
+        )
+
+    def refresh(self, weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]) -> None:
+        """Copy new weight values in (same shapes); the buffers keep their addresses."""
+        with torch.no_grad():
+            for view, weight in zip(self._weight_views, weights):
+                view.copy_(weight.t())
+            for view, bias in zip(self._bias_views, biases):
+                view.copy_(bias)
+
+    def buffers(self) -> tuple[torch.Tensor, ...]:
+        return self.w_in, self.b_in, self.w_hid, self.b_hid, self.w_out, self.b_out
+
+    def constants(self) -> dict[str, Any]:
+        """The network's compile-time constants shared by every kernel."""
+        return {
+            "KP": self.kp,
+            "HP": self.hp,
+            "OP": self.op,
+            "HIDDEN": self.hidden,
+            "HACT": ACTIVATION_CODES[self.hidden_activation],
+            "LEAK": self.leak,
+            "DOT": "ieee" if self.dtype == torch.float32 else "tf32",
+        }
+
+    @property
+    def block_rows(self) -> int:
+        return _tile("forward", self.hp)[0]
+
+    @property
+    def num_warps(self) -> int:
+        return _tile("forward", self.hp)[1]
+
+
+def mlp_forward(packed: PackedMLP, inputs: torch.Tensor, *, frequencies: int = 0, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``[N, outputs]`` for input rows ``[N, inputs]``; with ``frequencies``, rows of coordinates encoded in the kernel."""
+    n = inputs.shape[0]
+    k = inputs.shape[1]
+    expected = k * 2 * frequencies if frequencies else k
+    if expected != packed.inputs:
+        raise ValueError(f"the network takes {packed.inputs} inputs; {k} columns{' encoded' if frequencies else ''} give {expected}")
+    inputs = inputs.contiguous() if frequencies == 0 and inputs.dtype == packed.dtype else inputs.float().contiguous()
+    out = torch.empty(n, packed.outputs, dtype=out_dtype, device=inputs.device)
+    if n == 0:
+        return out
+    bm = packed.block_rows
+    _mlp_kernel[(triton_cdiv(n, bm),)](
+        inputs, out, n, *packed.buffers(), K=k, O=packed.outputs, FREQ=frequencies,
+        OACT=ACTIVATION_CODES[packed.output_activation], BM=bm, num_warps=packed.num_warps, **packed.constants(),
+    )  # fmt: skip
+    return out
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class FusedNeuralMaterial:
+    """The fused decode of a :class:`~neuralbake.bakes.neural_material.model.NeuralMaterial`.
+
+    The latent pyramid is stored once, flat, in the decoder's dtype (fp16 for an fp16 decoder: the
+    precision :meth:`NeuralMaterial.to` gives its latents too). ``__call__(uv, wi, wo, lod=None)``
+    returns ``f(wi, wo) cos`` ``[N, 3]`` fp32: bilinear from level 0 without ``lod``, trilinear
+    between the two levels around ``lod`` ``[N]`` (clamped to the pyramid) with it.
+    """
+
+    def __init__(self, material: NeuralMaterial) -> None:
+        decoder = material.decoder
+        self.packed = PackedMLP.from_mlp(decoder)
+        if decoder.config.output_activation != "none":
+            raise ConfigError("the fused neural-material decode expects a linear decoder output.", field="kernels", fix="use --kernels torch.")
+        if len(material.direction_inputs) > 3:
+            raise ConfigError("the fused decode reads at most 3 direction features.", field="kernels", fix="use --kernels torch.")
+        latents = material.latents
+        self.channels = int(latents[0].shape[2])
+        store = torch.float32 if self.packed.dtype == torch.float32 else self.packed.dtype
+        device = latents[0].device
+        self.latents = torch.cat([level.reshape(-1) for level in latents]).to(device=device, dtype=store).contiguous()
+        sizes = [(int(level.shape[1]), int(level.shape[0])) for level in latents]
+        counts = [w * h * self.channels for w, h in sizes]
+        offsets = [sum(counts[:i]) // self.channels for i in range(len(sizes))]
+        as_int = lambda values: torch.tensor(values, dtype=torch.int32, device=device)
+        self.level_offset, self.level_width, self.level_height = as_int(offsets), as_int([w for w, _ in sizes]), as_int([h for _, h in sizes])
+        self.levels = len(sizes)
+        codes = [DIRECTION_CODES[name] for name in material.direction_inputs] + [-1, -1, -1]
+        self.directions = codes[:3]
+        if self.channels + 3 * len(material.direction_inputs) != self.packed.inputs:
+            raise ConfigError("the latent channels and direction features do not match the decoder's inputs.", field="kernels")
+
+    def __call__(self, uv: torch.Tensor, wi: torch.Tensor, wo: torch.Tensor, lod: torch.Tensor | None = None) -> torch.Tensor:
+        n = uv.shape[0]
+        out = torch.empty(n, 3, dtype=torch.float32, device=uv.device)
+        if n == 0:
+            return out
+        uv, wi, wo = (t.float().contiguous() for t in (uv, wi, wo))
+        lod_arg = uv if lod is None else lod.float().contiguous()
+        bm = self.packed.block_rows
+        _neural_material_kernel[(triton_cdiv(n, bm),)](
+            uv, wi, wo, lod_arg, self.latents, self.level_offset, self.level_width, self.level_height, self.levels, out, n,
+            *self.packed.buffers(), C=self.channels, DIR0=self.directions[0], DIR1=self.directions[1], DIR2=self.directions[2],
+            TRILINEAR=lod is not None, BM=bm, num_warps=self.packed.num_warps, **self.packed.constants(),
+        )  # fmt: skip
+        return out
+
+
+class FusedNTC:
+    """NTC decode of a container: ``texels(level, x, y)`` (random access) and ``level(index)`` (a whole mip)."""
+
+    def __init__(self, container: NTCContainer, dtype: torch.dtype = torch.float16) -> None:
+        layout = container.layout
+        self.layout = layout
+        weights = container.weights()
+        self.packed = PackedMLP(weights, container.biases, hidden_activation=layout.activation, output_activation="none", leak=layout.leak, dtype=dtype)
+        device = container.latents_high.device
+        self.high = container.latents_high.to(dtype).contiguous()
+        self.low = container.latents_low.to(dtype).contiguous()
+        levels = layout.levels
+        rows = [[w for w, _ in layout.level_sizes], [h for _, h in layout.level_sizes]]
+
+        def pair_rows(dims: list[tuple[int, int]]) -> list[list[int]]:
+            offsets = [0]
+            for w, h in dims[:-1]:
+                offsets.append(offsets[-1] + w * h)
+            return [[w for w, _ in dims], [h for _, h in dims], offsets]
+
+        rows += pair_rows(layout.high_dims) + pair_rows(layout.low_dims)
+        self.tables = torch.tensor([row + [0] * (levels - len(row)) for row in rows], dtype=torch.int32, device=device).contiguous()
+        self.features, self.pe = layout.shape.features, layout.pe_frequencies
+
+    def _launch(self, n: int, level: torch.Tensor, x: torch.Tensor, y: torch.Tensor, frame_level: int, frame_width: int, frame: bool, out_dtype: torch.dtype) -> torch.Tensor:
+        out = torch.empty(n, self.layout.channels, dtype=out_dtype, device=self.high.device)
+        if n == 0:
+            return out
+        bm, warps = _tile("ntc", self.packed.hp)
+        _ntc_kernel[(triton_cdiv(n, bm),)](
+            level, x, y, frame_level, frame_width, self.high, self.low, self.tables, self.layout.levels, out, n, *self.packed.buffers(),
+            F=self.features, PE=self.pe, CH=self.layout.channels, FRAME=frame, BM=bm, num_warps=warps, **self.packed.constants(),
+        )  # fmt: skip
+        return out
+
+    def texels(self, level: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """Decode texels ``(level, x, y)`` (integer ``[N]``) -> ``[N, channels]`` in [0, 1]."""
+        as32 = lambda t: t.to(torch.int32).contiguous()
+        return self._launch(level.numel(), as32(level), as32(x), as32(y), 0, 1, False, out_dtype)
+
+    def level(self, index: int, *, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """Every texel of mip ``index`` -> ``[H, W, channels]`` in [0, 1]."""
+        width, height = self.layout.level_sizes[index]
+        dummy = self.tables
+        return self._launch(width * height, dummy, dummy, dummy, index, width, True, out_dtype).reshape(height, width, -1)
+
+
+def _find_mlp(model: nn.Module) -> tuple[MLP, str, int]:
+    """The MLP inside ``model``, its parameter-name prefix and its frequency-encoding octaves (0: none)."""
+    if isinstance(model, CoordinateNetwork):
+        return model.mlp, "mlp.", model.config.frequencies
+    if isinstance(model, MLP):
+        return model, "", 0
+    raise ConfigError(f"the fused training step runs an MLP or a coordinate network, not {type(model).__name__}.", field="kernels", fix="use --kernels torch.")
+
+
+class FusedForwardBackward:
+    """The fused training step (:class:`~neuralbake.nn.trainer.ForwardBackward`) of an MLP or coordinate network.
+
+    ``loss`` is ``mse``, ``l1`` or ``relative_l1`` (means over every output value, as
+    ``F.mse_loss``, ``F.l1_loss`` and :func:`neuralbake.bakes.neural_material.model.relative_l1`).
+    Gradients come back fp32 (summed over the programs' slots), scaled by the loss scale; the loss
+    scale is read on the device, so the whole step can be captured in a CUDA graph
+    (``capturable``).
+    """
+
+    capturable = True
+
+    def __init__(self, model: nn.Module, loss: str, *, dtype: torch.dtype, floor: float = 0.01, programs: int | None = None) -> None:
+        if loss not in LOSS_CODES:
+            raise ConfigError(f"unknown fused loss {loss!r}.", field="kernels", fix=f"use one of {', '.join(LOSS_CODES)}.")
+        mlp, prefix, self.frequencies = _find_mlp(model)
+        self.names = [f"{prefix}layers.{i}.{kind}" for i in range(len(mlp.layers)) for kind in ("weight", "bias")]
+        own = dict(model.named_parameters())
+        missing = [name for name in self.names if name not in own]
+        if missing or len(own) != len(self.names):
+            raise ConfigError("the fused training step trains every layer of one MLP; this model has other or frozen parameters.", field="kernels", fix="use --kernels torch.")
+        self.packed = PackedMLP.from_mlp(mlp, dtype, training=True)
+        self.loss, self.floor = loss, float(floor)
+        device = mlp.layers[0].weight.device
+        p = self.packed
+        self.slot_size = p.kp * p.hp + p.hp + p.hidden * (p.hp * p.hp + p.hp) + p.hp * p.op + p.op
+        if programs is None:
+            programs = 2 * torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
+        self.programs = programs
+        self.device = device
+        self.block_rows, self.num_warps = _tile("train", p.hp)
+        self._grads = torch.zeros(programs, self.slot_size, dtype=torch.float32, device=device)
+        self._scratch = torch.empty(programs * (p.hidden + 1) * self.block_rows * p.hp, dtype=p.dtype, device=device)
+        self._losses = torch.zeros(programs, dtype=torch.float32, device=device)
+
+    def __call__(self, params: dict[str, torch.Tensor], batch: Batch, loss_scale: float | torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        p = self.packed
+        weights = [params[name] for name in self.names[0::2]]
+        p.refresh(weights, [params[name] for name in self.names[1::2]])
+        inputs, targets = batch.inputs, batch.targets
+        if self.frequencies or inputs.dtype != p.dtype:
+            inputs = inputs.float()
+        inputs, targets = inputs.contiguous(), targets.float().contiguous()
+        n = inputs.shape[0]
+        scale = loss_scale if isinstance(loss_scale, torch.Tensor) else torch.tensor(float(loss_scale), device=self.device)
+        self._grads.zero_()
+        grid = (min(self.programs, max(1, triton_cdiv(n, self.block_rows))),)
+        _mlp_train_kernel[grid](
+            inputs, targets, n, self._scratch, self._grads, self._losses, scale.float().reshape(1), *p.buffers(),
+            K=inputs.shape[1], O=p.outputs, FREQ=self.frequencies, OACT=ACTIVATION_CODES[p.output_activation], LOSS=LOSS_CODES[self.loss],
+            FLOOR=self.floor, BM=self.block_rows, num_warps=self.num_warps, **p.constants(),
+        )  # fmt: skip
+        total = self._grads[: grid[0]].sum(0)
+        loss = self._losses[: grid[0]].sum() / (n * p.outputs)
+        by_name = dict(zip(self.names, self._unpack(total)))
+        return loss, [by_name[name] for name in params]
+
+    def _unpack(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        p, widths = self.packed, self.packed.widths
+        cursor = 0
+
+        def take(*shape: int) -> torch.Tensor:
+            nonlocal cursor
+            size = 1
+            for s in shape:
+                size *= s
+            part = flat[cursor : cursor + size].reshape(shape)
+            cursor += size
+            return part
+
+        w_in, b_in = take(p.kp, p.hp), take(p.hp)
+        w_hid, b_hid = take(p.hidden, p.hp, p.hp), take(p.hidden, p.hp)
+        w_out, b_out = take(p.hp, p.op), take(p.op)
+        grads = [w_in[: widths[0], : widths[1]].t(), b_in[: widths[1]]]
+        for i in range(p.hidden):
+            grads += [w_hid[i, : widths[i + 1], : widths[i + 2]].t(), b_hid[i, : widths[i + 2]]]
+        grads += [w_out[: widths[-2], : widths[-1]].t(), b_out[: widths[-1]]]
+        return grads

@@ -1,0 +1,508 @@
+"""Triton kernels that keep a whole small MLP on chip: one pass over the inputs, every layer's
+matrix product on the tensor cores (``tl.dot``), activations fused, nothing between layers
+written to device memory.
+
+Four kernels share one network body (:func:`_network`):
+
+- :func:`_mlp_kernel`: rows of inputs (or coordinates, frequency-encoded in the kernel) -> outputs;
+- :func:`_neural_material_kernel`: the neural-material decode, latent fetch included (bilinear
+  with repeat wrap, or trilinear between two levels of the latent pyramid, the level per sample),
+  the direction features built in the kernel, ``expm1`` and the hemisphere test fused;
+- :func:`_ntc_kernel`: NTC decode, the features of :func:`neuralbake.bakes.ntc.model.sample_features`
+  (four high-resolution cells, the bilinear low-resolution cell, the positional encoding, the
+  level within the mip pair) gathered in the kernel, for random texels or a whole mip level;
+- :func:`_mlp_train_kernel`: forward and backward of one training batch with the loss and its
+  gradient fused; each program keeps a running weight gradient in its own slot (no atomics, so
+  the result is deterministic) and one sum over the slots finishes the reduction.
+
+Weights are packed by :class:`neuralbake.kernels.fused.PackedMLP`: transposed (``[in, out]``),
+zero-padded to powers of two (16 at least, as ``tl.dot`` needs), every hidden layer padded to the
+widest, so one loop body serves every layer. Padded neurons see zero weights and bias and feed
+zero weights onward, so they never change a result.
+
+Written with Triton rather than found in a library: tiny-cuda-nn's fully fused MLPs are CUDA C++
+with their own build and no latent-texture fetch or NTC feature gather, and nothing on PyPI fuses
+these inputs with the network.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from neuralbake.kernels import ACTIVATION_CODES, DIRECTION_CODES, LOSS_CODES, TRAINABLE_ACTIVATIONS  # noqa: F401  (re-exported)
+
+
+@triton.jit
+def _activate(x, ACT: tl.constexpr, LEAK: tl.constexpr):
+    if ACT == 1:
+        x = tl.maximum(x, 0.0)
+    elif ACT == 2:
+        x = tl.where(x > 0.0, x, x * LEAK)
+    elif ACT == 3:
+        x = 2.0 / (1.0 + tl.exp(-2.0 * x)) - 1.0
+    elif ACT == 4:
+        x = tl.exp(x)
+    elif ACT == 5:
+        x = 1.0 / (1.0 + tl.exp(-x))
+    elif ACT == 6:
+        x = tl.minimum(x, 3.0) * tl.minimum(tl.maximum(x / 3.0 + 0.5, 0.0), 1.0)
+    return x
+
+
+@triton.jit
+def _activation_slope(a, ACT: tl.constexpr, LEAK: tl.constexpr):
+    """d act / d z, from the activation's output ``a`` (fp32)."""
+    if ACT == 0:
+        d = tl.full(a.shape, 1.0, tl.float32)
+    elif ACT == 1:
+        d = tl.where(a > 0.0, 1.0, 0.0)
+    elif ACT == 2:
+        d = tl.where(a > 0.0, 1.0, LEAK)
+    elif ACT == 3:
+        d = 1.0 - a * a
+    elif ACT == 4:
+        d = a
+    else:
+        d = a * (1.0 - a)
+    return d
+
+
+@triton.jit
+def _network(
+    x,
+    w_in,
+    b_in,
+    w_hid,
+    b_hid,
+    w_out,
+    b_out,
+    KP: tl.constexpr,
+    HP: tl.constexpr,
+    OP: tl.constexpr,
+    HIDDEN: tl.constexpr,
+    HACT: tl.constexpr,
+    OACT: tl.constexpr,
+    LEAK: tl.constexpr,
+    DOT: tl.constexpr,
+):
+    """``x`` ``[BM, KP]`` in the weights' dtype -> ``[BM, OP]`` fp32, output activation applied."""
+    dtype = w_in.dtype.element_ty
+    k = tl.arange(0, KP)
+    h = tl.arange(0, HP)
+    o = tl.arange(0, OP)
+    w = tl.load(w_in + k[:, None] * HP + h[None, :])
+    z = tl.dot(x, w, input_precision=DOT) + tl.load(b_in + h)[None, :]
+    a = _activate(z, HACT, LEAK).to(dtype)
+    for layer in tl.static_range(HIDDEN):
+        w = tl.load(w_hid + layer * HP * HP + h[:, None] * HP + h[None, :])
+        z = tl.dot(a, w, input_precision=DOT) + tl.load(b_hid + layer * HP + h)[None, :]
+        a = _activate(z, HACT, LEAK).to(dtype)
+    w = tl.load(w_out + h[:, None] * OP + o[None, :])
+    y = tl.dot(a, w, input_precision=DOT) + tl.load(b_out + o)[None, :]
+    return _activate(y, OACT, LEAK)
+
+
+@triton.jit
+def _frequency_tile(coords_ptr, rows, rmask, D: tl.constexpr, FREQ: tl.constexpr, KP: tl.constexpr):
+    """Frequency encoding of ``D`` coordinates per row as a ``[BM, KP]`` fp32 tile (zero past ``2 D FREQ``).
+
+    Column ``j``: coordinate ``j // (2 FREQ)``, octave ``(j % (2 FREQ)) // 2``, sin for even ``j``,
+    cos for odd, the order of :func:`neuralbake.nn.encoding.frequency_encode`.
+    """
+    cols = tl.arange(0, KP)
+    used = cols < D * 2 * FREQ
+    coord = tl.minimum(cols // (2 * FREQ), D - 1)
+    octave = (cols % (2 * FREQ)) // 2
+    value = tl.load(coords_ptr + rows[:, None] * D + coord[None, :], mask=rmask[:, None] & used[None, :], other=0.0)
+    phase = value * (3.141592653589793 * tl.exp2(octave.to(tl.float32)))[None, :]
+    encoded = tl.where((cols % 2 == 0)[None, :], tl.sin(phase), tl.cos(phase))
+    return tl.where(used[None, :], encoded, 0.0)
+
+
+@triton.jit
+def _mlp_kernel(
+    in_ptr,
+    out_ptr,
+    N,
+    w_in,
+    b_in,
+    w_hid,
+    b_hid,
+    w_out,
+    b_out,
+    K: tl.constexpr,
+    O: tl.constexpr,
+    FREQ: tl.constexpr,
+    KP: tl.constexpr,
+    HP: tl.constexpr,
+    OP: tl.constexpr,
+    HIDDEN: tl.constexpr,
+    HACT: tl.constexpr,
+    OACT: tl.constexpr,
+    LEAK: tl.constexpr,
+    DOT: tl.constexpr,
+    BM: tl.constexpr,
+):
+    """``out[N, O] = mlp(in[N, K])``; with ``FREQ > 0`` the ``K`` inputs are coordinates, encoded here."""
+    dtype = w_in.dtype.element_ty
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    rmask = rows < N
+    cols = tl.arange(0, KP)
+    if FREQ > 0:
+        x = _frequency_tile(in_ptr, rows, rmask, K, FREQ, KP)
+    else:
+        x = tl.load(in_ptr + rows[:, None] * K + cols[None, :], mask=rmask[:, None] & (cols < K)[None, :], other=0.0)
+    y = _network(x.to(dtype), w_in, b_in, w_hid, b_hid, w_out, b_out, KP, HP, OP, HIDDEN, HACT, OACT, LEAK, DOT)
+    o = tl.arange(0, OP)
+    tl.store(out_ptr + rows[:, None] * O + o[None, :], y.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & (o < O)[None, :])
+
+
+@triton.jit
+def _bilinear_repeat(lat_ptr, offset, width, height, u, v, cols, cmask, C: tl.constexpr):
+    """Bilinear taps of an ``[height, width, C]`` texture at ``offset`` (repeat wrap), ``[BM, KP]`` fp32.
+
+    ``offset``/``width``/``height`` are per-row int tensors or scalars; row 0 of the texture is
+    ``v = 0`` and texel ``(i, j)`` is centred at ``((j + 0.5) / width, (i + 0.5) / height)``, as in
+    :func:`neuralbake.material.texture.sample_texture`.
+    """
+    x = u * width.to(tl.float32) - 0.5
+    y = v * height.to(tl.float32) - 0.5
+    xf = tl.floor(x)
+    yf = tl.floor(y)
+    tx = (x - xf)[:, None]
+    ty = (y - yf)[:, None]
+    x0 = xf.to(tl.int32) % width
+    x0 = tl.where(x0 < 0, x0 + width, x0)
+    y0 = yf.to(tl.int32) % height
+    y0 = tl.where(y0 < 0, y0 + height, y0)
+    x1 = tl.where(x0 + 1 == width, 0, x0 + 1)
+    y1 = tl.where(y0 + 1 == height, 0, y0 + 1)
+    c = cols[None, :]
+    t00 = tl.load(lat_ptr + ((offset + y0 * width + x0) * C)[:, None] + c, mask=cmask, other=0.0).to(tl.float32)
+    t01 = tl.load(lat_ptr + ((offset + y0 * width + x1) * C)[:, None] + c, mask=cmask, other=0.0).to(tl.float32)
+    t10 = tl.load(lat_ptr + ((offset + y1 * width + x0) * C)[:, None] + c, mask=cmask, other=0.0).to(tl.float32)
+    t11 = tl.load(lat_ptr + ((offset + y1 * width + x1) * C)[:, None] + c, mask=cmask, other=0.0).to(tl.float32)
+    top = t00 * (1.0 - tx) + t01 * tx
+    bottom = t10 * (1.0 - tx) + t11 * tx
+    return top * (1.0 - ty) + bottom * ty
+
+
+@triton.jit
+def _direction_tile(wi_ptr, wo_ptr, rows, rmask, cols, FIRST: tl.constexpr, CODE: tl.constexpr, KP: tl.constexpr):
+    """One direction feature (wi, wo or the half vector) in columns ``FIRST .. FIRST + 2``, zero elsewhere."""
+    inside = (cols >= FIRST) & (cols < FIRST + 3)
+    comp = tl.where(inside, cols - FIRST, 0)
+    mask = rmask[:, None] & inside[None, :]
+    if CODE == 0:
+        value = tl.load(wi_ptr + rows[:, None] * 3 + comp[None, :], mask=mask, other=0.0)
+    elif CODE == 1:
+        value = tl.load(wo_ptr + rows[:, None] * 3 + comp[None, :], mask=mask, other=0.0)
+    else:
+        half = tl.load(wi_ptr + rows[:, None] * 3 + comp[None, :], mask=mask, other=0.0)
+        half += tl.load(wo_ptr + rows[:, None] * 3 + comp[None, :], mask=mask, other=0.0)
+        norm = tl.sqrt(tl.sum(half * half, axis=1))
+        value = half / tl.maximum(norm, 1e-8)[:, None]
+    return value
+
+
+@triton.jit
+def _neural_material_kernel(
+    uv_ptr,
+    wi_ptr,
+    wo_ptr,
+    lod_ptr,
+    lat_ptr,
+    level_offset,
+    level_width,
+    level_height,
+    LEVELS,
+    out_ptr,
+    N,
+    w_in,
+    b_in,
+    w_hid,
+    b_hid,
+    w_out,
+    b_out,
+    C: tl.constexpr,
+    DIR0: tl.constexpr,
+    DIR1: tl.constexpr,
+    DIR2: tl.constexpr,
+    TRILINEAR: tl.constexpr,
+    KP: tl.constexpr,
+    HP: tl.constexpr,
+    OP: tl.constexpr,
+    HIDDEN: tl.constexpr,
+    HACT: tl.constexpr,
+    LEAK: tl.constexpr,
+    DOT: tl.constexpr,
+    BM: tl.constexpr,
+):
+    """``out[N, 3] = f(wi, wo) cos`` of a neural material at ``uv`` (see the module docstring)."""
+    dtype = w_in.dtype.element_ty
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    rmask = rows < N
+    cols = tl.arange(0, KP)
+    u = tl.load(uv_ptr + rows * 2, mask=rmask, other=0.0)
+    v = tl.load(uv_ptr + rows * 2 + 1, mask=rmask, other=0.0)
+    cmask = rmask[:, None] & (cols < C)[None, :]
+    if TRILINEAR:
+        lod = tl.load(lod_ptr + rows, mask=rmask, other=0.0)
+        lod = tl.minimum(tl.maximum(lod, 0.0), LEVELS - 1.0)
+        lower = tl.minimum(tl.floor(lod).to(tl.int32), LEVELS - 1)
+        upper = tl.minimum(lower + 1, LEVELS - 1)
+        t = (lod - lower.to(tl.float32))[:, None]
+        a = _bilinear_repeat(
+            lat_ptr, tl.load(level_offset + lower), tl.load(level_width + lower), tl.load(level_height + lower), u, v, cols, cmask, C
+        )
+        b = _bilinear_repeat(
+            lat_ptr, tl.load(level_offset + upper), tl.load(level_width + upper), tl.load(level_height + upper), u, v, cols, cmask, C
+        )
+        x = a * (1.0 - t) + b * t
+    else:
+        x = _bilinear_repeat(lat_ptr, 0, tl.load(level_width), tl.load(level_height), u, v, cols, cmask, C)
+    if DIR0 >= 0:
+        x += _direction_tile(wi_ptr, wo_ptr, rows, rmask, cols, C, DIR0, KP)
+    if DIR1 >= 0:
+        x += _direction_tile(wi_ptr, wo_ptr, rows, rmask, cols, C + 3, DIR1, KP)
+    if DIR2 >= 0:
+        x += _direction_tile(wi_ptr, wo_ptr, rows, rmask, cols, C + 6, DIR2, KP)
+    y = _network(x.to(dtype), w_in, b_in, w_hid, b_hid, w_out, b_out, KP, HP, OP, HIDDEN, HACT, 0, LEAK, DOT)
+    wiz = tl.load(wi_ptr + rows * 3 + 2, mask=rmask, other=0.0)
+    woz = tl.load(wo_ptr + rows * 3 + 2, mask=rmask, other=0.0)
+    valid = ((wiz > 0.0) & (woz > 0.0))[:, None]
+    value = tl.where(valid, tl.exp(tl.maximum(y, 0.0)) - 1.0, 0.0)
+    o = tl.arange(0, OP)
+    tl.store(out_ptr + rows[:, None] * 3 + o[None, :], value.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & (o < 3)[None, :])
+
+
+@triton.jit
+def _cell(u, v, width, height):
+    """Clamped neighbour cells and fractions on a cell-centred grid (``_cell_coords`` of the NTC model)."""
+    px = u * width.to(tl.float32) - 0.5
+    py = v * height.to(tl.float32) - 0.5
+    x0f = tl.floor(px)
+    y0f = tl.floor(py)
+    fx = px - x0f
+    fy = py - y0f
+    x0 = x0f.to(tl.int32)
+    y0 = y0f.to(tl.int32)
+    xa = tl.minimum(tl.maximum(x0, 0), width - 1)
+    xb = tl.minimum(tl.maximum(x0 + 1, 0), width - 1)
+    ya = tl.minimum(tl.maximum(y0, 0), height - 1)
+    yb = tl.minimum(tl.maximum(y0 + 1, 0), height - 1)
+    return xa, xb, ya, yb, fx, fy
+
+
+@triton.jit
+def _ntc_kernel(
+    level_ptr,
+    x_ptr,
+    y_ptr,
+    FRAME_LEVEL,
+    FRAME_WIDTH,
+    high_ptr,
+    low_ptr,
+    tables,
+    LEVELS,
+    out_ptr,
+    N,
+    w_in,
+    b_in,
+    w_hid,
+    b_hid,
+    w_out,
+    b_out,
+    F: tl.constexpr,
+    PE: tl.constexpr,
+    CH: tl.constexpr,
+    FRAME: tl.constexpr,
+    KP: tl.constexpr,
+    HP: tl.constexpr,
+    OP: tl.constexpr,
+    HIDDEN: tl.constexpr,
+    HACT: tl.constexpr,
+    LEAK: tl.constexpr,
+    DOT: tl.constexpr,
+    BM: tl.constexpr,
+):
+    """NTC decode -> ``out[N, CH]`` clamped to [0, 1]; texels from arrays, or (``FRAME``) the rows of one level.
+
+    ``tables`` is int32 ``[8, levels]``: level width, height, then per mip pair the high grid's
+    width, height, offset and the low grid's width, height, offset (indexed by level // 2).
+    """
+    dtype = w_in.dtype.element_ty
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    rmask = rows < N
+    if FRAME:
+        level = tl.zeros((BM,), tl.int32) + FRAME_LEVEL
+        tx = rows % FRAME_WIDTH
+        ty = rows // FRAME_WIDTH
+    else:
+        level = tl.load(level_ptr + rows, mask=rmask, other=0)
+        tx = tl.load(x_ptr + rows, mask=rmask, other=0)
+        ty = tl.load(y_ptr + rows, mask=rmask, other=0)
+    lw = tl.load(tables + level, mask=rmask, other=1)
+    lh = tl.load(tables + LEVELS + level, mask=rmask, other=1)
+    pair = level // 2
+    in_pair = (level - 2 * pair).to(tl.float32)
+    hw = tl.load(tables + 2 * LEVELS + pair, mask=rmask, other=1)
+    hh = tl.load(tables + 3 * LEVELS + pair, mask=rmask, other=1)
+    ho = tl.load(tables + 4 * LEVELS + pair, mask=rmask, other=0)
+    low_w = tl.load(tables + 5 * LEVELS + pair, mask=rmask, other=1)
+    low_h = tl.load(tables + 6 * LEVELS + pair, mask=rmask, other=1)
+    low_o = tl.load(tables + 7 * LEVELS + pair, mask=rmask, other=0)
+    u = (tx.to(tl.float32) + 0.5) / lw.to(tl.float32)
+    v = (ty.to(tl.float32) + 0.5) / lh.to(tl.float32)
+    cols = tl.arange(0, KP)
+    c = cols[None, :]
+    # Four high-resolution cells, concatenated: columns [0, 4F).
+    xa, xb, ya, yb, fx, fy = _cell(u, v, hw, hh)
+    corner = c // F
+    cell = tl.where(corner == 0, (ya * hw + xa)[:, None], (ya * hw + xb)[:, None])
+    cell = tl.where(corner == 2, (yb * hw + xa)[:, None], cell)
+    cell = tl.where(corner == 3, (yb * hw + xb)[:, None], cell)
+    high_mask = rmask[:, None] & (c < 4 * F)
+    x = tl.load(high_ptr + (cell + ho[:, None]) * F + c % F, mask=high_mask, other=0.0).to(tl.float32)
+    # The low-resolution grid, bilinear: columns [4F, 5F).
+    lxa, lxb, lya, lyb, lfx, lfy = _cell(u, v, low_w, low_h)
+    low_mask = rmask[:, None] & (c >= 4 * F) & (c < 5 * F)
+    f = tl.where(low_mask, c - 4 * F, 0)
+    l00 = tl.load(low_ptr + ((low_o + lya * low_w + lxa) * F)[:, None] + f, mask=low_mask, other=0.0).to(tl.float32)
+    l10 = tl.load(low_ptr + ((low_o + lya * low_w + lxb) * F)[:, None] + f, mask=low_mask, other=0.0).to(tl.float32)
+    l01 = tl.load(low_ptr + ((low_o + lyb * low_w + lxa) * F)[:, None] + f, mask=low_mask, other=0.0).to(tl.float32)
+    l11 = tl.load(low_ptr + ((low_o + lyb * low_w + lxb) * F)[:, None] + f, mask=low_mask, other=0.0).to(tl.float32)
+    wx = lfx[:, None]
+    wy = lfy[:, None]
+    x += (l00 * (1.0 - wx) + l10 * wx) * (1.0 - wy) + (l01 * (1.0 - wx) + l11 * wx) * wy
+    # The position inside the high-resolution cell, frequency-encoded: columns [5F, 5F + 4 PE).
+    j = c - 5 * F
+    pe_cols = (j >= 0) & (j < 4 * PE)
+    octave = tl.where(pe_cols, (j % (2 * PE)) // 2, 0).to(tl.float32)
+    phase = tl.where(j < 2 * PE, fx[:, None], fy[:, None]) * 3.141592653589793 * tl.exp2(octave)
+    x += tl.where(pe_cols, tl.where(j % 2 == 0, tl.sin(phase), tl.cos(phase)), 0.0)
+    # The level within the mip pair: the last column.
+    x += tl.where(j == 4 * PE, in_pair[:, None], 0.0)
+    y = _network(x.to(dtype), w_in, b_in, w_hid, b_hid, w_out, b_out, KP, HP, OP, HIDDEN, HACT, 0, LEAK, DOT)
+    y = tl.minimum(tl.maximum(y, 0.0), 1.0)
+    o = tl.arange(0, OP)
+    tl.store(out_ptr + rows[:, None] * CH + o[None, :], y.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & (o < CH)[None, :])
+
+
+@triton.jit
+def _accumulate(slot, offsets, partial):
+    """``slot[offsets] += partial``: the program's own running gradient (no other program touches it)."""
+    tl.store(slot + offsets, tl.load(slot + offsets) + partial)
+
+
+@triton.jit
+def _mlp_train_kernel(
+    in_ptr,
+    target_ptr,
+    N,
+    scratch_ptr,
+    grad_ptr,
+    loss_ptr,
+    scale_ptr,
+    w_in,
+    b_in,
+    w_hid,
+    b_hid,
+    w_out,
+    b_out,
+    K: tl.constexpr,
+    O: tl.constexpr,
+    FREQ: tl.constexpr,
+    KP: tl.constexpr,
+    HP: tl.constexpr,
+    OP: tl.constexpr,
+    HIDDEN: tl.constexpr,
+    HACT: tl.constexpr,
+    OACT: tl.constexpr,
+    LEAK: tl.constexpr,
+    LOSS: tl.constexpr,
+    FLOOR: tl.constexpr,
+    DOT: tl.constexpr,
+    BM: tl.constexpr,
+):
+    """Forward, loss and backward of ``N`` training rows; gradients of ``loss * scale`` (see the module docstring).
+
+    Program ``p`` takes tiles ``p, p + P, ...`` (``P`` programs). Its gradient slot at
+    ``grad_ptr + p * G`` (zeroed by the caller; layout ``[w_in | b_in | w_hid | b_hid | w_out |
+    b_out]``, weights ``[in, out]`` padded) accumulates the weight gradients of its tiles; its loss
+    sum goes to ``loss_ptr[p]``. Hidden activations pass from the forward to the backward through
+    the program's own ``[HIDDEN + 1, BM, HP]`` scratch block.
+    """
+    dtype = w_in.dtype.element_ty
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    k = tl.arange(0, KP)
+    h = tl.arange(0, HP)
+    o = tl.arange(0, OP)
+    m = tl.arange(0, BM)
+    g_b_in = KP * HP
+    g_w_hid = g_b_in + HP
+    g_b_hid = g_w_hid + HIDDEN * HP * HP
+    g_w_out = g_b_hid + HIDDEN * HP
+    g_b_out = g_w_out + HP * OP
+    slot = grad_ptr + pid.to(tl.int64) * (g_b_out + OP)
+    scratch = scratch_ptr + pid.to(tl.int64) * ((HIDDEN + 1) * BM * HP)
+    tile_offsets = m[:, None] * HP + h[None, :]
+    scale = tl.load(scale_ptr).to(tl.float32) / (N * O)
+    loss_sum = 0.0
+    for tile in range(pid, tl.cdiv(N, BM), programs):
+        rows = tile * BM + m
+        rmask = rows < N
+        if FREQ > 0:
+            x = _frequency_tile(in_ptr, rows, rmask, K, FREQ, KP).to(dtype)
+        else:
+            x = tl.load(in_ptr + rows[:, None] * K + k[None, :], mask=rmask[:, None] & (k < K)[None, :], other=0.0).to(dtype)
+        # forward; every hidden activation goes to scratch for the backward
+        w = tl.load(w_in + k[:, None] * HP + h[None, :])
+        a = _activate(tl.dot(x, w, input_precision=DOT) + tl.load(b_in + h)[None, :], HACT, LEAK).to(dtype)
+        tl.store(scratch + tile_offsets, a)
+        for layer in tl.static_range(HIDDEN):
+            w = tl.load(w_hid + layer * HP * HP + h[:, None] * HP + h[None, :])
+            a = _activate(tl.dot(a, w, input_precision=DOT) + tl.load(b_hid + layer * HP + h)[None, :], HACT, LEAK).to(dtype)
+            tl.store(scratch + (layer + 1) * BM * HP + tile_offsets, a)
+        w = tl.load(w_out + h[:, None] * OP + o[None, :])
+        y = _activate(tl.dot(a, w, input_precision=DOT) + tl.load(b_out + o)[None, :], OACT, LEAK)
+        # the loss and its gradient
+        valid = rmask[:, None] & (o < O)[None, :]
+        target = tl.load(target_ptr + rows[:, None] * O + o[None, :], mask=valid, other=0.0).to(tl.float32)
+        diff = y - target
+        sign = tl.where(diff > 0.0, 1.0, tl.where(diff < 0.0, -1.0, 0.0))
+        if LOSS == 0:
+            term = diff * diff
+            slope = 2.0 * diff
+        elif LOSS == 1:
+            term = tl.abs(diff)
+            slope = sign
+        else:
+            reference = tl.exp(target) - 1.0
+            weight = FLOOR * (1.0 + reference) / (reference + FLOOR)
+            term = weight * tl.abs(diff)
+            slope = weight * sign
+        loss_sum += tl.sum(tl.sum(tl.where(valid, term, 0.0), axis=1), axis=0)
+        dz = (tl.where(valid, slope, 0.0) * scale * _activation_slope(y, OACT, LEAK)).to(dtype)
+        tl.debug_barrier()  # the scratch stores above are read back by other threads below
+        # backward: output layer, hidden layers last to first, input layer
+        _accumulate(slot + g_w_out, h[:, None] * OP + o[None, :], tl.dot(tl.trans(a), dz, input_precision=DOT))
+        _accumulate(slot + g_b_out, o, tl.sum(dz.to(tl.float32), axis=0))
+        da = tl.dot(dz, tl.trans(w), input_precision=DOT)
+        for step in tl.static_range(HIDDEN):
+            layer = HIDDEN - 1 - step
+            a = tl.load(scratch + (layer + 1) * BM * HP + tile_offsets)
+            dz = (da * _activation_slope(a.to(tl.float32), HACT, LEAK)).to(dtype)
+            a_prev = tl.load(scratch + layer * BM * HP + tile_offsets)
+            _accumulate(slot + g_w_hid + layer * HP * HP, h[:, None] * HP + h[None, :], tl.dot(tl.trans(a_prev), dz, input_precision=DOT))
+            _accumulate(slot + g_b_hid + layer * HP, h, tl.sum(dz.to(tl.float32), axis=0))
+            w = tl.load(w_hid + layer * HP * HP + h[:, None] * HP + h[None, :])
+            da = tl.dot(dz, tl.trans(w), input_precision=DOT)
+        a = tl.load(scratch + tile_offsets)
+        dz = (da * _activation_slope(a.to(tl.float32), HACT, LEAK)).to(dtype)
+        _accumulate(slot, k[:, None] * HP + h[None, :], tl.dot(tl.trans(x), dz, input_precision=DOT))
+        _accumulate(slot + g_b_in, h, tl.sum(dz.to(tl.float32), axis=0))
+        tl.debug_barrier()  # the next tile overwrites the scratch and reads the slot again
+    tl.store(loss_ptr + pid, loss_sum)

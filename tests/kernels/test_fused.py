@@ -1,0 +1,227 @@
+"""The fused Triton kernels against their PyTorch references (values and gradients).
+
+On a machine without a GPU the kernels run in Triton's interpreter (tests/conftest.py sets
+``TRITON_INTERPRET=1`` there), so these check the kernel code itself. Tolerances: fp32 weights
+agree to 1e-5 (the same sums in another order); fp16 weights to 2e-2 relative to the output's
+scale (fp16 has 11 significant bits, and the kernels keep fp32 between a product and the next
+rounding where PyTorch rounds to fp16 after every layer).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from neuralbake.bakes.neural_material.model import NeuralMaterial, relative_l1
+from neuralbake.bakes.ntc.container import pack_container, read_container
+from neuralbake.bakes.ntc.decode import decode_texels
+from neuralbake.bakes.ntc.layout import LatentShape, NTCLayout
+from neuralbake.bakes.ntc.model import NTCModel
+from neuralbake.bakes.ntc.texture_set import ChannelGroup
+from neuralbake.errors import ConfigError
+from neuralbake.kernels import interpreting, resolve_kernels, unsupported_reason
+from neuralbake.kernels.fused import FusedForwardBackward, FusedNTC, PackedMLP, mlp_forward
+from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
+from neuralbake.nn.trainer import AutogradForwardBackward, Batch, Trainer, TrainerConfig
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+pytestmark = pytest.mark.skipif(DEVICE.type == "cpu" and not interpreting(), reason="needs a GPU or TRITON_INTERPRET=1")
+
+
+def _close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
+    scale = max(1.0, float(expected.detach().abs().max()))
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    error = float((actual.float() - expected.float()).abs().max())
+    assert error <= tolerance * scale, f"max error {error:.3g} > {tolerance * scale:.3g}"
+
+
+def _mlp(inputs: int, hidden: int, layers: int, outputs: int, hidden_act: str, output_act: str, seed: int = 0) -> MLP:
+    torch.manual_seed(seed)
+    config = MLPConfig(inputs=inputs, hidden=hidden, layers=layers, outputs=outputs, hidden_activation=hidden_act, output_activation=output_act)
+    return MLP(config).to(DEVICE)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize(
+    ("hidden_act", "output_act", "layers", "hidden"),
+    [("relu", "none", 3, 64), ("leaky_relu", "sigmoid", 2, 48), ("clamped_gelu", "none", 1, 16), ("tanh", "exp", 4, 32), ("sigmoid", "relu", 2, 20)],
+)
+def test_mlp_forward_matches_torch(dtype: torch.dtype, hidden_act: str, output_act: str, layers: int, hidden: int) -> None:
+    mlp = _mlp(12, hidden, layers, 5, hidden_act, output_act).to(dtype)
+    x = torch.rand(300, 12, device=DEVICE) * 2 - 1
+    expected = mlp(x.to(dtype))
+    _close(mlp_forward(PackedMLP.from_mlp(mlp), x.to(dtype)), expected, dtype)
+
+
+def test_frequency_encoded_coordinates_match_the_coordinate_network() -> None:
+    torch.manual_seed(1)
+    net = CoordinateNetwork(CoordinateNetworkConfig(hidden=32, layers=3, outputs=4, frequencies=4)).to(DEVICE)
+    uv = torch.rand(257, 2, device=DEVICE) * 3 - 1
+    _close(mlp_forward(PackedMLP.from_mlp(net.mlp), uv, frequencies=4), net(uv), torch.float32)
+
+
+def _neural_material(latent: int, directions: tuple[str, ...], dtype: torch.dtype) -> NeuralMaterial:
+    torch.manual_seed(2)
+    sizes = [(16, 8), (8, 4), (4, 2), (2, 1), (1, 1)]
+    latents = [torch.randn(h, w, latent, device=DEVICE) for w, h in sizes]
+    decoder = _mlp(latent + 3 * len(directions), 32, 3, 3, "relu", "none", seed=3)
+    material = NeuralMaterial(latents, decoder, directions)
+    return material.to(dtype) if dtype != torch.float32 else material
+
+
+def _hemisphere(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    wi = torch.nn.functional.normalize(torch.randn(n, 3, generator=g), dim=1)
+    wo = torch.nn.functional.normalize(torch.randn(n, 3, generator=g), dim=1)
+    wo[: n // 2, 2] = wo[: n // 2, 2].abs()  # half the views above, so most samples are valid
+    wi[: n // 2, 2] = wi[: n // 2, 2].abs()
+    return wi.to(DEVICE), wo.to(DEVICE)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("directions", [("wi", "wo"), ("half", "wo", "wi")])
+@pytest.mark.parametrize("filtered", [False, True])
+def test_neural_material_decode_matches_torch(dtype: torch.dtype, directions: tuple[str, ...], filtered: bool) -> None:
+    material = _neural_material(8, directions, dtype)
+    n = 333
+    uv = (torch.rand(n, 2, device=DEVICE) * 4 - 2).float()  # wraps several times, negative too
+    uv[:4] = torch.tensor([[0.0, 0.0], [1.0, 1.0], [1 / 32, 1 / 16], [-1e-7, 0.999999]], device=DEVICE)
+    wi, wo = _hemisphere(n, 4)
+    lod = (torch.rand(n, device=DEVICE) * 6 - 0.5) if filtered else None  # below 0 and past the last level too
+    if lod is not None:
+        lod[:3] = torch.tensor([0.0, 2.0, 4.0], device=DEVICE)
+    expected = material.decode(uv, wi, wo, lod)
+    material.kernels = "triton"
+    actual = material.decode(uv, wi, wo, lod)
+    assert actual.shape == (n, 3) and actual.dtype == torch.float32
+    assert bool((actual[(wi[:, 2] <= 0) | (wo[:, 2] <= 0)] == 0).all())
+    _close(actual, expected, dtype)
+    if lod is None:
+        layer = material(uv)  # the Layer interface takes the same path
+        _close(layer.eval(wi, wo), expected, dtype)
+
+
+def _ntc_container(features: int = 4, hidden: tuple[int, ...] = (24, 16), size: int = 16):
+    layout = NTCLayout(size, size, (ChannelGroup("a", ("R", "G", "B")), ChannelGroup("b", ("X", "Y"))), LatentShape(2, features, 4), hidden=hidden, pe_frequencies=2)
+    model = NTCModel(layout, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        for layer in model.layers:  # larger weights than the initialisation, so the outputs leave [0, 1] sometimes
+            layer.weight.mul_(3.0)
+            layer.bias.add_(0.4)
+    return read_container(pack_container(model)).to(DEVICE)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_ntc_random_access_matches_torch(dtype: torch.dtype) -> None:
+    container = _ntc_container()
+    g = torch.Generator().manual_seed(6)
+    sizes = container.layout.level_sizes
+    level = torch.randint(0, len(sizes), (400,), generator=g)
+    width = torch.tensor([w for w, _ in sizes])[level]
+    height = torch.tensor([h for _, h in sizes])[level]
+    x = (torch.rand(400, generator=g) * width).long()
+    y = (torch.rand(400, generator=g) * height).long()
+    level, x, y = level.to(DEVICE), x.to(DEVICE), y.to(DEVICE)
+    expected = decode_texels(container, level, x, y)
+    _close(FusedNTC(container, dtype).texels(level, x, y), expected, dtype)
+
+
+def test_ntc_whole_level_matches_random_access() -> None:
+    container = _ntc_container(features=2, hidden=(16,))
+    fused = FusedNTC(container, torch.float32)
+    for index in (0, 1, 4):
+        width, height = container.layout.level_sizes[index]
+        yy, xx = torch.meshgrid(torch.arange(height, device=DEVICE), torch.arange(width, device=DEVICE), indexing="ij")
+        level = torch.full((width * height,), index, device=DEVICE)
+        expected = decode_texels(container, level, xx.reshape(-1), yy.reshape(-1)).reshape(height, width, -1)
+        _close(fused.level(index), expected, torch.float32)
+
+
+LOSSES = {
+    "mse": torch.nn.functional.mse_loss,
+    "l1": torch.nn.functional.l1_loss,
+    "relative_l1": relative_l1,
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("loss", list(LOSSES))
+@pytest.mark.parametrize(("hidden_act", "output_act"), [("relu", "none"), ("leaky_relu", "sigmoid"), ("tanh", "exp")])
+def test_training_step_gradients_match_autograd(dtype: torch.dtype, loss: str, hidden_act: str, output_act: str) -> None:
+    model = _mlp(10, 32, 3, 3, hidden_act, output_act, seed=7).to(dtype)
+    n = 300  # three tiles over two programs: the per-program slots and their sum both count
+    g = torch.Generator().manual_seed(8)
+    batch = Batch(inputs=(torch.rand(n, 10, generator=g) * 2 - 1).to(DEVICE).to(dtype), targets=torch.rand(n, 3, generator=g).to(DEVICE))
+    params = dict(model.named_parameters())
+    scale = 64.0 if dtype == torch.float16 else 1.0
+    ref_loss, ref_grads = AutogradForwardBackward(model, LOSSES[loss])(params, batch, scale)
+    fused = FusedForwardBackward(model, loss, dtype=dtype, programs=2)
+    fused_loss, fused_grads = fused(params, batch, torch.tensor(scale, device=DEVICE))
+    _close(fused_loss, ref_loss, dtype)
+    for (name, param), expected, actual in zip(params.items(), ref_grads, fused_grads):
+        assert actual.shape == param.shape, name
+        _close(actual / scale, expected.float() / scale, dtype)
+
+
+def test_training_step_of_a_coordinate_network_matches_autograd() -> None:
+    torch.manual_seed(9)
+    net = CoordinateNetwork(CoordinateNetworkConfig(hidden=16, layers=2, outputs=3, output_activation="sigmoid")).to(DEVICE)
+    batch = Batch(inputs=torch.rand(200, 2, device=DEVICE), targets=torch.rand(200, 3, device=DEVICE))
+    params = dict(net.named_parameters())
+    ref_loss, ref_grads = AutogradForwardBackward(net, LOSSES["mse"])(params, batch, 1.0)
+    fused_loss, fused_grads = FusedForwardBackward(net, "mse", dtype=torch.float32, programs=3)(params, batch, 1.0)
+    _close(fused_loss, ref_loss, torch.float32)
+    for expected, actual in zip(ref_grads, fused_grads):
+        _close(actual, expected, torch.float32)
+
+
+class _Sampler:
+    capturable = True
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size = batch_size
+
+    def sample(self, generator: torch.Generator) -> Batch:
+        uv = torch.rand(self.batch_size, 2, generator=generator, device=DEVICE)
+        target = torch.stack((torch.sin(6 * uv[:, 0]), uv[:, 1] ** 2, uv[:, 0] * uv[:, 1]), dim=1) * 0.5 + 0.25
+        return Batch(inputs=uv, targets=target)
+
+
+def test_trainer_with_the_fused_step_follows_the_autograd_loss_curve() -> None:
+    """Same seed, same batches: the two runs' losses agree step for step (fp16 compute, dynamic loss scale)."""
+    config = TrainerConfig(steps=30, learning_rate=0.01, precision="fp16", log_every=5, eval_every=0, checkpoint_every=0, checkpoint_seconds=0)
+    curves = []
+    for fused in (False, True):
+        torch.manual_seed(10)
+        net = CoordinateNetwork(CoordinateNetworkConfig(hidden=16, layers=2, outputs=3)).to(DEVICE)
+        step = FusedForwardBackward(net, "mse", dtype=torch.float16, programs=2) if fused else None
+        trainer = Trainer(net, _Sampler(128), LOSSES["mse"], config, device=DEVICE, forward_backward=step)
+        result = trainer.fit()
+        curves.append([event["loss"] for event in result.history if event["event"] == "train"])
+    assert curves[0][-1] < 0.6 * curves[0][0]
+    for a, b in zip(*curves):
+        assert math.isclose(a, b, rel_tol=0.02), curves
+
+
+def test_unsupported_networks_are_refused_with_the_reason() -> None:
+    assert unsupported_reason([12, 64, 64, 3], ["relu", "none"]) is None
+    assert "256" in unsupported_reason([12, 256, 3], ["relu", "none"])
+    assert "9 linear" in unsupported_reason([4] * 10, ["relu", "none"])
+    assert "clamped_gelu" in unsupported_reason([4, 16, 3], ["clamped_gelu", "none"], training=True)
+    with pytest.raises(ConfigError, match="kernels"):
+        PackedMLP.from_mlp(_mlp(4, 200, 2, 3, "relu", "none"))
+    with pytest.raises(ConfigError, match="use --kernels auto or torch"):
+        resolve_kernels("triton", DEVICE, "a layer is 256 wide")
+    assert resolve_kernels("auto", DEVICE, "a layer is 256 wide") == "torch"
+    assert resolve_kernels("torch", DEVICE) == "torch"
+    with pytest.raises(ConfigError, match="unknown kernels"):
+        resolve_kernels("cuda", DEVICE)
+
+
+def test_auto_never_picks_the_interpreter_on_the_cpu() -> None:
+    assert resolve_kernels("auto", torch.device("cpu")) == "torch"
+    assert resolve_kernels("triton", torch.device("cpu")) == "triton"  # explicitly asked: the interpreter (tests)
