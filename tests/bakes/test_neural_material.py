@@ -324,3 +324,14 @@ def test_fused_decode_renders_like_pytorch_and_the_report_says_so(tmp_path: Path
     config.kernels = "fast"
     with pytest.raises(ConfigError, match="kernels"):
         config.validate()
+
+
+def test_an_impossible_fused_decode_fails_before_training(tmp_path: Path) -> None:
+    """A decoder the kernels cannot run, with ``kernels=triton``, stops the bake before any step (the reason and the fix named)."""
+    config = tiny(steps=5000)
+    config.decoder_hidden = 256
+    config.kernels = "triton"
+    with pytest.raises(ConfigError, match="256 wide") as info:
+        bake_neural_material(config, tmp_path / "nm", progress=False)
+    assert "--kernels auto or torch" in str(info.value.fix)
+    assert not (tmp_path / "nm" / "events.jsonl").exists()

@@ -207,7 +207,11 @@ class FusedNeuralMaterial:
         codes = [DIRECTION_CODES[name] for name in material.direction_inputs] + [-1, -1, -1]
         self.directions = codes[:3]
         if self.channels + 3 * len(material.direction_inputs) != self.packed.inputs:
-            raise ConfigError("the latent channels and direction features do not match the decoder's inputs.", field="kernels")
+            raise ConfigError(
+                f"{self.channels} latent channels and {len(material.direction_inputs)} direction features do not make the decoder's {self.packed.inputs} inputs.",
+                field="direction_inputs",
+                fix="bake the material again (its bundle is inconsistent), or use --kernels torch.",
+            )
 
     def __call__(self, uv: torch.Tensor, wi: torch.Tensor, wo: torch.Tensor, lod: torch.Tensor | None = None) -> torch.Tensor:
         n = uv.shape[0]
@@ -261,7 +265,11 @@ class FusedNTC:
         return out
 
     def texels(self, level: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Decode texels ``(level, x, y)`` (integer ``[N]``) -> ``[N, channels]`` in [0, 1]."""
+        """Decode texels ``(level, x, y)`` (integer ``[N]``) -> ``[N, channels]`` in [0, 1].
+
+        The caller keeps every texel inside its level (as ``decode_texels`` callers do); nothing is
+        checked here, so a batch costs no device-to-host sync.
+        """
         as32 = lambda t: t.to(torch.int32).contiguous()
         return self._launch(level.numel(), as32(level), as32(x), as32(y), 0, 1, False, out_dtype)
 
@@ -321,6 +329,11 @@ class FusedForwardBackward:
         weights = [params[name] for name in self.names[0::2]]
         p.refresh(weights, [params[name] for name in self.names[1::2]])
         inputs, targets = batch.inputs, batch.targets
+        columns = inputs.shape[1] * 2 * self.frequencies if self.frequencies else inputs.shape[1]
+        if inputs.dim() != 2 or targets.dim() != 2 or columns != p.inputs or targets.shape != (inputs.shape[0], p.outputs):
+            raise ValueError(
+                f"the fused step of a {p.inputs}-input, {p.outputs}-output network got inputs {tuple(inputs.shape)} and targets {tuple(targets.shape)}"
+            )
         if self.frequencies or inputs.dtype != p.dtype:
             inputs = inputs.float()
         inputs, targets = inputs.contiguous(), targets.float().contiguous()

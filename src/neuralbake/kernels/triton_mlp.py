@@ -146,7 +146,7 @@ def _mlp_kernel(
 ):
     """``out[N, O] = mlp(in[N, K])``; with ``FREQ > 0`` the ``K`` inputs are coordinates, encoded here."""
     dtype = w_in.dtype.element_ty
-    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    rows = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM)  # int64: rows x width can pass 2^31
     rmask = rows < N
     cols = tl.arange(0, KP)
     if FREQ > 0:
@@ -166,23 +166,24 @@ def _bilinear_repeat(lat_ptr, offset, width, height, u, v, cols, cmask, C: tl.co
     ``v = 0`` and texel ``(i, j)`` is centred at ``((j + 0.5) / width, (i + 0.5) / height)``, as in
     :func:`neuralbake.material.texture.sample_texture`.
     """
-    x = u * width.to(tl.float32) - 0.5
-    y = v * height.to(tl.float32) - 0.5
+    fw = width.to(tl.float32)
+    fh = height.to(tl.float32)
+    x = u * fw - 0.5
+    y = v * fh - 0.5
     xf = tl.floor(x)
     yf = tl.floor(y)
     tx = (x - xf)[:, None]
     ty = (y - yf)[:, None]
-    x0 = xf.to(tl.int32) % width
-    x0 = tl.where(x0 < 0, x0 + width, x0)
-    y0 = yf.to(tl.int32) % height
-    y0 = tl.where(y0 < 0, y0 + height, y0)
+    # wrap while still float, so a huge uv cannot overflow the int conversion
+    x0 = tl.minimum(tl.maximum((xf - fw * tl.floor(xf / fw)).to(tl.int32), 0), width - 1)
+    y0 = tl.minimum(tl.maximum((yf - fh * tl.floor(yf / fh)).to(tl.int32), 0), height - 1)
     x1 = tl.where(x0 + 1 == width, 0, x0 + 1)
     y1 = tl.where(y0 + 1 == height, 0, y0 + 1)
     c = cols[None, :]
-    t00 = tl.load(lat_ptr + ((offset + y0 * width + x0) * C)[:, None] + c, mask=cmask, other=0.0).to(tl.float32)
-    t01 = tl.load(lat_ptr + ((offset + y0 * width + x1) * C)[:, None] + c, mask=cmask, other=0.0).to(tl.float32)
-    t10 = tl.load(lat_ptr + ((offset + y1 * width + x0) * C)[:, None] + c, mask=cmask, other=0.0).to(tl.float32)
-    t11 = tl.load(lat_ptr + ((offset + y1 * width + x1) * C)[:, None] + c, mask=cmask, other=0.0).to(tl.float32)
+    t00 = tl.load(lat_ptr + ((offset + y0 * width + x0).to(tl.int64) * C)[:, None] + c, mask=cmask, other=0.0).to(tl.float32)
+    t01 = tl.load(lat_ptr + ((offset + y0 * width + x1).to(tl.int64) * C)[:, None] + c, mask=cmask, other=0.0).to(tl.float32)
+    t10 = tl.load(lat_ptr + ((offset + y1 * width + x0).to(tl.int64) * C)[:, None] + c, mask=cmask, other=0.0).to(tl.float32)
+    t11 = tl.load(lat_ptr + ((offset + y1 * width + x1).to(tl.int64) * C)[:, None] + c, mask=cmask, other=0.0).to(tl.float32)
     top = t00 * (1.0 - tx) + t01 * tx
     bottom = t10 * (1.0 - tx) + t11 * tx
     return top * (1.0 - ty) + bottom * ty
@@ -241,7 +242,7 @@ def _neural_material_kernel(
 ):
     """``out[N, 3] = f(wi, wo) cos`` of a neural material at ``uv`` (see the module docstring)."""
     dtype = w_in.dtype.element_ty
-    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    rows = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM)  # int64: rows x width can pass 2^31
     rmask = rows < N
     cols = tl.arange(0, KP)
     u = tl.load(uv_ptr + rows * 2, mask=rmask, other=0.0)
@@ -333,7 +334,7 @@ def _ntc_kernel(
     width, height, offset and the low grid's width, height, offset (indexed by level // 2).
     """
     dtype = w_in.dtype.element_ty
-    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    rows = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM)  # int64: rows x width can pass 2^31
     rmask = rows < N
     if FRAME:
         level = tl.zeros((BM,), tl.int32) + FRAME_LEVEL
@@ -364,15 +365,15 @@ def _ntc_kernel(
     cell = tl.where(corner == 2, (yb * hw + xa)[:, None], cell)
     cell = tl.where(corner == 3, (yb * hw + xb)[:, None], cell)
     high_mask = rmask[:, None] & (c < 4 * F)
-    x = tl.load(high_ptr + (cell + ho[:, None]) * F + c % F, mask=high_mask, other=0.0).to(tl.float32)
+    x = tl.load(high_ptr + (cell + ho[:, None]).to(tl.int64) * F + c % F, mask=high_mask, other=0.0).to(tl.float32)
     # The low-resolution grid, bilinear: columns [4F, 5F).
     lxa, lxb, lya, lyb, lfx, lfy = _cell(u, v, low_w, low_h)
     low_mask = rmask[:, None] & (c >= 4 * F) & (c < 5 * F)
     f = tl.where(low_mask, c - 4 * F, 0)
-    l00 = tl.load(low_ptr + ((low_o + lya * low_w + lxa) * F)[:, None] + f, mask=low_mask, other=0.0).to(tl.float32)
-    l10 = tl.load(low_ptr + ((low_o + lya * low_w + lxb) * F)[:, None] + f, mask=low_mask, other=0.0).to(tl.float32)
-    l01 = tl.load(low_ptr + ((low_o + lyb * low_w + lxa) * F)[:, None] + f, mask=low_mask, other=0.0).to(tl.float32)
-    l11 = tl.load(low_ptr + ((low_o + lyb * low_w + lxb) * F)[:, None] + f, mask=low_mask, other=0.0).to(tl.float32)
+    l00 = tl.load(low_ptr + ((low_o + lya * low_w + lxa).to(tl.int64) * F)[:, None] + f, mask=low_mask, other=0.0).to(tl.float32)
+    l10 = tl.load(low_ptr + ((low_o + lya * low_w + lxb).to(tl.int64) * F)[:, None] + f, mask=low_mask, other=0.0).to(tl.float32)
+    l01 = tl.load(low_ptr + ((low_o + lyb * low_w + lxa).to(tl.int64) * F)[:, None] + f, mask=low_mask, other=0.0).to(tl.float32)
+    l11 = tl.load(low_ptr + ((low_o + lyb * low_w + lxb).to(tl.int64) * F)[:, None] + f, mask=low_mask, other=0.0).to(tl.float32)
     wx = lfx[:, None]
     wy = lfy[:, None]
     x += (l00 * (1.0 - wx) + l10 * wx) * (1.0 - wy) + (l01 * (1.0 - wx) + l11 * wx) * wy
@@ -452,7 +453,7 @@ def _mlp_train_kernel(
     scale = tl.load(scale_ptr).to(tl.float32) / (N * O)
     loss_sum = 0.0
     for tile in range(pid, tl.cdiv(N, BM), programs):
-        rows = tile * BM + m
+        rows = m.to(tl.int64) + tile * BM  # int64: rows x width can pass 2^31
         rmask = rows < N
         if FREQ > 0:
             x = _frequency_tile(in_ptr, rows, rmask, K, FREQ, KP).to(dtype)

@@ -132,9 +132,11 @@ class ForwardBackward(Protocol):
 
     ``params`` are the compute-precision weights (fp16/bf16 copies of the masters, refreshed
     before every step), keyed like ``model.named_parameters()``. Returns the unscaled fp32 loss
-    (a 0-d tensor) and one gradient per parameter, in order, in the compute dtype, *scaled* by
-    ``loss_scale``; the trainer may modify the returned gradients in place. This is the seam
-    where a fused kernel replaces PyTorch autograd.
+    (a 0-d tensor) and one gradient per parameter, in order, in the compute dtype or fp32 (a fused
+    kernel that sums in fp32 hands those sums back), *scaled* by ``loss_scale`` (a float, or the
+    scaler's device tensor); the trainer may modify the returned gradients in place. This is the
+    seam where a fused kernel replaces PyTorch autograd; one with ``capturable = True`` (no host
+    syncs) is captured in the trainer's CUDA graph with the rest of the step.
     """
 
     def __call__(self, params: dict[str, torch.Tensor], batch: Batch, loss_scale: float) -> tuple[torch.Tensor, list[torch.Tensor]]: ...

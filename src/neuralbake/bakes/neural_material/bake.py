@@ -51,6 +51,7 @@ def bake_material(
     shares a folder that is still in staging). Returns the report's metrics and fields.
     """
     device = run.device
+    kernels = decode_kernels(config, device)
     material = load_material(config.material, device=device)
     normal = torch.nn.functional.normalize(torch.tensor(config.normal, dtype=torch.float32, device=device), dim=0)[None]
     features = texel_features(material, torch.full((1, 2), 0.5, device=device), normal).shape[1]
@@ -69,7 +70,7 @@ def bake_material(
     run.note(f"baking the {config.texture_size}x{config.texture_size} latent texture and scoring it")
     levels = bake_latent_pyramid(model, material, normal, config.texture_size)
     neural = NeuralMaterial(levels, model.decoder, config.direction_inputs)
-    neural.kernels = decode_kernels(neural, config.kernels)
+    neural.kernels = kernels
     folder.mkdir(parents=True, exist_ok=True)
     bundle = write_material_bundle(folder, neural, config, features, shared)
     with run.task("comparison renders", 2 * len(SCENES) * config.compare_size**2, unit="pixels") as advance:
@@ -96,14 +97,17 @@ def bake_material(
     return metrics, fields
 
 
-def decode_kernels(neural: NeuralMaterial, kernels: str) -> str:
-    """``triton`` or ``torch`` for decoding ``neural`` with the ``--kernels`` setting (see :mod:`neuralbake.kernels`)."""
-    config = neural.decoder.config
-    widths = [config.inputs, *[config.hidden] * config.layers, config.outputs]
-    reason = unsupported_reason(widths, [config.hidden_activation, config.output_activation])
-    if reason is None and config.output_activation != "none":
-        reason = "the fused decode expects a linear decoder output"
-    return resolve_kernels(kernels, neural.latents[0].device, reason)
+def decode_kernels(config: NeuralMaterialConfig, device: torch.device) -> str:
+    """``triton`` or ``torch`` for the decode of a bake with ``config`` on ``device`` (see :mod:`neuralbake.kernels`).
+
+    Resolved before training, so an impossible ``--kernels triton`` fails before the work.
+    """
+    directions = len(config.direction_inputs)
+    widths = [config.latent + 3 * directions, *[config.decoder_hidden] * config.decoder_layers, 3]
+    reason = unsupported_reason(widths, ["relu", "none"])
+    if reason is None and directions > 3:
+        reason = f"the fused decode reads at most 3 direction features, and the bake has {directions}"
+    return resolve_kernels(config.kernels, device, reason)
 
 
 def _bake_body(run: BakeRun) -> BakeOutcome:

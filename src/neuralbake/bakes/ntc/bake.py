@@ -39,6 +39,7 @@ from neuralbake.errors import ConfigError
 from neuralbake.io.files import atomic_write_bytes, atomic_write_json, sha256_file
 from neuralbake.io.images import save_png
 from neuralbake.io.manifest import write_bake_manifest
+from neuralbake.kernels import resolve_kernels, unsupported_reason
 from neuralbake.nn.trainer import TrainResult
 from neuralbake.render.pictures import comparison_row, panel_grid
 
@@ -87,7 +88,7 @@ def _train(run: BakeRun, model: NTCModel, sampler: TexelSampler, compatibility: 
             prediction = torch.cat([net(part).clamp(0, 1) for part in coords.split(1 << 16)])
         net.quant_mode = mode
         width, height = layout.level_sizes[0]
-        level0 = lambda t: t[: width * height].reshape(height, width, -1).float().cpu().numpy()  # noqa: E731
+        level0 = lambda t: t[: width * height].reshape(height, width, -1).float().cpu().numpy()
         run.preview_image("preview", lambda: _preview_image(level0(sampler.texels), level0(prediction), layout.groups))  # when watched
         error = mse(prediction, sampler.texels)
         return {"psnr_db": 10 * math.log10(1 / error) if error > 0 else math.inf}
@@ -180,6 +181,8 @@ def _body(run: BakeRun) -> BakeOutcome:
     rates = config.rates()
     # every rate must fit before any training starts
     layouts = {bpp: choose_layout(texture_set.width, texture_set.height, texture_set.groups, bpp, hidden=config.hidden, pe_frequencies=config.pe_frequencies) for bpp in rates}
+    for layout in layouts.values():  # and an impossible --kernels triton fails before it too
+        resolve_kernels(config.kernels, device, unsupported_reason(layout.layer_widths, [layout.activation, "none"]))
     groups = ", ".join(f"{g.name} ({len(g.channels)})" for g in texture_set.groups)
     run.note(f"texture set {texture_set.width}x{texture_set.height}, {texture_set.channels} channels: {groups}")
     reference = texture_set.mip_chain()
