@@ -7,6 +7,7 @@ fp32 1e-5, fp16 2e-2, relative to the output's scale (gradients: to each gradien
 Exits non-zero when any check fails.
 
     python bench/kernels_parity.py
+    python bench/kernels_parity.py --fp16-only     # the shipped precision; fp32 kernels compile slowly
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def main() -> None:
         sys.exit("bench/kernels_parity.py checks the compiled kernels; run it on a machine with an NVIDIA GPU.")
     device = torch.device("cuda")
     torch.manual_seed(0)
-    for dtype in (torch.float32, torch.float16):
+    dtypes = (torch.float16,) if "--fp16-only" in sys.argv[1:] else (torch.float32, torch.float16)
+    for dtype in dtypes:
         for hidden, layers, act, out_act in ((64, 3, "relu", "none"), (48, 2, "leaky_relu", "sigmoid"), (128, 2, "tanh", "none"), (16, 1, "clamped_gelu", "exp")):
             mlp = MLP(MLPConfig(inputs=12, hidden=hidden, layers=layers, outputs=5, hidden_activation=act, output_activation=out_act)).to(device).to(dtype)
             for n in (1000, 1 << 18):
@@ -86,7 +88,7 @@ def main() -> None:
         check(f"ntc {dtype} whole level 3", fused_ntc.level(3), expected, dtype)
 
     losses = {"mse": torch.nn.functional.mse_loss, "l1": torch.nn.functional.l1_loss, "relative_l1": relative_l1}
-    for dtype in (torch.float16, torch.float32):
+    for dtype in dtypes:
         for hidden, act, out_act, loss in ((64, "leaky_relu", "sigmoid", "mse"), (128, "relu", "none", "relative_l1"), (32, "tanh", "exp", "l1")):
             if True:
                 model = CoordinateNetwork(CoordinateNetworkConfig(hidden=hidden, layers=4, outputs=3, hidden_activation=act, output_activation=out_act)).to(device)
