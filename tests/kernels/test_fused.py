@@ -240,3 +240,25 @@ def test_unsupported_networks_are_refused_with_the_reason() -> None:
 def test_auto_never_picks_the_interpreter_on_the_cpu() -> None:
     assert resolve_kernels("auto", torch.device("cpu")) == "torch"
     assert resolve_kernels("triton", torch.device("cpu")) == "triton"  # explicitly asked: the interpreter (tests)
+
+
+def test_int64_addressing_gives_the_same_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Buffers past 2^31 elements switch the decodes to int64 addresses; forced on small ones, nothing changes."""
+    from neuralbake.kernels import fused
+
+    assert not fused._wide(2**31 - 1, 5) and fused._wide(7, 2**31)
+    mlp = _mlp(12, 32, 2, 5, "relu", "none")
+    x = torch.rand(300, 12, device=DEVICE)
+    material = _neural_material(8, ("wi", "wo"), torch.float32)
+    material.kernels = "triton"
+    uv = torch.rand(200, 2, device=DEVICE) * 3 - 1
+    wi, wo = _hemisphere(200, 11)
+    lod = torch.rand(200, device=DEVICE) * 4
+    container = _ntc_container()
+    ntc = FusedNTC(container, torch.float32)
+    narrow = [mlp_forward(PackedMLP.from_mlp(mlp), x), material.decode(uv, wi, wo), material.decode(uv, wi, wo, lod), ntc.level(1)]
+    monkeypatch.setattr(fused, "_wide", lambda *counts: True)
+    material._fused = None
+    wide = [mlp_forward(PackedMLP.from_mlp(mlp), x), material.decode(uv, wi, wo), material.decode(uv, wi, wo, lod), ntc.level(1)]
+    for a, b in zip(narrow, wide):
+        assert torch.equal(a, b)

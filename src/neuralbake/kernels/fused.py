@@ -63,6 +63,11 @@ bench/kernels_parity.py checks them).
 """
 
 
+def _wide(*element_counts: int) -> bool:
+    """Whether a kernel must compute addresses in int64 (some buffer reaches 2^31 elements); int32 is faster."""
+    return max(element_counts) >= 1 << 31
+
+
 def _tile(kind: str, hidden: int) -> tuple[int, int]:
     return TILES[f"{kind}_wide" if hidden > 64 else kind]
 
@@ -168,7 +173,7 @@ def mlp_forward(packed: PackedMLP, inputs: torch.Tensor, *, frequencies: int = 0
     bm = packed.block_rows
     _mlp_kernel[(triton_cdiv(n, bm),)](
         inputs, out, n, *packed.buffers(), K=k, O=packed.outputs, FREQ=frequencies,
-        OACT=ACTIVATION_CODES[packed.output_activation], BM=bm, num_warps=packed.num_warps, **packed.constants(),
+        OACT=ACTIVATION_CODES[packed.output_activation], BM=bm, WIDE=_wide(n * max(k, packed.outputs)), num_warps=packed.num_warps, **packed.constants(),
     )  # fmt: skip
     return out
 
@@ -224,7 +229,7 @@ class FusedNeuralMaterial:
         _neural_material_kernel[(triton_cdiv(n, bm),)](
             uv, wi, wo, lod_arg, self.latents, self.level_offset, self.level_width, self.level_height, self.levels, out, n,
             *self.packed.buffers(), C=self.channels, DIR0=self.directions[0], DIR1=self.directions[1], DIR2=self.directions[2],
-            TRILINEAR=lod is not None, BM=bm, num_warps=self.packed.num_warps, **self.packed.constants(),
+            TRILINEAR=lod is not None, BM=bm, WIDE=_wide(n * 3, self.latents.numel()), num_warps=self.packed.num_warps, **self.packed.constants(),
         )  # fmt: skip
         return out
 
@@ -260,7 +265,8 @@ class FusedNTC:
         bm, warps = _tile("ntc", self.packed.hp)
         _ntc_kernel[(triton_cdiv(n, bm),)](
             level, x, y, frame_level, frame_width, self.high, self.low, self.tables, self.layout.levels, out, n, *self.packed.buffers(),
-            F=self.features, PE=self.pe, CH=self.layout.channels, FRAME=frame, BM=bm, num_warps=warps, **self.packed.constants(),
+            F=self.features, PE=self.pe, CH=self.layout.channels, FRAME=frame, BM=bm,
+            WIDE=_wide(n * self.layout.channels, self.high.numel(), self.low.numel()), num_warps=warps, **self.packed.constants(),
         )  # fmt: skip
         return out
 

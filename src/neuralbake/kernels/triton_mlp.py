@@ -34,6 +34,14 @@ from neuralbake.kernels import ACTIVATION_CODES, DIRECTION_CODES, LOSS_CODES, TR
 
 
 @triton.jit
+def _wide(x, WIDE: tl.constexpr):
+    """``x`` as int64 when the kernel's buffers pass 2^31 elements (``WIDE``), else as it is (int32 is faster)."""
+    if WIDE:
+        x = x.to(tl.int64)
+    return x
+
+
+@triton.jit
 def _activate(x, ACT: tl.constexpr, LEAK: tl.constexpr):
     if ACT == 1:
         x = tl.maximum(x, 0.0)
@@ -143,23 +151,25 @@ def _mlp_kernel(
     LEAK: tl.constexpr,
     DOT: tl.constexpr,
     BM: tl.constexpr,
+    WIDE: tl.constexpr,
 ):
     """``out[N, O] = mlp(in[N, K])``; with ``FREQ > 0`` the ``K`` inputs are coordinates, encoded here."""
     dtype = w_in.dtype.element_ty
-    rows = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM)  # int64: rows x width can pass 2^31
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    at = _wide(rows, WIDE)  # for addresses: rows x width can pass 2^31
     rmask = rows < N
     cols = tl.arange(0, KP)
     if FREQ > 0:
-        x = _frequency_tile(in_ptr, rows, rmask, K, FREQ, KP)
+        x = _frequency_tile(in_ptr, at, rmask, K, FREQ, KP)
     else:
-        x = tl.load(in_ptr + rows[:, None] * K + cols[None, :], mask=rmask[:, None] & (cols < K)[None, :], other=0.0)
+        x = tl.load(in_ptr + at[:, None] * K + cols[None, :], mask=rmask[:, None] & (cols < K)[None, :], other=0.0)
     y = _network(x.to(dtype), w_in, b_in, w_hid, b_hid, w_out, b_out, KP, HP, OP, HIDDEN, HACT, OACT, LEAK, DOT)
     o = tl.arange(0, OP)
-    tl.store(out_ptr + rows[:, None] * O + o[None, :], y.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & (o < O)[None, :])
+    tl.store(out_ptr + at[:, None] * O + o[None, :], y.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & (o < O)[None, :])
 
 
 @triton.jit
-def _bilinear_repeat(lat_ptr, offset, width, height, u, v, cols, cmask, C: tl.constexpr):
+def _bilinear_repeat(lat_ptr, offset, width, height, u, v, cols, cmask, C: tl.constexpr, WIDE: tl.constexpr):
     """Bilinear taps of an ``[height, width, C]`` texture at ``offset`` (repeat wrap), ``[BM, KP]`` fp32.
 
     ``offset``/``width``/``height`` are per-row int tensors or scalars; row 0 of the texture is
@@ -180,10 +190,10 @@ def _bilinear_repeat(lat_ptr, offset, width, height, u, v, cols, cmask, C: tl.co
     x1 = tl.where(x0 + 1 == width, 0, x0 + 1)
     y1 = tl.where(y0 + 1 == height, 0, y0 + 1)
     c = cols[None, :]
-    t00 = tl.load(lat_ptr + ((offset + y0 * width + x0).to(tl.int64) * C)[:, None] + c, mask=cmask, other=0.0).to(tl.float32)
-    t01 = tl.load(lat_ptr + ((offset + y0 * width + x1).to(tl.int64) * C)[:, None] + c, mask=cmask, other=0.0).to(tl.float32)
-    t10 = tl.load(lat_ptr + ((offset + y1 * width + x0).to(tl.int64) * C)[:, None] + c, mask=cmask, other=0.0).to(tl.float32)
-    t11 = tl.load(lat_ptr + ((offset + y1 * width + x1).to(tl.int64) * C)[:, None] + c, mask=cmask, other=0.0).to(tl.float32)
+    t00 = tl.load(lat_ptr + (_wide(offset + y0 * width + x0, WIDE) * C)[:, None] + c, mask=cmask, other=0.0).to(tl.float32)
+    t01 = tl.load(lat_ptr + (_wide(offset + y0 * width + x1, WIDE) * C)[:, None] + c, mask=cmask, other=0.0).to(tl.float32)
+    t10 = tl.load(lat_ptr + (_wide(offset + y1 * width + x0, WIDE) * C)[:, None] + c, mask=cmask, other=0.0).to(tl.float32)
+    t11 = tl.load(lat_ptr + (_wide(offset + y1 * width + x1, WIDE) * C)[:, None] + c, mask=cmask, other=0.0).to(tl.float32)
     top = t00 * (1.0 - tx) + t01 * tx
     bottom = t10 * (1.0 - tx) + t11 * tx
     return top * (1.0 - ty) + bottom * ty
@@ -239,43 +249,45 @@ def _neural_material_kernel(
     LEAK: tl.constexpr,
     DOT: tl.constexpr,
     BM: tl.constexpr,
+    WIDE: tl.constexpr,
 ):
     """``out[N, 3] = f(wi, wo) cos`` of a neural material at ``uv`` (see the module docstring)."""
     dtype = w_in.dtype.element_ty
-    rows = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM)  # int64: rows x width can pass 2^31
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    at = _wide(rows, WIDE)  # for addresses: rows x width can pass 2^31
     rmask = rows < N
     cols = tl.arange(0, KP)
-    u = tl.load(uv_ptr + rows * 2, mask=rmask, other=0.0)
-    v = tl.load(uv_ptr + rows * 2 + 1, mask=rmask, other=0.0)
+    u = tl.load(uv_ptr + at * 2, mask=rmask, other=0.0)
+    v = tl.load(uv_ptr + at * 2 + 1, mask=rmask, other=0.0)
     cmask = rmask[:, None] & (cols < C)[None, :]
     if TRILINEAR:
-        lod = tl.load(lod_ptr + rows, mask=rmask, other=0.0)
+        lod = tl.load(lod_ptr + at, mask=rmask, other=0.0)
         lod = tl.minimum(tl.maximum(lod, 0.0), LEVELS - 1.0)
         lower = tl.minimum(tl.floor(lod).to(tl.int32), LEVELS - 1)
         upper = tl.minimum(lower + 1, LEVELS - 1)
         t = (lod - lower.to(tl.float32))[:, None]
         a = _bilinear_repeat(
-            lat_ptr, tl.load(level_offset + lower), tl.load(level_width + lower), tl.load(level_height + lower), u, v, cols, cmask, C
+            lat_ptr, tl.load(level_offset + lower), tl.load(level_width + lower), tl.load(level_height + lower), u, v, cols, cmask, C, WIDE
         )
         b = _bilinear_repeat(
-            lat_ptr, tl.load(level_offset + upper), tl.load(level_width + upper), tl.load(level_height + upper), u, v, cols, cmask, C
+            lat_ptr, tl.load(level_offset + upper), tl.load(level_width + upper), tl.load(level_height + upper), u, v, cols, cmask, C, WIDE
         )
         x = a * (1.0 - t) + b * t
     else:
-        x = _bilinear_repeat(lat_ptr, 0, tl.load(level_width), tl.load(level_height), u, v, cols, cmask, C)
+        x = _bilinear_repeat(lat_ptr, 0, tl.load(level_width), tl.load(level_height), u, v, cols, cmask, C, WIDE)
     if DIR0 >= 0:
-        x += _direction_tile(wi_ptr, wo_ptr, rows, rmask, cols, C, DIR0, KP)
+        x += _direction_tile(wi_ptr, wo_ptr, at, rmask, cols, C, DIR0, KP)
     if DIR1 >= 0:
-        x += _direction_tile(wi_ptr, wo_ptr, rows, rmask, cols, C + 3, DIR1, KP)
+        x += _direction_tile(wi_ptr, wo_ptr, at, rmask, cols, C + 3, DIR1, KP)
     if DIR2 >= 0:
-        x += _direction_tile(wi_ptr, wo_ptr, rows, rmask, cols, C + 6, DIR2, KP)
+        x += _direction_tile(wi_ptr, wo_ptr, at, rmask, cols, C + 6, DIR2, KP)
     y = _network(x.to(dtype), w_in, b_in, w_hid, b_hid, w_out, b_out, KP, HP, OP, HIDDEN, HACT, 0, LEAK, DOT)
-    wiz = tl.load(wi_ptr + rows * 3 + 2, mask=rmask, other=0.0)
-    woz = tl.load(wo_ptr + rows * 3 + 2, mask=rmask, other=0.0)
+    wiz = tl.load(wi_ptr + at * 3 + 2, mask=rmask, other=0.0)
+    woz = tl.load(wo_ptr + at * 3 + 2, mask=rmask, other=0.0)
     valid = ((wiz > 0.0) & (woz > 0.0))[:, None]
     value = tl.where(valid, tl.exp(tl.maximum(y, 0.0)) - 1.0, 0.0)
     o = tl.arange(0, OP)
-    tl.store(out_ptr + rows[:, None] * 3 + o[None, :], value.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & (o < 3)[None, :])
+    tl.store(out_ptr + at[:, None] * 3 + o[None, :], value.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & (o < 3)[None, :])
 
 
 @triton.jit
@@ -327,6 +339,7 @@ def _ntc_kernel(
     LEAK: tl.constexpr,
     DOT: tl.constexpr,
     BM: tl.constexpr,
+    WIDE: tl.constexpr,
 ):
     """NTC decode -> ``out[N, CH]`` clamped to [0, 1]; texels from arrays, or (``FRAME``) the rows of one level.
 
@@ -334,16 +347,17 @@ def _ntc_kernel(
     width, height, offset and the low grid's width, height, offset (indexed by level // 2).
     """
     dtype = w_in.dtype.element_ty
-    rows = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM)  # int64: rows x width can pass 2^31
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    at = _wide(rows, WIDE)  # for addresses: rows x width can pass 2^31
     rmask = rows < N
     if FRAME:
         level = tl.zeros((BM,), tl.int32) + FRAME_LEVEL
         tx = rows % FRAME_WIDTH
         ty = rows // FRAME_WIDTH
     else:
-        level = tl.load(level_ptr + rows, mask=rmask, other=0)
-        tx = tl.load(x_ptr + rows, mask=rmask, other=0)
-        ty = tl.load(y_ptr + rows, mask=rmask, other=0)
+        level = tl.load(level_ptr + at, mask=rmask, other=0)
+        tx = tl.load(x_ptr + at, mask=rmask, other=0)
+        ty = tl.load(y_ptr + at, mask=rmask, other=0)
     lw = tl.load(tables + level, mask=rmask, other=1)
     lh = tl.load(tables + LEVELS + level, mask=rmask, other=1)
     pair = level // 2
@@ -365,15 +379,15 @@ def _ntc_kernel(
     cell = tl.where(corner == 2, (yb * hw + xa)[:, None], cell)
     cell = tl.where(corner == 3, (yb * hw + xb)[:, None], cell)
     high_mask = rmask[:, None] & (c < 4 * F)
-    x = tl.load(high_ptr + (cell + ho[:, None]).to(tl.int64) * F + c % F, mask=high_mask, other=0.0).to(tl.float32)
+    x = tl.load(high_ptr + _wide(cell + ho[:, None], WIDE) * F + c % F, mask=high_mask, other=0.0).to(tl.float32)
     # The low-resolution grid, bilinear: columns [4F, 5F).
     lxa, lxb, lya, lyb, lfx, lfy = _cell(u, v, low_w, low_h)
     low_mask = rmask[:, None] & (c >= 4 * F) & (c < 5 * F)
     f = tl.where(low_mask, c - 4 * F, 0)
-    l00 = tl.load(low_ptr + ((low_o + lya * low_w + lxa).to(tl.int64) * F)[:, None] + f, mask=low_mask, other=0.0).to(tl.float32)
-    l10 = tl.load(low_ptr + ((low_o + lya * low_w + lxb).to(tl.int64) * F)[:, None] + f, mask=low_mask, other=0.0).to(tl.float32)
-    l01 = tl.load(low_ptr + ((low_o + lyb * low_w + lxa).to(tl.int64) * F)[:, None] + f, mask=low_mask, other=0.0).to(tl.float32)
-    l11 = tl.load(low_ptr + ((low_o + lyb * low_w + lxb).to(tl.int64) * F)[:, None] + f, mask=low_mask, other=0.0).to(tl.float32)
+    l00 = tl.load(low_ptr + (_wide(low_o + lya * low_w + lxa, WIDE) * F)[:, None] + f, mask=low_mask, other=0.0).to(tl.float32)
+    l10 = tl.load(low_ptr + (_wide(low_o + lya * low_w + lxb, WIDE) * F)[:, None] + f, mask=low_mask, other=0.0).to(tl.float32)
+    l01 = tl.load(low_ptr + (_wide(low_o + lyb * low_w + lxa, WIDE) * F)[:, None] + f, mask=low_mask, other=0.0).to(tl.float32)
+    l11 = tl.load(low_ptr + (_wide(low_o + lyb * low_w + lxb, WIDE) * F)[:, None] + f, mask=low_mask, other=0.0).to(tl.float32)
     wx = lfx[:, None]
     wy = lfy[:, None]
     x += (l00 * (1.0 - wx) + l10 * wx) * (1.0 - wy) + (l01 * (1.0 - wx) + l11 * wx) * wy
@@ -388,7 +402,7 @@ def _ntc_kernel(
     y = _network(x.to(dtype), w_in, b_in, w_hid, b_hid, w_out, b_out, KP, HP, OP, HIDDEN, HACT, 0, LEAK, DOT)
     y = tl.minimum(tl.maximum(y, 0.0), 1.0)
     o = tl.arange(0, OP)
-    tl.store(out_ptr + rows[:, None] * CH + o[None, :], y.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & (o < CH)[None, :])
+    tl.store(out_ptr + at[:, None] * CH + o[None, :], y.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & (o < CH)[None, :])
 
 
 @triton.jit
