@@ -18,7 +18,7 @@ from neuralbake.bakes.neural_texture import (
     uv_grid,
 )
 from neuralbake.cli import app
-from neuralbake.errors import InputError
+from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.images import load_image
 from neuralbake.nn.trainer import TrainingInterrupted
 
@@ -235,3 +235,24 @@ def test_fused_training_kernel_bakes_and_the_report_says_so(tiny_png, tmp_path):
     assert abs(fused["psnr_db"] - reference["psnr_db"]) < 0.5, (fused["psnr_db"], reference["psnr_db"])
     result = runner.invoke(app, ["texture", str(tiny_png), "--out", str(tmp_path / "bad"), "--kernels", "triton", "--hidden", "256", "--device", "cpu"])
     assert result.exit_code != 0 and "256 wide" in result.output and "--kernels auto or torch" in result.output
+
+
+def test_auto_falls_back_to_pytorch_when_the_kernels_fail_here(tiny_png, tmp_path, monkeypatch):
+    """Under ``auto`` a fused step that fails on this machine (say, Triton cannot compile it) trains on PyTorch, with a note; ``triton`` fails."""
+    pytest.importorskip("triton")
+    from neuralbake.bakes import neural_texture
+    from neuralbake.kernels import fused
+
+    def broken(self, params, batch, loss_scale):
+        raise RuntimeError("PassManager::run failed")
+
+    monkeypatch.setattr(neural_texture, "resolve_kernels", lambda mode, device, reason: "triton")  # as on a GPU
+    monkeypatch.setattr(fused.FusedForwardBackward, "__call__", broken)
+    config = tiny_config(tiny_png, steps=20)
+    report = bake_neural_texture(config, tmp_path / "auto", progress=False)
+    assert report["kernels"] == {"train": "torch"} and report["steps"] == 20
+    config = tiny_config(tiny_png, steps=20)
+    config.kernels = "triton"
+    with pytest.raises(ConfigError, match="PassManager") as info:
+        bake_neural_texture(config, tmp_path / "triton", progress=False)
+    assert info.value.fix == "use --kernels auto or torch."

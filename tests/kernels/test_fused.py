@@ -262,3 +262,18 @@ def test_int64_addressing_gives_the_same_results(monkeypatch: pytest.MonkeyPatch
     wide = [mlp_forward(PackedMLP.from_mlp(mlp), x), material.decode(uv, wi, wo), material.decode(uv, wi, wo, lod), ntc.level(1)]
     for a, b in zip(narrow, wide):
         assert torch.equal(a, b)
+
+
+def test_try_kernels_falls_back_only_under_auto() -> None:
+    from neuralbake.kernels import try_kernels
+
+    notes: list[str] = []
+
+    def broken() -> None:
+        raise RuntimeError("ptxas fatal")
+
+    assert try_kernels("auto", "triton", broken, notes.append) == "torch" and "ptxas fatal" in notes[0]
+    assert try_kernels("auto", "triton", lambda: None, notes.append) == "triton"
+    assert try_kernels("auto", "torch", broken, notes.append) == "torch" and len(notes) == 1  # no trial on the PyTorch path
+    with pytest.raises(ConfigError, match="ptxas fatal"):
+        try_kernels("triton", "triton", broken, notes.append)

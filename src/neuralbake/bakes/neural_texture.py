@@ -34,7 +34,7 @@ from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.files import prepare_output_dir
 from neuralbake.io.images import ImageInfo, load_image, resize_image, save_png
 from neuralbake.io.limits import MAX_IMAGE_PIXELS, TooManyPixelsError, check_memory
-from neuralbake.kernels import KERNEL_MODES, resolve_kernels, unsupported_reason
+from neuralbake.kernels import KERNEL_MODES, resolve_kernels, try_kernels, unsupported_reason
 from neuralbake.nn.mlp import CoordinateNetwork, CoordinateNetworkConfig
 from neuralbake.nn.precision import compute_dtype
 from neuralbake.nn.serialize import load_coordinate_network, save_coordinate_network
@@ -258,7 +258,12 @@ def _bake_body(run: BakeRun) -> BakeOutcome:
     if kernels == "triton":
         from neuralbake.kernels.fused import FusedForwardBackward  # imports Triton
 
-        fused = FusedForwardBackward(network, "mse", dtype=compute_dtype(config.train.precision))
+        dtype = compute_dtype(config.train.precision)
+        fused = FusedForwardBackward(network, "mse", dtype=dtype)
+        params = {name: value.detach().to(dtype) for name, value in network.named_parameters()}
+        trial_batch = sampler.sample(torch.Generator(device=run.device).manual_seed(0))  # its own generator: training's draws stay as they are
+        kernels = try_kernels(config.kernels, kernels, lambda: fused(params, trial_batch, 1.0), run.note)
+        fused = fused if kernels == "triton" else None
     result = run.train(network, sampler, mse_loss, config.train, evaluate=evaluate, compatibility=compatibility, forward_backward=fused)
     outcome = _write_outputs(run.stage, config, network, result, image, target, info)
     outcome.fields["kernels"] = {"train": kernels}

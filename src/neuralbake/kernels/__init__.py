@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -26,6 +26,7 @@ __all__ = [
     "interpreting",
     "resolve_kernels",
     "triton_installed",
+    "try_kernels",
     "unsupported_reason",
 ]
 
@@ -92,3 +93,23 @@ def resolve_kernels(mode: str, device: torch.device, reason: str | None = None, 
     if mode == "triton":
         raise ConfigError(f"the fused kernels cannot run: {problem}.", field=field, fix="use --kernels auto or torch.")
     return "torch"
+
+
+def try_kernels(mode: str, resolved: str, trial: Callable[[], object], note: Callable[[str], None]) -> str:
+    """Run ``trial`` (one small call of the fused path) when ``resolved`` is ``triton``; return the path to use.
+
+    Under ``auto`` a kernel that does not compile on this machine's Triton falls back to PyTorch
+    with ``note`` saying why, so ``auto`` never fails a bake PyTorch could finish; under
+    ``triton`` the error stands.
+    """
+    if resolved != "triton":
+        return resolved
+    try:
+        trial()
+    except Exception as exc:
+        first_line = str(exc).splitlines()[0][:200] if str(exc) else ""
+        if mode != "auto":
+            raise ConfigError(f"the fused Triton kernels failed here ({type(exc).__name__}: {first_line}).", field="kernels", fix="use --kernels auto or torch.") from exc
+        note(f"the fused Triton kernels failed here ({type(exc).__name__}: {first_line}); using PyTorch")
+        return "torch"
+    return "triton"

@@ -19,7 +19,7 @@ from neuralbake.bakes.neural_material.model import NeuralMaterial, NeuralMateria
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
 from neuralbake.errors import ConfigError
 from neuralbake.io.files import sha256_file
-from neuralbake.kernels import resolve_kernels, unsupported_reason
+from neuralbake.kernels import resolve_kernels, try_kernels, unsupported_reason
 from neuralbake.material.loader import load_material
 from neuralbake.render.preview import SCENES
 
@@ -70,6 +70,10 @@ def bake_material(
     run.note(f"baking the {config.texture_size}x{config.texture_size} latent texture and scoring it")
     levels = bake_latent_pyramid(model, material, normal, config.texture_size)
     neural = NeuralMaterial(levels, model.decoder, config.direction_inputs)
+    if kernels == "triton":
+        neural.kernels = "triton"
+        probe = torch.full((4, 2), 0.5, device=device), torch.tensor([[0.0, 0.0, 1.0]] * 4, device=device)
+        kernels = try_kernels(config.kernels, kernels, lambda: neural.decode(probe[0], probe[1], probe[1]), run.note)
     neural.kernels = kernels
     folder.mkdir(parents=True, exist_ok=True)
     bundle = write_material_bundle(folder, neural, config, features, shared)

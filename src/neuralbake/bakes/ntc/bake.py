@@ -39,7 +39,7 @@ from neuralbake.errors import ConfigError
 from neuralbake.io.files import atomic_write_bytes, atomic_write_json, sha256_file
 from neuralbake.io.images import save_png
 from neuralbake.io.manifest import write_bake_manifest
-from neuralbake.kernels import resolve_kernels, unsupported_reason
+from neuralbake.kernels import resolve_kernels, try_kernels, unsupported_reason
 from neuralbake.nn.trainer import TrainResult
 from neuralbake.render.pictures import comparison_row, panel_grid
 
@@ -133,6 +133,11 @@ def _compress_rate(
     decode_start = time.perf_counter()
     container = read_container(folder / CONTAINER_NAME).to(device)
     kernels = resolve_decode_kernels(container, config.kernels)
+    if kernels == "triton":
+        from neuralbake.kernels.fused import FusedNTC  # imports Triton
+
+        one = torch.zeros(1, dtype=torch.int64, device=device)
+        kernels = try_kernels(config.kernels, kernels, lambda: FusedNTC(container, torch.float32).texels(one, one, one), run.note)
     with run.task(f"decoding {prefix.rstrip('_') or 'texture.ntc'}", sum(w * h for w, h in layout.level_sizes), unit="texels") as advance:
         decoded = decode_all_levels(container, progress=advance, kernels=kernels)
     if device.type == "cuda":
