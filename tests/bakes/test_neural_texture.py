@@ -256,3 +256,19 @@ def test_auto_falls_back_to_pytorch_when_the_kernels_fail_here(tiny_png, tmp_pat
     with pytest.raises(ConfigError, match="PassManager") as info:
         bake_neural_texture(config, tmp_path / "triton", progress=False)
     assert info.value.fix == "use --kernels auto or torch."
+
+
+def test_infer_through_the_fused_mlp_matches_pytorch(tiny_png, tmp_path):
+    """``texture infer --kernels triton`` renders with the fused Triton MLP (the interpreter on a CPU), the same PNG as PyTorch's to one level in 255."""
+    pytest.importorskip("triton")
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs a GPU or TRITON_INTERPRET=1")
+    bake_neural_texture(tiny_config(tiny_png, steps=30), tmp_path / "bake", progress=False)
+    images = {}
+    for kernels in ("triton", "torch"):
+        result = runner.invoke(app, ["texture", "infer", str(tmp_path / "bake"), "--size", "40x24", "--out", str(tmp_path / f"{kernels}.png"), "--kernels", kernels, "--quiet"])
+        assert result.exit_code == 0, result.output
+        images[kernels] = np.asarray(Image.open(tmp_path / f"{kernels}.png"), dtype=np.int16)
+    assert images["triton"].shape == images["torch"].shape and np.abs(images["triton"] - images["torch"]).max() <= 1
+    result = runner.invoke(app, ["texture", "infer", str(tmp_path / "bake"), "--size", "8x8", "--out", str(tmp_path / "x.png"), "--kernels", "cuda"])
+    assert result.exit_code != 0 and "unknown kernels" in result.output

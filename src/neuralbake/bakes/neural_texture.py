@@ -25,6 +25,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
+from rich.console import Console
 
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
 from neuralbake.core.device import resolve_device
@@ -181,20 +182,33 @@ class ImageSampler:
 
 
 def render_network(
-    network: torch.nn.Module, width: int, height: int, *, chunk: int = 1 << 16, progress: Callable[[int], None] | None = None
+    network: torch.nn.Module,
+    width: int,
+    height: int,
+    *,
+    chunk: int = 1 << 16,
+    progress: Callable[[int], None] | None = None,
+    kernels: str = "torch",
 ) -> torch.Tensor:
     """Evaluate a coordinate network at texel centres: ``[height, width, outputs]`` float32.
 
     Rows are evaluated ``chunk`` texels at a time into one preallocated output; ``progress`` (if
-    given) is called with the texels finished after each chunk.
+    given) is called with the texels finished after each chunk. ``kernels="triton"`` runs the
+    fused Triton MLP (encoding included) in the network's dtype instead of PyTorch.
     """
     param = next(network.parameters())
+    evaluate: Callable[[torch.Tensor], torch.Tensor] = network
+    if kernels == "triton":
+        from neuralbake.kernels.fused import PackedMLP, mlp_forward  # imports Triton
+
+        packed = PackedMLP.from_mlp(network.mlp)
+        evaluate = lambda uv: mlp_forward(packed, uv, frequencies=network.config.frequencies)
     rows_per_chunk = max(1, chunk // width)
     out: torch.Tensor | None = None
     with torch.no_grad():
         for top in range(0, height, rows_per_chunk):
             rows = min(rows_per_chunk, height - top)
-            part = network(uv_grid(width, height, param.device, rows=range(top, top + rows))).float()
+            part = evaluate(uv_grid(width, height, param.device, rows=range(top, top + rows))).float()
             if out is None:
                 out = torch.empty(height * width, part.shape[1], dtype=torch.float32, device=param.device)
             out[top * width : (top + rows) * width] = part
@@ -347,10 +361,12 @@ def render_saved_network(
     device: str = "auto",
     precision: str = "fp32",
     progress: bool = False,
+    kernels: str = "auto",
 ) -> Path:
     """Render a saved neural texture at ``width x height`` to a PNG (``neuralbake texture infer``).
 
     The memory it needs (float32 output and the 8-bit PNG) is checked before any work starts.
+    ``kernels``: auto (the fused Triton MLP on a CUDA GPU), triton or torch.
     """
     _check_size((width, height), "size")
     if precision not in ("fp32", "fp16", "bf16"):
@@ -366,8 +382,16 @@ def render_saved_network(
         field="size",
         fix="render a smaller --size; the network has no native resolution, so a smaller image loses only pixels.",
     )
+    model = cast_model(network, dtype) if dtype != torch.float32 else network
+    if isinstance(model, CoordinateNetwork):
+        mlp = model.mlp.config
+        reason = unsupported_reason([mlp.inputs, *[mlp.hidden] * mlp.layers, mlp.outputs], [mlp.hidden_activation, mlp.output_activation])
+    else:
+        reason = f"the bundle holds a {type(model).__name__}, not a coordinate network"
+    path = resolve_kernels(kernels, torch_device, reason)
+    path = try_kernels(kernels, path, lambda: render_network(model, 2, 2, kernels="triton"), lambda message: Console(stderr=True).print(message, markup=False))
     prepare_output_dir(out_png.parent if str(out_png.parent) else Path("."))
     with progress_task("rendering", width * height, enabled=progress, unit="texels") as advance:
-        image = render_network(cast_model(network, dtype) if dtype != torch.float32 else network, width, height, progress=advance)
+        image = render_network(model, width, height, progress=advance, kernels=path)
     save_png(out_png, image.cpu().numpy())
     return out_png

@@ -54,6 +54,7 @@ def texture_infer(
     size: Annotated[str, typer.Option(help="Output size WxH.")] = "512x512",
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     precision: Annotated[str, typer.Option(help="Inference precision: fp32, fp16 (as a shader would run it) or bf16.")] = "fp32",
+    kernels: Annotated[str, typer.Option(help="auto (the fused Triton MLP on a CUDA GPU), triton or torch.")] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Render a saved neural texture at any size."""
@@ -66,7 +67,7 @@ def texture_infer(
             raise InputError(
                 f"infer writes PNG images, but --out ends in {out.suffix or '(no extension)'!r}.", path=out, field="--out", fix="name the output *.png."
             )
-        return render_saved_network(bundle, width, height, out, device=device, precision=precision, progress=not quiet)
+        return render_saved_network(bundle, width, height, out, device=device, precision=precision, progress=not quiet, kernels=kernels)
 
     path = run_action(action, out=out.parent)
     Console().print(f"wrote {path} ({width}x{height})", highlight=False, markup=False)
