@@ -287,8 +287,7 @@ def _bake_body(run: BakeRun) -> BakeOutcome:
 def fused_training_reason(network: CoordinateNetworkConfig) -> str | None:
     """Why the fused training kernel cannot train this coordinate network (None: it can)."""
     mlp = network.mlp_config()
-    widths = [mlp.inputs, *[mlp.hidden] * mlp.layers, mlp.outputs]
-    return unsupported_reason(widths, [mlp.hidden_activation, mlp.output_activation], training=True)
+    return unsupported_reason(mlp.widths(), [mlp.hidden_activation, mlp.output_activation], training=True)
 
 
 NEURAL_TEXTURE = Bake("neural_texture", NeuralTextureConfig, _bake_body, title="neural texture")
@@ -385,7 +384,7 @@ def render_saved_network(
     model = cast_model(network, dtype) if dtype != torch.float32 else network
     if isinstance(model, CoordinateNetwork):
         mlp = model.mlp.config
-        reason = unsupported_reason([mlp.inputs, *[mlp.hidden] * mlp.layers, mlp.outputs], [mlp.hidden_activation, mlp.output_activation])
+        reason = unsupported_reason(mlp.widths(), [mlp.hidden_activation, mlp.output_activation])
     else:
         reason = f"the bundle holds a {type(model).__name__}, not a coordinate network"
     path = resolve_kernels(kernels, torch_device, reason)

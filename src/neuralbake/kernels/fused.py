@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+import triton
 from torch import nn
 
 from neuralbake.errors import ConfigError
@@ -171,15 +172,11 @@ def mlp_forward(packed: PackedMLP, inputs: torch.Tensor, *, frequencies: int = 0
     if n == 0:
         return out
     bm = packed.block_rows
-    _mlp_kernel[(triton_cdiv(n, bm),)](
+    _mlp_kernel[(triton.cdiv(n, bm),)](
         inputs, out, n, *packed.buffers(), K=k, O=packed.outputs, FREQ=frequencies,
         OACT=ACTIVATION_CODES[packed.output_activation], BM=bm, WIDE=_wide(n * max(k, packed.outputs)), num_warps=packed.num_warps, **packed.constants(),
     )  # fmt: skip
     return out
-
-
-def triton_cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 class FusedNeuralMaterial:
@@ -226,7 +223,7 @@ class FusedNeuralMaterial:
         uv, wi, wo = (t.float().contiguous() for t in (uv, wi, wo))
         lod_arg = uv if lod is None else lod.float().contiguous()
         bm = self.packed.block_rows
-        _neural_material_kernel[(triton_cdiv(n, bm),)](
+        _neural_material_kernel[(triton.cdiv(n, bm),)](
             uv, wi, wo, lod_arg, self.latents, self.level_offset, self.level_width, self.level_height, self.levels, out, n,
             *self.packed.buffers(), C=self.channels, DIR0=self.directions[0], DIR1=self.directions[1], DIR2=self.directions[2],
             TRILINEAR=lod is not None, BM=bm, WIDE=_wide(n * 3, self.latents.numel()), num_warps=self.packed.num_warps, **self.packed.constants(),
@@ -263,7 +260,7 @@ class FusedNTC:
         if n == 0:
             return out
         bm, warps = _tile("ntc", self.packed.hp)
-        _ntc_kernel[(triton_cdiv(n, bm),)](
+        _ntc_kernel[(triton.cdiv(n, bm),)](
             level, x, y, frame_level, frame_width, self.high, self.low, self.tables, self.layout.levels, out, n, *self.packed.buffers(),
             F=self.features, PE=self.pe, CH=self.layout.channels, FRAME=frame, BM=bm,
             WIDE=_wide(n * self.layout.channels, self.high.numel(), self.low.numel()), num_warps=warps, **self.packed.constants(),
@@ -346,7 +343,7 @@ class FusedForwardBackward:
         n = inputs.shape[0]
         scale = loss_scale if isinstance(loss_scale, torch.Tensor) else torch.tensor(float(loss_scale), device=self.device)
         self._grads.zero_()
-        grid = (min(self.programs, max(1, triton_cdiv(n, self.block_rows))),)
+        grid = (min(self.programs, max(1, triton.cdiv(n, self.block_rows))),)
         _mlp_train_kernel[grid](
             inputs, targets, n, self._scratch, self._grads, self._losses, scale.float().reshape(1), *p.buffers(),
             K=inputs.shape[1], O=p.outputs, FREQ=self.frequencies, OACT=ACTIVATION_CODES[p.output_activation], LOSS=LOSS_CODES[self.loss],

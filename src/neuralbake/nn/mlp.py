@@ -57,6 +57,10 @@ class MLPConfig(LayerShape):
     inputs: int = 12
     """Number of input values (after any encoding)."""
 
+    def widths(self) -> list[int]:
+        """Every layer's width in evaluation order: inputs, the hidden layers, outputs."""
+        return [self.inputs] + [self.hidden] * self.layers + [self.outputs]
+
     def validate(self) -> None:
         for name in ("inputs", "hidden", "outputs"):
             if getattr(self, name) < 1:
@@ -77,7 +81,7 @@ class MLP(nn.Module):
         super().__init__()
         config.validate()
         self.config = config
-        widths = [config.inputs] + [config.hidden] * config.layers + [config.outputs]
+        widths = config.widths()
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
         self._hidden_act = activation_fn(config.hidden_activation, config.leak)
         self._output_act = activation_fn(config.output_activation, config.leak)
