@@ -8,10 +8,14 @@ slangpy wheel alone exceeds what can be carried there):
 
 ``prepare`` exports the bundle's Slang module with fp32 and with fp16 weights (fp16 latents),
 draws 65,536 (uv, wi, wo) (uv over [-1, 2] to exercise the repeat wrap) and stores the PyTorch
-neural material's answers for them (for fp16, with the decoder weights rounded through fp16).
-``run`` compiles each module for CUDA, compares on those points (fp32: max abs error < 1e-4 is
-the acceptance bound) and times 4,194,304 points per dispatch (median of 10, device idle before
-and after each).
+neural material's answers for them (for fp16, with the decoder weights rounded through fp16), and
+the answers of the PyTorch model of the tensor kernel's fp16 arithmetic
+(``tensor_kernel_reference``). ``run`` compiles both kernels of each module for CUDA (the scalar
+``nb_<m>_kernel``, one thread per sample, and ``nb_<m>_tensor_kernel``, warp tiles on the tensor
+cores), compares them on those points (scalar, fp32 weights: max abs error < 1e-4 is the
+acceptance bound; tensor: against the fp16 model, and against the fp32 material for scale) and
+times 4,194,304 and 16,777,216 points per dispatch (median of 10, device idle before and after
+each). ``NB_SLANG_DEVICE=cpu`` runs the same script on slangpy's CPU device (small sizes).
 """
 
 import json
@@ -31,6 +35,7 @@ def prepare(bundle: str, out: str) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from neuralbake.bakes.neural_material import load_neural_material
     from neuralbake.export.neural_material import export_neural_material_shader
+    from neuralbake.export.neural_material_tensor import tensor_kernel_reference
 
     folder = Path(out)
     for prec in ("fp32", "fp16"):
@@ -50,9 +55,39 @@ def prepare(bundle: str, out: str) -> None:
     t = torch.from_numpy(points)
     with torch.no_grad():
         np.save(folder / "expected_fp32.npy", material.evaluate(material.latent_at(t[:, :2]), t[:, 2:5], t[:, 5:8]).numpy())
+        np.save(folder / "tensor_fp32.npy", tensor_kernel_reference(material, material.latent_at(t[:, :2]), t[:, 2:5], t[:, 5:8]).numpy())
         for p in material.decoder.parameters():
             p.data = p.data.half().float()
         np.save(folder / "expected_fp16.npy", material.evaluate(material.latent_at(t[:, :2]), t[:, 2:5], t[:, 5:8]).numpy())
+        np.save(folder / "tensor_fp16.npy", tensor_kernel_reference(material, material.latent_at(t[:, :2]), t[:, 2:5], t[:, 5:8]).numpy())
+
+
+def _errors(got: np.ndarray, expected: np.ndarray) -> dict:
+    error = np.abs(got - expected)
+    return {
+        "max_abs_error": float(error.max()),
+        "max_error_relative_to_max_1": float((error / np.maximum(np.abs(expected), 1.0)).max()),
+        "mean_abs_error": float(error.mean()),
+        "max_value": float(np.abs(expected).max()),
+        "finite": bool(np.isfinite(got).all()),
+    }
+
+
+def _read(path: str, mode: str = "r"):
+    with open(path, mode) as file:
+        return file.read()
+
+
+def _time(dispatch, device) -> float:
+    """Median seconds of 10 dispatches, the device idle before and after each."""
+    times = []
+    for _ in range(10):
+        device.wait_for_idle()
+        start = time.perf_counter()
+        dispatch()
+        device.wait_for_idle()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def run(here: str, result_path: str) -> None:
@@ -60,41 +95,65 @@ def run(here: str, result_path: str) -> None:
 
     kind = os.environ.get("NB_SLANG_DEVICE", "cuda")  # "cpu" to try the script without a GPU
     device = slangpy.create_device(type=getattr(slangpy.DeviceType, kind))
-    tiles = 64 if kind == "cuda" else 1
-    print(device.info.adapter_name if hasattr(device.info, "adapter_name") else device.info)
+    repeats = (64, 256) if kind == "cuda" else (1,)
+    adapter = str(getattr(device.info, "adapter_name", kind))
+    print(adapter)
     points = np.load(f"{here}/points.npy")
-    results = {}
+    results: dict = {"device": adapter, "slangpy": slangpy.__version__}
+    usage = slangpy.BufferUsage.shader_resource
+    m = "material"
+
+    def raw(path: str):
+        return device.create_buffer(data=np.frombuffer(_read(path, "rb"), dtype=np.uint8).copy(), usage=usage)
+
+    def save() -> None:
+        with open(result_path, "w") as file:
+            json.dump(results, file, indent=2)
+
     for prec in ("fp32", "fp16"):
         folder = f"{here}/{prec}"
-        m = "material"
-        module = device.load_module_from_source(f"nb_cuda_{prec}", open(f"{folder}/{m}.slang").read())
-        kernel = device.create_compute_kernel(device.link_program([module], [module.entry_point(f"nb_{m}_kernel")]))
-        usage = slangpy.BufferUsage.shader_resource
-        raw = lambda p: device.create_buffer(data=np.frombuffer(open(p, "rb").read(), dtype=np.uint8).copy(), usage=usage)
-        weights = raw(f"{folder}/{m}.weights.{prec}.bin"); latents = raw(f"{folder}/{m}.latents.fp16.bin")
-        for n, pts in (("check", points), ("timing", np.tile(points, (tiles, 1)))):
-            count = len(pts)
-            values = device.create_buffer(element_count=count * 3, struct_size=4, usage=slangpy.BufferUsage.unordered_access)
-            binds = {f"nb_{m}_weights": weights, f"nb_{m}_latents": latents,
-                     f"nb_{m}_points": device.create_buffer(data=pts.reshape(-1), struct_size=4, usage=usage),
-                     f"nb_{m}_mips": device.create_buffer(data=np.zeros(count, np.uint32), struct_size=4, usage=usage),
-                     f"nb_{m}_values": values, f"nb_{m}_constants": {f"nb_{m}_point_count": count}}
-            kernel.dispatch(thread_count=[count, 1, 1], vars=binds); device.wait_for_idle()
-            if n == "check":
-                got = values.to_numpy().view(np.float32).reshape(count, 3)
-                exp = np.load(f"{here}/expected_{prec}.npy")
-                err = float(np.abs(got - exp).max()); rel = float((np.abs(got - exp) / np.maximum(np.abs(exp), 1.0)).max())
-                results[prec] = {"max_abs_error": err, "max_error_relative_to_max_1": rel, "max_value": float(np.abs(exp).max())}
-            else:
-                times = []
-                for _ in range(10):
-                    device.wait_for_idle(); t = time.perf_counter()
-                    kernel.dispatch(thread_count=[count, 1, 1], vars=binds); device.wait_for_idle()
-                    times.append(time.perf_counter() - t)
-                results[prec]["samples_per_second"] = count / statistics.median(times)
-                results[prec]["points"] = count
-        print(prec, results[prec], flush=True)
-    json.dump(results, open(result_path, "w"), indent=2)
+        tensor = json.loads(_read(f"{folder}/{m}.json"))["tensor_kernels"][0]
+        module = device.load_module_from_source(f"nb_cuda_{prec}", _read(f"{folder}/{m}.slang"))
+        weights, latents = raw(f"{folder}/{m}.weights.{prec}.bin"), raw(f"{folder}/{m}.latents.fp16.bin")
+        kernels = {
+            "scalar": (f"nb_{m}_kernel", lambda n: n),
+            "tensor": (tensor["entry"], lambda n, t=tensor: -(-n // t["points_per_group"]) * t["threads_per_group"]),
+        }
+        for variant, (entry, threads) in kernels.items():
+            kernel = device.create_compute_kernel(device.link_program([module], [module.entry_point(entry)]))
+            row = results.setdefault(f"{variant}_{prec}", {})
+            for repeat in (0, *repeats):
+                pts = points if repeat == 0 else np.tile(points, (repeat, 1))
+                count = len(pts)
+                values = device.create_buffer(data=np.full(count * 3, np.nan, np.float32), struct_size=4, usage=slangpy.BufferUsage.unordered_access)
+                binds = {
+                    f"nb_{m}_weights": weights,
+                    f"nb_{m}_latents": latents,
+                    f"nb_{m}_points": device.create_buffer(data=pts.reshape(-1), struct_size=4, usage=usage),
+                    f"nb_{m}_mips": device.create_buffer(data=np.zeros(count, np.uint32), struct_size=4, usage=usage),
+                    f"nb_{m}_values": values,
+                    f"nb_{m}_constants": {f"nb_{m}_point_count": count},
+                }
+
+                def dispatch(kernel=kernel, threads=threads, count=count, binds=binds) -> None:
+                    kernel.dispatch(thread_count=[threads(count), 1, 1], vars=binds)
+
+                dispatch()
+                device.wait_for_idle()
+                if repeat == 0:
+                    got = values.to_numpy().view(np.float32).reshape(count, 3)
+                    row["against_pytorch"] = _errors(got, np.load(f"{here}/expected_{prec}.npy"))
+                    if variant == "tensor":
+                        row["against_fp16_model"] = _errors(got, np.load(f"{here}/tensor_{prec}.npy"))
+                else:
+                    row[f"samples_per_second_{count}"] = count / _time(dispatch, device)
+            print(variant, prec, row, flush=True)
+            save()
+        largest = f"samples_per_second_{len(points) * repeats[-1]}"
+        ratio = results[f"tensor_{prec}"][largest] / results[f"scalar_{prec}"][largest]
+        results[f"tensor_over_scalar_{prec}"] = ratio
+        print(f"{prec} weights: tensor kernel {ratio:.1f}x the scalar kernel at {len(points) * repeats[-1]:,} points", flush=True)
+        save()
 
 
 if __name__ == "__main__":

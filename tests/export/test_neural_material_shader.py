@@ -35,6 +35,9 @@ from neuralbake.cli import app as neuralbake_app
 from neuralbake.errors import BundleError, ConfigError
 from neuralbake.export.neural_material import export_material_pack_shader, export_neural_material_shader
 from neuralbake.export.neural_material_codegen import POINT_FLOATS
+from neuralbake.export.neural_material_tensor import POINTS_PER_GROUP as TENSOR_POINTS_PER_GROUP
+from neuralbake.export.neural_material_tensor import THREADS as TENSOR_THREADS
+from neuralbake.export.neural_material_tensor import tensor_kernel_reference, tensor_kernel_shape
 from neuralbake.io.bundle import read_bundle, write_bundle
 from neuralbake.io.device_layout import LayerTensors
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
@@ -173,10 +176,11 @@ def reference_material(bundle: Path, precision: str, latent_format: str) -> Neur
     return material
 
 
-def run_shader(device, written, source: str, uv, wi, wo, mips, material_ids=None) -> np.ndarray:
-    """Dispatch ``nb_<module>_kernel`` over the queries; returns f cos ``[N, 3]``."""
+def run_shader(device, written, source: str, uv, wi, wo, mips, material_ids=None, tensor: str | None = None) -> np.ndarray:
+    """Dispatch ``nb_<module>_kernel`` (or material ``tensor``'s tensor kernel) over the queries; returns f cos ``[N, 3]``."""
     module = device.load_module_from_source(f"nb_material_test_{next(_module_ids)}", source)
-    kernel = device.create_compute_kernel(device.link_program([module], [module.entry_point(f"nb_{written.module}_kernel")]))
+    entry = f"nb_{written.module}_kernel" if tensor is None else f"nb_{tensor}_tensor_kernel"
+    kernel = device.create_compute_kernel(device.link_program([module], [module.entry_point(entry)]))
     usage = slangpy.BufferUsage.shader_resource
     n = len(uv)
 
@@ -200,7 +204,8 @@ def run_shader(device, written, source: str, uv, wi, wo, mips, material_ids=None
     }
     if material_ids is not None:
         bindings[f"nb_{m}_material_ids"] = structured(np.asarray(material_ids, dtype=np.uint32))
-    kernel.dispatch(thread_count=[n, 1, 1], vars=bindings)
+    threads = n if tensor is None else -(-n // TENSOR_POINTS_PER_GROUP) * TENSOR_THREADS
+    kernel.dispatch(thread_count=[threads, 1, 1], vars=bindings)
     return values.to_numpy().view(np.float32).reshape(n, 3)
 
 
@@ -249,11 +254,12 @@ def test_hlsl_matches_pytorch_and_mips_past_the_last_clamp(tmp_path, bakes, slan
     assert_close(actual, expected, quantised=True)
 
 
-def test_slang_and_hlsl_differ_only_in_entry_point_attribute(tmp_path, bakes):
+def test_slang_is_the_hlsl_plus_entry_point_attributes_and_the_tensor_kernel(tmp_path, bakes):
     written = export_neural_material_shader(bakes["copper"], tmp_path)
-    slang = written.slang.read_text().replace("(slang)", "").splitlines()
+    slang, tensor = written.slang.read_text().replace("(slang)", "").split("\n// ---- tensor-core batch kernels")
     hlsl = written.hlsl.read_text().replace("(hlsl)", "").splitlines()
-    assert [line for line in slang if line != '[shader("compute")]'] == hlsl
+    assert [line for line in slang.splitlines() if line != '[shader("compute")]'] == hlsl
+    assert "nb_antique_copper_tray_tensor_kernel" in tensor
 
 
 def test_manifest_describes_the_buffers(tmp_path, bakes):
@@ -332,6 +338,97 @@ def test_pack_shares_only_whole_identical_layers(tmp_path, bakes, slang_device):
     material = reference_material(bakes["tweaked"], "fp32", "fp16")
     actual = run_shader(slang_device, written, written.slang.read_text(), uv, wi, wo, mips, material_ids=np.ones(200))
     assert_close(actual, pytorch_reference(material, uv, wi, wo, mips), quantised=False)
+
+
+# -- the tensor-core kernel -------------------------------------------------------------------------
+# On slangpy's CPU device the kernel runs its loop form: the same tiles, the same fp16 weights and
+# activations summed in fp32 as the CoopMat form on CUDA (which bench/neural_material_shader_cuda.py
+# checks against the same model on an H100). Against tensor_kernel_reference (that arithmetic in
+# PyTorch) only the summation order differs: TENSOR_MODEL_TOLERANCE. Against the fp32 material
+# the difference is fp16 rounding of the inputs and activations: TENSOR_FP16_TOLERANCE, relative
+# to max(|value|, 1) (measured: at most 0.012 on the copper tray at full size, values up to 168).
+TENSOR_MODEL_TOLERANCE = (1e-5, 2e-3)
+TENSOR_FP16_TOLERANCE = 0.03
+
+
+def tensor_reference(material: NeuralMaterial, uv, wi, wo, mips) -> np.ndarray:
+    expected = torch.zeros(len(uv), 3)
+    with torch.no_grad():
+        for level in mips.unique().tolist():
+            rows = mips == level
+            expected[rows] = tensor_kernel_reference(material, material.latent_at(uv[rows], level), wi[rows], wo[rows])
+    return expected.numpy()
+
+
+@needs_slangpy
+@pytest.mark.parametrize(("bundle", "precision", "latent_format"), [
+    ("bright", "fp32", "fp16"),  # 8 channels, fp16 latents: 8 channels per 128-bit load
+    ("bright", "fp16", "u8"),
+    ("old", "fp32", "fp16"),  # [latent, wi, wo]: 14 inputs
+    ("latent4", "fp16", "fp16"),  # 4 channels: the per-channel fetch
+    ("narrow", "fp32", "fp16"),  # 8-wide hidden layers, padded to 16
+])
+def test_tensor_kernel_matches_its_fp16_model_and_the_material(tmp_path, bakes, slang_device, bundle, precision, latent_format):
+    source = bakes[bundle]
+    if bundle == "narrow":  # its random decoder is black everywhere; raise its output bias so values show
+        decoder = load_neural_material(source).decoder
+        with torch.no_grad():
+            decoder.layers[-1].bias.add_(1.0)
+        source = derived_bundle(source, tmp_path / "narrow_lit", decoder=decoder)
+    written = export_neural_material_shader(source, tmp_path / "out", precision=precision, latent_format=latent_format)
+    name = written.module
+    entry = json.loads(written.manifest.read_text())["tensor_kernels"][0]
+    assert entry["entry"] == f"nb_{name}_tensor_kernel" and entry["points_per_group"] == TENSOR_POINTS_PER_GROUP
+    assert entry["groupshared_bytes"] <= 48 * 1024
+    material = reference_material(source, precision, latent_format)
+    n = TENSOR_POINTS_PER_GROUP + 77  # a partial last group
+    uv, wi, wo, mips = random_queries(n, len(material.latents), seed=11)
+    actual = run_shader(slang_device, written, written.slang.read_text(), uv, wi, wo, mips, tensor=name)
+    assert np.isfinite(actual).all()  # every point written (the buffer starts as NaN)
+    model = tensor_reference(material, uv, wi, wo, mips)
+    absolute, relative = TENSOR_MODEL_TOLERANCE
+    assert (np.abs(actual - model) <= absolute + relative * np.abs(model)).all(), np.abs(actual - model).max()
+    exact = pytorch_reference(material, uv, wi, wo, mips)
+    assert (exact == 0).all(axis=1).sum() > 20 and (exact > 0).any(axis=1).sum() > n // 2
+    assert (actual[(exact == 0).all(axis=1)] == 0).all()  # below the horizon
+    assert (np.abs(actual - exact) / np.maximum(np.abs(exact), 1.0)).max() < TENSOR_FP16_TOLERANCE
+    if bundle == "bright":
+        assert exact.max() > 3.0
+
+
+@needs_slangpy
+def test_each_material_of_a_pack_has_a_tensor_kernel(tmp_path, bakes, slang_device):
+    written = export_material_pack_shader([bakes["copper"], bakes["velvet"]], tmp_path, name="scene", precision="fp16")
+    manifest = json.loads(written.manifest.read_text())
+    assert [entry["entry"] for entry in manifest["tensor_kernels"]] == ["nb_antique_copper_tray_tensor_kernel", "nb_velvet_tensor_kernel"]
+    uv, wi, wo, mips = random_queries(300, 4, seed=12)
+    source = written.slang.read_text()
+    for name, bundle in (("antique_copper_tray", "copper"), ("velvet", "velvet")):
+        material = reference_material(bakes[bundle], "fp16", "fp16")
+        actual = run_shader(slang_device, written, source, uv, wi, wo, mips, tensor=name)
+        model = tensor_reference(material, uv, wi, wo, mips)
+        absolute, relative = TENSOR_MODEL_TOLERANCE
+        assert (np.abs(actual - model) <= absolute + relative * np.abs(model)).all()
+
+
+def test_a_decoder_too_large_for_groupshared_memory_gets_no_tensor_kernel(tmp_path, bakes):
+    config = load_neural_material(bakes["copper"]).decoder.config
+    wide = MLP(MLPConfig(inputs=config.inputs, hidden=128, layers=3, outputs=3, hidden_activation="relu", output_activation="none"))
+    written = export_neural_material_shader(derived_bundle(bakes["copper"], tmp_path / "wide", decoder=wide), tmp_path / "out")
+    entry = json.loads(written.manifest.read_text())["tensor_kernels"][0]
+    assert entry["entry"] is None and "KB of groupshared memory" in entry["reason"]
+    source = written.slang.read_text()
+    assert "_tensor_kernel" not in source and "No tensor kernel for" in source
+    assert f"nb_{written.module}_kernel" in source  # the scalar kernel is still there
+    shape, reason = tensor_kernel_shape([{"inputs": 17, "outputs": 64}, {"inputs": 64, "outputs": 3}])
+    assert shape is not None and not reason
+    assert shape.inputs == (32, 64) and shape.outputs == (64, 16) and shape.strides == (48, 80)  # strides: no bank conflicts
+
+
+def test_the_hlsl_file_has_only_the_scalar_kernel(tmp_path, bakes):
+    written = export_neural_material_shader(bakes["copper"], tmp_path)
+    assert "_tensor_kernel" not in written.hlsl.read_text() and "CoopMat" not in written.hlsl.read_text()
+    assert "nb_antique_copper_tray_tensor_kernel" in written.slang.read_text()
 
 
 def test_pack_names_clashing_materials_apart(tmp_path, bakes):

@@ -151,11 +151,21 @@ _LATENTS_HELP = "Latent storage: fp16, or u8 (8-bit codes with a per-channel sca
 
 
 def _summary(written: Any) -> str:
+    import json
+
     weights, latents = written.weights.stat().st_size, written.latents.stat().st_size
-    return (
+    tensor = json.loads(written.manifest.read_text()).get("tensor_kernels", [])
+    kernels = [entry["entry"] for entry in tensor if entry["entry"]]
+    missing = [f"{entry['material']} ({entry['reason']})" for entry in tensor if not entry["entry"]]
+    lines = [
         f"{written.slang.name} + {written.hlsl.name}, weights {weights} B, latents {latents} B "
-        f"({', '.join(written.materials)}) -> {written.slang.parent}"
-    )
+        f"({', '.join(written.materials)}) -> {written.slang.parent}",
+    ]
+    if kernels:
+        lines.append(f"tensor-core batch kernels in {written.slang.name}: {', '.join(kernels)}")
+    if missing:
+        lines.append(f"no tensor-core kernel for {'; '.join(missing)}")
+    return "\n".join(lines)
 
 
 @material_app.command("export")

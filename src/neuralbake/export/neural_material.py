@@ -11,7 +11,9 @@ The code generation is :mod:`neuralbake.export.neural_material_codegen` (the fun
 bindings it generates are described there), the weight and latent buffer layouts are
 :mod:`neuralbake.export.neural_material_layout`, and the bundle's neural-material manifest is read
 by :mod:`neuralbake.export.neural_material_manifest`; this module reads the bundles, checks a pack
-and writes the files.
+and writes the files. The Slang module also gets a tensor-core batch kernel per material
+(:mod:`neuralbake.export.neural_material_tensor`), described under ``tensor_kernels`` in the
+manifest.
 
 A hand-written generator rather than a library: there is no maintained tool that emits shader
 code for a given latent layout and MLP; the layout follows the bundle's own device layout so no
@@ -38,6 +40,9 @@ from neuralbake.export.neural_material_manifest import (
     read_latent_levels,
     read_neural_material_manifest,
 )
+from neuralbake.export.neural_material_tensor import POINTS_PER_GROUP as TENSOR_POINTS_PER_GROUP
+from neuralbake.export.neural_material_tensor import THREADS as TENSOR_THREADS
+from neuralbake.export.neural_material_tensor import tensor_kernel_shape
 from neuralbake.export.slang import THREADS_PER_GROUP
 from neuralbake.io.bundle import LATENT_FORMATS, read_bundle, read_device_layout
 from neuralbake.io.files import atomic_write_bytes, atomic_write_json, atomic_write_text, prepare_output_dir, sha256_file
@@ -170,6 +175,7 @@ def _shader_manifest(
                 f"nb_{module}_constants": f"cbuffer {{ uint nb_{module}_point_count; }}",
             },
         },
+        "tensor_kernels": [_tensor_kernel_entry(material) for material in materials],
         "weights": {
             "precision": precision,
             "layout": "neuralbake device layout: per layer a row-major [outputs, inputs] matrix (64-byte aligned) then the bias (16-byte aligned), little-endian",
@@ -197,6 +203,24 @@ def _shader_manifest(
             }
             for index, (material, weight_table, latent_table) in enumerate(zip(materials, weight_tables, latent_tables, strict=True))
         ],
+    }
+
+
+def _tensor_kernel_entry(material: ExportMaterial) -> dict[str, Any]:
+    """The manifest's description of a material's tensor-core kernel (or why it has none)."""
+    shape, reason = tensor_kernel_shape(material.layers)
+    if shape is None:
+        return {"material": material.name, "entry": None, "reason": reason}
+    return {
+        "material": material.name,
+        "entry": f"nb_{material.name}_tensor_kernel",
+        "language": "slang",
+        "threads_per_group": TENSOR_THREADS,
+        "points_per_group": TENSOR_POINTS_PER_GROUP,
+        "dispatch": f"ceil(points / {TENSOR_POINTS_PER_GROUP}) * {TENSOR_THREADS} threads",
+        "groupshared_bytes": shape.shared_bytes,
+        "groupshared_bytes_loop_form": shape.loop_shared_bytes,
+        "arithmetic": "fp16 weights and activations, fp32 sums (tensor cores); CoopMat on CUDA and Vulkan, loops elsewhere",
     }
 
 

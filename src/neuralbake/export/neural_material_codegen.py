@@ -18,6 +18,8 @@ material they are the same):
   its mip from ``StructuredBuffer<uint> nb_<module>_mips[p]`` (and in a pack its material from
   ``nb_<module>_material_ids[p]``) and writes ``RWStructuredBuffer<float> nb_<module>_values[p * 3
   + c]``; the point count is ``cbuffer nb_<module>_constants { uint nb_<module>_point_count; }``.
+- Slang only: ``nb_<m>_tensor_kernel`` per material, the same evaluation for the same buffers in
+  warp tiles with the decoder on the tensor cores (:mod:`neuralbake.export.neural_material_tensor`).
 
 Bindings: ``ByteAddressBuffer nb_<module>_weights`` (``<module>.weights.<precision>.bin``) and
 ``ByteAddressBuffer nb_<module>_latents`` (``<module>.latents.<format>.bin``).
@@ -32,6 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from neuralbake.export.neural_material_layout import ExportMaterial
+from neuralbake.export.neural_material_tensor import tensor_kernel_code
 from neuralbake.export.slang import THREADS_PER_GROUP, generate_mlp_hlsl, generate_mlp_slang
 
 __all__ = ["POINT_FLOATS", "generate_material_shader"]
@@ -258,4 +261,10 @@ def generate_material_shader(language: str, module: str, materials: Sequence[Exp
     if pack:
         lines += _switch_code(module, materials)
     lines += _kernel_code(language, module, materials, pack)
+    if language == "slang":
+        first = True
+        for material in materials:
+            code, shape, _ = tensor_kernel_code(material, module, first, latent_format)
+            lines += code
+            first = first and shape is None
     return "\n".join(lines) + "\n"
