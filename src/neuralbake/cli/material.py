@@ -157,10 +157,8 @@ def _summary(written: Any) -> str:
     tensor = json.loads(written.manifest.read_text()).get("tensor_kernels", [])
     kernels = [entry["entry"] for entry in tensor if entry["entry"]]
     missing = [f"{entry['material']} ({entry['reason']})" for entry in tensor if not entry["entry"]]
-    lines = [
-        f"{written.slang.name} + {written.hlsl.name}, weights {weights} B, latents {latents} B "
-        f"({', '.join(written.materials)}) -> {written.slang.parent}",
-    ]
+    files = f"{written.slang.name} + {written.hlsl.name}, weights {weights} B, latents {latents} B"
+    lines = [f"{files} ({', '.join(written.materials)}) -> {written.slang.parent}"]
     if kernels:
         lines.append(f"tensor-core batch kernels in {written.slang.name}: {', '.join(kernels)}")
     if missing:
