@@ -11,7 +11,10 @@ Rows (fp16 weights; samples/s best of ``--repeats``, CUDA-synchronised):
   mip 0 level;
 - ``train``: the RTXNS neural texture network (12 -> 64 x 4 -> 3, leaky ReLU, sigmoid) trained on
   a 1024x1024 image, the whole trainer step (Adam, loss scaling) in a CUDA graph, autograd versus
-  the fused step, samples per step 2^10 to 2^18; and the loss both reach after the same steps.
+  the fused step, samples per step 2^10 to 2^18; and the loss both reach after the same steps;
+- ``train_material``: the neural-material bake's step (encoder + decoder, relative L1 on a fixed
+  random teacher, fp16, CUDA graph), autograd against each MLP's forward and backward as a fused
+  kernel inside autograd (``MLP.kernels = "triton"``), 2^12 to 2^18 samples per step.
 
 Each decode row: eager PyTorch, ``torch.compile`` of the same function, the Triton kernel, the
 kernel's ratio to compile, and its TFLOP/s (multiply-adds of the real layer widths x 2) as a
@@ -254,6 +257,64 @@ def bench_train(device, sizes, steps, peak) -> list[dict]:
     return rows
 
 
+class _MaterialSampler:
+    """Texel features (a smooth function of uv) and local directions -> ``log(1 + f cos)`` of a fixed random teacher."""
+
+    capturable = True
+
+    def __init__(self, features: int, batch_size: int, device) -> None:
+        self.features, self.batch_size = features, batch_size
+        torch.manual_seed(5)
+        self.basis = torch.randn(2, features, device=device) * 3.0
+        self.teacher = MLP(MLPConfig(inputs=features + 6, hidden=32, layers=2, outputs=3, hidden_activation="relu", output_activation="none")).to(device)
+
+    def sample(self, generator: torch.Generator) -> Batch:
+        device = self.basis.device
+        uv = torch.rand(self.batch_size, 2, generator=generator, device=device)
+        texels = torch.sin(uv @ self.basis)
+        directions = torch.randn(self.batch_size, 6, generator=generator, device=device)
+        directions[:, 2] = directions[:, 2].abs() + 0.1
+        directions[:, 5] = directions[:, 5].abs() + 0.1
+        wi = torch.nn.functional.normalize(directions[:, :3], dim=1)
+        wo = torch.nn.functional.normalize(directions[:, 3:], dim=1)
+        inputs = torch.cat([texels, wi, wo], dim=1)
+        with torch.no_grad():
+            targets = torch.nn.functional.softplus(self.teacher(inputs))
+        return Batch(inputs=inputs, targets=targets)
+
+
+def _train_material(device, batch, steps, fused: bool) -> tuple[float, float]:
+    from neuralbake.bakes.neural_material.config import NeuralMaterialConfig
+    from neuralbake.bakes.neural_material.model import NeuralMaterialModel, relative_l1
+
+    torch.manual_seed(6)
+    features = 24
+    model = NeuralMaterialModel(features, NeuralMaterialConfig(material="unused.json")).to(device)
+    model.encoder.kernels = model.decoder.kernels = "triton" if fused else "torch"
+    config = TrainerConfig(steps=steps, learning_rate=0.005, precision="fp16", log_every=steps, eval_every=0, checkpoint_every=0, checkpoint_seconds=0)
+    trainer = Trainer(model, _MaterialSampler(features, batch, device), relative_l1, config, device=device)
+    result = trainer.fit()
+    return result.samples_seen / result.train_seconds, result.final_loss
+
+
+def bench_train_material(device, sizes, steps, peak) -> list[dict]:
+    """The neural-material bake's training step (encoder 24 -> 64 x 2 -> 8, decoder 17 -> 64 x 3 -> 3, relative L1, fp16, CUDA graph):
+    autograd against FusedMLP (each MLP's forward and backward a fused kernel inside autograd)."""
+    widths_encoder, widths_decoder = [24, 64, 64, 8], [17, 64, 64, 64, 3]
+    rows = []
+    for n in sizes:
+        count = steps or min(2000, max(100, (1 << 23) // n))
+        for fused in (False, True):
+            _train_material(device, n, 8, fused)
+        graph_rate, graph_loss = _train_material(device, n, count, False)
+        fused_rate, fused_loss = _train_material(device, n, count, True)
+        row = _row("train neural material", n, {"graph": n / graph_rate, "triton": n / fused_rate}, 3 * (_macs(widths_encoder) + _macs(widths_decoder)), peak)
+        row.update(graph_final_loss=graph_loss, triton_final_loss=fused_loss, steps=count)
+        print(f"  final loss after {count} steps: graph {graph_loss:.5f}  fused {fused_loss:.5f}", flush=True)
+        rows.append(row)
+    return rows
+
+
 def sweep(device, repeats, kind: str, tile: tuple[int, int]) -> None:
     """Time the kernels of one kind (forward, ntc or train) at one (rows per program, warps) tile.
 
@@ -305,7 +366,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--steps", type=int, default=0, help="training steps per timed run (0: about 2^24 samples, 200 to 4000 steps)")
     parser.add_argument("--sweep", nargs=3, metavar=("KIND", "ROWS", "WARPS"), help="only time the forward, ntc or train kernels at one tile")
-    parser.add_argument("--only", nargs="*", default=["mlp", "neural_material", "ntc", "train"])
+    parser.add_argument("--only", nargs="*", default=["mlp", "neural_material", "ntc", "train", "train_material"])
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON (an existing file keeps its rows of the parts not run)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -330,6 +391,8 @@ def main() -> None:
         result["rows"] += bench_ntc(device, args.repeats, peak)
     if "train" in args.only:
         result["rows"] += bench_train(device, train_sizes, args.steps, peak)
+    if "train_material" in args.only:
+        result["rows"] += bench_train_material(device, train_sizes[1:], args.steps, peak)
     if args.out:
         if args.out.is_file():  # a partial run (--only) replaces its own rows and keeps the others
             ran = {row["row"] for row in result["rows"]}

@@ -87,6 +87,31 @@ def main() -> None:
         expected = decode_texels(container, torch.full((width * height,), 3, device=device), xx.reshape(-1), yy.reshape(-1)).reshape(height, width, -1)
         check(f"ntc {dtype} whole level 3", fused_ntc.level(3), expected, dtype)
 
+    # FusedMLP: an MLP's forward and backward inside autograd (the neural-material bake's encoder and decoder)
+    for dtype in reversed(dtypes):
+        for inputs, hidden, layers, outputs in ((24, 64, 2, 8), (17, 64, 3, 3)):
+            reference = MLP(MLPConfig(inputs=inputs, hidden=hidden, layers=layers, outputs=outputs, hidden_activation="relu", output_activation="none"))
+            reference = reference.to(device).to(dtype)
+            fused = MLP(reference.config).to(device).to(dtype)
+            fused.load_state_dict(reference.state_dict())
+            fused.kernels = "triton"
+            for n in (1000, 1 << 16):
+                x = (torch.rand(n, inputs, device=device) * 2 - 1).to(dtype)
+                upstream = torch.randn(n, outputs, device=device)
+                results = []
+                for model in (reference, fused):
+                    rows = x.clone().requires_grad_()
+                    y = model(rows)
+                    (y.float() * upstream).sum().backward()
+                    results.append((y, rows.grad, [p.grad.clone() for p in model.parameters()]))
+                    model.zero_grad(set_to_none=True)
+                (y_ref, dx_ref, g_ref), (y_fused, dx_fused, g_fused) = results
+                name = f"fused mlp {dtype} {inputs}-{hidden}x{layers}-{outputs} n={n}"
+                check(f"{name} values", y_fused, y_ref, dtype)
+                check(f"{name} input gradient", dx_fused, dx_ref, dtype)
+                worst = max(range(len(g_ref)), key=lambda i: float((g_fused[i].float() - g_ref[i].float()).abs().max() / g_ref[i].float().abs().max().clamp(min=1e-12)))
+                check(f"{name} worst weight gradient", g_fused[worst], g_ref[worst], dtype)
+
     losses = {"mse": torch.nn.functional.mse_loss, "l1": torch.nn.functional.l1_loss, "relative_l1": relative_l1}
     for dtype in dtypes:
         for hidden, act, out_act, loss in ((64, "leaky_relu", "sigmoid", "mse"), (128, "relu", "none", "relative_l1"), (32, "tanh", "exp", "l1")):

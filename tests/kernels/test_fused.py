@@ -24,7 +24,7 @@ from neuralbake.bakes.ntc.model import NTCModel
 from neuralbake.bakes.ntc.texture_set import ChannelGroup
 from neuralbake.errors import ConfigError
 from neuralbake.kernels import interpreting, resolve_kernels, unsupported_reason
-from neuralbake.kernels.fused import FusedForwardBackward, FusedNTC, PackedMLP, mlp_forward
+from neuralbake.kernels.fused import FusedForwardBackward, FusedMLP, FusedNTC, PackedMLP, mlp_forward
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
 from neuralbake.nn.trainer import AutogradForwardBackward, Batch, Trainer, TrainerConfig
 
@@ -36,7 +36,7 @@ def _close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> 
     scale = float(expected.detach().abs().max())
     assert scale > 0, "a reference of zeros cannot tell a right kernel from a wrong one"
     tolerance = 1e-5 if dtype == torch.float32 else 2e-2
-    error = float((actual.float() - expected.float()).abs().max())
+    error = float((actual.detach().float() - expected.detach().float()).abs().max())
     assert error <= tolerance * scale, f"max error {error:.3g} > {tolerance * scale:.3g}"
 
 
@@ -192,6 +192,51 @@ def test_training_step_of_a_coordinate_network_matches_autograd() -> None:
     _close(fused_loss, ref_loss, torch.float32)
     for expected, actual in zip(ref_grads, fused_grads):
         _close(actual, expected, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize(("hidden_act", "output_act"), [("relu", "none"), ("leaky_relu", "sigmoid"), ("tanh", "exp")])
+def test_fused_mlp_inside_autograd_matches_autograd(dtype: torch.dtype, hidden_act: str, output_act: str) -> None:
+    """``MLP.kernels = "triton"``: values, weight and input gradients through an outer graph (a loss on part of the outputs)."""
+    reference = _mlp(13, 32, 2, 5, hidden_act, output_act, seed=11).to(dtype)
+    fused = _mlp(13, 32, 2, 5, hidden_act, output_act, seed=11).to(dtype)
+    fused.kernels = "triton"
+    g = torch.Generator().manual_seed(12)
+    x = (torch.rand(2, 150, 13, generator=g) * 2 - 1).to(DEVICE).to(dtype)  # leading dims, and two tiles over the programs
+    upstream = torch.randn(2, 150, 5, generator=g).to(DEVICE)
+    results = []
+    for model in (reference, fused):
+        rows = x.clone().requires_grad_()
+        y = model(rows)
+        (torch.sin(y.float()) * upstream).sum().backward()  # any graph around the MLP
+        results.append((y, rows.grad, [p.grad for p in model.parameters()]))
+    (y_ref, dx_ref, grads_ref), (y_fused, dx_fused, grads_fused) = results
+    assert isinstance(fused._fused, FusedMLP)  # the kernels ran, not the PyTorch layers
+    assert y_fused.shape == y_ref.shape and y_fused.dtype == dtype and dx_fused.dtype == dtype
+    _close(y_fused, y_ref, dtype)
+    _close(dx_fused, dx_ref, dtype)
+    for expected, actual in zip(grads_ref, grads_fused, strict=True):
+        assert actual.shape == expected.shape and actual.dtype == dtype
+        _close(actual, expected, dtype)
+
+
+def test_fused_mlp_leaves_frozen_layers_alone_and_takes_empty_batches() -> None:
+    """Layers turned into buffers (a shared decoder part) get no gradient; the others match autograd; 0 rows give 0 rows."""
+    reference, fused = (_mlp(9, 16, 2, 3, "relu", "none", seed=13) for _ in range(2))
+    fused.kernels = "triton"
+    for model in (reference, fused):
+        value = model.layers[0].weight.detach().clone()
+        del model.layers[0].weight
+        model.layers[0].register_buffer("weight", value)
+    x = torch.rand(70, 9, generator=torch.Generator().manual_seed(14)).to(DEVICE)
+    for model in (reference, fused):
+        (model(x) ** 2).sum().backward()
+    assert fused.layers[0].weight.grad is None
+    for expected, actual in zip(reference.parameters(), fused.parameters(), strict=True):
+        _close(actual.grad, expected.grad, torch.float32)
+    empty = fused(torch.zeros(0, 9, device=DEVICE, requires_grad=True))
+    assert empty.shape == (0, 3)
+    empty.sum().backward()
 
 
 class _Sampler:

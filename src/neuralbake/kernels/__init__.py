@@ -35,7 +35,7 @@ ACTIVATION_CODES = {"none": 0, "relu": 1, "leaky_relu": 2, "tanh": 3, "exp": 4, 
 """Activation codes (compile-time constants of the kernels), names as in :mod:`neuralbake.nn.activations`."""
 TRAINABLE_ACTIVATIONS = ("none", "relu", "leaky_relu", "tanh", "exp", "sigmoid")
 """Activations whose derivative follows from their output (the training kernel keeps outputs only)."""
-LOSS_CODES = {"mse": 0, "l1": 1, "relative_l1": 2}
+LOSS_CODES = {"mse": 0, "l1": 1, "relative_l1": 2, "upstream": 3}
 DIRECTION_CODES = {"wi": 0, "wo": 1, "half": 2}
 MAX_WIDTH = 128
 """Widest hidden layer (and input/output) the fused kernels keep on chip."""

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from neuralbake.bakes.ntc.container import NTCContainer
     from neuralbake.nn.trainer import Batch
 
-__all__ = ["FusedForwardBackward", "FusedNTC", "FusedNeuralMaterial", "PackedMLP", "mlp_forward"]
+__all__ = ["FusedForwardBackward", "FusedMLP", "FusedNTC", "FusedNeuralMaterial", "PackedMLP", "mlp_forward"]
 
 
 def _pad(n: int, dtype: torch.dtype) -> int:
@@ -305,8 +305,9 @@ class FusedForwardBackward:
     capturable = True
 
     def __init__(self, model: nn.Module, loss: str, *, dtype: torch.dtype, floor: float = 0.01, programs: int | None = None) -> None:
-        if loss not in LOSS_CODES:
-            raise ConfigError(f"unknown fused loss {loss!r}.", field="kernels", fix=f"use one of {', '.join(LOSS_CODES)}.")
+        if loss not in LOSS_CODES or loss == "upstream":
+            losses = ", ".join(name for name in LOSS_CODES if name != "upstream")
+            raise ConfigError(f"unknown fused loss {loss!r}.", field="kernels", fix=f"use one of {losses}.")
         mlp, prefix, self.frequencies = _find_mlp(model)
         self.names = [f"{prefix}layers.{i}.{kind}" for i in range(len(mlp.layers)) for kind in ("weight", "bias")]
         own = dict(model.named_parameters())
@@ -345,9 +346,9 @@ class FusedForwardBackward:
         self._grads.zero_()
         grid = (min(self.programs, max(1, triton.cdiv(n, self.block_rows))),)
         _mlp_train_kernel[grid](
-            inputs, targets, n, self._scratch, self._grads, self._losses, scale.float().reshape(1), *p.buffers(),
+            inputs, targets, n, self._scratch, self._grads, self._losses, scale.float().reshape(1), self._losses, *p.buffers(),
             K=inputs.shape[1], O=p.outputs, FREQ=self.frequencies, OACT=ACTIVATION_CODES[p.output_activation], LOSS=LOSS_CODES[self.loss],
-            FLOOR=self.floor, BM=self.block_rows, num_warps=self.num_warps, **p.constants(),
+            FLOOR=self.floor, BM=self.block_rows, DX=False, num_warps=self.num_warps, **p.constants(),
         )  # fmt: skip
         total = self._grads[: grid[0]].sum(0)
         loss = self._losses[: grid[0]].sum() / (n * p.outputs)
@@ -355,23 +356,115 @@ class FusedForwardBackward:
         return loss, [by_name[name] for name in params]
 
     def _unpack(self, flat: torch.Tensor) -> list[torch.Tensor]:
-        p, widths = self.packed, self.packed.widths
-        cursor = 0
+        return _unpack_gradients(self.packed, flat)
 
-        def take(*shape: int) -> torch.Tensor:
-            nonlocal cursor
-            size = 1
-            for s in shape:
-                size *= s
-            part = flat[cursor : cursor + size].reshape(shape)
-            cursor += size
-            return part
 
-        w_in, b_in = take(p.kp, p.hp), take(p.hp)
-        w_hid, b_hid = take(p.hidden, p.hp, p.hp), take(p.hidden, p.hp)
-        w_out, b_out = take(p.hp, p.op), take(p.op)
-        grads = [w_in[: widths[0], : widths[1]].t(), b_in[: widths[1]]]
-        for i in range(p.hidden):
-            grads += [w_hid[i, : widths[i + 1], : widths[i + 2]].t(), b_hid[i, : widths[i + 2]]]
-        grads += [w_out[: widths[-2], : widths[-1]].t(), b_out[: widths[-1]]]
-        return grads
+def _unpack_gradients(p: PackedMLP, flat: torch.Tensor) -> list[torch.Tensor]:
+    """A gradient slot's ``[w_in | b_in | w_hid | b_hid | w_out | b_out]`` as ``[weight0, bias0, weight1, ...]`` in ``nn.Linear`` shapes."""
+    widths = p.widths
+    cursor = 0
+
+    def take(*shape: int) -> torch.Tensor:
+        nonlocal cursor
+        size = 1
+        for s in shape:
+            size *= s
+        part = flat[cursor : cursor + size].reshape(shape)
+        cursor += size
+        return part
+
+    w_in, b_in = take(p.kp, p.hp), take(p.hp)
+    w_hid, b_hid = take(p.hidden, p.hp, p.hp), take(p.hidden, p.hp)
+    w_out, b_out = take(p.hp, p.op), take(p.op)
+    grads = [w_in[: widths[0], : widths[1]].t(), b_in[: widths[1]]]
+    for i in range(p.hidden):
+        grads += [w_hid[i, : widths[i + 1], : widths[i + 2]].t(), b_hid[i, : widths[i + 2]]]
+    grads += [w_out[: widths[-2], : widths[-1]].t(), b_out[: widths[-1]]]
+    return grads
+
+
+class _TrainingBuffers:
+    """Gradient slots and activation scratch of the training kernel for one packed network."""
+
+    def __init__(self, packed: PackedMLP, programs: int | None) -> None:
+        p = packed
+        device = p.w_in.device
+        if programs is None:
+            programs = 2 * torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
+        self.programs = programs
+        self.slot_size = p.kp * p.hp + p.hp + p.hidden * (p.hp * p.hp + p.hp) + p.hp * p.op + p.op
+        self.block_rows, self.num_warps = _tile("train", p.hp)
+        self.grads = torch.zeros(programs, self.slot_size, dtype=torch.float32, device=device)
+        self.scratch = torch.empty(programs * (p.hidden + 1) * self.block_rows * p.hp, dtype=p.dtype, device=device)
+        self.unused = torch.zeros(1, dtype=torch.float32, device=device)
+
+
+class FusedMLP:
+    """One MLP's forward and backward on the fused kernels, as a step inside autograd.
+
+    ``__call__(x)`` is ``mlp(x)`` with the MLP's current weights (those ``torch.func.functional_call``
+    swaps in, in whatever dtype they come: one packed copy per dtype); its backward is the training
+    kernel in upstream mode, which returns the gradients of the weights and biases (summed over the
+    programs' slots, in fp32, cast to each tensor's dtype) and of the input rows. So any model with
+    MLP parts (the neural material's encoder and decoder) trains through the kernels while autograd
+    does the rest: the loss, the glue between the parts, frozen layers (buffers get no gradient).
+    """
+
+    def __init__(self, mlp: MLP, *, programs: int | None = None) -> None:
+        self.mlp = mlp
+        self.programs = programs
+        self._packed: dict[torch.dtype, tuple[PackedMLP, _TrainingBuffers]] = {}
+
+    def _network(self, dtype: torch.dtype) -> tuple[PackedMLP, _TrainingBuffers]:
+        if dtype not in self._packed:
+            packed = PackedMLP.from_mlp(self.mlp, dtype, training=True)
+            self._packed[dtype] = packed, _TrainingBuffers(packed, self.programs)
+        return self._packed[dtype]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        layers = self.mlp.layers
+        tensors = [layer.weight for layer in layers] + [layer.bias for layer in layers]
+        shape = x.shape
+        y = _FusedMLPFunction.apply(self, x.reshape(-1, shape[-1]), *tensors)
+        return y.reshape(*shape[:-1], y.shape[-1])
+
+    def forward(self, x: torch.Tensor, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+        packed, _ = self._network(tensors[0].dtype)
+        half = len(tensors) // 2
+        packed.refresh(tensors[:half], tensors[half:])
+        return mlp_forward(packed, x, out_dtype=packed.dtype)
+
+    def backward(self, x: torch.Tensor, dy: torch.Tensor, tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Gradients of the input rows and of ``tensors`` (weights, then biases) for the upstream gradient ``dy``."""
+        packed, buffers = self._network(tensors[0].dtype)
+        half = len(tensors) // 2
+        packed.refresh(tensors[:half], tensors[half:])  # another forward may have run since ours
+        n = x.shape[0]
+        x = x.contiguous() if x.dtype == packed.dtype else x.float().contiguous()
+        dy = dy.float().contiguous()
+        dx = torch.empty(n, packed.inputs, dtype=torch.float32, device=x.device)
+        buffers.grads.zero_()
+        grid = (min(buffers.programs, max(1, triton.cdiv(n, buffers.block_rows))),)
+        if n:
+            _mlp_train_kernel[grid](
+                x, dy, n, buffers.scratch, buffers.grads, buffers.unused, buffers.unused, dx, *packed.buffers(),
+                K=packed.inputs, O=packed.outputs, FREQ=0, OACT=ACTIVATION_CODES[packed.output_activation], LOSS=LOSS_CODES["upstream"],
+                FLOOR=0.0, BM=buffers.block_rows, DX=True, num_warps=buffers.num_warps, **packed.constants(),
+            )  # fmt: skip
+        interleaved = _unpack_gradients(packed, buffers.grads[: grid[0]].sum(0))
+        grads = interleaved[0::2] + interleaved[1::2]
+        return dx, [g.to(t.dtype) for g, t in zip(grads, tensors, strict=True)]
+
+
+class _FusedMLPFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, runner: FusedMLP, x: torch.Tensor, *tensors: torch.Tensor) -> torch.Tensor:
+        ctx.runner = runner
+        ctx.save_for_backward(x, *tensors)
+        return runner.forward(x, tensors)
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
+        x, *tensors = ctx.saved_tensors
+        dx, grads = ctx.runner.backward(x, dy, tensors)
+        return (None, dx.to(x.dtype), *grads)

@@ -420,6 +420,7 @@ def _mlp_train_kernel(
     grad_ptr,
     loss_ptr,
     scale_ptr,
+    dx_ptr,
     w_in,
     b_in,
     w_hid,
@@ -440,8 +441,14 @@ def _mlp_train_kernel(
     FLOOR: tl.constexpr,
     DOT: tl.constexpr,
     BM: tl.constexpr,
+    DX: tl.constexpr,
 ):
     """Forward, loss and backward of ``N`` training rows; gradients of ``loss * scale`` (see the module docstring).
+
+    ``LOSS == 3`` (upstream): ``target_ptr`` holds the gradient of some loss with respect to the
+    outputs ``[N, O]`` (fp32, already scaled), so the kernel is the MLP's backward inside a larger
+    autograd graph; no loss is summed and ``scale_ptr`` is not read. With ``DX`` the gradient with
+    respect to the input rows goes to ``dx_ptr`` ``[N, K]`` fp32 (not with ``FREQ``).
 
     Program ``p`` takes tiles ``p, p + P, ...`` (``P`` programs). Its gradient slot at
     ``grad_ptr + p * G`` (zeroed by the caller; layout ``[w_in | b_in | w_hid | b_hid | w_out |
@@ -464,7 +471,10 @@ def _mlp_train_kernel(
     slot = grad_ptr + pid.to(tl.int64) * (g_b_out + OP)
     scratch = scratch_ptr + pid.to(tl.int64) * ((HIDDEN + 1) * BM * HP)
     tile_offsets = m[:, None] * HP + h[None, :]
-    scale = tl.load(scale_ptr).to(tl.float32) / (N * O)
+    if LOSS == 3:
+        scale = 1.0
+    else:
+        scale = tl.load(scale_ptr).to(tl.float32) / (N * O)
     loss_sum = 0.0
     for tile in range(pid, tl.cdiv(N, BM), programs):
         rows = m.to(tl.int64) + tile * BM  # int64: rows x width can pass 2^31
@@ -488,7 +498,10 @@ def _mlp_train_kernel(
         target = tl.load(target_ptr + rows[:, None] * O + o[None, :], mask=valid, other=0.0).to(tl.float32)
         diff = y - target
         sign = tl.where(diff > 0.0, 1.0, tl.where(diff < 0.0, -1.0, 0.0))
-        if LOSS == 0:
+        if LOSS == 3:
+            term = diff * 0.0
+            slope = target
+        elif LOSS == 0:
             term = diff * diff
             slope = 2.0 * diff
         elif LOSS == 1:
@@ -519,5 +532,9 @@ def _mlp_train_kernel(
         dz = (da * _activation_slope(a.to(tl.float32), HACT, LEAK)).to(dtype)
         _accumulate(slot, k[:, None] * HP + h[None, :], tl.dot(tl.trans(x), dz, input_precision=DOT))
         _accumulate(slot + g_b_in, h, tl.sum(dz.to(tl.float32), axis=0))
+        if DX:
+            w = tl.load(w_in + k[:, None] * HP + h[None, :])
+            dx = tl.dot(dz, tl.trans(w), input_precision=DOT)
+            tl.store(dx_ptr + rows[:, None] * K + k[None, :], dx, mask=rmask[:, None] & (k < K)[None, :])
         tl.debug_barrier()  # the next tile overwrites the scratch and reads the slot again
     tl.store(loss_ptr + pid, loss_sum)

@@ -8,6 +8,7 @@ trainer makes), so mixed precision needs no separate model class.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 from torch import nn
@@ -85,8 +86,18 @@ class MLP(nn.Module):
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
         self._hidden_act = activation_fn(config.hidden_activation, config.leak)
         self._output_act = activation_fn(config.output_activation, config.leak)
+        self.kernels = "torch"
+        """``"triton"``: forward and backward through the fused kernels
+        (:class:`neuralbake.kernels.fused.FusedMLP`); set from a bake's resolved ``--kernels``."""
+        self._fused: Any = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernels == "triton":
+            if self._fused is None:
+                from neuralbake.kernels.fused import FusedMLP
+
+                self._fused = FusedMLP(self)
+            return self._fused(x)
         x = x.to(self.layers[0].weight.dtype)
         for layer in self.layers[:-1]:
             x = self._hidden_act(layer(x))

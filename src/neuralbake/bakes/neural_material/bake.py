@@ -57,6 +57,7 @@ def bake_material(
     features = texel_features(material, torch.full((1, 2), 0.5, device=device), normal).shape[1]
     model = NeuralMaterialModel(features, config).to(device)
     shared = _shared_decoder(config, model, device, shared_as)
+    training_kernels = _training_kernels(run, config, model, device)
     sampler = ReferenceSampler(
         material, normal, config.batch_size, config.material_sampling, device, chunk=config.reference_chunk, uniform_views=config.uniform_views
     )
@@ -66,6 +67,7 @@ def bake_material(
         "loss": "relative_l1", "uniform_views": config.uniform_views,
     }
     result = run.train(model, sampler, relative_l1, config.train, phase=phase, compatibility=compatibility)
+    model.encoder.kernels = model.decoder.kernels = "torch"  # the shipped decoder decodes on the decode path below
 
     run.note(f"baking the {config.texture_size}x{config.texture_size} latent texture and scoring it")
     levels = bake_latent_pyramid(model, material, normal, config.texture_size)
@@ -83,7 +85,7 @@ def bake_material(
     fields: dict[str, Any] = {
         **scores,
         "throughput": throughput(material, neural, normal),
-        "kernels": {"train": "torch", "decode": neural.kernels},
+        "kernels": {"train": training_kernels, "decode": neural.kernels},
         "steps": result.steps,
         "samples_seen": result.samples_seen,
         "seconds": round(result.train_seconds, 3),
@@ -99,6 +101,32 @@ def bake_material(
         "source_material_parameter_bytes": sum(t.numel() * t.element_size() for t in getattr(material, "parameters", {}).values()),
     }
     return metrics, fields
+
+
+def _training_kernels(run: BakeRun, config: NeuralMaterialConfig, model: NeuralMaterialModel, device: torch.device) -> str:
+    """Train the encoder and the decoder through the fused kernels (``triton``) or PyTorch; sets the MLPs' path.
+
+    Each MLP's forward and backward is a fused kernel inside autograd
+    (:class:`neuralbake.kernels.fused.FusedMLP`); the loss, the glue between encoder and decoder
+    and the optimiser stay PyTorch. Under ``auto`` a tiny forward and backward is tried first.
+    """
+    reason = None
+    for name, mlp in (("encoder", model.encoder), ("decoder", model.decoder)):
+        why = unsupported_reason(mlp.config.widths(), [mlp.config.hidden_activation, mlp.config.output_activation], training=True)
+        if why is not None and reason is None:
+            reason = f"the {name}: {why}"
+    kernels = resolve_kernels(config.kernels, device, reason)
+
+    def trial() -> None:
+        probe = torch.zeros(4, model.features + 6, device=device)
+        probe[:, -1] = probe[:, -4] = 1.0
+        model(probe).float().sum().backward()
+        model.zero_grad(set_to_none=True)
+
+    model.encoder.kernels = model.decoder.kernels = kernels
+    kernels = try_kernels(config.kernels, kernels, trial, run.note)
+    model.encoder.kernels = model.decoder.kernels = kernels
+    return kernels
 
 
 def decode_kernels(config: NeuralMaterialConfig, device: torch.device) -> str:
