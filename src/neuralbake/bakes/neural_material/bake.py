@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.func import functional_call
 
 from neuralbake.bakes.neural_material.comparison import compare, throughput
 from neuralbake.bakes.neural_material.config import NeuralMaterialConfig, device_defaults
@@ -21,6 +22,7 @@ from neuralbake.errors import ConfigError
 from neuralbake.io.files import sha256_file
 from neuralbake.kernels import resolve_kernels, try_kernels, unsupported_reason
 from neuralbake.material.loader import load_material
+from neuralbake.nn.precision import compute_dtype
 from neuralbake.render.preview import SCENES
 
 __all__ = ["NEURAL_MATERIAL", "bake_material", "bake_neural_material"]
@@ -118,10 +120,12 @@ def _training_kernels(run: BakeRun, config: NeuralMaterialConfig, model: NeuralM
     kernels = resolve_kernels(config.kernels, device, reason)
 
     def trial() -> None:
-        probe = torch.zeros(4, model.features + 6, device=device)
+        # in the training precision: the kernels the steps will use (an fp32 compile alone takes minutes)
+        dtype = compute_dtype(config.train.precision)
+        params = {name: value.detach().to(dtype).requires_grad_() for name, value in model.named_parameters()}
+        probe = torch.zeros(4, model.features + 6, device=device, dtype=dtype)
         probe[:, -1] = probe[:, -4] = 1.0
-        model(probe).float().sum().backward()
-        model.zero_grad(set_to_none=True)
+        functional_call(model, params, (probe,)).float().sum().backward()
 
     model.encoder.kernels = model.decoder.kernels = kernels
     kernels = try_kernels(config.kernels, kernels, trial, run.note)
