@@ -246,7 +246,7 @@ def test_auto_falls_back_to_pytorch_when_the_kernels_fail_here(tiny_png, tmp_pat
     def broken(self, params, batch, loss_scale):
         raise RuntimeError("PassManager::run failed")
 
-    monkeypatch.setattr(neural_texture, "resolve_kernels", lambda mode, device, reason: "triton")  # as on a GPU
+    monkeypatch.setattr(neural_texture, "resolve_kernels", lambda mode, device, reason, **options: "triton")  # as on a GPU
     monkeypatch.setattr(fused.FusedForwardBackward, "__call__", broken)
     config = tiny_config(tiny_png, steps=20)
     report = bake_neural_texture(config, tmp_path / "auto", progress=False)

@@ -287,6 +287,20 @@ def test_auto_never_picks_the_interpreter_on_the_cpu() -> None:
     assert resolve_kernels("triton", torch.device("cpu")) == "triton"  # explicitly asked: the interpreter (tests)
 
 
+def test_auto_leaves_fp32_kernels_to_pytorch_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fp32 kernels compile for minutes with Triton 3.6: ``auto`` takes the kernels for fp16/bf16 work only; ``triton`` insists."""
+    import neuralbake.kernels as kernels_module
+
+    monkeypatch.setattr(kernels_module, "interpreting", lambda: False)
+    monkeypatch.setattr(kernels_module, "triton_installed", lambda: True)
+    gpu = torch.device("cuda")
+    assert resolve_kernels("auto", gpu, dtype=torch.float16) == "triton"
+    assert resolve_kernels("auto", gpu, dtype=torch.bfloat16) == "triton"
+    assert resolve_kernels("auto", gpu, dtype=torch.float32) == "torch"
+    assert resolve_kernels("triton", gpu, dtype=torch.float32) == "triton"
+    assert resolve_kernels("auto", gpu, "too wide", dtype=torch.float16) == "torch"
+
+
 def test_int64_addressing_gives_the_same_results(monkeypatch: pytest.MonkeyPatch) -> None:
     """Buffers past 2^31 elements switch the decodes to int64 addresses; forced on small ones, nothing changes."""
     from neuralbake.kernels import fused

@@ -267,7 +267,7 @@ def _bake_body(run: BakeRun) -> BakeOutcome:
         "batch_size": config.batch_size,
         "network": asdict(config.network),
     }
-    kernels = resolve_kernels(config.kernels, run.device, fused_training_reason(config.network))
+    kernels = resolve_kernels(config.kernels, run.device, fused_training_reason(config.network), dtype=compute_dtype(config.train.precision))
     fused = None
     if kernels == "triton":
         from neuralbake.kernels.fused import FusedForwardBackward  # imports Triton
@@ -387,7 +387,7 @@ def render_saved_network(
         reason = unsupported_reason(mlp.widths(), [mlp.hidden_activation, mlp.output_activation])
     else:
         reason = f"the bundle holds a {type(model).__name__}, not a coordinate network"
-    path = resolve_kernels(kernels, torch_device, reason)
+    path = resolve_kernels(kernels, torch_device, reason, dtype=dtype)
     path = try_kernels(kernels, path, lambda: render_network(model, 2, 2, kernels="triton"), lambda message: Console(stderr=True).print(message, markup=False))
     prepare_output_dir(out_png.parent if str(out_png.parent) else Path("."))
     with progress_task("rendering", width * height, enabled=progress, unit="texels") as advance:

@@ -69,11 +69,14 @@ def unsupported_reason(widths: Sequence[int], activations: Sequence[str], *, tra
     return None
 
 
-def resolve_kernels(mode: str, device: torch.device, reason: str | None = None, *, field: str = "kernels") -> str:
+def resolve_kernels(mode: str, device: torch.device, reason: str | None = None, *, field: str = "kernels", dtype: torch.dtype | None = None) -> str:
     """``"triton"`` or ``"torch"`` for a bake's ``kernels`` setting on ``device``.
 
     ``reason`` is :func:`unsupported_reason` for the bake's network (None: supported). ``auto``
     falls back to PyTorch quietly; ``triton`` raises :class:`ConfigError` saying why it cannot run.
+    ``dtype``: the precision the kernels would compute in. ``auto`` takes the kernels for fp16 and
+    bf16 only: with Triton 3.6 on an H100 an fp32 kernel (``tl.dot`` in IEEE fp32) took minutes to
+    compile, longer than the PyTorch path of a whole bake; ``triton`` still runs them.
     """
     if mode not in KERNEL_MODES:
         raise ConfigError(f"unknown kernels {mode!r}.", field=field, fix="use auto, triton or torch.")
@@ -89,6 +92,8 @@ def resolve_kernels(mode: str, device: torch.device, reason: str | None = None, 
     if problem is None:
         if mode == "auto" and device.type != "cuda":
             return "torch"  # the interpreter is for tests, never picked by itself
+        if mode == "auto" and dtype == torch.float32:
+            return "torch"  # fp32 kernels compile for minutes (see above)
         return "triton"
     if mode == "triton":
         raise ConfigError(f"the fused kernels cannot run: {problem}.", field=field, fix="use --kernels auto or torch.")

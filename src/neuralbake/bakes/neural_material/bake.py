@@ -110,14 +110,18 @@ def _training_kernels(run: BakeRun, config: NeuralMaterialConfig, model: NeuralM
 
     Each MLP's forward and backward is a fused kernel inside autograd
     (:class:`neuralbake.kernels.fused.FusedMLP`); the loss, the glue between encoder and decoder
-    and the optimiser stay PyTorch. Under ``auto`` a tiny forward and backward is tried first.
+    and the optimiser stay PyTorch. Only ``--kernels triton`` takes it: on an H100 it measured
+    1.0-1.3x the CUDA-graph autograd step (``bench/kernels.py --only train_material``), which does
+    not pay for compiling the kernels, so ``auto`` trains with PyTorch.
     """
+    if config.kernels != "triton":
+        return "torch"
     reason = None
     for name, mlp in (("encoder", model.encoder), ("decoder", model.decoder)):
         why = unsupported_reason(mlp.config.widths(), [mlp.config.hidden_activation, mlp.config.output_activation], training=True)
         if why is not None and reason is None:
             reason = f"the {name}: {why}"
-    kernels = resolve_kernels(config.kernels, device, reason)
+    kernels = resolve_kernels(config.kernels, device, reason, dtype=compute_dtype(config.train.precision))
 
     def trial() -> None:
         # in the training precision: the kernels the steps will use (an fp32 compile alone takes minutes)
@@ -143,7 +147,7 @@ def decode_kernels(config: NeuralMaterialConfig, device: torch.device) -> str:
     reason = unsupported_reason(widths, ["relu", "none"])
     if reason is None and directions > 3:
         reason = f"the fused decode reads at most 3 direction features, and the bake has {directions}"
-    return resolve_kernels(config.kernels, device, reason)
+    return resolve_kernels(config.kernels, device, reason, dtype=torch.float32)  # the trained decoder decodes in fp32
 
 
 def _bake_body(run: BakeRun) -> BakeOutcome:

@@ -59,7 +59,7 @@ def resolve_decode_kernels(container: NTCContainer, kernels: str) -> str:
     """``triton`` or ``torch`` for decoding ``container`` with the ``--kernels`` setting (see :mod:`neuralbake.kernels`)."""
     layout = container.layout
     reason = unsupported_reason(layout.layer_widths, [layout.activation, "none"])
-    return resolve_kernels(kernels, container.latents_high.device, reason)
+    return resolve_kernels(kernels, container.latents_high.device, reason, dtype=torch.float32)  # the decode runs in fp32
 
 
 def decode_all_levels(
