@@ -87,7 +87,7 @@ class NeuralTextureConfig:
     train: TrainerConfig = field(default_factory=_default_train)
     """Optimisation: steps, learning rate, precision, loss scaling, seed, cadence of logs and checkpoints."""
     kernels: Literal["auto", "triton", "torch"] = "auto"
-    """Training step: auto (the fused Triton kernel on a CUDA GPU when the network fits it, else PyTorch), triton, or torch."""
+    """Training step: auto (the fused Triton kernel on a CUDA GPU when the network fits it and trains in fp16 or bf16, else PyTorch), triton, or torch."""
 
     def validate(self) -> None:
         """Raise ConfigError on settings no bake can use (before any file is touched)."""
@@ -365,7 +365,7 @@ def render_saved_network(
     """Render a saved neural texture at ``width x height`` to a PNG (``neuralbake texture infer``).
 
     The memory it needs (float32 output and the 8-bit PNG) is checked before any work starts.
-    ``kernels``: auto (the fused Triton MLP on a CUDA GPU), triton or torch.
+    ``kernels``: auto (the fused Triton MLP on a CUDA GPU at fp16 or bf16), triton or torch.
     """
     _check_size((width, height), "size")
     if precision not in ("fp32", "fp16", "bf16"):

@@ -89,7 +89,7 @@ def ntc_decompress(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for <group>_mip<k>.png/.exr.")],
     image_format: Annotated[str, typer.Option("--format", help="png (8-bit RGB; normal Z rebuilt) or exr (float32, stored channels).")] = "png",
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    kernels: Annotated[str, typer.Option(help="auto (the fused Triton decode on a CUDA GPU), triton or torch.")] = "auto",
+    kernels: Annotated[str, typer.Option(help="triton (the fused Triton decode on a CUDA GPU), torch, or auto (PyTorch: the fp32 decode's Triton kernels compile for minutes).")] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Check the folder (every file against bake.json), then decode every channel group at every mip level from texture.ntc alone."""

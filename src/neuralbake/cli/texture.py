@@ -54,7 +54,7 @@ def texture_infer(
     size: Annotated[str, typer.Option(help="Output size WxH.")] = "512x512",
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     precision: Annotated[str, typer.Option(help="Inference precision: fp32, fp16 (as a shader would run it) or bf16.")] = "fp32",
-    kernels: Annotated[str, typer.Option(help="auto (the fused Triton MLP on a CUDA GPU), triton or torch.")] = "auto",
+    kernels: Annotated[str, typer.Option(help="auto (the fused Triton MLP on a CUDA GPU at fp16 or bf16 --precision), triton or torch.")] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Render a saved neural texture at any size."""

@@ -63,7 +63,7 @@ class NTCConfig:
     train: TrainerConfig = field(default_factory=_default_train)
     """Main (noise-quantised) phase: steps, learning rate, precision, seed, cadence of logs and checkpoints."""
     kernels: Literal["auto", "triton", "torch"] = "auto"
-    """Decoding for the quality report: auto (the fused Triton decode on a CUDA GPU), triton, or torch (training is PyTorch)."""
+    """Decoding for the quality report (fp32): torch under auto (fp32 Triton kernels compile for minutes), triton (the fused decode on a CUDA GPU), or torch; training is PyTorch."""
 
     def rates(self) -> list[float]:
         """The target rates, ascending (one compression each)."""
