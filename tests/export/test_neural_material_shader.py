@@ -340,6 +340,83 @@ def test_pack_shares_only_whole_identical_layers(tmp_path, bakes, slang_device):
     assert_close(actual, pytorch_reference(material, uv, wi, wo, mips), quantised=False)
 
 
+# -- filtering: trilinear latents at a level of detail from uv derivatives ----------------------------
+
+_FILTER_KERNEL = """
+StructuredBuffer<float> nb_test_queries;   // u, v, wi.xyz, wo.xyz, du/dx, dv/dx, du/dy, dv/dy
+RWStructuredBuffer<float> nb_test_out;     // f cos (3), then the lod
+cbuffer nb_test_constants {{ uint nb_test_count; }};
+[shader("compute")]
+[numthreads(64, 1, 1)]
+void nb_test_filtered(uint3 id : SV_DispatchThreadID)
+{{
+    uint p = id.x;
+    if (p >= nb_test_count)
+        return;
+    uint b = p * 12u;
+    float2 uv = float2(nb_test_queries[b], nb_test_queries[b + 1u]);
+    float3 wi = float3(nb_test_queries[b + 2u], nb_test_queries[b + 3u], nb_test_queries[b + 4u]);
+    float3 wo = float3(nb_test_queries[b + 5u], nb_test_queries[b + 6u], nb_test_queries[b + 7u]);
+    float2 dx = float2(nb_test_queries[b + 8u], nb_test_queries[b + 9u]);
+    float2 dy = float2(nb_test_queries[b + 10u], nb_test_queries[b + 11u]);
+    float3 value = nb_{m}_eval_filtered(uv, dx, dy, wi, wo);
+    nb_test_out[p * 4u] = value.x;
+    nb_test_out[p * 4u + 1u] = value.y;
+    nb_test_out[p * 4u + 2u] = value.z;
+    nb_test_out[p * 4u + 3u] = nb_{m}_lod(dx, dy);
+}}
+"""
+
+
+@needs_slangpy
+def test_filtered_eval_matches_trilinear_pytorch_at_the_footprint_level(tmp_path, bakes, slang_device):
+    """``nb_<m>_eval_filtered``: the footprint's level (lod_from_derivatives) and trilinear latents (latent_filtered), fp32 weights."""
+    from neuralbake.bakes.neural_material.model import lod_from_derivatives
+
+    written = export_neural_material_shader(bakes["bright"], tmp_path)
+    m = written.module
+    material = reference_material(bakes["bright"], "fp32", "fp16")
+    n = 500
+    uv, wi, wo, _ = random_queries(n, 1, seed=21)
+    g = torch.Generator().manual_seed(22)
+    # footprints from magnified (lod < 0) to past the last level, anisotropic, any orientation
+    size = material.latents[0].shape[1], material.latents[0].shape[0]
+    scale = torch.exp2(torch.rand(n, 1, generator=g) * (len(material.latents) + 3) - 2) / size[0]
+    duv_dx = torch.randn(n, 2, generator=g) * scale
+    duv_dy = torch.randn(n, 2, generator=g) * scale * torch.rand(n, 1, generator=g)
+    lod = lod_from_derivatives(duv_dx, duv_dy, size)
+    assert (lod < 0).any() and (lod > len(material.latents) - 1).any()
+    with torch.no_grad():
+        expected = material.evaluate(material.latent_filtered(uv, lod), wi, wo).numpy()
+    source = written.slang.read_text() + _FILTER_KERNEL.format(m=m)
+    module = slang_device.load_module_from_source(f"nb_filter_test_{next(_module_ids)}", source)
+    kernel = slang_device.create_compute_kernel(slang_device.link_program([module], [module.entry_point("nb_test_filtered")]))
+    usage = slangpy.BufferUsage.shader_resource
+    queries = torch.cat([uv, wi, wo, duv_dx, duv_dy], dim=1).numpy().astype(np.float32)
+    out = slang_device.create_buffer(data=np.full(n * 4, np.nan, dtype=np.float32), struct_size=4, usage=slangpy.BufferUsage.unordered_access)
+    kernel.dispatch(thread_count=[n, 1, 1], vars={
+        f"nb_{m}_weights": slang_device.create_buffer(data=np.frombuffer(written.weights.read_bytes(), dtype=np.uint8).copy(), usage=usage),
+        f"nb_{m}_latents": slang_device.create_buffer(data=np.frombuffer(written.latents.read_bytes(), dtype=np.uint8).copy(), usage=usage),
+        "nb_test_queries": slang_device.create_buffer(data=queries.reshape(-1), struct_size=4, usage=usage),
+        "nb_test_out": out,
+        "nb_test_constants": {"nb_test_count": n},
+    })
+    result = out.to_numpy().view(np.float32).reshape(n, 4)
+    assert np.abs(result[:, 3] - lod.numpy()).max() < 1e-4
+    assert_close(result[:, :3], expected, quantised=False)
+    # the filtering matters: level 0 alone differs where the footprint is large
+    with torch.no_grad():
+        unfiltered = material.evaluate(material.latent_at(uv, 0), wi, wo).numpy()
+    assert np.abs(unfiltered - expected)[(lod > 2).numpy()].max() > 10 * FP32_TOLERANCE
+
+
+def test_pack_switch_has_the_filtered_eval(tmp_path, bakes):
+    written = export_material_pack_shader([bakes["copper"], bakes["velvet"]], tmp_path, name="scene")
+    source = written.slang.read_text()
+    assert "float3 nb_scene_eval_lod(uint material_id, float2 uv, float3 wi, float3 wo, float lod)" in source
+    assert "case 1: return nb_velvet_eval_lod(uv, wi, wo, lod);" in source
+
+
 # -- the tensor-core kernel -------------------------------------------------------------------------
 # On slangpy's CPU device the kernel runs its loop form: the same tiles, the same fp16 weights and
 # activations summed in fp32 as the CoopMat form on CUDA (which bench/neural_material_shader_cuda.py

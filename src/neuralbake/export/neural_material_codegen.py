@@ -10,8 +10,16 @@ material they are the same):
   order of the manifest's ``architecture.direction_inputs``; local frame, normal +z), decoder,
   then ``max(exp(y) - 1, 0)``; zero unless ``wi.z > 0`` and ``wo.z > 0``. Exactly
   ``NeuralMaterial.latent_at`` followed by ``NeuralMaterial.evaluate``.
+- ``float3 nb_<m>_eval_lod(float2 uv, float3 wi, float3 wo, float lod)``: the same with the
+  latents filtered trilinearly (bilinear in the two levels around ``lod``, clamped to the
+  pyramid, blended linearly): ``NeuralMaterial.latent_filtered``.
+- ``float nb_<m>_lod(float2 duv_dx, float2 duv_dy)``: the level of a pixel footprint from the uv
+  derivatives along the screen axes (``ddx(uv)``, ``ddy(uv)``, or ray differentials): ``log2`` of
+  the longer axis in level-0 texels (isotropic, as GPUs pick a mip); ``nb_<m>_eval_filtered(uv,
+  duv_dx, duv_dy, wi, wo)`` evaluates at it. ``neuralbake.bakes.neural_material.model.lod_from_derivatives``
+  is the same formula in PyTorch.
 - pack only: ``float3 nb_<module>_eval(uint material_id, float2 uv, float3 wi, float3 wo, uint
-  mip)``, a ``switch (material_id)`` over the packed materials (ids in the order given, also as
+  mip)`` and ``nb_<module>_eval_lod(uint material_id, ..., float lod)``, a ``switch (material_id)`` over the packed materials (ids in the order given, also as
   ``NB_<MODULE>_ID_<M>`` constants); unknown ids give black.
 - ``nb_<module>_kernel``: a 64-thread compute entry point for batch use and testing. Point ``p``
   reads ``u, v, wi.xyz, wo.xyz`` from ``StructuredBuffer<float> nb_<module>_points[p * 8 + k]``,
@@ -122,6 +130,29 @@ def _latent_code(material: ExportMaterial, table: list[dict[str, int]], module: 
         "        latent[c] = top * (1.0f - ty) + bottom * ty;",
         "    }",
         "}",
+        "",
+        "// Trilinear: bilinear in the two levels around lod (clamped to the pyramid), blended linearly.",
+        f"void nb_{m}_latent_lod(float2 uv, float lod, out float latent[{channels}])",
+        "{",
+        f"    float level = clamp(lod, 0.0f, float(NB_{M}_MIP_LEVELS - 1u));",
+        "    uint below = uint(floor(level));",
+        f"    uint above = min(below + 1u, NB_{M}_MIP_LEVELS - 1u);",
+        "    float t = level - float(below);",
+        f"    float coarse[{channels}] = {{ {', '.join(['0.0f'] * channels)} }};",
+        f"    nb_{m}_latent(uv, below, latent);",
+        f"    nb_{m}_latent(uv, above, coarse);",
+        f"    for (uint c = 0; c < NB_{M}_CHANNELS; ++c)",
+        "        latent[c] = latent[c] * (1.0f - t) + coarse[c] * t;",
+        "}",
+        "",
+        "// Level of detail of a pixel footprint: uv derivatives along the screen axes (ddx(uv), ddy(uv) in a",
+        "// pixel shader, or ray differentials), isotropic, log2 of the longer axis in level-0 texels.",
+        f"float nb_{m}_lod(float2 duv_dx, float2 duv_dy)",
+        "{",
+        f"    float2 size = float2(float(NB_{M}_MIP_WIDTH[0]), float(NB_{M}_MIP_HEIGHT[0]));",
+        "    float footprint = max(length(duv_dx * size), length(duv_dy * size));",
+        "    return log2(max(footprint, 1e-8f));",
+        "}",
     ]
     return lines
 
@@ -131,33 +162,55 @@ def _eval_code(material: ExportMaterial, module: str) -> list[str]:
     channels = material.fields["latent.channels"]
     inputs = material.fields["architecture.inputs"]
     directions = material.fields["architecture.direction_inputs"]
+    zeros = f"{{ {', '.join(['0.0f'] * channels)} }}"
     lines = [
         "",
         f"// f(wi, wo) cos(theta_i) of material {m}; wi, wo in the local shading frame (normal +z).",
         f"float3 nb_{m}_eval(float2 uv, float3 wi, float3 wo, uint mip)",
         "{",
+        f"    float latent[{channels}] = {zeros};",
+        f"    nb_{m}_latent(uv, mip, latent);",
+        f"    return nb_{m}_shade(latent, wi, wo);",
+        "}",
+        "",
+        "// The same with the latents filtered trilinearly at a fractional level of detail.",
+        f"float3 nb_{m}_eval_lod(float2 uv, float3 wi, float3 wo, float lod)",
+        "{",
+        f"    float latent[{channels}] = {zeros};",
+        f"    nb_{m}_latent_lod(uv, lod, latent);",
+        f"    return nb_{m}_shade(latent, wi, wo);",
+        "}",
+        "",
+        "// The same at the level of a pixel footprint given by the uv derivatives (see nb_<m>_lod).",
+        f"float3 nb_{m}_eval_filtered(float2 uv, float2 duv_dx, float2 duv_dy, float3 wi, float3 wo)",
+        "{",
+        f"    return nb_{m}_eval_lod(uv, wi, wo, nb_{m}_lod(duv_dx, duv_dy));",
+        "}",
+    ]
+    shade = [
+        "",
+        f"float3 nb_{m}_shade(float latent[{channels}], float3 wi, float3 wo)",
+        "{",
         "    if (wi.z <= 0.0f || wo.z <= 0.0f)",
         "        return float3(0.0f, 0.0f, 0.0f);",
-        f"    float latent[{channels}] = {{ {', '.join(['0.0f'] * channels)} }};",
-        f"    nb_{m}_latent(uv, mip, latent);",
         f"    float inputs[{inputs}] = {{ {', '.join(['0.0f'] * inputs)} }};",
         f"    for (uint c = 0; c < {channels}u; ++c)",
         "        inputs[c] = latent[c];",
     ]
     if "half" in directions:
-        lines.append(f"    float3 halfway = nb_{module}_halfway(wi, wo);")
+        shade.append(f"    float3 halfway = nb_{module}_halfway(wi, wo);")
     vectors = {"wi": "wi", "wo": "wo", "half": "halfway"}
     for index, name in enumerate(directions):
         for axis, component in enumerate("xyz"):
-            lines.append(f"    inputs[{channels + 3 * index + axis}] = {vectors[name]}.{component};")
-    lines += [
+            shade.append(f"    inputs[{channels + 3 * index + axis}] = {vectors[name]}.{component};")
+    shade += [
         "    float y[3] = { 0.0f, 0.0f, 0.0f };",
         f"    nb_{m}_decoder(nb_{module}_weights, inputs, y);",
         "    // The decoder predicts log(1 + f cos).",
         "    return max(exp(float3(y[0], y[1], y[2])) - 1.0f, float3(0.0f, 0.0f, 0.0f));",
         "}",
     ]
-    return lines
+    return shade + lines
 
 
 def _preamble(module: str, latent_format: str, materials: Sequence[ExportMaterial], precision: str, language: str) -> list[str]:
@@ -214,6 +267,16 @@ def _switch_code(module: str, materials: Sequence[ExportMaterial]) -> list[str]:
     ]
     for index, material in enumerate(materials):
         lines.append(f"    case {index}: return nb_{material.name}_eval(uv, wi, wo, mip);")
+    lines += ["    default: return float3(0.0f, 0.0f, 0.0f);", "    }", "}"]
+    lines += [
+        "",
+        f"float3 nb_{module}_eval_lod(uint material_id, float2 uv, float3 wi, float3 wo, float lod)",
+        "{",
+        "    switch (material_id)",
+        "    {",
+    ]
+    for index, material in enumerate(materials):
+        lines.append(f"    case {index}: return nb_{material.name}_eval_lod(uv, wi, wo, lod);")
     lines += ["    default: return float3(0.0f, 0.0f, 0.0f);", "    }", "}"]
     return lines
 

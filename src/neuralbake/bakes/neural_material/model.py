@@ -32,6 +32,7 @@ __all__ = [
     "ReferenceSampler",
     "decoder_inputs",
     "directions_above",
+    "lod_from_derivatives",
     "relative_l1",
     "texel_features",
     "view_directions",
@@ -48,6 +49,18 @@ DIRECTION_FEATURES = {
 def decoder_inputs(latent: torch.Tensor, wi: torch.Tensor, wo: torch.Tensor, direction_inputs: tuple[str, ...] | list[str]) -> torch.Tensor:
     """The decoder's input rows: ``[latent, feature(wi, wo) for each named direction feature]``."""
     return torch.cat([latent, *(DIRECTION_FEATURES[name](wi, wo).to(latent.dtype) for name in direction_inputs)], dim=1)
+
+
+def lod_from_derivatives(duv_dx: torch.Tensor, duv_dy: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """Level of detail ``[N]`` of pixel footprints: uv derivatives ``[N, 2]`` along the screen axes, level 0 ``size`` (width, height).
+
+    ``log2`` of the longer footprint axis in level-0 texels (isotropic, as GPUs choose a mip level);
+    the exported shader's ``nb_<m>_lod`` is the same formula. Negative under magnification (the
+    fetch clamps it to level 0).
+    """
+    scale = torch.tensor([float(size[0]), float(size[1])], dtype=torch.float32, device=duv_dx.device)
+    footprint = torch.maximum((duv_dx.float() * scale).norm(dim=1), (duv_dy.float() * scale).norm(dim=1))
+    return torch.log2(footprint.clamp(min=1e-8))
 
 
 def texel_features(material: Any, uv: torch.Tensor, normal: torch.Tensor) -> torch.Tensor:
