@@ -163,6 +163,13 @@ def test_render_compares_with_the_reference(tmp_path):
     assert (tmp_path / "r" / "comparison.png").is_file() and (tmp_path / "r" / "tile_neural.exr").is_file()
     missing = CliRunner().invoke(app, ["material", "render", str(tmp_path / "nm"), "--out", str(tmp_path / "s"), "--material", str(tmp_path / "gone.json")])
     assert missing.exit_code != 0 and "gone.json" in missing.output and "--material" in missing.output
+    assert report["latent_filtering"] == "level 0, bilinear"
+    filtered = CliRunner().invoke(
+        app, ["material", "render", str(tmp_path / "nm"), "--out", str(tmp_path / "f"), "--size", "16", "--spp", "2", "--device", "cpu", "--filter-latents"]
+    )
+    assert filtered.exit_code == 0, filtered.output
+    report = json.loads((tmp_path / "f" / "report.json").read_text())
+    assert set(report["scenes"]) == {"sphere", "tile", "plane"} and report["latent_filtering"].startswith("trilinear")
 
 
 def test_shared_decoder_keeps_the_first_layer_and_trains_the_rest(tmp_path):

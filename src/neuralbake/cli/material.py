@@ -118,6 +118,9 @@ def material_render(
     spp: Annotated[int | None, typer.Option(help="Camera samples per pixel, the same directions for both materials. \\[default: 64 on a GPU, 16 on a CPU]")] = None,
     precision: Annotated[str, typer.Option(help="Decoder and latent precision: fp16 (as shipped) or fp32.")] = "fp16",
     u8: Annotated[bool, typer.Option("--u8", help="Use the 8-bit latent texture.")] = False,
+    filter_latents: Annotated[
+        bool, typer.Option("--filter-latents", help="Fetch the latents trilinearly at each pixel's footprint (else level 0); adds the receding plane scene.")
+    ] = False,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
@@ -138,7 +141,7 @@ def material_render(
             _out.print(f"rendering {side}x{side} at {samples} spp ({'GPU' if on_gpu else 'CPU'} defaults; --size and --spp choose)", highlight=False, markup=False)
         return render_neural_material(
             bundle, out, material=material, size=side, spp=samples, precision=precision, quantized=u8, device=device,  # type: ignore[arg-type]
-            allow_other_material=allow_other_material, progress=not quiet,
+            allow_other_material=allow_other_material, filter_latents=filter_latents, progress=not quiet,
         )
 
     report = run_action(action, out=out)

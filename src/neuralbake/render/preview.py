@@ -53,6 +53,7 @@ from neuralbake.render.tonemap import tone_map
 
 __all__ = [
     "BACKGROUND_GREY",
+    "EXTRA_SCENES",
     "LIGHTS",
     "SCENES",
     "Material",
@@ -66,13 +67,16 @@ Material = Callable[[torch.Tensor, torch.Tensor], Layer]
 
 SCENES = ("sphere", "tile")
 """The preview scenes, in the order they appear side by side in ``preview.png``."""
+EXTRA_SCENES = ("plane",)
+"""Scenes rendered only when asked for: ``plane``, a 16 x 60 floor seen at 12 degrees from 0.6 units
+up, uv repeating every 2 units (30 repeats to the far edge), for minification and filtering."""
 LIGHTS = ("both", "directional", "environment")
 """Values of ``render_preview(light=...)``."""
 BACKGROUND_GREY = 0.18
 """Background radiance when only the directional light is on (18 % grey)."""
 
 _TAN_HALF_FOV = 0.3  # a 33.4 degree field of view
-_CAMERAS = {"sphere": (0.0, 4.0), "tile": (math.radians(45.0), 5.0)}  # (elevation, distance to the origin)
+_CAMERAS = {"sphere": (0.0, 4.0), "tile": (math.radians(45.0), 5.0), "plane": (math.radians(12.0), 3.0)}  # (elevation, distance to the origin)
 _SOBOL_DIMS = 6  # pixel jitter (2), environment sample (2), BSDF sample (2)
 
 
@@ -135,6 +139,13 @@ def _intersect(scene: str, sx: torch.Tensor, sy: torch.Tensor) -> dict[str, torc
         # d p / d longitude is along (cos phi, 0, -sin phi) = (z, 0, -x) / |(x, z)|.
         horizontal = torch.sqrt(torch.clamp(x * x + z * z, min=1e-12))
         tangent = torch.stack((z / horizontal, torch.zeros_like(x), -x / horizontal), dim=-1)
+    elif scene == "plane":
+        t = -origin[1] / torch.clamp(ray[:, 1], max=-1e-6)  # rays above the horizon miss
+        p = origin + t[:, None] * ray
+        hit = (ray[:, 1] < -1e-6) & (p[:, 0].abs() <= 8.0) & (p[:, 2] >= -60.0) & (p[:, 2] <= 2.0)
+        u, v = (p[:, 0] + 1.0) / 2.0, (1.0 - p[:, 2]) / 2.0  # the tile's uv, continued: repeat-wrapped by the material
+        normal = torch.tensor([0.0, 1.0, 0.0], dtype=sx.dtype, device=sx.device).expand(n, 3)
+        tangent = torch.tensor([1.0, 0.0, 0.0], dtype=sx.dtype, device=sx.device).expand(n, 3)
     else:
         t = -origin[1] / torch.clamp(ray[:, 1], max=-1e-6)  # every ray of this camera points down
         p = origin + t[:, None] * ray
@@ -143,6 +154,28 @@ def _intersect(scene: str, sx: torch.Tensor, sy: torch.Tensor) -> dict[str, torc
         normal = torch.tensor([0.0, 1.0, 0.0], dtype=sx.dtype, device=sx.device).expand(n, 3)
         tangent = torch.tensor([1.0, 0.0, 0.0], dtype=sx.dtype, device=sx.device).expand(n, 3)
     return {"hit": hit, "uv": torch.stack((u, v), dim=-1), "normal": normal, "tangent": tangent, "wo": -ray, "ray": ray}
+
+
+def _footprint(scene: str, sx: torch.Tensor, sy: torch.Tensor, size: int, geo: dict[str, torch.Tensor]) -> None:
+    """Add ``duv_dx`` and ``duv_dy`` ``[N, 2]`` to ``geo``: uv derivatives per pixel step along the screen axes.
+
+    Ray differentials by finite offset rays: the rays one pixel to the right and one pixel down
+    are traced too (on the planes, through their unbounded continuation) and the uv differences
+    taken. On the sphere, an offset ray past the silhouette is replaced by the opposite offset
+    (negated); where both miss the derivative is 0 (level 0). ``u`` differences wrap across the
+    sphere's seam.
+    """
+    step = 2.0 / size
+    uv = geo["uv"]
+    for key, (dx, dy) in (("duv_dx", (step, 0.0)), ("duv_dy", (0.0, -step))):
+        ahead = _intersect(scene, sx + dx, sy + dy)
+        delta = ahead["uv"] - uv
+        if scene == "sphere":
+            behind = _intersect(scene, sx - dx, sy - dy)
+            delta = torch.where(ahead["hit"][:, None], delta, uv - behind["uv"])
+            delta = torch.where((ahead["hit"] | behind["hit"])[:, None], delta, torch.zeros_like(delta))
+            delta[:, 0] = torch.remainder(delta[:, 0] + 0.5, 1.0) - 0.5
+        geo[key] = delta
 
 
 def _to_local(w: torch.Tensor, t: torch.Tensor, b: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
@@ -192,7 +225,10 @@ class _Shader:
         """Outgoing radiance ``[N, 3]`` towards the camera at the hit samples ``geo`` (all hits)."""
         n, t = geo["normal"], geo["tangent"]
         b = torch.cross(n, t, dim=-1)
-        bsdf = self.material(geo["uv"], n)
+        if "duv_dx" in geo:
+            bsdf = self.material(geo["uv"], n, footprint=(geo["duv_dx"], geo["duv_dy"]))
+        else:
+            bsdf = self.material(geo["uv"], n)
         if not isinstance(bsdf, Layer):
             raise InputError(
                 f"the material returned a {type(bsdf).__name__}, not a layer.",
@@ -288,7 +324,10 @@ def _render_scene(
         last = min(first + pixels_per_chunk, size * size)
         pixel = torch.arange(first, last, device=device)
         u = torch.remainder(sobol[None, :, :] + shift[first:last, None, :], 1.0).reshape(-1, _SOBOL_DIMS)
-        geo = _intersect(scene, *_screen(pixel.repeat_interleave(spp), u[:, 0:2], size))
+        screen = _screen(pixel.repeat_interleave(spp), u[:, 0:2], size)
+        geo = _intersect(scene, *screen)
+        if getattr(shader.material, "takes_footprint", False):
+            _footprint(scene, *screen, size, geo)
         hit = geo["hit"]
         if shader.env is not None:
             radiance = shader.env.eval(geo["ray"])
@@ -351,7 +390,9 @@ def render_preview(
         The directional light: world direction *towards* the light (normalised here) and its RGB
         irradiance at normal incidence ``E`` (a float is grey), so ``L = f cos_i E``.
     scenes:
-        Which of :data:`SCENES` to render.
+        Which of :data:`SCENES` (and :data:`EXTRA_SCENES`) to render. A material with
+        ``takes_footprint = True`` is called with ``footprint=(duv_dx, duv_dy)`` too, each
+        sample's uv derivatives per pixel (see ``_footprint``), to filter its textures.
     device, seed:
         Torch device; the seed fixes the Sobol scrambling and the per-pixel shifts, so a seed,
         size and spp give the same image every time, whatever the chunk size (a pixel's samples
@@ -381,9 +422,9 @@ def render_preview(
     if chunk_size is None:
         chunk_size = 1 << 16 if device.type == "cpu" else 1 << 20
     _check_arguments(size, spp, light, chunk_size)
-    unknown = [s for s in scenes if s not in SCENES]
+    unknown = [s for s in scenes if s not in SCENES + EXTRA_SCENES]
     if unknown or not scenes:
-        raise InputError(f"unknown scenes {unknown or scenes!r}.", field="scenes", fix=f"choose from {', '.join(SCENES)}.")
+        raise InputError(f"unknown scenes {unknown or scenes!r}.", field="scenes", fix=f"choose from {', '.join(SCENES + EXTRA_SCENES)}.")
     start = time.perf_counter()
     env = _resolve_environment(environment, device) if light in ("both", "environment") else None
     direction = _unit_direction(light_direction, device) if light in ("both", "directional") else None

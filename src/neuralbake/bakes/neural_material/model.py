@@ -255,8 +255,19 @@ class NeuralMaterial:
         valid = ((wi[:, 2] > 0) & (wo[:, 2] > 0)).float()[:, None]
         return torch.expm1(torch.clamp(y, min=0.0)) * valid
 
-    def __call__(self, uv: torch.Tensor, normal: torch.Tensor | None = None) -> NeuralMaterialLayer:
-        return NeuralMaterialLayer(self, uv)
+    filtering = False
+    """Filter the latents trilinearly at each sample's footprint when a renderer gives one (``footprint``); else level 0."""
+    takes_footprint = True
+    """Renderers pass ``footprint=(duv_dx, duv_dy)`` (see :func:`neuralbake.render.preview.render_preview`)."""
+
+    def __call__(
+        self, uv: torch.Tensor, normal: torch.Tensor | None = None, footprint: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> NeuralMaterialLayer:
+        lod = None
+        if self.filtering and footprint is not None:
+            level0 = self.latents[0]
+            lod = lod_from_derivatives(footprint[0], footprint[1], (int(level0.shape[1]), int(level0.shape[0])))
+        return NeuralMaterialLayer(self, uv, lod)
 
     def to(self, dtype: torch.dtype) -> NeuralMaterial:
         """A copy whose decoder and latents run in ``dtype`` (e.g. fp16, as a shader would)."""
@@ -264,6 +275,7 @@ class NeuralMaterial:
         decoder.load_state_dict(self.decoder.state_dict())
         copy = NeuralMaterial([latent.to(dtype).float() for latent in self.latents], decoder.to(dtype), self.direction_inputs)
         copy.kernels = self.kernels
+        copy.filtering = self.filtering
         return copy
 
 
@@ -274,20 +286,20 @@ class NeuralMaterialLayer:
     unbiased estimate; the decoder has no sampler of its own yet).
     """
 
-    def __init__(self, material: NeuralMaterial, uv: torch.Tensor) -> None:
-        self.material, self.uv = material, uv
+    def __init__(self, material: NeuralMaterial, uv: torch.Tensor, lod: torch.Tensor | None = None) -> None:
+        self.material, self.uv, self.lod = material, uv, lod
         self._latent: torch.Tensor | None = None
 
     @property
     def latent(self) -> torch.Tensor:
-        """The bilinear latent at the layer's ``uv`` (fetched once, on first use)."""
+        """The latent at the layer's ``uv``: bilinear from level 0, or trilinear at ``lod`` (fetched once, on first use)."""
         if self._latent is None:
-            self._latent = self.material.latent_at(self.uv)
+            self._latent = self.material.latent_at(self.uv) if self.lod is None else self.material.latent_filtered(self.uv, self.lod)
         return self._latent
 
     def eval(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
         if self.material.kernels == "triton":
-            return self.material.decode(self.uv, wi, wo)
+            return self.material.decode(self.uv, wi, wo, self.lod)
         return self.material.evaluate(self.latent, wi, wo)
 
     def sample(self, wo: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

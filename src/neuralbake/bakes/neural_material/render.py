@@ -97,9 +97,14 @@ def render_neural_material(
     device: str = "auto",
     seed: int = 7,
     allow_other_material: bool = False,
+    filter_latents: bool = False,
     progress: bool = False,
 ) -> dict[str, Any]:
     """Render a baked neural material and its reference on the preview scenes, side by side.
+
+    ``filter_latents``: fetch the latents trilinearly at each sample's pixel footprint
+    (:attr:`NeuralMaterial.filtering`) instead of from level 0, and add the receding ``plane``
+    scene, where minification shows.
 
     Writes ``comparison.png`` (per scene: reference | neural | FLIP error), linear EXRs and
     ``report.json`` (tone-mapped PSNR and HDR FLIP per scene). The reference is the material the
@@ -127,12 +132,14 @@ def render_neural_material(
     reference = load_material(source, device=torch_device)
     if precision == "fp16":
         neural = neural.to(torch.float16)
+    neural.filtering = filter_latents
+    scenes = SCENES + (("plane",) if filter_latents else ())
     normal = F.normalize(torch.tensor(info.baked_normal, dtype=torch.float32, device=torch_device), dim=0)[None]
     out = prepare_output_dir(out_dir)
-    with progress_task("rendering", 2 * len(SCENES) * size * size, enabled=progress, unit="pixels") as advance:
+    with progress_task("rendering", 2 * len(scenes) * size * size, enabled=progress, unit="pixels") as advance:
         result = compare_materials(
             as_baked(reference, normal), neural, out, size=size, spp=spp, device=torch_device, seed=seed,
-            labels=("reference", "neural"), progress=advance,
+            labels=("reference", "neural"), progress=advance, scenes=scenes,
         )
     return write_report(
         out / "report.json",
@@ -143,5 +150,6 @@ def render_neural_material(
         reference=str(source),
         precision=precision,
         latents="u8" if quantized else "fp16",
+        latent_filtering="trilinear at the pixel footprint" if filter_latents else "level 0, bilinear",
         **result,
     )
