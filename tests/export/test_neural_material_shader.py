@@ -370,8 +370,8 @@ void nb_test_filtered(uint3 id : SV_DispatchThreadID)
 
 @needs_slangpy
 def test_filtered_eval_matches_trilinear_pytorch_at_the_footprint_level(tmp_path, bakes, slang_device):
-    """``nb_<m>_eval_filtered``: the footprint's level (lod_from_derivatives) and trilinear latents (latent_filtered), fp32 weights."""
-    from neuralbake.bakes.neural_material.model import lod_from_derivatives
+    """``nb_<m>_lod`` against lod_from_derivatives; ``nb_<m>_eval_filtered`` (anisotropic probes of trilinear latents) against latent_footprint."""
+    from neuralbake.bakes.neural_material.model import footprint_probes, lod_from_derivatives
 
     written = export_neural_material_shader(bakes["bright"], tmp_path)
     m = written.module
@@ -384,10 +384,13 @@ def test_filtered_eval_matches_trilinear_pytorch_at_the_footprint_level(tmp_path
     scale = torch.exp2(torch.rand(n, 1, generator=g) * (len(material.latents) + 3) - 2) / size[0]
     duv_dx = torch.randn(n, 2, generator=g) * scale
     duv_dy = torch.randn(n, 2, generator=g) * scale * torch.rand(n, 1, generator=g)
+    duv_dy[:50] = torch.stack([-duv_dx[:50, 1], duv_dx[:50, 0]], dim=1)  # round footprints: one probe
     lod = lod_from_derivatives(duv_dx, duv_dy, size)
     assert (lod < 0).any() and (lod > len(material.latents) - 1).any()
     with torch.no_grad():
-        expected = material.evaluate(material.latent_filtered(uv, lod), wi, wo).numpy()
+        expected = material.evaluate(material.latent_footprint(uv, duv_dx, duv_dy), wi, wo).numpy()
+    probes = footprint_probes(duv_dx, duv_dy, size)[1]
+    assert (probes == 1).any() and (probes == 8).any() and ((probes > 1) & (probes < 8)).any()
     source = written.slang.read_text() + _FILTER_KERNEL.format(m=m)
     module = slang_device.load_module_from_source(f"nb_filter_test_{next(_module_ids)}", source)
     kernel = slang_device.create_compute_kernel(slang_device.link_program([module], [module.entry_point("nb_test_filtered")]))

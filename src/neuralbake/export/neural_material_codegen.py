@@ -13,11 +13,14 @@ material they are the same):
 - ``float3 nb_<m>_eval_lod(float2 uv, float3 wi, float3 wo, float lod)``: the same with the
   latents filtered trilinearly (bilinear in the two levels around ``lod``, clamped to the
   pyramid, blended linearly): ``NeuralMaterial.latent_filtered``.
-- ``float nb_<m>_lod(float2 duv_dx, float2 duv_dy)``: the level of a pixel footprint from the uv
-  derivatives along the screen axes (``ddx(uv)``, ``ddy(uv)``, or ray differentials): ``log2`` of
-  the longer axis in level-0 texels (isotropic, as GPUs pick a mip); ``nb_<m>_eval_filtered(uv,
-  duv_dx, duv_dy, wi, wo)`` evaluates at it. ``neuralbake.bakes.neural_material.model.lod_from_derivatives``
-  is the same formula in PyTorch.
+- ``float nb_<m>_lod(float2 duv_dx, float2 duv_dy)``: the isotropic level of a pixel footprint
+  from the uv derivatives along the screen axes (``ddx(uv)``, ``ddy(uv)``, or ray differentials):
+  ``log2`` of the longer axis in level-0 texels (``lod_from_derivatives`` in PyTorch).
+- ``nb_<m>_latent_footprint(uv, duv_dx, duv_dy, out latent)`` and ``float3
+  nb_<m>_eval_filtered(float2 uv, float2 duv_dx, float2 duv_dy, float3 wi, float3 wo)``: the
+  latents filtered anisotropically over the footprint, up to 8 trilinear probes along its major
+  axis (``NeuralMaterial.latent_footprint`` / ``footprint_probes`` in PyTorch), and the material
+  evaluated with them.
 - pack only: ``float3 nb_<module>_eval(uint material_id, float2 uv, float3 wi, float3 wo, uint
   mip)`` and ``nb_<module>_eval_lod(uint material_id, ..., float lod)``, a ``switch (material_id)`` over the packed materials (ids in the order given, also as
   ``NB_<MODULE>_ID_<M>`` constants); unknown ids give black.
@@ -41,6 +44,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from neuralbake.bakes.neural_material.model import MAX_PROBES
 from neuralbake.export.neural_material_layout import ExportMaterial
 from neuralbake.export.neural_material_tensor import tensor_kernel_code
 from neuralbake.export.slang import THREADS_PER_GROUP, generate_mlp_hlsl, generate_mlp_slang
@@ -153,6 +157,34 @@ def _latent_code(material: ExportMaterial, table: list[dict[str, int]], module: 
         "    float footprint = max(length(duv_dx * size), length(duv_dy * size));",
         "    return log2(max(footprint, 1e-8f));",
         "}",
+        "",
+        f"// Anisotropic: up to {MAX_PROBES} trilinear probes spaced along the footprint's major axis, each at",
+        "// log2(major / probes) (texels of level 0); their mean. One probe at nb_<m>_lod's level when round.",
+        f"void nb_{m}_latent_footprint(float2 uv, float2 duv_dx, float2 duv_dy, out float latent[{channels}])",
+        "{",
+        f"    float2 size = float2(float(NB_{M}_MIP_WIDTH[0]), float(NB_{M}_MIP_HEIGHT[0]));",
+        "    float along_x = length(duv_dx * size);",
+        "    float along_y = length(duv_dy * size);",
+        "    bool x_major = along_x >= along_y;",
+        "    float major = x_major ? along_x : along_y;",
+        "    float minor = x_major ? along_y : along_x;",
+        f"    float probes = clamp(ceil(major / max(minor, 1e-8f)), 1.0f, {float(MAX_PROBES)}f);",
+        "    float lod = log2(max(major / probes, 1e-8f));",
+        "    float2 axis = x_major ? duv_dx : duv_dy;",
+        f"    float probe[{channels}] = {{ {', '.join(['0.0f'] * channels)} }};",
+        f"    for (uint c = 0; c < NB_{M}_CHANNELS; ++c)",
+        "        latent[c] = 0.0f;",
+        f"    for (uint i = 0; i < {MAX_PROBES}u; ++i)",
+        "    {",
+        "        if (float(i) >= probes)",
+        "            break;",
+        f"        nb_{m}_latent_lod(uv + ((float(i) + 0.5f) / probes - 0.5f) * axis, lod, probe);",
+        f"        for (uint c = 0; c < NB_{M}_CHANNELS; ++c)",
+        "            latent[c] += probe[c];",
+        "    }",
+        f"    for (uint c = 0; c < NB_{M}_CHANNELS; ++c)",
+        "        latent[c] /= probes;",
+        "}",
     ]
     return lines
 
@@ -181,10 +213,13 @@ def _eval_code(material: ExportMaterial, module: str) -> list[str]:
         f"    return nb_{m}_shade(latent, wi, wo);",
         "}",
         "",
-        "// The same at the level of a pixel footprint given by the uv derivatives (see nb_<m>_lod).",
+        "// The same with the latents filtered over the pixel footprint given by the uv derivatives",
+        "// (nb_<m>_latent_footprint).",
         f"float3 nb_{m}_eval_filtered(float2 uv, float2 duv_dx, float2 duv_dy, float3 wi, float3 wo)",
         "{",
-        f"    return nb_{m}_eval_lod(uv, wi, wo, nb_{m}_lod(duv_dx, duv_dy));",
+        f"    float latent[{channels}] = {zeros};",
+        f"    nb_{m}_latent_footprint(uv, duv_dx, duv_dy, latent);",
+        f"    return nb_{m}_shade(latent, wi, wo);",
         "}",
     ]
     shade = [

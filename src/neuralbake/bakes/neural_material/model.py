@@ -32,6 +32,7 @@ __all__ = [
     "ReferenceSampler",
     "decoder_inputs",
     "directions_above",
+    "footprint_probes",
     "lod_from_derivatives",
     "relative_l1",
     "texel_features",
@@ -61,6 +62,32 @@ def lod_from_derivatives(duv_dx: torch.Tensor, duv_dy: torch.Tensor, size: tuple
     scale = torch.tensor([float(size[0]), float(size[1])], dtype=torch.float32, device=duv_dx.device)
     footprint = torch.maximum((duv_dx.float() * scale).norm(dim=1), (duv_dy.float() * scale).norm(dim=1))
     return torch.log2(footprint.clamp(min=1e-8))
+
+
+MAX_PROBES = 8
+"""Most trilinear probes an anisotropic footprint is covered with (as a GPU's 8x anisotropic filtering)."""
+
+
+def footprint_probes(
+    duv_dx: torch.Tensor, duv_dy: torch.Tensor, size: tuple[int, int], max_probes: int = MAX_PROBES
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Anisotropic footprint: ``(lod [N], probes [N], axis [N, 2])``.
+
+    The longer of the two derivative vectors (in level-0 texels) is the major axis; ``probes =
+    min(ceil(major / minor), max_probes)`` trilinear fetches spaced along it, each at ``lod =
+    log2(major / probes)``, cover the footprint; their mean is the filtered latent
+    (:meth:`NeuralMaterial.latent_footprint`). One probe at the isotropic level when the footprint
+    is round. The exported shader's ``nb_<m>_latent_footprint`` is the same.
+    """
+    scale = torch.tensor([float(size[0]), float(size[1])], dtype=torch.float32, device=duv_dx.device)
+    along_x, along_y = (duv_dx.float() * scale).norm(dim=1), (duv_dy.float() * scale).norm(dim=1)
+    x_major = along_x >= along_y
+    major = torch.where(x_major, along_x, along_y)
+    minor = torch.where(x_major, along_y, along_x)
+    probes = torch.clamp(torch.ceil(major / minor.clamp(min=1e-8)), 1.0, float(max_probes))
+    lod = torch.log2((major / probes).clamp(min=1e-8))
+    axis = torch.where(x_major[:, None], duv_dx.float(), duv_dy.float())
+    return lod, probes, axis
 
 
 def texel_features(material: Any, uv: torch.Tensor, normal: torch.Tensor) -> torch.Tensor:
@@ -228,6 +255,17 @@ class NeuralMaterial:
         """Bilinear (repeat-wrapped) latent lookup at ``uv`` from mip ``level``: ``[N, latent]``."""
         return sample_texture(self.latents[level], uv, wrap="repeat")
 
+    def latent_footprint(self, uv: torch.Tensor, duv_dx: torch.Tensor, duv_dy: torch.Tensor, max_probes: int = MAX_PROBES) -> torch.Tensor:
+        """Anisotropically filtered latent ``[N, latent]`` over pixel footprints given by uv derivatives (see :func:`footprint_probes`)."""
+        level0 = self.latents[0]
+        lod, probes, axis = footprint_probes(duv_dx, duv_dy, (int(level0.shape[1]), int(level0.shape[0])), max_probes)
+        total = torch.zeros(uv.shape[0], level0.shape[2], dtype=torch.float32, device=uv.device)
+        for index in range(int(probes.max()) if probes.numel() else 0):
+            used = (index < probes).float()
+            offset = ((index + 0.5) / probes - 0.5)[:, None] * axis
+            total = total + used[:, None] * self.latent_filtered(uv.float() + offset, lod)
+        return total / probes[:, None]
+
     def latent_filtered(self, uv: torch.Tensor, lod: torch.Tensor) -> torch.Tensor:
         """Trilinear latent lookup: bilinear in the two levels around ``lod`` ``[N]`` (clamped to the pyramid), blended linearly."""
         lod = lod.float().clamp(0.0, len(self.latents) - 1.0)
@@ -256,18 +294,18 @@ class NeuralMaterial:
         return torch.expm1(torch.clamp(y, min=0.0)) * valid
 
     filtering = False
-    """Filter the latents trilinearly at each sample's footprint when a renderer gives one (``footprint``); else level 0."""
+    """Filter the latents over each sample's pixel footprint when a renderer gives one (``footprint``:
+    anisotropic, up to :data:`MAX_PROBES` trilinear probes, :meth:`latent_footprint`); else level 0."""
     takes_footprint = True
     """Renderers pass ``footprint=(duv_dx, duv_dy)`` (see :func:`neuralbake.render.preview.render_preview`)."""
 
     def __call__(
         self, uv: torch.Tensor, normal: torch.Tensor | None = None, footprint: tuple[torch.Tensor, torch.Tensor] | None = None
     ) -> NeuralMaterialLayer:
-        lod = None
+        layer = NeuralMaterialLayer(self, uv)
         if self.filtering and footprint is not None:
-            level0 = self.latents[0]
-            lod = lod_from_derivatives(footprint[0], footprint[1], (int(level0.shape[1]), int(level0.shape[0])))
-        return NeuralMaterialLayer(self, uv, lod)
+            layer.filtered_latent = self.latent_footprint(uv, footprint[0], footprint[1])
+        return layer
 
     def to(self, dtype: torch.dtype) -> NeuralMaterial:
         """A copy whose decoder and latents run in ``dtype`` (e.g. fp16, as a shader would)."""
@@ -286,20 +324,24 @@ class NeuralMaterialLayer:
     unbiased estimate; the decoder has no sampler of its own yet).
     """
 
-    def __init__(self, material: NeuralMaterial, uv: torch.Tensor, lod: torch.Tensor | None = None) -> None:
-        self.material, self.uv, self.lod = material, uv, lod
+    def __init__(self, material: NeuralMaterial, uv: torch.Tensor) -> None:
+        self.material, self.uv = material, uv
         self._latent: torch.Tensor | None = None
+        self.filtered_latent: torch.Tensor | None = None
+        """Set by a filtering material: the footprint-filtered latent, used instead of level 0."""
 
     @property
     def latent(self) -> torch.Tensor:
-        """The latent at the layer's ``uv``: bilinear from level 0, or trilinear at ``lod`` (fetched once, on first use)."""
+        """The latent at the layer's ``uv``: the filtered one if set, else bilinear from level 0 (fetched once, on first use)."""
+        if self.filtered_latent is not None:
+            return self.filtered_latent
         if self._latent is None:
-            self._latent = self.material.latent_at(self.uv) if self.lod is None else self.material.latent_filtered(self.uv, self.lod)
+            self._latent = self.material.latent_at(self.uv)
         return self._latent
 
     def eval(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
-        if self.material.kernels == "triton":
-            return self.material.decode(self.uv, wi, wo, self.lod)
+        if self.material.kernels == "triton" and self.filtered_latent is None:
+            return self.material.decode(self.uv, wi, wo)
         return self.material.evaluate(self.latent, wi, wo)
 
     def sample(self, wo: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
