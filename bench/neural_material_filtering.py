@@ -1,7 +1,7 @@
 """Latent filtering of a baked neural material on a receding floor: aliasing with and without it.
 
 Renders the preview renderer's ``plane`` scene (a floor seen at 12 degrees, the material repeating
-every 2 units, 30 repeats to the far edge; directional light, so only the texture aliases) with
+every 2 units, about 31 repeats to the far edge; directional light, so only the texture aliases) with
 the neural material three ways: level-0 latents (what renders did before), latents filtered
 trilinearly at each sample's footprint (``NeuralMaterial.filtering``: the uv derivatives by offset
 rays, ``lod_from_derivatives``, ``latent_filtered``), both at 1 and 4 samples per pixel, against a

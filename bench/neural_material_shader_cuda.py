@@ -12,8 +12,9 @@ neural material's answers for them (for fp16, with the decoder weights rounded t
 the answers of the PyTorch model of the tensor kernel's fp16 arithmetic
 (``tensor_kernel_reference``). ``run`` compiles both kernels of each module for CUDA (the scalar
 ``nb_<m>_kernel``, one thread per sample, and ``nb_<m>_tensor_kernel``, warp tiles on the tensor
-cores), compares them on those points (scalar, fp32 weights: max abs error < 1e-4 is the
-acceptance bound; tensor: against the fp16 model, and against the fp32 material for scale) and
+cores), compares them on those points and exits non-zero past the bounds (scalar: 1e-5 of
+max(|value|, 1) against PyTorch on the same weights; tensor: 2e-3 of it against its fp16 model,
+the check of the CUDA fragment layout; the tensor kernel against the fp32 material is recorded) and
 times 4,194,304 and 16,777,216 points per dispatch (median of 10, device idle before and after
 each). ``NB_SLANG_DEVICE=cpu`` runs the same script on slangpy's CPU device (small sizes).
 """
@@ -110,6 +111,7 @@ def run(here: str, result_path: str) -> None:
         with open(result_path, "w") as file:
             json.dump(results, file, indent=2)
 
+    failures: list[str] = []
     for prec in ("fp32", "fp16"):
         folder = f"{here}/{prec}"
         tensor = json.loads(_read(f"{folder}/{m}.json"))["tensor_kernels"][0]
@@ -149,11 +151,20 @@ def run(here: str, result_path: str) -> None:
                     row[f"samples_per_second_{count}"] = count / _time(dispatch, device)
             print(variant, prec, row, flush=True)
             save()
+        for variant, bound, key in (("scalar", 1e-5, "against_pytorch"), ("tensor", 2e-3, "against_fp16_model")):
+            error = results[f"{variant}_{prec}"][key]
+            if not error["finite"] or error["max_error_relative_to_max_1"] > bound:
+                failures.append(f"{variant} kernel, {prec} weights: {key} error {error['max_error_relative_to_max_1']:.2e} > {bound:.0e}")
         largest = f"samples_per_second_{len(points) * repeats[-1]}"
         ratio = results[f"tensor_{prec}"][largest] / results[f"scalar_{prec}"][largest]
         results[f"tensor_over_scalar_{prec}"] = ratio
         print(f"{prec} weights: tensor kernel {ratio:.1f}x the scalar kernel at {len(points) * repeats[-1]:,} points", flush=True)
         save()
+    results["failures"] = failures
+    save()
+    print("\n".join(["FAIL " + failure for failure in failures]) or "parity within bounds", flush=True)
+    if failures:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -221,6 +221,7 @@ def _tensor_kernel_entry(material: ExportMaterial) -> dict[str, Any]:
         "groupshared_bytes": shape.shared_bytes,
         "groupshared_bytes_loop_form": shape.loop_shared_bytes,
         "arithmetic": "fp16 weights and activations, fp32 sums (tensor cores); CoopMat on CUDA and Vulkan, loops elsewhere",
+        "subgroup_size": 32,
     }
 
 

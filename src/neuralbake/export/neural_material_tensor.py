@@ -29,10 +29,15 @@ Targets, chosen with ``__target_switch``:
   :func:`_cuda_form` for why not ``CoopMat.Load``);
 - SPIR-V (Vulkan with cooperative matrices and their NV conversions): the same products with
   ``CoopMat.Load``/``Store``; generated and compiled, not run here;
-- every other target, slangpy's CPU device included (what CI runs): the same tiles with the
-  products as loops, in the same precision. On the CPU target a group's threads run one after
-  another without barriers, so there each warp's first lane does the warp's work and stages the
-  weights itself; everywhere else the group stages cooperatively and synchronises.
+- every other target: the same tiles with the products as loops, in the same precision. This is
+  the form slangpy's CPU device runs (what CI tests): there a group's threads run one after
+  another without barriers, so each warp's first lane does the warp's work and stages the weights
+  itself. On GPU targets without cooperative matrices (D3D12, Metal) the loop form needs
+  ``groupshared_bytes_loop_form`` (about 63 KB for the default decoder), over their 32 KB: not
+  usable there as generated; use the scalar kernel.
+
+The kernel assumes 32-lane subgroups (warps): true on NVIDIA GPUs; a Vulkan device with another
+subgroup size needs a required subgroup size of 32 for it.
 
 A pack gives every material its own tensor kernel over the scalar kernel's buffers (the material
 id buffer is not read: dispatch each material's kernel over points of that material). Dispatch

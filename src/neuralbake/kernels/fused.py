@@ -396,7 +396,7 @@ class _TrainingBuffers:
         self.block_rows, self.num_warps = _tile("train", p.hp)
         self.grads = torch.zeros(programs, self.slot_size, dtype=torch.float32, device=device)
         self.scratch = torch.empty(programs * (p.hidden + 1) * self.block_rows * p.hp, dtype=p.dtype, device=device)
-        self.unused = torch.zeros(1, dtype=torch.float32, device=device)
+        self.unused = torch.zeros(programs, dtype=torch.float32, device=device)  # never written (upstream mode), sized as if
 
 
 class FusedMLP:
@@ -413,13 +413,14 @@ class FusedMLP:
     def __init__(self, mlp: MLP, *, programs: int | None = None) -> None:
         self.mlp = mlp
         self.programs = programs
-        self._packed: dict[torch.dtype, tuple[PackedMLP, _TrainingBuffers]] = {}
+        self._packed: dict[tuple[torch.dtype, torch.device], tuple[PackedMLP, _TrainingBuffers]] = {}
 
-    def _network(self, dtype: torch.dtype) -> tuple[PackedMLP, _TrainingBuffers]:
-        if dtype not in self._packed:
-            packed = PackedMLP.from_mlp(self.mlp, dtype, training=True)
-            self._packed[dtype] = packed, _TrainingBuffers(packed, self.programs)
-        return self._packed[dtype]
+    def _network(self, tensors: Sequence[torch.Tensor]) -> tuple[PackedMLP, _TrainingBuffers]:
+        key = (tensors[0].dtype, tensors[0].device)
+        if key not in self._packed:
+            packed = PackedMLP.from_mlp(self.mlp, tensors[0].dtype, training=True)
+            self._packed[key] = packed, _TrainingBuffers(packed, self.programs)
+        return self._packed[key]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         layers = self.mlp.layers
@@ -429,31 +430,33 @@ class FusedMLP:
         return y.reshape(*shape[:-1], y.shape[-1])
 
     def forward(self, x: torch.Tensor, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-        packed, _ = self._network(tensors[0].dtype)
+        packed, _ = self._network(tensors)
         half = len(tensors) // 2
         packed.refresh(tensors[:half], tensors[half:])
         return mlp_forward(packed, x, out_dtype=packed.dtype)
 
-    def backward(self, x: torch.Tensor, dy: torch.Tensor, tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Gradients of the input rows and of ``tensors`` (weights, then biases) for the upstream gradient ``dy``."""
-        packed, buffers = self._network(tensors[0].dtype)
+    def backward(
+        self, x: torch.Tensor, dy: torch.Tensor, tensors: Sequence[torch.Tensor], *, input_gradient: bool = True
+    ) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
+        """Gradients of the input rows (when ``input_gradient``) and of ``tensors`` (weights, then biases) for the upstream gradient ``dy``."""
+        packed, buffers = self._network(tensors)
         half = len(tensors) // 2
         packed.refresh(tensors[:half], tensors[half:])  # another forward may have run since ours
         n = x.shape[0]
         x = x.contiguous() if x.dtype == packed.dtype else x.float().contiguous()
         dy = dy.float().contiguous()
-        dx = torch.empty(n, packed.inputs, dtype=torch.float32, device=x.device)
+        dx = torch.empty(n if input_gradient else 0, packed.inputs, dtype=torch.float32, device=x.device)
         buffers.grads.zero_()
         grid = (min(buffers.programs, max(1, triton.cdiv(n, buffers.block_rows))),)
         if n:
             _mlp_train_kernel[grid](
                 x, dy, n, buffers.scratch, buffers.grads, buffers.unused, buffers.unused, dx, *packed.buffers(),
                 K=packed.inputs, O=packed.outputs, FREQ=0, OACT=ACTIVATION_CODES[packed.output_activation], LOSS=LOSS_CODES["upstream"],
-                FLOOR=0.0, BM=buffers.block_rows, DX=True, num_warps=buffers.num_warps, **packed.constants(),
+                FLOOR=0.0, BM=buffers.block_rows, DX=input_gradient, num_warps=buffers.num_warps, **packed.constants(),
             )  # fmt: skip
         interleaved = _unpack_gradients(packed, buffers.grads[: grid[0]].sum(0))
         grads = interleaved[0::2] + interleaved[1::2]
-        return dx, [g.to(t.dtype) for g, t in zip(grads, tensors, strict=True)]
+        return (dx if input_gradient else None), [g.to(t.dtype) for g, t in zip(grads, tensors, strict=True)]
 
 
 class _FusedMLPFunction(torch.autograd.Function):
@@ -464,7 +467,8 @@ class _FusedMLPFunction(torch.autograd.Function):
         return runner.forward(x, tensors)
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
         x, *tensors = ctx.saved_tensors
-        dx, grads = ctx.runner.backward(x, dy, tensors)
-        return (None, dx.to(x.dtype), *grads)
+        dx, grads = ctx.runner.backward(x, dy, tensors, input_gradient=ctx.needs_input_grad[1])
+        return (None, None if dx is None else dx.to(x.dtype), *grads)

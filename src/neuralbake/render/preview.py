@@ -68,8 +68,9 @@ Material = Callable[[torch.Tensor, torch.Tensor], Layer]
 SCENES = ("sphere", "tile")
 """The preview scenes, in the order they appear side by side in ``preview.png``."""
 EXTRA_SCENES = ("plane",)
-"""Scenes rendered only when asked for: ``plane``, a 16 x 60 floor seen at 12 degrees from 0.6 units
-up, uv repeating every 2 units (30 repeats to the far edge), for minification and filtering."""
+"""Scenes rendered only when asked for: ``plane``, a 16 x 62 floor (x in [-8, 8], z in [-60, 2]) seen
+at 12 degrees from 0.6 units up, uv repeating every 2 units (about 31 repeats to the far edge), for
+minification and filtering."""
 LIGHTS = ("both", "directional", "environment")
 """Values of ``render_preview(light=...)``."""
 BACKGROUND_GREY = 0.18

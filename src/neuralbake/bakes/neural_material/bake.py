@@ -68,8 +68,10 @@ def bake_material(
         # the objective: resuming under another loss or view distribution changes the run silently
         "loss": "relative_l1", "uniform_views": config.uniform_views,
     }
-    result = run.train(model, sampler, relative_l1, config.train, phase=phase, compatibility=compatibility)
-    model.encoder.kernels = model.decoder.kernels = "torch"  # the shipped decoder decodes on the decode path below
+    try:
+        result = run.train(model, sampler, relative_l1, config.train, phase=phase, compatibility=compatibility)
+    finally:
+        model.encoder.kernels = model.decoder.kernels = "torch"  # the shipped decoder decodes on the decode path below
 
     run.note(f"baking the {config.texture_size}x{config.texture_size} latent texture and scoring it")
     levels = bake_latent_pyramid(model, material, normal, config.texture_size)

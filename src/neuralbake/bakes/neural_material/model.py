@@ -296,8 +296,10 @@ class NeuralMaterial:
     filtering = False
     """Filter the latents over each sample's pixel footprint when a renderer gives one (``footprint``:
     anisotropic, up to :data:`MAX_PROBES` trilinear probes, :meth:`latent_footprint`); else level 0."""
-    takes_footprint = True
-    """Renderers pass ``footprint=(duv_dx, duv_dy)`` (see :func:`neuralbake.render.preview.render_preview`)."""
+    @property
+    def takes_footprint(self) -> bool:
+        """Renderers pass ``footprint=(duv_dx, duv_dy)`` when this is true (see :func:`neuralbake.render.preview.render_preview`): while filtering."""
+        return self.filtering
 
     def __call__(
         self, uv: torch.Tensor, normal: torch.Tensor | None = None, footprint: tuple[torch.Tensor, torch.Tensor] | None = None
