@@ -178,6 +178,7 @@ _COMMANDS = {
     "texture": [["texture", "infer", "{bundle}", "--out", "{out}/big.png", "--size", "8x8"]],
     "material": [
         ["material", "render", "{bundle}", "--out", "{out}", "--size", "8", "--spp", "1"],
+        ["material", "render", "{bundle}", "--out", "{out}", "--size", "8", "--spp", "1", "--filter-latents"],
         ["material", "export", "{bundle}", "--out", "{out}"],
     ],
 }

@@ -231,6 +231,13 @@ def image_cases() -> None:
     (folder / "image.png").write_bytes(_png(4, 4, rows=b"\0" * 20))
     folder = case("kernels_triton_network_too_wide", [*texture, "--kernels", "triton", "--hidden", "256", "--device", "cpu"], "256 wide")
     (folder / "image.png").write_bytes(_png(4, 4, rows=b"\0" * 20))
+    # the neural material's fused training: an encoder the kernels cannot hold stops the bake before any step
+    folder = case(
+        "kernels_triton_material_encoder_too_wide",
+        ["material", "bake", "{case}/velvet.json", "--out", "{out}", "--kernels", "triton", "--encoder-hidden", "256", "--device", "cpu", "-q"],
+        "encoder",
+    )
+    shutil.copy(HERE.parents[1] / "examples" / "materials" / "velvet.json", folder / "velvet.json")
     folder = case("config_toml_deep", ["texture", "bake", "{case}/image.png", "--config", "{case}/bake.toml", "--out", "{out}", "-q"], "")
     (folder / "bake.toml").write_text("x = " + "[" * 20_000 + "]" * 20_000 + "\n")
     (folder / "image.png").write_bytes(_png(4, 4, rows=b"\0" * 20))
