@@ -26,7 +26,7 @@ Targets, chosen with ``__target_switch``:
 
 - CUDA (slangpy's CUDA device; measured on an H100): ``CoopMat`` ``mma.sync`` products with the
   fragments filled and read element by element in PTX's ``mma.m16n8k16`` register layout (see
-  :func:`_cuda_form` for why not ``CoopMat.Load``);
+  :func:`_fragment_form` for why not ``CoopMat.Load``);
 - SPIR-V (Vulkan with cooperative matrices and their NV conversions): the same products with
   ``CoopMat.Load``/``Store``; generated and compiled, not run here;
 - every other target: the same tiles with the products as loops, in the same precision. This is
@@ -315,132 +315,105 @@ def _inputs(material: ExportMaterial, m: str, module: str, latent_format: str) -
     return lines
 
 
-def _mma_form(m: str, module: str, shape: TensorKernelShape) -> list[str]:
-    """``nb_<m>_tc_decode_mma``: the decoder on the tensor cores, activations kept in fragments between layers."""
+def _fragment_form(m: str, module: str, shape: TensorKernelShape, *, cuda: bool) -> list[str]:
+    """The decoder on the tensor cores, activations kept in fragments between layers.
+
+    Per layer and 16-column block: the bias, plus the sum over 16-deep blocks of fragment products
+    (fp16 x fp16 -> fp32), for all :data:`M_TILES` row tiles with each weight fragment; the
+    activation is applied to the accumulator's elements and the result becomes the next layer's
+    fp16 A fragment (same lanes).
+
+    ``cuda=False``: ``nb_<m>_tc_decode_mma``, fragments moved with ``CoopMat.Load``/``Store``
+    (any target with cooperative matrices). ``cuda=True``: ``nb_<m>_tc_decode_cuda``, the fragments
+    filled and read element by element instead. Slang's CUDA ``CoopMat.Load``/``Store`` redistribute
+    every fragment through 16-32 warp shuffles behind divergent branches (Slang 2026.12), which cost
+    about 25 instructions per tensor-core instruction here. On CUDA a fragment's elements follow
+    PTX's ``mma.m16n8k16`` register layout (element ``e`` of lane ``l``: row/k ``(l >> 2) + 8 *
+    ((e >> 1) & 1)`` and column ``2 * (l & 3) + (e & 1) + 8 * (e >> 2)`` for A and the
+    accumulator; for B, k ``2 * (l & 3) + (e & 1) + 8 * ((e >> 1) & 1)`` and n ``(l >> 2) + 8 * (e
+    >> 2)``), so the fragments are filled from groupshared memory with one load per element and the
+    biases added per element. The GPU parity check (``bench/neural_material_shader_cuda.py``)
+    guards this layout against Slang changing it.
+    """
     T = TILE
+    M = m.upper()
     last = len(shape.inputs) - 1
-    lines = [
-        "",
-        f"// Tensor cores: per layer and {T}-column block, bias + sum over {T}-deep blocks of fragment products",
-        f"// (fp16 x fp16 -> fp32), for all {M_TILES} row tiles with each weight fragment; the activation is applied",
-        "// to the accumulator's elements and the result becomes the next layer's fp16 A fragment (same lanes).",
-        f"void nb_{m}_tc_decode_mma(uint warp)",
-        "{",
-    ]
     a, b, sm = f"nb_{module}_tc_a", f"nb_{module}_tc_b", f"nb_{module}_tc_sum"
+    each = ["[unroll]", "for (uint e = 0; e < 8u; ++e)"]  # the 8 elements a lane holds of a 16x16 fragment (CUDA)
+
+    def indent(depth: int, lines: list[str]) -> list[str]:
+        return [" " * depth + line for line in lines]
+
+    if cuda:
+        lines = [
+            "",
+            f"void nb_{m}_tc_decode_cuda(uint warp, uint lane)",
+            "{",
+            "    uint g = lane >> 2;",
+            "    uint t = lane & 3u;",
+            "    // element e of a lane: rows (A, accumulator) / k (B) and columns (A, accumulator) / n (B)",
+            "    uint ra[8], ca[8], kb[8], nb[8];",
+            *indent(4, each),
+            "    {",
+            "        ra[e] = g + 8u * ((e >> 1) & 1u);",
+            "        ca[e] = 2u * t + (e & 1u) + 8u * (e >> 2);",
+            "        kb[e] = 2u * t + (e & 1u) + 8u * ((e >> 1) & 1u);",
+            "        nb[e] = g + 8u * (e >> 2);",
+            "    }",
+        ]
+    else:
+        lines = [
+            "",
+            f"// Tensor cores: per layer and {T}-column block, bias + sum over {T}-deep blocks of fragment products",
+            f"// (fp16 x fp16 -> fp32), for all {M_TILES} row tiles with each weight fragment; the activation is applied",
+            "// to the accumulator's elements and the result becomes the next layer's fp16 A fragment (same lanes).",
+            f"void nb_{m}_tc_decode_mma(uint warp)",
+            "{",
+        ]
     for mt in range(M_TILES):
         for kt in range(shape.inputs[0] // T):
-            lines.append(
-                f"    {a} x0_{mt}_{kt} = {a}.Load<CoopMatMatrixLayout.RowMajor>(nb_{m}_tc_input, (warp * {ROWS}u + {mt * T}u) * NB_{m.upper()}_TC_INPUTS + {kt * T}u, NB_{m.upper()}_TC_INPUTS);"
-            )
+            row = f"(warp * {ROWS}u + {mt * T}u"
+            if cuda:
+                lines += [f"    {a} x0_{mt}_{kt};", *indent(4, each), f"        x0_{mt}_{kt}[e] = nb_{m}_tc_input[{row} + ra[e]) * NB_{M}_TC_INPUTS + {kt * T}u + ca[e]];"]
+            else:
+                lines.append(f"    {a} x0_{mt}_{kt} = {a}.Load<CoopMatMatrixLayout.RowMajor>(nb_{m}_tc_input, {row}) * NB_{M}_TC_INPUTS + {kt * T}u, NB_{M}_TC_INPUTS);")
     for index, (k, n) in enumerate(zip(shape.inputs, shape.outputs, strict=True)):
+        stride, bias = shape.strides[index], shape.bias_offsets[index]
         lines.append(f"    // layer {index}: {k} -> {n} (padded)")
         if index < last:
             lines += [f"    {a} x{index + 1}_{mt}_{j};" for mt in range(M_TILES) for j in range(n // T)]
         for j in range(n // T):
             lines.append("    {")
-            for mt in range(M_TILES):
+            if cuda:
+                lines += [f"        {sm} s{mt};" for mt in range(M_TILES)]
+                copies = [f"            s{mt}[e] = s0[e];" for mt in range(1, M_TILES)]
+                lines += [*indent(8, each), "        {", f"            s0[e] = nb_{m}_tc_biases[{bias + j * T}u + ca[e]];", *copies, "        }"]
+            else:
                 # stride 0: every row of the accumulator starts as the bias row
-                lines.append(f"        {sm} s{mt} = {sm}.Load<CoopMatMatrixLayout.RowMajor>(nb_{m}_tc_biases, {shape.bias_offsets[index] + j * T}u, 0u);")
+                lines += [f"        {sm} s{mt} = {sm}.Load<CoopMatMatrixLayout.RowMajor>(nb_{m}_tc_biases, {bias + j * T}u, 0u);" for mt in range(M_TILES)]
             for kt in range(k // T):
-                # [N, K] row-major is K x N column-major: the loader's fast layout for B
-                lines.append(f"        {b} w{kt} = {b}.Load<CoopMatMatrixLayout.ColumnMajor>(nb_{m}_tc_weights, {shape.weight_offsets[index] + j * T * shape.strides[index] + kt * T}u, {shape.strides[index]}u);")
-                for mt in range(M_TILES):
-                    lines.append(f"        s{mt} = coopMatMulAdd<float, false>(x{index}_{mt}_{kt}, w{kt}, s{mt});")
+                block = shape.weight_offsets[index] + j * T * stride + kt * T
+                if cuda:
+                    lines += [f"        {b} w{kt};", *indent(8, each), f"            w{kt}[e] = nb_{m}_tc_weights[{block}u + nb[e] * {stride}u + kb[e]];"]
+                else:
+                    # [N, K] row-major is K x N column-major: the loader's fast layout for B
+                    lines.append(f"        {b} w{kt} = {b}.Load<CoopMatMatrixLayout.ColumnMajor>(nb_{m}_tc_weights, {block}u, {stride}u);")
+                lines += [f"        s{mt} = coopMatMulAdd<float, false>(x{index}_{mt}_{kt}, w{kt}, s{mt});" for mt in range(M_TILES)]
             for mt in range(M_TILES):
-                if index < last:
+                row = f"(warp * {ROWS}u + {mt * T}u"
+                if index < last and cuda:
+                    lines += [*indent(8, each), f"            x{index + 1}_{mt}_{j}[e] = half(nb_{m}_decoder_hidden_activation(s{mt}[e]));"]
+                elif index < last:
                     lines += [
                         "        [unroll]",
                         f"        for (uint e = 0; e < {sm}.GetLength(); ++e)",
                         f"            s{mt}[e] = nb_{m}_decoder_hidden_activation(s{mt}[e]);",
                         f"        x{index + 1}_{mt}_{j} = {a}(s{mt});",
                     ]
+                elif cuda:
+                    lines += [*indent(8, each), f"            nb_{m}_tc_output[{row} + ra[e]) * {n}u + {j * T}u + ca[e]] = s{mt}[e];"]
                 else:
-                    lines.append(f"        s{mt}.Store<CoopMatMatrixLayout.RowMajor>(nb_{m}_tc_output, (warp * {ROWS}u + {mt * T}u) * {n}u + {j * T}u, {n}u);")
-            lines.append("    }")
-    return [*lines, "}"]
-
-
-def _cuda_form(m: str, module: str, shape: TensorKernelShape) -> list[str]:
-    """``nb_<m>_tc_decode_cuda``: :func:`_mma_form` with the fragments filled and read element by element.
-
-    Slang's CUDA ``CoopMat.Load``/``Store`` redistribute every fragment through 16-32 warp shuffles
-    behind divergent branches (Slang 2026.12), which cost about 25 instructions per tensor-core
-    instruction here. On CUDA a fragment's elements follow PTX's ``mma.m16n8k16`` register layout
-    (element ``e`` of lane ``l``: row/k ``(l >> 2) + 8 * ((e >> 1) & 1)`` and column
-    ``2 * (l & 3) + (e & 1) + 8 * (e >> 2)`` for A and the accumulator; for B, k
-    ``2 * (l & 3) + (e & 1) + 8 * ((e >> 1) & 1)`` and n ``(l >> 2) + 8 * (e >> 2)``), so the
-    fragments are filled from groupshared memory with one load per element and the biases added
-    per element. The GPU parity check (``bench/neural_material_shader_cuda.py``) guards this
-    layout against Slang changing it.
-    """
-    T = TILE
-    last = len(shape.inputs) - 1
-    a, b, sm = f"nb_{module}_tc_a", f"nb_{module}_tc_b", f"nb_{module}_tc_sum"
-    M = m.upper()
-    lines = [
-        "",
-        f"void nb_{m}_tc_decode_cuda(uint warp, uint lane)",
-        "{",
-        "    uint g = lane >> 2;",
-        "    uint t = lane & 3u;",
-        "    // element e of a lane: rows (A, accumulator) / k (B) and columns (A, accumulator) / n (B)",
-        "    uint ra[8], ca[8], kb[8], nb[8];",
-        "    [unroll]",
-        "    for (uint e = 0; e < 8u; ++e)",
-        "    {",
-        "        ra[e] = g + 8u * ((e >> 1) & 1u);",
-        "        ca[e] = 2u * t + (e & 1u) + 8u * (e >> 2);",
-        "        kb[e] = 2u * t + (e & 1u) + 8u * ((e >> 1) & 1u);",
-        "        nb[e] = g + 8u * (e >> 2);",
-        "    }",
-    ]
-    for mt in range(M_TILES):
-        for kt in range(shape.inputs[0] // T):
-            lines += [
-                f"    {a} x0_{mt}_{kt};",
-                "    [unroll]",
-                "    for (uint e = 0; e < 8u; ++e)",
-                f"        x0_{mt}_{kt}[e] = nb_{m}_tc_input[(warp * {ROWS}u + {mt * T}u + ra[e]) * NB_{M}_TC_INPUTS + {kt * T}u + ca[e]];",
-            ]
-    for index, (k, n) in enumerate(zip(shape.inputs, shape.outputs, strict=True)):
-        stride = shape.strides[index]
-        lines.append(f"    // layer {index}: {k} -> {n} (padded)")
-        if index < last:
-            lines += [f"    {a} x{index + 1}_{mt}_{j};" for mt in range(M_TILES) for j in range(n // T)]
-        for j in range(n // T):
-            lines += ["    {", f"        {sm} s0;"]
-            lines += [f"        {sm} s{mt};" for mt in range(1, M_TILES)]
-            lines += [
-                "        [unroll]",
-                "        for (uint e = 0; e < 8u; ++e)",
-                "        {",
-                f"            s0[e] = nb_{m}_tc_biases[{shape.bias_offsets[index] + j * T}u + ca[e]];",
-                *[f"            s{mt}[e] = s0[e];" for mt in range(1, M_TILES)],
-                "        }",
-            ]
-            for kt in range(k // T):
-                lines += [
-                    f"        {b} w{kt};",
-                    "        [unroll]",
-                    "        for (uint e = 0; e < 8u; ++e)",
-                    f"            w{kt}[e] = nb_{m}_tc_weights[{shape.weight_offsets[index] + j * T * stride + kt * T}u + nb[e] * {stride}u + kb[e]];",
-                ]
-                for mt in range(M_TILES):
-                    lines.append(f"        s{mt} = coopMatMulAdd<float, false>(x{index}_{mt}_{kt}, w{kt}, s{mt});")
-            for mt in range(M_TILES):
-                if index < last:
-                    lines += [
-                        "        [unroll]",
-                        "        for (uint e = 0; e < 8u; ++e)",
-                        f"            x{index + 1}_{mt}_{j}[e] = half(nb_{m}_decoder_hidden_activation(s{mt}[e]));",
-                    ]
-                else:
-                    lines += [
-                        "        [unroll]",
-                        "        for (uint e = 0; e < 8u; ++e)",
-                        f"            nb_{m}_tc_output[(warp * {ROWS}u + {mt * T}u + ra[e]) * {n}u + {j * T}u + ca[e]] = s{mt}[e];",
-                    ]
+                    lines.append(f"        s{mt}.Store<CoopMatMatrixLayout.RowMajor>(nb_{m}_tc_output, {row}) * {n}u + {j * T}u, {n}u);")
             lines.append("    }")
     return [*lines, "}"]
 
@@ -576,8 +549,8 @@ def tensor_kernel_code(material: ExportMaterial, module: str, first: bool, laten
     lines += _arrays(m, shape)
     lines += _stage(m, module, shape)
     lines += _inputs(material, m, module, latent_format)
-    lines += _mma_form(m, module, shape)
-    lines += _cuda_form(m, module, shape)
+    lines += _fragment_form(m, module, shape, cuda=False)
+    lines += _fragment_form(m, module, shape, cuda=True)
     lines += _loop_form(m, module, shape)
     lines += _kernel(m, module, shape)
     return lines, shape, ""
