@@ -4,6 +4,8 @@ decoder, output transform, the material switch and the compute entry point.
 Generated functions (``<m>`` a material name, ``<module>`` the module name; for a single
 material they are the same):
 
+- ``nb_<m>_taps(uv, mip, out level, out texels[4], out t)``: the four bilinear taps (clamped level,
+  repeat-wrapped texel indices, fractions), shared by every latent fetch, the tensor kernel's too.
 - ``float3 nb_<m>_eval(float2 uv, float3 wi, float3 wo, uint mip)``: bilinear, repeat-wrapped
   latent lookup at ``uv`` in mip ``mip`` (clamped to the last level), decoder input
   ``[latent, direction features...]`` (``wi``, ``wo`` and/or ``half = normalize(wi + wo)``, in the
@@ -111,27 +113,41 @@ def _latent_code(material: ExportMaterial, table: list[dict[str, int]], module: 
     lines += [
         "}",
         "",
-        "// Bilinear, repeat-wrapped, texel centres at (i + 0.5) / size; mip clamped to the last level.",
-        f"void nb_{m}_latent(float2 uv, uint mip, out float latent[{channels}])",
+        "// The four bilinear taps at uv in mip (clamped to the last level): repeat-wrapped, texel centres at",
+        "// (i + 0.5) / size; texels (row-major index in the level) top-left, top-right, bottom-left, bottom-right,",
+        "// and the fractions t between them.",
+        f"void nb_{m}_taps(float2 uv, uint mip, out uint level, out uint texels[4], out float2 t)",
         "{",
-        f"    uint level = min(mip, NB_{M}_MIP_LEVELS - 1u);",
+        f"    level = min(mip, NB_{M}_MIP_LEVELS - 1u);",
         f"    int width = int(NB_{M}_MIP_WIDTH[level]);",
         f"    int height = int(NB_{M}_MIP_HEIGHT[level]);",
         "    float x = uv.x * float(width) - 0.5f;",
         "    float y = uv.y * float(height) - 0.5f;",
         "    float x_floor = floor(x);",
         "    float y_floor = floor(y);",
-        "    float tx = x - x_floor;",
-        "    float ty = y - y_floor;",
+        "    t = float2(x - x_floor, y - y_floor);",
         f"    uint column0 = nb_{module}_wrap(int(x_floor), width);",
         f"    uint column1 = nb_{module}_wrap(int(x_floor) + 1, width);",
         f"    uint row0 = nb_{module}_wrap(int(y_floor), height) * uint(width);",
         f"    uint row1 = nb_{module}_wrap(int(y_floor) + 1, height) * uint(width);",
+        "    texels[0] = row0 + column0;",
+        "    texels[1] = row0 + column1;",
+        "    texels[2] = row1 + column0;",
+        "    texels[3] = row1 + column1;",
+        "}",
+        "",
+        "// Bilinear, repeat-wrapped (nb_<m>_taps).",
+        f"void nb_{m}_latent(float2 uv, uint mip, out float latent[{channels}])",
+        "{",
+        "    uint level;",
+        "    uint texels[4];",
+        "    float2 t;",
+        f"    nb_{m}_taps(uv, mip, level, texels, t);",
         f"    for (uint c = 0; c < NB_{M}_CHANNELS; ++c)",
         "    {",
-        f"        float top = nb_{m}_latent_value(level, row0 + column0, c) * (1.0f - tx) + nb_{m}_latent_value(level, row0 + column1, c) * tx;",
-        f"        float bottom = nb_{m}_latent_value(level, row1 + column0, c) * (1.0f - tx) + nb_{m}_latent_value(level, row1 + column1, c) * tx;",
-        "        latent[c] = top * (1.0f - ty) + bottom * ty;",
+        f"        float top = nb_{m}_latent_value(level, texels[0], c) * (1.0f - t.x) + nb_{m}_latent_value(level, texels[1], c) * t.x;",
+        f"        float bottom = nb_{m}_latent_value(level, texels[2], c) * (1.0f - t.x) + nb_{m}_latent_value(level, texels[3], c) * t.x;",
+        "        latent[c] = top * (1.0f - t.y) + bottom * t.y;",
         "    }",
         "}",
         "",
@@ -293,26 +309,11 @@ def _preamble(module: str, latent_format: str, materials: Sequence[ExportMateria
 def _switch_code(module: str, materials: Sequence[ExportMaterial]) -> list[str]:
     lines = [""]
     lines += [f"static const uint NB_{module.upper()}_ID_{material.name.upper()} = {index};" for index, material in enumerate(materials)]
-    lines += [
-        "",
-        f"float3 nb_{module}_eval(uint material_id, float2 uv, float3 wi, float3 wo, uint mip)",
-        "{",
-        "    switch (material_id)",
-        "    {",
-    ]
-    for index, material in enumerate(materials):
-        lines.append(f"    case {index}: return nb_{material.name}_eval(uv, wi, wo, mip);")
-    lines += ["    default: return float3(0.0f, 0.0f, 0.0f);", "    }", "}"]
-    lines += [
-        "",
-        f"float3 nb_{module}_eval_lod(uint material_id, float2 uv, float3 wi, float3 wo, float lod)",
-        "{",
-        "    switch (material_id)",
-        "    {",
-    ]
-    for index, material in enumerate(materials):
-        lines.append(f"    case {index}: return nb_{material.name}_eval_lod(uv, wi, wo, lod);")
-    lines += ["    default: return float3(0.0f, 0.0f, 0.0f);", "    }", "}"]
+    for function, last_parameter in (("eval", "uint mip"), ("eval_lod", "float lod")):
+        argument = last_parameter.split()[1]
+        lines += ["", f"float3 nb_{module}_{function}(uint material_id, float2 uv, float3 wi, float3 wo, {last_parameter})", "{", "    switch (material_id)", "    {"]
+        lines += [f"    case {index}: return nb_{material.name}_{function}(uv, wi, wo, {argument});" for index, material in enumerate(materials)]
+        lines += ["    default: return float3(0.0f, 0.0f, 0.0f);", "    }", "}"]
     return lines
 
 
