@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from neuralbake.export.neural_material_layout import ExportMaterial
+from neuralbake.io.device_layout import align
 
 __all__ = [
     "POINTS_PER_GROUP",
@@ -85,10 +86,6 @@ POINTS_PER_GROUP = WARPS * STEPS_PER_WARP * ROWS
 """Points one thread group evaluates."""
 SHARED_BYTES_LIMIT = 48 * 1024
 """Static groupshared memory a CUDA kernel may declare."""
-
-
-def _pad(n: int) -> int:
-    return -(-n // TILE) * TILE
 
 
 @dataclass(frozen=True)
@@ -124,8 +121,8 @@ class TensorKernelShape:
 
 def tensor_kernel_shape(layers: Sequence[dict[str, Any]]) -> tuple[TensorKernelShape | None, str]:
     """The kernel's layout for a decoder layer table, or ``(None, why not)`` when it does not fit."""
-    inputs = tuple(_pad(int(layer["inputs"])) for layer in layers)
-    outputs = tuple(_pad(int(layer["outputs"])) for layer in layers)
+    inputs = tuple(align(int(layer["inputs"]), TILE) for layer in layers)
+    outputs = tuple(align(int(layer["outputs"]), TILE) for layer in layers)
     strides = tuple(k + 16 if k % 32 == 0 else k for k in inputs)
     weight_offsets, bias_offsets, w, b = [], [], 0, 0
     for stride, n in zip(strides, outputs, strict=True):

@@ -292,6 +292,22 @@ def _find_mlp(model: nn.Module) -> tuple[MLP, str, int]:
     raise ConfigError(f"the fused training step runs an MLP or a coordinate network, not {type(model).__name__}.", field="kernels", fix="use --kernels torch.")
 
 
+class _TrainingBuffers:
+    """Gradient slots, activation scratch and loss sums of the training kernel for one packed network (``programs``: 2 per SM by default)."""
+
+    def __init__(self, packed: PackedMLP, programs: int | None) -> None:
+        p = packed
+        device = p.w_in.device
+        if programs is None:
+            programs = 2 * torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
+        self.programs = programs
+        self.slot_size = p.kp * p.hp + p.hp + p.hidden * (p.hp * p.hp + p.hp) + p.hp * p.op + p.op
+        self.block_rows, self.num_warps = _tile("train", p.hp)
+        self.grads = torch.zeros(programs, self.slot_size, dtype=torch.float32, device=device)
+        self.scratch = torch.empty(programs * (p.hidden + 1) * self.block_rows * p.hp, dtype=p.dtype, device=device)
+        self.losses = torch.zeros(programs, dtype=torch.float32, device=device)  # each program's loss sum (not written in upstream mode)
+
+
 class FusedForwardBackward:
     """The fused training step (:class:`~neuralbake.nn.trainer.ForwardBackward`) of an MLP or coordinate network.
 
@@ -316,17 +332,8 @@ class FusedForwardBackward:
             raise ConfigError("the fused training step trains every layer of one MLP; this model has other or frozen parameters.", field="kernels", fix="use --kernels torch.")
         self.packed = PackedMLP.from_mlp(mlp, dtype, training=True)
         self.loss, self.floor = loss, float(floor)
-        device = mlp.layers[0].weight.device
-        p = self.packed
-        self.slot_size = p.kp * p.hp + p.hp + p.hidden * (p.hp * p.hp + p.hp) + p.hp * p.op + p.op
-        if programs is None:
-            programs = 2 * torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
-        self.programs = programs
-        self.device = device
-        self.block_rows, self.num_warps = _tile("train", p.hp)
-        self._grads = torch.zeros(programs, self.slot_size, dtype=torch.float32, device=device)
-        self._scratch = torch.empty(programs * (p.hidden + 1) * self.block_rows * p.hp, dtype=p.dtype, device=device)
-        self._losses = torch.zeros(programs, dtype=torch.float32, device=device)
+        self.device = mlp.layers[0].weight.device
+        self.buffers = _TrainingBuffers(self.packed, programs)
 
     def __call__(self, params: dict[str, torch.Tensor], batch: Batch, loss_scale: float | torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         p = self.packed
@@ -343,20 +350,18 @@ class FusedForwardBackward:
         inputs, targets = inputs.contiguous(), targets.float().contiguous()
         n = inputs.shape[0]
         scale = loss_scale if isinstance(loss_scale, torch.Tensor) else torch.tensor(float(loss_scale), device=self.device)
-        self._grads.zero_()
-        grid = (min(self.programs, max(1, triton.cdiv(n, self.block_rows))),)
+        buffers = self.buffers
+        buffers.grads.zero_()
+        grid = (min(buffers.programs, max(1, triton.cdiv(n, buffers.block_rows))),)
         _mlp_train_kernel[grid](
-            inputs, targets, n, self._scratch, self._grads, self._losses, scale.float().reshape(1), self._losses, *p.buffers(),
+            inputs, targets, n, buffers.scratch, buffers.grads, buffers.losses, scale.float().reshape(1), buffers.losses, *p.buffers(),
             K=inputs.shape[1], O=p.outputs, FREQ=self.frequencies, OACT=ACTIVATION_CODES[p.output_activation], LOSS=LOSS_CODES[self.loss],
-            FLOOR=self.floor, BM=self.block_rows, DX=False, num_warps=self.num_warps, **p.constants(),
+            FLOOR=self.floor, BM=buffers.block_rows, DX=False, num_warps=buffers.num_warps, **p.constants(),
         )  # fmt: skip
-        total = self._grads[: grid[0]].sum(0)
-        loss = self._losses[: grid[0]].sum() / (n * p.outputs)
-        by_name = dict(zip(self.names, self._unpack(total)))
+        total = buffers.grads[: grid[0]].sum(0)
+        loss = buffers.losses[: grid[0]].sum() / (n * p.outputs)
+        by_name = dict(zip(self.names, _unpack_gradients(p, total)))
         return loss, [by_name[name] for name in params]
-
-    def _unpack(self, flat: torch.Tensor) -> list[torch.Tensor]:
-        return _unpack_gradients(self.packed, flat)
 
 
 def _unpack_gradients(p: PackedMLP, flat: torch.Tensor) -> list[torch.Tensor]:
@@ -381,22 +386,6 @@ def _unpack_gradients(p: PackedMLP, flat: torch.Tensor) -> list[torch.Tensor]:
         grads += [w_hid[i, : widths[i + 1], : widths[i + 2]].t(), b_hid[i, : widths[i + 2]]]
     grads += [w_out[: widths[-2], : widths[-1]].t(), b_out[: widths[-1]]]
     return grads
-
-
-class _TrainingBuffers:
-    """Gradient slots and activation scratch of the training kernel for one packed network."""
-
-    def __init__(self, packed: PackedMLP, programs: int | None) -> None:
-        p = packed
-        device = p.w_in.device
-        if programs is None:
-            programs = 2 * torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
-        self.programs = programs
-        self.slot_size = p.kp * p.hp + p.hp + p.hidden * (p.hp * p.hp + p.hp) + p.hp * p.op + p.op
-        self.block_rows, self.num_warps = _tile("train", p.hp)
-        self.grads = torch.zeros(programs, self.slot_size, dtype=torch.float32, device=device)
-        self.scratch = torch.empty(programs * (p.hidden + 1) * self.block_rows * p.hp, dtype=p.dtype, device=device)
-        self.unused = torch.zeros(programs, dtype=torch.float32, device=device)  # never written (upstream mode), sized as if
 
 
 class FusedMLP:
@@ -450,7 +439,7 @@ class FusedMLP:
         grid = (min(buffers.programs, max(1, triton.cdiv(n, buffers.block_rows))),)
         if n:
             _mlp_train_kernel[grid](
-                x, dy, n, buffers.scratch, buffers.grads, buffers.unused, buffers.unused, dx, *packed.buffers(),
+                x, dy, n, buffers.scratch, buffers.grads, buffers.losses, buffers.losses, dx, *packed.buffers(),
                 K=packed.inputs, O=packed.outputs, FREQ=0, OACT=ACTIVATION_CODES[packed.output_activation], LOSS=LOSS_CODES["upstream"],
                 FLOOR=0.0, BM=buffers.block_rows, DX=input_gradient, num_warps=buffers.num_warps, **packed.constants(),
             )  # fmt: skip
