@@ -36,11 +36,9 @@ from neuralbake.render.preview import render_preview
 def _lod_map(material, size: int):
     """The level of detail at each pixel centre, grey from 0 (black) to the last level (white)."""
     from neuralbake.bakes.neural_material.model import lod_from_derivatives
-    from neuralbake.render.preview import _footprint, _intersect, _screen
+    from neuralbake.render.preview import pixel_footprints
 
-    sx, sy = _screen(torch.arange(size * size), torch.full((size * size, 2), 0.5), size)
-    geo = _intersect("plane", sx, sy)
-    _footprint("plane", sx, sy, size, geo)
+    geo, _, _ = pixel_footprints("plane", size)
     level0 = material.latents[0]
     lod = lod_from_derivatives(geo["duv_dx"], geo["duv_dy"], (int(level0.shape[1]), int(level0.shape[0])))
     grey = (lod.clamp(0, len(material.latents) - 1) / (len(material.latents) - 1)) * geo["hit"]

@@ -16,19 +16,12 @@ import torch
 
 from neuralbake.bakes.neural_material.model import NeuralMaterial, lod_from_derivatives
 from neuralbake.nn.mlp import MLP, MLPConfig
-from neuralbake.render.preview import _footprint, _intersect, _screen, render_preview
-
-
-def _pixels(size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    pixel = torch.arange(size * size)
-    return _screen(pixel, torch.full((size * size, 2), 0.5), size)
+from neuralbake.render.preview import _intersect, pixel_footprints, render_preview
 
 
 def test_plane_footprint_matches_the_analytic_derivatives_and_grows_with_distance() -> None:
     size = 64
-    sx, sy = _pixels(size)
-    geo = _intersect("plane", sx, sy)
-    _footprint("plane", sx, sy, size, geo)
+    geo, sx, sy = pixel_footprints("plane", size)
     hit = geo["hit"]
     assert hit.sum() > size * size // 4
     # analytic: uv = (x + 1) / 2, (1 - z) / 2 on y = 0; d(uv)/d(sx) by central differences of the exact map
@@ -47,10 +40,7 @@ def test_plane_footprint_matches_the_analytic_derivatives_and_grows_with_distanc
 
 
 def test_sphere_footprint_is_small_across_the_seam_and_at_the_silhouette() -> None:
-    size = 48
-    sx, sy = _pixels(size)
-    geo = _intersect("sphere", sx, sy)
-    _footprint("sphere", sx, sy, size, geo)
+    geo, _, _ = pixel_footprints("sphere", 48)
     hit = geo["hit"]
     for key in ("duv_dx", "duv_dy"):
         assert geo[key][hit].abs().max() < 0.25  # no jump of ~1 where u wraps, no miss at the rim

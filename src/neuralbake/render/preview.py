@@ -58,6 +58,7 @@ __all__ = [
     "SCENES",
     "Material",
     "PreviewImages",
+    "pixel_footprints",
     "render_preview",
     "write_preview",
 ]
@@ -177,6 +178,19 @@ def _footprint(scene: str, sx: torch.Tensor, sy: torch.Tensor, size: int, geo: d
             delta = torch.where((ahead["hit"] | behind["hit"])[:, None], delta, torch.zeros_like(delta))
             delta[:, 0] = torch.remainder(delta[:, 0] + 0.5, 1.0) - 0.5
         geo[key] = delta
+
+
+def pixel_footprints(scene: str, size: int) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    """The geometry of ``scene``'s camera rays through the ``size`` x ``size`` pixel centres, with footprints.
+
+    Returns ``(geo, sx, sy)``: ``geo`` as the renderer sees it (``hit``, ``uv``, ... ``[N]`` / ``[N, k]``
+    in row-major pixel order) plus ``duv_dx`` and ``duv_dy``; ``sx``, ``sy`` the screen coordinates.
+    For pictures of the level of detail and for tests.
+    """
+    sx, sy = _screen(torch.arange(size * size), torch.full((size * size, 2), 0.5), size)
+    geo = _intersect(scene, sx, sy)
+    _footprint(scene, sx, sy, size, geo)
+    return geo, sx, sy
 
 
 def _to_local(w: torch.Tensor, t: torch.Tensor, b: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
