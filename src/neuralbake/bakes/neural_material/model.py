@@ -59,9 +59,14 @@ def lod_from_derivatives(duv_dx: torch.Tensor, duv_dy: torch.Tensor, size: tuple
     the exported shader's ``nb_<m>_lod`` is the same formula. Negative under magnification (the
     fetch clamps it to level 0).
     """
+    along_x, along_y = _texel_lengths(duv_dx, duv_dy, size)
+    return torch.log2(torch.maximum(along_x, along_y).clamp(min=1e-8))
+
+
+def _texel_lengths(duv_dx: torch.Tensor, duv_dy: torch.Tensor, size: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lengths ``[N]`` of the two uv derivative vectors in level-0 texels (``size`` is (width, height))."""
     scale = torch.tensor([float(size[0]), float(size[1])], dtype=torch.float32, device=duv_dx.device)
-    footprint = torch.maximum((duv_dx.float() * scale).norm(dim=1), (duv_dy.float() * scale).norm(dim=1))
-    return torch.log2(footprint.clamp(min=1e-8))
+    return (duv_dx.float() * scale).norm(dim=1), (duv_dy.float() * scale).norm(dim=1)
 
 
 MAX_PROBES = 8
@@ -79,8 +84,7 @@ def footprint_probes(
     (:meth:`NeuralMaterial.latent_footprint`). One probe at the isotropic level when the footprint
     is round. The exported shader's ``nb_<m>_latent_footprint`` is the same.
     """
-    scale = torch.tensor([float(size[0]), float(size[1])], dtype=torch.float32, device=duv_dx.device)
-    along_x, along_y = (duv_dx.float() * scale).norm(dim=1), (duv_dy.float() * scale).norm(dim=1)
+    along_x, along_y = _texel_lengths(duv_dx, duv_dy, size)
     x_major = along_x >= along_y
     major = torch.where(x_major, along_x, along_y)
     minor = torch.where(x_major, along_y, along_x)
