@@ -82,3 +82,14 @@ def test_filtered_latents_render_a_receding_floor_closer_to_the_supersampled_ref
         errors[filtering] = math.sqrt(float(((image - reference) ** 2)[inside].mean()))
     material.filtering = False
     assert errors[True] < 0.3 * errors[False], errors
+
+
+def test_degenerate_footprints_give_one_probe_and_no_error() -> None:
+    """Zero derivatives (magnified to a point) and NaN ones: one probe; the NaN stays a NaN, it does not raise."""
+    material = _striped_material(8)
+    uv = torch.full((3, 2), 0.3)
+    dx = torch.tensor([[0.0, 0.0], [float("nan"), 0.0], [0.5, 0.0]])
+    dy = torch.tensor([[0.0, 0.0], [0.0, 0.1], [0.0, 0.5]])
+    latent = material.latent_footprint(uv, dx, dy)
+    assert torch.isfinite(latent[0]).all() and torch.isfinite(latent[2]).all()
+    assert torch.allclose(latent[0], material.latent_at(uv[:1], 0)[0].float(), atol=1e-6)  # level 0 when magnified

@@ -88,7 +88,8 @@ def footprint_probes(
     x_major = along_x >= along_y
     major = torch.where(x_major, along_x, along_y)
     minor = torch.where(x_major, along_y, along_x)
-    probes = torch.clamp(torch.ceil(major / minor.clamp(min=1e-8)), 1.0, float(max_probes))
+    # NaN derivatives (a degenerate footprint) take one probe, so the result is NaN there, not an error
+    probes = torch.nan_to_num(torch.clamp(torch.ceil(major / minor.clamp(min=1e-8)), 1.0, float(max_probes)), nan=1.0)
     lod = torch.log2((major / probes).clamp(min=1e-8))
     axis = torch.where(x_major[:, None], duv_dx.float(), duv_dy.float())
     return lod, probes, axis
