@@ -352,6 +352,42 @@ def postfx_cases() -> None:
     (folder / "images" / "notes.txt").write_text("not an image\n")
 
 
+def material_asset_cases() -> None:
+    """``material bake MODEL.gltf`` and ``material bake MATERIAL --asset MODEL.gltf``: assets that cannot carry a neural material."""
+    small = ["--out", "{out}", "--size", "8", "--steps", "2", "--batch-size", "64", "--compare-size", "8", "--compare-spp", "1", "--device", "cpu", "-q"]
+    bake = ["material", "bake", "{case}/model.gltf", *small]
+
+    def triangle(folder: Path, *, uv: bool = True, material: bool = True, outside: str | None = None) -> None:
+        doc, blob = _triangle_gltf(outside)
+        if uv:
+            blob += np.array([[0, 0], [1, 0], [0, 1]], np.float32).tobytes()
+            doc["accessors"].append({"bufferView": 2, "componentType": 5126, "count": 3, "type": "VEC2"})
+            doc["bufferViews"].append({"buffer": 0, "byteOffset": 72, "byteLength": 24})
+            doc["meshes"][0]["primitives"][0]["attributes"]["TEXCOORD_0"] = 2
+            doc["buffers"][0]["byteLength"] = len(blob)
+        if material:
+            doc["materials"] = [{"name": "paint", "pbrMetallicRoughness": {"baseColorFactor": [0.8, 0.2, 0.1, 1.0]}}]
+            doc["meshes"][0]["primitives"][0]["material"] = 0
+        if outside is None:
+            doc["buffers"][0]["uri"] = _data_uri(blob)
+        (folder / "model.gltf").write_text(json.dumps(doc))
+
+    triangle(case("material_asset_no_uv", bake, "no uv0 area"), uv=False)
+    triangle(case("material_asset_unknown_material", [*bake, "--material", "steel"], "no material 'steel'"))
+    triangle(case("material_asset_buffer_outside", bake, "outside"), outside="../../SENTINEL_outside.bin")
+    doc, blob = _triangle_gltf()
+    doc["buffers"][0]["uri"] = _data_uri(blob)
+    doc["materials"] = [{"name": "flat", "extensions": {"KHR_materials_unlit": {}}}]
+    doc["extensionsUsed"] = ["KHR_materials_unlit"]
+    doc["meshes"][0]["primitives"][0]["material"] = 0
+    (case("material_asset_unlit", bake, "unlit") / "model.gltf").write_text(json.dumps(doc))
+    layered = ["material", "bake", "{case}/velvet.json", *small]
+    folder = case("material_name_without_asset", [*layered, "--material", "paint"], "not one")
+    shutil.copy(HERE.parents[1] / "examples" / "materials" / "velvet.json", folder / "velvet.json")
+    folder = case("material_asset_missing", [*layered, "--asset", "{case}/none.gltf"], "asset does not exist")
+    shutil.copy(HERE.parents[1] / "examples" / "materials" / "velvet.json", folder / "velvet.json")
+
+
 def main() -> None:
     if CORPUS.exists():
         shutil.rmtree(CORPUS)
@@ -364,6 +400,7 @@ def main() -> None:
     simplify_cases()
     lod_cases()
     postfx_cases()
+    material_asset_cases()
     (CORPUS / "cases.json").write_text(json.dumps(_CASES, indent=1) + "\n")
     print(f"{len(_CASES)} cases -> {CORPUS}")
 

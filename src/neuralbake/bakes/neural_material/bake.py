@@ -7,12 +7,14 @@ its own phase and sub-folder).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.func import functional_call
 
+from neuralbake.bakes.neural_material.asset import AssetMaterial, AssetSurface, asset_comparison, is_asset, load_asset_material, place_material
 from neuralbake.bakes.neural_material.comparison import compare, throughput
 from neuralbake.bakes.neural_material.config import NeuralMaterialConfig, device_defaults
 from neuralbake.bakes.neural_material.latents import bake_latent_pyramid, load_neural_material, write_material_bundle
@@ -54,7 +56,10 @@ def bake_material(
     """
     device = run.device
     kernels = decode_kernels(config, device)
-    material = load_material(config.material, device=device)
+    material = load_reference(config, device)
+    if isinstance(material, AssetMaterial) and config.texture_size > material.texture_side:
+        run.note(f"latent texture {material.texture_side}x{material.texture_side}: no larger than the asset's largest texture")
+        config = dataclasses.replace(config, texture_size=material.texture_side)
     normal = torch.nn.functional.normalize(torch.tensor(config.normal, dtype=torch.float32, device=device), dim=0)[None]
     features = texel_features(material, torch.full((1, 2), 0.5, device=device), normal).shape[1]
     model = NeuralMaterialModel(features, config).to(device)
@@ -65,6 +70,7 @@ def bake_material(
     )
     compatibility = {
         "material": sha256_file(config.material), "features": features, "latent": config.latent, "shared": shared,
+        "asset": sha256_file(config.asset) if config.asset else None, "material_name": config.material_name,
         # the objective: resuming under another loss or view distribution changes the run silently
         "loss": "relative_l1", "uniform_views": config.uniform_views,
     }
@@ -86,6 +92,16 @@ def bake_material(
     with run.task("comparison renders", 2 * len(SCENES) * config.compare_size**2, unit="pixels") as advance:
         scores = compare(folder, material, neural, normal, config, progress=advance)
     metrics = {"psnr_db": scores.pop("psnr_db"), "flip": scores.pop("flip"), "final_loss": result.final_loss}
+    asset: dict[str, Any] | None = None
+    if isinstance(material, AssetSurface):
+        with run.task("asset renders", ASSET_VIEWS * config.compare_size**2, unit="pixels") as advance:
+            asset = asset_comparison(
+                folder, material, neural, size=config.compare_size, spp=config.compare_spp, views=ASSET_VIEWS, progress=advance,
+                latent_bytes=bundle["bytes"]["latents.u8.safetensors"], decoder_bytes=bundle["bytes"]["network.fp16.bin"],
+            )
+        # the asset's own renders are the headline; the sphere and tile previews stay under "preview"
+        scores["preview"] = {"psnr_db": metrics["psnr_db"], "flip": metrics["flip"]}
+        metrics.update(psnr_db=asset["psnr_db"], flip=asset["flip"])
     fields: dict[str, Any] = {
         **scores,
         "throughput": throughput(material, neural, normal),
@@ -102,9 +118,38 @@ def bake_material(
         "resolution": config.texture_size,  # the report's key since the first bakes (README, docs/results)
         "mip_levels": len(levels),
         "bundle": bundle,
+        "asset": asset if asset is not None else {"note": "no asset: a layered material baked for one world normal "
+                                                  f"{list(config.normal)}, scored on the preview sphere and tile"},
         "source_material_parameter_bytes": sum(t.numel() * t.element_size() for t in getattr(material, "parameters", {}).values()),
     }
     return metrics, fields
+
+
+ASSET_VIEWS = 4
+"""Held-out views of an asset the bake is scored on."""
+
+
+def load_reference(config: NeuralMaterialConfig, device: torch.device) -> Any:
+    """The material a bake learns: a layered material (.json, .mtlx) or one material of a glTF asset."""
+    if is_asset(config.material):
+        if config.asset:
+            raise ConfigError(
+                f"--asset places a layered material on an asset, and {Path(config.material).name} is an asset itself.",
+                field="asset",
+                fix="leave --asset out when baking a glTF asset's own material.",
+            )
+        return load_asset_material(config.material, config.material_name, device=device)
+    if config.material_name and not config.asset:
+        raise ConfigError(
+            f"material_name {config.material_name!r} picks a material of a glTF asset, and {Path(config.material).name} is not one.",
+            field="material_name",
+            fix="leave --material out for .json and .mtlx materials, or give the asset with --asset.",
+        )
+    layered = load_material(config.material, device=device)
+    if not config.asset:
+        return layered
+    up = torch.nn.functional.normalize(torch.tensor(config.normal, dtype=torch.float32, device=device), dim=0)
+    return place_material(layered, config.material, config.asset, config.material_name, fallback_normal=up, device=device)
 
 
 def _training_kernels(run: BakeRun, config: NeuralMaterialConfig, model: NeuralMaterialModel, device: torch.device) -> str:
@@ -113,7 +158,7 @@ def _training_kernels(run: BakeRun, config: NeuralMaterialConfig, model: NeuralM
     Each MLP's forward and backward is a fused kernel inside autograd
     (:class:`neuralbake.kernels.fused.FusedMLP`); the loss, the glue between encoder and decoder
     and the optimiser stay PyTorch. Only ``--kernels triton`` takes it: on an H100 it measured
-    1.0-1.3x the CUDA-graph autograd step (``bench/kernels.py --only train_material``), which does
+    1.0-1.5x the CUDA-graph autograd step (``bench/kernels.py --only train_material``), which does
     not pay for compiling the kernels, so ``auto`` trains with PyTorch.
     """
     if config.kernels != "triton":

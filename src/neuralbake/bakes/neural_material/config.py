@@ -32,11 +32,15 @@ class NeuralMaterialConfig:
     """Everything that determines a neural material bake."""
 
     material: str = ""
-    """The layered material to bake: a neuralbake material (.json) or a MaterialX document (.mtlx)."""
+    """What to bake: a neuralbake material (.json), a MaterialX document (.mtlx) or a glTF asset (.gltf, .glb; one of its materials)."""
+    material_name: str = ""
+    """With a glTF asset (as the material or with --asset): the name of its material to bake or to place on; left out, the one on the most triangles."""
+    asset: str = ""
+    """A glTF asset (.gltf, .glb) to place a layered material on: its orientation-dependent nodes see the asset's world normal per texel (instead of --normal), and the bake is scored on renders of the asset."""
     latent: int = 8
     """Latent channels per texel (the paper uses 8; 4, 8 or 16)."""
     texture_size: int = 512
-    """Side of the baked latent texture (mip 0), in texels. 512 holds the copper tray's thin scratches visibly better than 256 (CPU defaults: 41.3 vs 39.9 dB preview PSNR) for about 3 s more of latent baking and 4x the latent bytes."""
+    """Side of the baked latent texture (mip 0), in texels. 512 holds the copper tray's thin scratches visibly better than 256 (CPU defaults: 41.3 vs 39.9 dB preview PSNR) for about 3 s more of latent baking and 4x the latent bytes. For a glTF asset, at most its largest texture side."""
     decoder_hidden: int = 64
     """Neurons per hidden layer of the decoder."""
     decoder_layers: int = 3
@@ -76,7 +80,7 @@ class NeuralMaterialConfig:
     train: TrainerConfig = field(default_factory=_default_train)
     """Optimisation settings (trained in fp32 by default, as in the paper)."""
     kernels: Literal["auto", "triton", "torch"] = "auto"
-    """triton: the fused Triton kernels on a CUDA GPU for the decode in the comparison renders and throughput (fp32, latent fetch included) and for training the encoder and decoder; torch: PyTorch; auto: PyTorch here (fp32 Triton kernels compile for minutes, fused training measured 1.0-1.3x)."""
+    """triton: the fused Triton kernels on a CUDA GPU for the decode in the comparison renders and throughput (fp32, latent fetch included) and for training the encoder and decoder; torch: PyTorch; auto: PyTorch here (fused fp16 training measured 1.0-1.5x the CUDA-graph step on an H100; in the default fp32 the Triton kernels compile for minutes and trained the copper tray in 225 s against 8.6 s)."""
 
     def validate(self) -> None:
         """Raise ConfigError on settings no bake can use (before any file is touched)."""

@@ -190,7 +190,9 @@ class ReferenceSampler:
 
     def draw(self, n: int, generator: torch.Generator) -> Batch:
         """``n`` fresh reference samples in one evaluation of the material graph."""
-        uv = torch.rand(n, 2, generator=generator, device=self.device)
+        # an asset's material draws uv over the area its triangles cover; a layered material over the unit square
+        sample_uv = getattr(self.material, "sample_uv", None)
+        uv = sample_uv(n, generator) if sample_uv is not None else torch.rand(n, 2, generator=generator, device=self.device)
         normal = self.normal.expand(n, 3)
         wo = view_directions(n, self.uniform_views, generator, self.device)
         with torch.no_grad():

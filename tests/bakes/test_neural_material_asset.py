@@ -1,0 +1,299 @@
+"""The neural material bake of a glTF asset's material (bakes/neural_material/asset.py)."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from neuralbake.bakes.neural_material import NeuralMaterialConfig, bake_neural_material
+from neuralbake.bakes.neural_material.asset import (
+    AssetMaterial,
+    GltfLayer,
+    asset_views,
+    load_asset_material,
+    mip_chain_bytes,
+    shade_layer,
+    vertex_frame,
+)
+from neuralbake.cli import app
+from neuralbake.errors import ConfigError, InputError
+from neuralbake.io.gltf import Material, Mesh, Scene, TextureRef, write_gltf
+from neuralbake.material.frame import normalize
+from neuralbake.material.gltf import gltf_eval
+from neuralbake.render.envmap import EnvironmentLight
+from neuralbake.render.gbuffer import evaluate_materials, render_gbuffer
+from tests.material._support import chi2_sampler_pvalue
+
+CRATE = Path(__file__).resolve().parents[2] / "examples" / "crate" / "crate.gltf"
+
+
+def _rotation_to(n: torch.Tensor) -> torch.Tensor:
+    """A rotation matrix [3, 3] whose third column is the unit vector ``n``."""
+    t = normalize(torch.cross(n, torch.tensor([0.3, 1.0, 0.2], dtype=n.dtype), dim=0)[None])[0]
+    b = torch.cross(n, t, dim=0)
+    return torch.stack((t, b, n), dim=1)
+
+
+def _directions(n: int, seed: int) -> torch.Tensor:
+    v = torch.randn(n, 3, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    v[:, 2] = v[:, 2].abs() + 0.3
+    return normalize(v)
+
+
+def test_gltf_layer_is_the_gltf_brdf_in_the_normal_mapped_frame() -> None:
+    n = normalize(torch.tensor([[0.4, -0.3, 0.85]], dtype=torch.float64))[0]
+    rot = _rotation_to(n)
+    wi_s, wo_s = _directions(256, 1), _directions(256, 2)
+    wi, wo = wi_s @ rot.T, wo_s @ rot.T  # the same directions in the vertex frame
+    params = {
+        "base_color": torch.tensor([[0.8, 0.5, 0.2]], dtype=torch.float64).expand(256, 3),
+        "metallic": torch.full((256,), 0.3, dtype=torch.float64),
+        "roughness": torch.full((256,), 0.45, dtype=torch.float64),
+    }
+    layer = GltfLayer(params["base_color"], params["metallic"], params["roughness"], n.expand(256, 3))
+    above = (wi[:, 2] > 0) & (wo[:, 2] > 0)
+    expected = gltf_eval(wi_s, wo_s, **params) * above[:, None]
+    torch.testing.assert_close(layer.eval(wi, wo), expected, rtol=1e-9, atol=1e-12)
+    assert bool(above.any()) and bool((~above).any())  # both cases exercised
+    flat = GltfLayer(
+        params["base_color"], params["metallic"], params["roughness"], torch.tensor([[0.0, 0.0, 1.0]], dtype=torch.float64).expand(256, 3)
+    )
+    torch.testing.assert_close(flat.eval(wi_s, wo_s), gltf_eval(wi_s, wo_s, **params), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("normal", [(0.0, 0.0, 1.0), (0.35, 0.2, 0.9)])
+def test_gltf_layer_sampler_matches_its_pdf(normal) -> None:
+    def layer(count: int) -> GltfLayer:
+        base = torch.tensor([[0.7, 0.6, 0.5]], dtype=torch.float64).expand(count, 3)
+        return GltfLayer(
+            base,
+            torch.full((count,), 0.4, dtype=torch.float64),
+            torch.full((count,), 0.5, dtype=torch.float64),
+            normalize(torch.tensor([normal], dtype=torch.float64)).expand(count, 3),
+        )
+
+    wo = normalize(torch.tensor([[0.3, -0.2, 0.8]], dtype=torch.float64))
+    p = chi2_sampler_pvalue(lambda w, u: layer(w.shape[0]).sample(w, u), lambda wi, w: layer(wi.shape[0]).pdf(wi, w), wo, n_samples=100_000)
+    assert p > 1e-3
+
+
+def test_asset_material_reads_the_crate_textures_and_draws_uv_on_its_triangles() -> None:
+    material = load_asset_material(CRATE)
+    assert isinstance(material, AssetMaterial) and material.name == "crate_paint" and material.texture_side == 256
+    uv = material.sample_uv(4096, torch.Generator().manual_seed(0))
+    assert uv.shape == (4096, 2) and bool(((uv >= 0) & (uv < 1)).all())
+    # every drawn uv lies inside one of the material's uv triangles
+    c = material._corners.double()
+    p = uv.double()[:, None, :]
+    d = lambda a, b, q: (b[..., 0] - a[..., 0]) * (q[..., 1] - a[..., 1]) - (b[..., 1] - a[..., 1]) * (q[..., 0] - a[..., 0])
+    s0, s1, s2 = d(c[None, :, 0], c[None, :, 1], p), d(c[None, :, 1], c[None, :, 2], p), d(c[None, :, 2], c[None, :, 0], p)
+    inside = ((s0 >= -1e-6) & (s1 >= -1e-6) & (s2 >= -1e-6)) | ((s0 <= 1e-6) & (s1 <= 1e-6) & (s2 <= 1e-6))
+    assert bool(inside.any(dim=1).all())
+    _, features = material.layer_and_inputs(uv[:8])
+    assert features.shape == (8, 8) and bool(torch.isfinite(features).all())
+    assert torch.allclose(features[:, 5:].norm(dim=1), torch.ones(8), atol=1e-5)  # unit tangent-space normals
+
+
+def test_vertex_frame_follows_the_tangent_handedness() -> None:
+    material = load_asset_material(CRATE)
+    g = render_gbuffer(material.render_scene, asset_views(material.render_scene, 1)[0], 16, 16)
+    frame = vertex_frame(g)
+    torch.testing.assert_close(frame.bitangent, torch.cross(frame.normal, frame.tangent, dim=-1))
+    g.tangent = g.tangent * torch.tensor([1.0, 1.0, 1.0, -1.0])
+    torch.testing.assert_close(vertex_frame(g).bitangent, -torch.cross(frame.normal, frame.tangent, dim=-1))
+
+
+def test_shading_a_layer_agrees_with_the_deferred_renderer() -> None:
+    """The bake's renderer (cosine + light samples, vertex frame with the map inside the layer)
+    converges to the deferred renderer's image (GGX + light samples, normal-mapped frame)."""
+    from neuralbake.bakes.neural_material.asset import SUN
+    from neuralbake.render.deferred import DirectionalLight, Lighting, shade
+
+    material = load_asset_material(CRATE)
+    rs = material.render_scene
+    g = render_gbuffer(rs, asset_views(rs, 1)[0], 24, 24)
+    environment = EnvironmentLight.from_map(torch.full((8, 16, 3), 0.5))
+    s = evaluate_materials(rs, g)
+    frame = vertex_frame(g)
+    layer = GltfLayer(s.base_color, s.metallic, s.roughness, normalize(frame.local(s.normal)))
+    every = torch.arange(g.pixel.shape[0])
+    mine = shade_layer(rs, g, every, frame, layer, s.occlusion, s.emissive, environment, spp=256)
+    lighting = Lighting(
+        directional=[DirectionalLight(direction=SUN[0], irradiance=SUN[1])], environment=environment, environment_samples=256
+    )
+    theirs = shade(rs, g, lighting).radiance
+    assert abs(float(mine.mean() / theirs.mean()) - 1.0) < 0.02
+    assert float((mine - theirs).abs().mean()) < 0.05 * float(theirs.mean())
+
+
+def test_mip_chain_bytes() -> None:
+    assert mip_chain_bytes(256, 256, "bc7") == sum(max(1, math.ceil(s / 4)) ** 2 * 16 for s in (256, 128, 64, 32, 16, 8, 4, 2, 1))
+    assert mip_chain_bytes(4, 8, "bc1") == 2 * 8 + 8 + 8 + 8
+
+
+def _tiny(material: str | Path, **fields) -> NeuralMaterialConfig:
+    config = NeuralMaterialConfig(material=str(material), texture_size=16, batch_size=256, device="cpu", **fields)
+    config.decoder_hidden = config.encoder_hidden = 16
+    config.compare_size, config.compare_spp = 24, 2
+    config.train.steps = 30
+    config.train.checkpoint_every = 0
+    return config
+
+
+def test_tiny_asset_bake_reports_renders_and_sizes(tmp_path: Path) -> None:
+    report = bake_neural_material(_tiny(CRATE), tmp_path / "nm", progress=False)
+    asset = report["asset"]
+    assert asset["material"] == "crate_paint" and asset["views"] == 4
+    assert report["psnr_db"] == asset["psnr_db"] and "preview" in report
+    assert len(asset["psnr_per_view_db"]) == 4 and all(np.isfinite(asset["psnr_per_view_db"]))
+    assert asset["bc"]["psnr_db"] > asset["psnr_db"]  # 30 steps of a 16-wide decoder: worse than BC7
+    sizes = asset["bytes"]
+    folder = CRATE.parent
+    for slot, name in (("base_color", "crate_base_color.png"), ("normal", "crate_normal.png"), ("emissive", "crate_emissive.png")):
+        assert sizes["source_stored"][slot] == (folder / name).stat().st_size
+    assert sizes["bc_set"]["normal"] == mip_chain_bytes(256, 256, "bc5") and sizes["bc_set"]["occlusion"] == mip_chain_bytes(
+        256, 256, "bc1"
+    )
+    assert sizes["neural"]["latents_u8"] == (tmp_path / "nm" / "latents.u8.safetensors").stat().st_size
+    assert sizes["neural_total"] == sizes["neural"]["latents_u8"] + sizes["neural"]["decoder_fp16"] + sum(
+        sizes["neural"]["kept_textures_bc"].values()
+    )
+    assert (tmp_path / "nm" / "renders" / "asset_comparison.png").is_file()
+    layered = json.loads((tmp_path / "nm" / "report.json").read_text())
+    assert layered["asset"]["asset"] == "crate.gltf"
+
+
+def test_a_layered_bake_says_it_has_no_asset(tmp_path: Path) -> None:
+    examples = CRATE.parents[1] / "materials"
+    report = bake_neural_material(_tiny(examples / "velvet.json"), tmp_path / "nm", progress=False)
+    assert "no asset" in report["asset"]["note"]
+
+
+def test_the_latent_texture_is_no_larger_than_the_asset_textures(tmp_path: Path) -> None:
+    config = _tiny(CRATE)
+    config.texture_size = 1024
+    config.train.steps = 2
+    report = bake_neural_material(config, tmp_path / "nm", progress=False)
+    assert report["resolution"] == 256
+
+
+def _asset_with(tmp_path: Path, material: Material, uv: np.ndarray | None = None) -> Path:
+    positions = np.array([[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0]], np.float32)
+    uv = np.array([[0, 0], [0.5, 0], [0.5, 0.5], [0, 0.5]], np.float32) if uv is None else uv
+    mesh = Mesh(
+        positions=positions,
+        indices=np.array([[0, 1, 2], [0, 2, 3]], np.uint32),
+        uv0=uv,
+        uv1=uv,
+        normals=np.tile([[0, 0, 1]], (4, 1)).astype(np.float32),
+        material=0,
+    )
+    path = tmp_path / "asset" / "asset.gltf"
+    path.parent.mkdir(parents=True)
+    write_gltf(path, Scene(meshes=[mesh], materials=[material]))
+    return path
+
+
+def test_uv_draws_cover_only_the_used_square(tmp_path: Path) -> None:
+    texture = TextureRef(np.full((8, 8, 3), 0.5, np.float32), name="grey.png")
+    material = load_asset_material(_asset_with(tmp_path, Material(name="paint", base_color_texture=texture)))
+    uv = material.sample_uv(20_000, torch.Generator().manual_seed(1))
+    assert float(uv.max()) <= 0.5 + 1e-6 and abs(float(uv.mean()) - 0.25) < 0.01
+    assert material.uv_coverage == pytest.approx(0.25)
+
+
+def test_asset_errors_name_the_material_and_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no material 'steel'.*'crate_paint'") as info:
+        load_asset_material(CRATE, "steel")
+    assert info.value.field == "material_name"
+    texture = TextureRef(np.full((8, 8, 3), 0.5, np.float32), texcoord=1, name="grey.png")
+    path = _asset_with(tmp_path, Material(name="paint", base_color_texture=texture))
+    with pytest.raises(InputError, match="with uv1; a neural material is baked over uv0"):
+        load_asset_material(path)
+    clamp = TextureRef(np.full((8, 8, 3), 0.5, np.float32), wrap_s="clamp", name="grey.png")
+    outside = np.array([[0, 0], [2, 0], [2, 2], [0, 2]], np.float32)
+    with pytest.raises(InputError, match="clamps or mirrors") as info:
+        load_asset_material(_asset_with(tmp_path / "b", Material(name="paint", base_color_texture=clamp), outside))
+    assert "REPEAT" in info.value.fix
+    with pytest.raises(InputError, match="unlit"):
+        load_asset_material(_asset_with(tmp_path / "c", Material(name="flat", unlit=True)))
+    with pytest.raises(InputError, match="no uv0 area"):
+        load_asset_material(_asset_with(tmp_path / "d", Material(name="paint"), np.zeros((4, 2), np.float32)))
+    config = _tiny(CRATE.parents[1] / "materials" / "velvet.json", material_name="paint")
+    with pytest.raises(ConfigError, match="not one") as cinfo:
+        bake_neural_material(config, tmp_path / "nm", progress=False)
+    assert cinfo.value.field == "material_name" and not (tmp_path / "nm").exists()
+
+
+def test_cli_bakes_a_named_asset_material(tmp_path: Path) -> None:
+    out = tmp_path / "crate"
+    result = CliRunner().invoke(
+        app,
+        [
+            "material",
+            "bake",
+            str(CRATE),
+            "--material",
+            "crate_paint",
+            "--out",
+            str(out),
+            "--size",
+            "8",
+            "--steps",
+            "5",
+            "--batch-size",
+            "128",
+            "--decoder-hidden",
+            "8",
+            "--encoder-hidden",
+            "8",
+            "--compare-size",
+            "16",
+            "--compare-spp",
+            "1",
+            "--device",
+            "cpu",
+            "--quiet",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "asset renders" in result.output or "crate" in result.output
+    report = json.loads((out / "report.json").read_text())
+    assert report["asset"]["material"] == "crate_paint"
+
+
+def test_a_placed_layered_material_reads_the_asset_normal_per_texel() -> None:
+    """The copper tray's dust (an up_facing mask) lands on the crate's top face, not on its sides."""
+    from neuralbake.bakes.neural_material.asset import place_material
+    from neuralbake.material.loader import load_material
+
+    tray = CRATE.parents[1] / "materials" / "antique_copper_tray.json"
+    layered = load_material(tray)
+    placed = place_material(layered, tray, CRATE, fallback_normal=torch.tensor([0.0, 1.0, 0.0]))
+    rs = placed.render_scene
+    p = rs.positions[placed.faces]
+    face_normal = normalize(torch.cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0], dim=-1))
+    centroid_uv = rs.uv0[placed.faces].mean(1)
+    for axis in (torch.tensor([0.0, 1.0, 0.0]), torch.tensor([1.0, 0.0, 0.0])):
+        rows = torch.nonzero((face_normal @ axis) > 0.999).reshape(-1)[:16]
+        assert rows.numel() == 16
+        uv = centroid_uv[rows]
+        torch.testing.assert_close(placed.normal_at(uv), axis.expand(16, 3), atol=2e-2, rtol=0)
+        torch.testing.assert_close(placed.texel_inputs(uv), layered.texel_inputs(uv, placed.normal_at(uv)))
+    top = placed.texel_inputs(centroid_uv[(face_normal[:, 1] > 0.999)][:64])
+    side = layered.texel_inputs(centroid_uv[(face_normal[:, 1] > 0.999)][:64], torch.tensor([[1.0, 0.0, 0.0]]).expand(64, 3))
+    assert not torch.allclose(top, side)  # the same texels facing sideways lose their dust mask
+
+
+def test_a_placed_bake_is_scored_on_the_asset(tmp_path: Path) -> None:
+    tray = CRATE.parents[1] / "materials" / "antique_copper_tray.json"
+    report = bake_neural_material(_tiny(tray, asset=str(CRATE)), tmp_path / "nm", progress=False)
+    assert report["asset"]["reference"].startswith("layered material") and "bc" not in report["asset"]
+    assert report["psnr_db"] == report["asset"]["psnr_db"] and (tmp_path / "nm" / "renders" / "asset_comparison.png").is_file()
+    with pytest.raises(ConfigError, match="asset itself") as info:
+        bake_neural_material(_tiny(CRATE, asset=str(CRATE)), tmp_path / "again", progress=False)
+    assert info.value.field == "asset"
