@@ -297,3 +297,49 @@ def test_a_placed_bake_is_scored_on_the_asset(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="asset itself") as info:
         bake_neural_material(_tiny(CRATE, asset=str(CRATE)), tmp_path / "again", progress=False)
     assert info.value.field == "asset"
+
+
+def test_the_frame_bench_runs_on_slangpys_cpu_device(tmp_path: Path) -> None:
+    """bench/neural_material_frame.py at a tiny size: the exported kernels agree with PyTorch and a frame is timed."""
+    import subprocess
+    import sys
+
+    bake_neural_material(_tiny(CRATE), tmp_path / "nm", progress=False)
+    script = CRATE.parents[2] / "bench" / "neural_material_frame.py"
+    out = tmp_path / "frame" / "result.json"
+    done = subprocess.run(
+        [sys.executable, str(script), str(CRATE), str(tmp_path / "nm"), "--out", str(out), "--width", "32", "--height", "18", "--repeats", "1", "--slang-device", "cpu"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["covered_pixels"] > 0 and result["failures"] == []
+    assert result["shader_scalar_error"] < 0.03 and result["shader_tensor_error"] < 0.03
+    assert (out.parent / "frame_neural.png").is_file() and (out.parent / "frame_reference.png").is_file()
+
+
+def test_a_pack_reads_its_materials_from_a_scene(tmp_path: Path) -> None:
+    """``material pack SCENE.gltf``: every lit material the scene's meshes use, in the scene's order, one shader with their ids."""
+    from neuralbake.bakes.material_pack import pack_materials
+
+    rng = np.random.default_rng(0)
+    meshes, materials = [], []
+    for k, name in enumerate(("paint", "rubber", "glow")):
+        positions = np.array([[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0]], np.float32) + np.float32(1.5 * k)
+        uv = np.array([[0, 0], [1, 0], [1, 1], [0, 1]], np.float32)
+        meshes.append(Mesh(positions=positions, indices=np.array([[0, 1, 2], [0, 2, 3]], np.uint32), uv0=uv,
+                           normals=np.tile([[0, 0, 1]], (4, 1)).astype(np.float32), material=k))
+        texture = TextureRef(rng.random((8, 8, 3)).astype(np.float32), name=f"{name}.png")
+        materials.append(Material(name=name, base_color_texture=texture, unlit=name == "glow"))
+    scene = tmp_path / "scene" / "scene.gltf"
+    scene.parent.mkdir()
+    write_gltf(scene, Scene(meshes=meshes, materials=materials))
+    report = pack_materials([scene], tmp_path / "pack", _tiny(scene), progress=False)
+    pack = json.loads((tmp_path / "pack" / "pack.json").read_text())
+    assert [m["name"] for m in pack["materials"]] == ["paint", "rubber"]  # the unlit one has no BRDF to bake
+    shader = (tmp_path / "pack" / "shader" / "material_pack.slang").read_text()
+    assert "NB_MATERIAL_PACK_ID_PAINT = 0" in shader and "NB_MATERIAL_PACK_ID_RUBBER = 1" in shader
+    for name in ("paint", "rubber"):
+        bake = json.loads((tmp_path / "pack" / "materials" / name / "report.json").read_text())
+        assert bake["asset"]["material"] == name
+    assert set(report["bakes"]) == {"paint", "rubber"}

@@ -11,8 +11,9 @@ Seed 000's three ways to scale a neural material system to many materials, as th
 3. *scene-specific compilation*: the pack's shader contains exactly the given materials, with a
    material-id switch (``neuralbake.export.neural_material.export_material_pack_shader``).
 
-Inputs may be materials (``.json``/``.mtlx``, baked here into ``<out>/materials/<name>``) or
-folders baked before (used as they are, after their ``bake.json`` is checked; they must share the
+Inputs may be materials (``.json``/``.mtlx``, baked here into ``<out>/materials/<name>``), glTF
+scenes (``.gltf``/``.glb``: each lit material the scene's meshes use, in the scene's order, baked
+as an asset material and scored on renders of the scene), or folders baked before (used as they are, after their ``bake.json`` is checked; they must share the
 architecture, which the shader export checks).
 
 The pack is a bake on the one runner (:mod:`neuralbake.bakes.run`): each material to bake is a
@@ -54,7 +55,7 @@ class MaterialPackConfig:
     """Everything that determines a material pack."""
 
     materials: list[str] = field(default_factory=list)
-    """Materials (.json, .mtlx; baked here) or baked neural material folders; material ids follow this order."""
+    """Materials (.json, .mtlx; baked here), glTF scenes (.gltf, .glb: each lit material their meshes use, baked here on the scene) or baked neural material folders; material ids follow this order."""
     share: bool = True
     """Later materials reuse the first one's leading decoder layers (``bake.shared_layers`` of them, stored once)."""
     precision: Literal["fp32", "fp16"] = "fp16"
@@ -103,26 +104,58 @@ def _bundle_name(path: Path) -> str:
     except NeuralbakeError:
         return path.name
     material = manifest.get("material") if isinstance(manifest, dict) else None
+    name = material.get("name") if isinstance(material, dict) else None
+    if isinstance(name, str) and name and "\x00" not in name:  # baked from a glTF asset: its material's name
+        return name
     source = material.get("source") if isinstance(material, dict) else None
     return Path(source).stem or path.name if isinstance(source, str) and "\x00" not in source else path.name
 
 
-def _inputs(paths: list[Path]) -> list[str]:
-    """Check the inputs (baked folders against their ``bake.json``); return each one's unique name."""
+def _scene_materials(path: Path) -> list[str]:
+    """The lit materials a glTF scene's meshes use, in the scene's material order (the pack's material ids)."""
+    from neuralbake.io.gltf import load_bake_input
+
+    scene = load_bake_input(path, field="materials", fix="pass a .gltf or .glb scene.")
+    used = {mesh.material for mesh in scene.meshes if len(mesh.indices)}
+    names = [m.name for i, m in enumerate(scene.materials) if i in used and not m.unlit]
+    if not names:
+        raise InputError("no mesh of the scene uses a lit material.", path=path, field="materials", fix="pass a scene with metal/rough materials.")
+    if len(set(names)) != len(names):
+        raise InputError(
+            f"the scene names two materials alike ({', '.join(sorted({n for n in names if names.count(n) > 1}))}).",
+            path=path, field="materials[].name", fix="give each material of the scene its own name.",
+        )
+    return names
+
+
+def _entries(paths: list[Path]) -> list[tuple[Path, str]]:
+    """Every input as ``(path, glTF material name or "")``: a glTF scene stands for each lit material its meshes use."""
+    entries: list[tuple[Path, str]] = []
     for path in paths:
+        if path.is_file() and path.suffix.lower() in (".gltf", ".glb"):
+            entries += [(path, name) for name in _scene_materials(path)]
+        else:
+            entries.append((path, ""))
+    return entries
+
+
+def _inputs(entries: list[tuple[Path, str]]) -> list[str]:
+    """Check the inputs (baked folders against their ``bake.json``); return each one's unique name."""
+    for path, _ in entries:
         if not path.exists():
             raise InputError("no such material or baked folder.", path=path, fix="check the path.")
         if _is_bundle(path):
             verify_bake_folder(path)
-        elif path.suffix.lower() not in (".json", ".mtlx"):
+        elif path.suffix.lower() not in (".json", ".mtlx", ".gltf", ".glb"):
             raise InputError(
-                "neither a material (.json, .mtlx) nor a baked neural material folder.", path=path, fix="pass a material file or a bake folder."
+                "neither a material (.json, .mtlx), a glTF scene nor a baked neural material folder.", path=path,
+                fix="pass a material file, a .gltf/.glb scene or a bake folder.",
             )
-    if len({path.resolve() for path in paths}) != len(paths):
+    if len({(path.resolve(), name) for path, name in entries}) != len(entries):
         raise ConfigError("the same material or folder is given twice.", field="materials", fix="pass each material once.")
     names: list[str] = []
-    for path in paths:  # same names (two copper trays from different folders) get _2, _3, as in the shader
-        base = _bundle_name(path) if _is_bundle(path) else path.stem
+    for path, material_name in entries:  # same names (two copper trays from different folders) get _2, _3, as in the shader
+        base = _bundle_name(path) if _is_bundle(path) else (material_name or path.stem)
         unique, k = base, 2
         while unique in names:
             unique, k = f"{base}_{k}", k + 1
@@ -154,18 +187,19 @@ def _pack_body(run: BakeRun) -> BakeOutcome:
     from neuralbake.export.neural_material import export_material_pack_shader
 
     config: MaterialPackConfig = run.config
-    paths = [Path(p) for p in config.materials]
-    names = _inputs(paths)
+    entries = _entries([Path(p) for p in config.materials])
+    names = _inputs(entries)
     bundles: list[Path] = []
     reports: dict[str, Any] = {}
     first: Path | None = None
-    for path, material_name in zip(paths, names, strict=True):
+    for (path, gltf_name), material_name in zip(entries, names, strict=True):
         if _is_bundle(path):
             bundles.append(path)
             first = first or path
             continue
         material = copy.deepcopy(config.bake)
         material.material = str(path)
+        material.material_name = gltf_name
         if config.share and first is not None:
             material.shared_decoder = str(first)
         folder = run.stage / "materials" / material_name

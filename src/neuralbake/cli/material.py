@@ -84,9 +84,12 @@ def material_preview(
 
 def _bake_summary(report: dict[str, Any], out: Path) -> str:
     views = report["texture_views"]
+    asset = report.get("asset") or {}
+    where = f"on renders of {asset['asset']} ({asset['material']})" if "psnr_db" in asset else "on preview renders"
+    extra = f"; its BC set {asset['bc']['psnr_db']:.2f} dB" if "bc" in asset else ""
     return (
         f"{report['steps']} steps in {report['seconds']:.1f} s: PSNR {report['psnr_db']:.2f} dB, FLIP {report['flip']:.3f} "
-        f"on preview renders vs the reference (8-bit latents on texture views: {views['psnr_u8_latents_db']:.2f} dB "
+        f"{where} vs the reference{extra} (8-bit latents on texture views: {views['psnr_u8_latents_db']:.2f} dB "
         f"vs {views['psnr_db']:.2f} dB), decoder {report['decoder_params']} parameters, "
         f"{report['throughput']['speedup']:.1f}x the reference's samples/s on {report['device']['type']} -> {out}"
     )
@@ -96,7 +99,7 @@ bake_command(
     material_app,
     "bake",
     NEURAL_MATERIAL,
-    help="Bake a layered material into a latent texture + decoder MLP (a neural material).",
+    help="Bake a layered material, or a glTF asset's material, into a latent texture + decoder MLP (a neural material).",
     arguments=[Arg("material", "A neuralbake material (.json), a MaterialX document (.mtlx) or a glTF asset (.gltf, .glb).")],
     rename={"texture_size": "size", "material_name": "material"},
     notes={"train.steps": "Left out: 10,000 on a GPU, 2,000 on a CPU."},
@@ -201,7 +204,7 @@ bake_command(
     "pack",
     MATERIAL_PACK,
     help="Bake and pack materials into one shader: a material-id switch, one weight buffer (shared layers once), one latent buffer.",
-    arguments=[Arg("materials", "Materials (.json, .mtlx; baked here) or baked neural material folders; material ids follow this order.", many=True)],
+    arguments=[Arg("materials", "Materials (.json, .mtlx; baked here), glTF scenes (.gltf, .glb: each lit material of their meshes) or baked neural material folders; material ids follow this order.", many=True)],
     rename={"latent_format": "latents", "bake.texture_size": "size", "bake.train.precision": "train-precision"},
     skip=["bake.material", "bake.material_name", "bake.asset"],
     notes={"bake.train.steps": "Left out: 10,000 on a GPU, 2,000 on a CPU."},

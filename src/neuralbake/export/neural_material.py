@@ -82,6 +82,8 @@ def _identifier(text: str) -> str:
 
 
 def _material_name(manifest: NeuralMaterialManifest, directory: Path) -> str:
+    if manifest.name:  # baked from a glTF asset: its material's name, not the asset file's
+        return _identifier(manifest.name)
     return _identifier(Path(manifest.source).stem if manifest.source else directory.resolve().name)
 
 

@@ -83,6 +83,8 @@ class NeuralMaterialManifest:
     """``material.sha256``: its sha256 at bake time (bundles from before it was recorded: ``None``)."""
     baked_normal: tuple[float, float, float] | None
     """``material.baked_normal``: the world normal the orientation masks were baked for."""
+    name: str | None = None
+    """``material.name``: the glTF material's name where the bundle was baked from an asset (names its shader functions)."""
 
 
 def read_neural_material_manifest(bundle: Bundle) -> NeuralMaterialManifest:
@@ -139,6 +141,7 @@ def read_neural_material_manifest(bundle: Bundle) -> NeuralMaterialManifest:
     material = manifest_object(manifest.get("material", {}), path=path, field="material")
     source = manifest_str(material["source"], path=path, field="material.source") if material.get("source") is not None else None
     source_sha256 = manifest_sha256(material["sha256"], path=path, field="material.sha256") if material.get("sha256") is not None else None
+    name = manifest_str(material["name"], path=path, field="material.name") if material.get("name") is not None else None
     baked_normal = None
     if "baked_normal" in material:
         normal = manifest_list(material["baked_normal"], path=path, field="material.baked_normal")
@@ -154,7 +157,7 @@ def read_neural_material_manifest(bundle: Bundle) -> NeuralMaterialManifest:
     fields["architecture.leak"] = leak
     fields["architecture.direction_inputs"] = list(directions)
     fields["latent.channels"] = channels
-    return NeuralMaterialManifest(fields, mip_levels, latent_files, source, source_sha256, baked_normal)
+    return NeuralMaterialManifest(fields, mip_levels, latent_files, source, source_sha256, baked_normal, name)
 
 
 

@@ -57,6 +57,8 @@ def bake_material(
     device = run.device
     kernels = decode_kernels(config, device)
     material = load_reference(config, device)
+    if isinstance(material, AssetMaterial):  # recorded: the bundle and its shader are named after the asset's material
+        config = dataclasses.replace(config, material_name=material.name)
     if isinstance(material, AssetMaterial) and config.texture_size > material.texture_side:
         run.note(f"latent texture {material.texture_side}x{material.texture_side}: no larger than the asset's largest texture")
         config = dataclasses.replace(config, texture_size=material.texture_side)

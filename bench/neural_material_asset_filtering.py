@@ -1,0 +1,100 @@
+"""Latent filtering on an asset seen from afar: a baked glTF material with and without it.
+
+Renders the asset with its neural material (``neuralbake material bake MODEL.gltf``) from a few
+distances, lit by the sun only (so only the texture aliases), one sample at each pixel centre:
+with level-0 latents and with the latents filtered over each pixel's footprint (the G-buffer's ray
+differentials, ``NeuralMaterial.latent_footprint``), against the supersampled render (``--ss`` x
+``--ss`` samples per pixel, level 0, box-averaged: the pixel's average of the decoded material).
+Errors are RMSE and PSNR of the tone-mapped images over the pixels the asset covers entirely.
+Also written: ``asset_filtering.png`` (per distance: reference | level 0 | filtered | errors x4) and
+``asset_filtering.json``.
+
+    python bench/neural_material_asset_filtering.py MODEL.gltf BUNDLE --out DIR [--size 128 --ss 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from neuralbake.bakes.neural_material import load_neural_material  # noqa: E402
+from neuralbake.bakes.neural_material.asset import SUN, load_asset_material, vertex_frame  # noqa: E402
+from neuralbake.io.images import save_png  # noqa: E402
+from neuralbake.material.frame import normalize  # noqa: E402
+from neuralbake.render.camera import framing_radius, look_at  # noqa: E402
+from neuralbake.render.gbuffer import render_gbuffer  # noqa: E402
+from neuralbake.render.pictures import comparison_row, panel_grid  # noqa: E402
+from neuralbake.render.tonemap import tone_map  # noqa: E402
+
+
+def _sun_image(rs, camera, size: int, neural, filtering: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """HDR ``[size, size, 3]`` of the asset under the sun with ``neural``, and its coverage ``[size, size]``."""
+    g = render_gbuffer(rs, camera, size, size)
+    frame = vertex_frame(g)
+    sun = normalize(torch.tensor(SUN[0], dtype=g.view.dtype, device=g.view.device).reshape(1, 3)).expand_as(g.view)
+    neural.filtering = filtering
+    with torch.no_grad():
+        layer = neural(g.uv[0], None, footprint=(g.uv_dx[0], g.uv_dy[0]))
+        value = layer.eval(frame.local(sun), frame.local(g.view)) * SUN[1] * ((sun * frame.geometric).sum(-1) > 0).to(g.view.dtype)[:, None]
+    return g.image(value, 0.0), g.visibility.mask.reshape(size, size).to(g.view.dtype)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("asset", type=Path)
+    parser.add_argument("bundle", type=Path)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--size", type=int, default=128)
+    parser.add_argument("--ss", type=int, default=8, help="supersampling of the reference per axis")
+    parser.add_argument("--distances", type=float, nargs="+", default=[1.0, 3.0, 6.0], help="camera distances in framing radii")
+    args = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    material = load_asset_material(args.asset, device=device)
+    neural = load_neural_material(args.bundle, device=device)
+    rs = material.render_scene
+    centre = (rs.positions.min(0).values + rs.positions.max(0).values) / 2
+    extent = float((rs.positions - centre).norm(dim=1).max())
+    target = tuple(float(v) for v in centre)
+    direction = torch.nn.functional.normalize(torch.tensor([0.55, 0.35, 0.75]), dim=0)
+    rows, results = [], {"asset": args.asset.name, "bundle": str(args.bundle), "size": args.size, "supersampling": args.ss,
+                         "latent_side": int(neural.latents[0].shape[0]), "distances": []}
+    started = time.perf_counter()
+    for distance in args.distances:
+        radius = framing_radius(extent, 40.0) * distance
+        camera = look_at(tuple(c + radius * float(d) for c, d in zip(target, direction, strict=True)), target, fov_y_deg=40.0)
+        big, big_mask = _sun_image(rs, camera, args.size * args.ss, neural, False)
+        shape = (args.size, args.ss, args.size, args.ss)
+        reference = big.reshape(*shape, 3).mean(dim=(1, 3))
+        full = big_mask.reshape(*shape).amin(dim=(1, 3)) > 0  # pixels the asset covers entirely
+        entry: dict = {"distance_radii": distance, "covered_pixels": int(full.sum())}
+        ref_ldr = tone_map(reference)
+        images = {}
+        for name, filtering in (("level0", False), ("filtered", True)):
+            hdr, _ = _sun_image(rs, camera, args.size, neural, filtering)
+            ldr = tone_map(hdr)
+            images[name] = ldr
+            mse = float(((ldr - ref_ldr)[full] ** 2).mean()) if bool(full.any()) else float("nan")
+            entry[name] = {"rmse": math.sqrt(mse), "psnr_db": 10.0 * math.log10(1.0 / max(mse, 1e-12))}
+        results["distances"].append(entry)
+        print(distance, entry, flush=True)
+        row = comparison_row(ref_ldr, images["level0"], error="none")[0] + [images["filtered"].cpu().numpy()]
+        errors = [((images[k] - ref_ldr).abs() * 4).clamp(0, 1) * full[..., None] for k in ("level0", "filtered")]
+        rows.append([*row, *[e.cpu().numpy() for e in errors]])
+    neural.filtering = False
+    results["seconds"] = round(time.perf_counter() - started, 2)
+    results["device"] = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+    args.out.mkdir(parents=True, exist_ok=True)
+    save_png(args.out / "asset_filtering.png", panel_grid(rows, gap=2))
+    (args.out / "asset_filtering.json").write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
