@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--size", type=int, default=128)
     parser.add_argument("--ss", type=int, default=8, help="supersampling of the reference per axis")
-    parser.add_argument("--distances", type=float, nargs="+", default=[1.0, 3.0, 6.0], help="camera distances in framing radii")
+    parser.add_argument("--distances", type=float, nargs="+", default=[1.0, 2.0, 4.0], help="camera distances in framing radii")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     material = load_asset_material(args.asset, device=device)
@@ -63,7 +63,7 @@ def main() -> None:
     centre = (rs.positions.min(0).values + rs.positions.max(0).values) / 2
     extent = float((rs.positions - centre).norm(dim=1).max())
     target = tuple(float(v) for v in centre)
-    direction = torch.nn.functional.normalize(torch.tensor([0.55, 0.35, 0.75]), dim=0)
+    direction = torch.nn.functional.normalize(torch.tensor([-0.35, 0.45, 0.82]), dim=0)  # on the sun's side
     rows, results = [], {"asset": args.asset.name, "bundle": str(args.bundle), "size": args.size, "supersampling": args.ss,
                          "latent_side": int(neural.latents[0].shape[0]), "distances": []}
     started = time.perf_counter()
