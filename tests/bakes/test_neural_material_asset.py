@@ -343,3 +343,27 @@ def test_a_pack_reads_its_materials_from_a_scene(tmp_path: Path) -> None:
         bake = json.loads((tmp_path / "pack" / "materials" / name / "report.json").read_text())
         assert bake["asset"]["material"] == name
     assert set(report["bakes"]) == {"paint", "rubber"}
+
+
+def test_a_pack_with_one_jointly_trained_decoder(tmp_path: Path) -> None:
+    """``--shared-decoder``: two materials train together; their bundles hold the same decoder, stored once in the shader."""
+    from neuralbake.bakes.material_pack import pack_materials
+    from neuralbake.bakes.neural_material import load_neural_material
+
+    examples = CRATE.parents[1] / "materials"
+    template = _tiny(examples / "velvet.json")
+    report = pack_materials([examples / "velvet.json", examples / "rusty_iron_nail.json"], tmp_path / "pack", template, shared_decoder=True, progress=False)
+    pack = json.loads((tmp_path / "pack" / "pack.json").read_text())
+    assert pack["shared_first_layers"] == 0 and "one decoder" in pack["shared_decoder"]
+    velvet = load_neural_material(tmp_path / "pack" / "materials" / "velvet")
+    nail = load_neural_material(tmp_path / "pack" / "materials" / "rusty_iron_nail")
+    for a, b in zip(velvet.decoder.parameters(), nail.decoder.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert not torch.equal(velvet.latents[0], nail.latents[0])
+    manifest = json.loads((tmp_path / "pack" / "shader" / "material_pack.json").read_text())
+    sizes = [(tmp_path / "pack" / "shader" / f"material_pack.weights.fp16.bin").stat().st_size]
+    single = sum(p.numel() for p in velvet.decoder.parameters()) * 2
+    assert sizes[0] < 1.5 * single  # one decoder's weights (plus alignment), not two
+    bakes = report["bakes"]
+    assert set(bakes) == {"velvet", "rusty_iron_nail"} and all(np.isfinite(b["psnr_db"]) for b in bakes.values())
+    assert manifest["materials"][0]["name"] == "velvet"

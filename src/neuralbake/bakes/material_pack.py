@@ -11,6 +11,12 @@ Seed 000's three ways to scale a neural material system to many materials, as th
 3. *scene-specific compilation*: the pack's shader contains exactly the given materials, with a
    material-id switch (``neuralbake.export.neural_material.export_material_pack_shader``).
 
+``shared_decoder`` (``--shared-decoder``) replaces 2 with the seed's own scheme: every material to
+bake trains in one phase (``joint``), each step an equal share of samples of each material, with
+its own encoder and latent texture and one decoder for all
+(:func:`neuralbake.bakes.neural_material.bake_materials_jointly`); the shader stores the decoder
+once (the weight buffer keeps equal layers once).
+
 Inputs may be materials (``.json``/``.mtlx``, baked here into ``<out>/materials/<name>``), glTF
 scenes (``.gltf``/``.glb``: each lit material the scene's meshes use, in the scene's order, baked
 as an asset material and scored on renders of the scene), or folders baked before (used as they are, after their ``bake.json`` is checked; they must share the
@@ -58,6 +64,8 @@ class MaterialPackConfig:
     """Materials (.json, .mtlx; baked here), glTF scenes (.gltf, .glb: each lit material their meshes use, baked here on the scene) or baked neural material folders; material ids follow this order."""
     share: bool = True
     """Later materials reuse the first one's leading decoder layers (``bake.shared_layers`` of them, stored once)."""
+    shared_decoder: bool = False
+    """Train every material to bake together with one decoder (per-material encoders and latent textures: the seed's scheme; the decoder is stored once); replaces ``share``."""
     precision: Literal["fp32", "fp16"] = "fp16"
     """Weight storage in the shader's buffer: fp32 or fp16 (arithmetic is fp32 either way)."""
     latent_format: Literal["fp16", "u8"] = "fp16"
@@ -184,14 +192,14 @@ def _bake_one(run: BakeRun, config: NeuralMaterialConfig, folder: Path, phase: s
 
 
 def _pack_body(run: BakeRun) -> BakeOutcome:
-    from neuralbake.export.neural_material import export_material_pack_shader
-
     config: MaterialPackConfig = run.config
     entries = _entries([Path(p) for p in config.materials])
     names = _inputs(entries)
     bundles: list[Path] = []
     reports: dict[str, Any] = {}
     first: Path | None = None
+    if config.shared_decoder:
+        return _joint_body(run, config, entries, names)
     for (path, gltf_name), material_name in zip(entries, names, strict=True):
         if _is_bundle(path):
             bundles.append(path)
@@ -208,12 +216,47 @@ def _pack_body(run: BakeRun) -> BakeOutcome:
         reports[material_name] = {k: report[k] for k in ("psnr_db", "flip", "seconds", "decoder_params", "decoder_trained_params")}
         bundles.append(folder)
         first = first or folder
+    return _export_pack(run, config, names, bundles, reports, {"shared_first_layers": config.bake.shared_layers if config.share else 0})
+
+
+def _joint_body(run: BakeRun, config: MaterialPackConfig, entries: list[tuple[Path, str]], names: list[str]) -> BakeOutcome:
+    """``shared_decoder``: the materials to bake train as one phase with one decoder; baked folders are packed as they are."""
+    from neuralbake.bakes.neural_material import bake_materials_jointly
+
+    todo = [(i, path, gltf_name) for i, (path, gltf_name) in enumerate(entries) if not _is_bundle(path)]
+    configs, folders = [], []
+    for _, path, gltf_name in todo:
+        material = copy.deepcopy(config.bake)
+        material.material, material.material_name, material.shared_decoder = str(path), gltf_name, ""
+        configs.append(material)
+        folders.append(run.stage / "materials" / names[_])
+    bundles: list[Path] = [path for path, _ in entries]
+    reports: dict[str, Any] = {}
+    if todo:
+        joint = [names[i] for i, _, _ in todo]
+        run.note(f"{len(todo)} materials with one decoder: {', '.join(joint)}")
+        results = bake_materials_jointly(run, configs, folders, joint)
+        history = next(result.history for name, result in run.phases if name == "joint")
+        for (i, _, _), material, folder, (metrics, fields) in zip(todo, configs, folders, results, strict=True):
+            save_config(folder / "config.json", material)
+            if history:
+                plot_loss_curve(folder / "loss.png", history, title=f"material pack, one decoder: {', '.join(joint)}")
+            report = write_report(folder / "report.json", bake="neural_material", device=run.device, metrics=metrics, **fields, pack_phase="joint")
+            write_bake_manifest(folder, bake="neural_material")
+            reports[names[i]] = {k: report[k] for k in ("psnr_db", "flip", "seconds", "decoder_params", "decoder_trained_params")}
+            bundles[i] = folder
+    return _export_pack(run, config, names, bundles, reports, {"shared_decoder": "one decoder trained with every baked material", "shared_first_layers": 0})
+
+
+def _export_pack(run: BakeRun, config: MaterialPackConfig, names: list[str], bundles: list[Path], reports: dict[str, Any], sharing: dict[str, Any]) -> BakeOutcome:
+    from neuralbake.export.neural_material import export_material_pack_shader
+
     shader = run.stage / "shader"
     export = export_material_pack_shader(bundles, shader, precision=config.precision, latent_format=config.latent_format, name=config.name)
     _record_final_bundles(run, export.manifest)
     summary = {
         "materials": [{"id": i, "name": n, "bundle": _final(run, bundle)} for i, (n, bundle) in enumerate(zip(names, bundles, strict=True))],
-        "shared_first_layers": config.bake.shared_layers if config.share else 0,
+        **sharing,
         "bakes": reports,
         "shader": {key: _final(run, value) if isinstance(value, Path) else str(value) for key, value in dataclasses.asdict(export).items()},
     }
@@ -239,6 +282,7 @@ def pack_materials(
     template: NeuralMaterialConfig,
     *,
     share: bool = True,
+    shared_decoder: bool = False,
     progress: bool = True,
     precision: Literal["fp32", "fp16"] = "fp16",
     latent_format: Literal["fp16", "u8"] = "fp16",
@@ -249,11 +293,12 @@ def pack_materials(
     """Bake (where needed) and pack ``inputs`` into ``out_dir``; returns the pack's report.
 
     ``template`` holds the settings every bake uses (its ``material`` is replaced per input). With
+    ``shared_decoder``, the materials to bake train together with one decoder; else, with
     ``share``, the second and later materials share the first one's leading decoder layers
     (``template.shared_layers`` of them). Writes ``<out>/materials/<name>/`` per baked material,
     ``<out>/shader/`` (the pack's Slang and HLSL modules and buffers), ``<out>/pack.json`` and the
     runner's ``report.json`` and ``bake.json``.
     """
-    config = MaterialPackConfig(materials=[str(p) for p in inputs], share=share, precision=precision, latent_format=latent_format, name=name,
-                                bake=template)
+    config = MaterialPackConfig(materials=[str(p) for p in inputs], share=share, shared_decoder=shared_decoder, precision=precision,
+                                latent_format=latent_format, name=name, bake=template)
     return run_bake(MATERIAL_PACK, config, out_dir, resume=resume, progress=progress, sinks=sinks)

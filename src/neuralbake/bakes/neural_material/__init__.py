@@ -20,15 +20,18 @@ packed device layouts.
 
 Masks that depend on the world orientation (dust on up-facing areas) are baked for the surface
 normal given in the config (default: facing up, +y), since a texture has no orientation of its
-own.
+own, or, with ``asset``, for the world normal of the asset at each texel. A glTF asset's own
+metal/rough material (its maps, the normal map included) is baked the same way from
+:mod:`.asset`, and scored on renders of the asset.
 
 The package, by concern: :mod:`.config` (settings, device defaults), :mod:`.model` (encoder and
 decoder, reference sampler, loss, the baked material), :mod:`.latents` (latent pyramid, bundle
-writing and reading), :mod:`.comparison` (scores and pictures), :mod:`.bake` (the bake on the
-runner) and :mod:`.render` (``neuralbake material render``).
+writing and reading), :mod:`.comparison` (scores and pictures), :mod:`.asset` (glTF assets:
+their materials as references, renders of the asset), :mod:`.bake` (the bake on the runner, and
+several materials trained with one decoder) and :mod:`.render` (``neuralbake material render``).
 """
 
-from neuralbake.bakes.neural_material.bake import NEURAL_MATERIAL, bake_material, bake_neural_material
+from neuralbake.bakes.neural_material.bake import NEURAL_MATERIAL, bake_material, bake_materials_jointly, bake_neural_material
 from neuralbake.bakes.neural_material.config import LATENT_CHANNELS, NeuralMaterialConfig
 from neuralbake.bakes.neural_material.latents import BUNDLE_KIND, bake_latent_pyramid, load_neural_material, write_material_bundle
 from neuralbake.bakes.neural_material.model import (
@@ -56,6 +59,7 @@ __all__ = [
     "ReferenceSampler",
     "bake_latent_pyramid",
     "bake_material",
+    "bake_materials_jointly",
     "bake_neural_material",
     "decoder_inputs",
     "load_neural_material",

@@ -8,6 +8,7 @@ its own phase and sub-folder).
 from __future__ import annotations
 
 import dataclasses
+import types
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +19,17 @@ from neuralbake.bakes.neural_material.asset import AssetMaterial, AssetSurface, 
 from neuralbake.bakes.neural_material.comparison import compare, throughput
 from neuralbake.bakes.neural_material.config import NeuralMaterialConfig, device_defaults
 from neuralbake.bakes.neural_material.latents import bake_latent_pyramid, load_neural_material, write_material_bundle
-from neuralbake.bakes.neural_material.model import NeuralMaterial, NeuralMaterialModel, ReferenceSampler, relative_l1, texel_features
+from neuralbake.bakes.neural_material.model import NeuralMaterial, NeuralMaterialModel, ReferenceSampler, decoder_inputs, relative_l1, texel_features
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
 from neuralbake.errors import ConfigError
 from neuralbake.io.files import sha256_file
 from neuralbake.kernels import resolve_kernels, try_kernels, unsupported_reason
 from neuralbake.material.loader import load_material
 from neuralbake.nn.precision import compute_dtype
+from neuralbake.nn.trainer import Batch
 from neuralbake.render.preview import SCENES
 
-__all__ = ["NEURAL_MATERIAL", "bake_material", "bake_neural_material"]
+__all__ = ["NEURAL_MATERIAL", "JointNeuralMaterialModel", "JointSampler", "bake_material", "bake_materials_jointly", "bake_neural_material"]
 
 
 def _shared_decoder(config: NeuralMaterialConfig, model: NeuralMaterialModel, device: torch.device, recorded_as: str | None) -> dict[str, Any] | None:
@@ -46,6 +48,44 @@ def _shared_decoder(config: NeuralMaterialConfig, model: NeuralMaterialModel, de
             "sha256": [sha256_file(Path(config.shared_decoder) / "network.safetensors")]}
 
 
+@dataclasses.dataclass
+class _Prepared:
+    """A material ready to train: its config (texture size and name resolved), reference, baked normal, texel input count."""
+
+    config: NeuralMaterialConfig
+    material: Any
+    normal: torch.Tensor
+    features: int
+
+
+def _prepare(run: BakeRun, config: NeuralMaterialConfig) -> _Prepared:
+    device = run.device
+    material = load_reference(config, device)
+    if isinstance(material, AssetMaterial):  # recorded: the bundle and its shader are named after the asset's material
+        config = dataclasses.replace(config, material_name=material.name)
+    if isinstance(material, AssetMaterial) and config.texture_size > material.texture_side:
+        run.note(f"latent texture {material.texture_side}x{material.texture_side}: no larger than the asset's largest texture")
+        config = dataclasses.replace(config, texture_size=material.texture_side)
+    normal = torch.nn.functional.normalize(torch.tensor(config.normal, dtype=torch.float32, device=device), dim=0)[None]
+    features = texel_features(material, torch.full((1, 2), 0.5, device=device), normal).shape[1]
+    return _Prepared(config, material, normal, features)
+
+
+def _sampler(prepared: _Prepared, batch_size: int, device: torch.device) -> ReferenceSampler:
+    c = prepared.config
+    return ReferenceSampler(prepared.material, prepared.normal, batch_size, c.material_sampling, device, chunk=c.reference_chunk, uniform_views=c.uniform_views)
+
+
+def _compatibility(prepared: _Prepared) -> dict[str, Any]:
+    c = prepared.config
+    return {
+        "material": sha256_file(c.material), "features": prepared.features, "latent": c.latent,
+        "asset": sha256_file(c.asset) if c.asset else None, "material_name": c.material_name,
+        # the objective: resuming under another loss or view distribution changes the run silently
+        "loss": "relative_l1", "uniform_views": c.uniform_views,
+    }
+
+
 def bake_material(
     run: BakeRun, config: NeuralMaterialConfig, folder: Path, *, phase: str = "train", shared_as: str | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -56,34 +96,96 @@ def bake_material(
     """
     device = run.device
     kernels = decode_kernels(config, device)
-    material = load_reference(config, device)
-    if isinstance(material, AssetMaterial):  # recorded: the bundle and its shader are named after the asset's material
-        config = dataclasses.replace(config, material_name=material.name)
-    if isinstance(material, AssetMaterial) and config.texture_size > material.texture_side:
-        run.note(f"latent texture {material.texture_side}x{material.texture_side}: no larger than the asset's largest texture")
-        config = dataclasses.replace(config, texture_size=material.texture_side)
-    normal = torch.nn.functional.normalize(torch.tensor(config.normal, dtype=torch.float32, device=device), dim=0)[None]
-    features = texel_features(material, torch.full((1, 2), 0.5, device=device), normal).shape[1]
-    model = NeuralMaterialModel(features, config).to(device)
-    shared = _shared_decoder(config, model, device, shared_as)
-    training_kernels = _training_kernels(run, config, model, device)
-    sampler = ReferenceSampler(
-        material, normal, config.batch_size, config.material_sampling, device, chunk=config.reference_chunk, uniform_views=config.uniform_views
-    )
-    compatibility = {
-        "material": sha256_file(config.material), "features": features, "latent": config.latent, "shared": shared,
-        "asset": sha256_file(config.asset) if config.asset else None, "material_name": config.material_name,
-        # the objective: resuming under another loss or view distribution changes the run silently
-        "loss": "relative_l1", "uniform_views": config.uniform_views,
-    }
+    prepared = _prepare(run, config)
+    model = NeuralMaterialModel(prepared.features, prepared.config).to(device)
+    shared = _shared_decoder(prepared.config, model, device, shared_as)
+    training_kernels = _training_kernels(run, prepared.config, model, device)
+    compatibility = {**_compatibility(prepared), "shared": shared}
     try:
-        result = run.train(model, sampler, relative_l1, config.train, phase=phase, compatibility=compatibility)
+        result = run.train(model, _sampler(prepared, config.batch_size, device), relative_l1, config.train, phase=phase, compatibility=compatibility)
     finally:
         model.encoder.kernels = model.decoder.kernels = "torch"  # the shipped decoder decodes on the decode path below
+    return _finish(run, prepared, folder, model.encoder, model.decoder, result, shared, training_kernels, kernels)
 
+
+class JointNeuralMaterialModel(torch.nn.Module):
+    """Several materials trained together: one encoder per material (their texel inputs differ), one decoder for all.
+
+    ``forward(inputs [N, 1 + K + 6])`` takes each row's material index, its texel inputs (padded to
+    the widest material's ``K``), ``wi`` and ``wo``; every material's rows go through its encoder,
+    all rows through the one decoder (the seed's scheme: only the latent textures differ).
+    """
+
+    def __init__(self, features: list[int], config: NeuralMaterialConfig) -> None:
+        super().__init__()
+        self.features = list(features)
+        self.width = max(features)
+        models = [NeuralMaterialModel(k, config) for k in features]
+        self.encoders = torch.nn.ModuleList(model.encoder for model in models)
+        self.decoder = models[0].decoder
+        self.direction_inputs = tuple(config.direction_inputs)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        ids = inputs[:, 0].round().long()
+        latent = torch.zeros(inputs.shape[0], self.encoders[0].config.outputs, dtype=inputs.dtype, device=inputs.device)
+        for index, (encoder, k) in enumerate(zip(self.encoders, self.features, strict=True)):
+            rows = torch.nonzero(ids == index).reshape(-1)
+            latent = latent.index_put((rows,), encoder(inputs[rows, 1 : 1 + k]).to(inputs.dtype))
+        wi, wo = inputs[:, 1 + self.width : 4 + self.width], inputs[:, 4 + self.width :]
+        return self.decoder(decoder_inputs(latent, wi, wo, self.direction_inputs))
+
+
+class JointSampler:
+    """Batches of every material at once: each material's :class:`ReferenceSampler` serves an equal share, rows tagged with its index."""
+
+    capturable = False
+
+    def __init__(self, samplers: list[ReferenceSampler], features: list[int]) -> None:
+        self.samplers, self.features, self.width = samplers, features, max(features)
+        self.batch_size = sum(sampler.batch_size for sampler in samplers)
+
+    def sample(self, generator: torch.Generator) -> Batch:
+        inputs, targets = [], []
+        for index, (sampler, k) in enumerate(zip(self.samplers, self.features, strict=True)):
+            batch = sampler.sample(generator)
+            x = batch.inputs
+            tag = torch.full((x.shape[0], 1), float(index), dtype=x.dtype, device=x.device)
+            pad = torch.zeros(x.shape[0], self.width - k, dtype=x.dtype, device=x.device)
+            inputs.append(torch.cat([tag, x[:, :k], pad, x[:, k:]], dim=1))
+            targets.append(batch.targets)
+        return Batch(inputs=torch.cat(inputs), targets=torch.cat(targets))
+
+
+def bake_materials_jointly(
+    run: BakeRun, configs: list[NeuralMaterialConfig], folders: list[Path], names: list[str], *, phase: str = "joint"
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Train ``configs``' materials together (per-material encoders and latent textures, one decoder) as one phase,
+    then write each one's bundle and pictures into its folder. Each step sees ``batch_size`` samples split evenly."""
+    device = run.device
+    template = configs[0]
+    prepared = [_prepare(run, config) for config in configs]
+    model = JointNeuralMaterialModel([p.features for p in prepared], template).to(device)
+    per_material = max(1, template.batch_size // len(configs))
+    sampler = JointSampler([_sampler(p, per_material, device) for p in prepared], [p.features for p in prepared])
+    compatibility = {"joint": [_compatibility(p) for p in prepared], "names": names}
+    result = run.train(model, sampler, relative_l1, template.train, phase=phase, compatibility=compatibility)
+    shared = {"joint": names, "layers": "all", "note": "one decoder trained with every material of the pack; per-material encoders and latents"}
+    return [
+        _finish(run, p, folder, encoder, model.decoder, result, shared, "torch", decode_kernels(p.config, device))
+        for p, folder, encoder in zip(prepared, folders, model.encoders, strict=True)
+    ]
+
+
+def _finish(
+    run: BakeRun, prepared: _Prepared, folder: Path, encoder: Any, decoder: Any, result: Any, shared: dict[str, Any] | None,
+    training_kernels: str, kernels: str,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """After training: bake the latent pyramid with ``encoder``, write the bundle, render and score (the report's metrics and fields)."""
+    config, material, normal, features = prepared.config, prepared.material, prepared.normal, prepared.features
+    device = run.device
     run.note(f"baking the {config.texture_size}x{config.texture_size} latent texture and scoring it")
-    levels = bake_latent_pyramid(model, material, normal, config.texture_size)
-    neural = NeuralMaterial(levels, model.decoder, config.direction_inputs)
+    levels = bake_latent_pyramid(types.SimpleNamespace(encoder=encoder), material, normal, config.texture_size)
+    neural = NeuralMaterial(levels, decoder, config.direction_inputs)
     if kernels == "triton":
         neural.kernels = "triton"
         probe = torch.full((4, 2), 0.5, device=device), torch.tensor([[0.0, 0.0, 1.0]] * 4, device=device)
@@ -111,10 +213,10 @@ def bake_material(
         "steps": result.steps,
         "samples_seen": result.samples_seen,
         "seconds": round(result.train_seconds, 3),
-        "decoder_params": sum(layer.weight.numel() + layer.bias.numel() for layer in model.decoder.layers),
-        "decoder_trained_params": model.decoder.parameter_count(),
+        "decoder_params": sum(layer.weight.numel() + layer.bias.numel() for layer in decoder.layers),
+        "decoder_trained_params": decoder.parameter_count(),
         "shared_decoder": shared,
-        "encoder_params": model.encoder.parameter_count(),
+        "encoder_params": encoder.parameter_count(),
         "texel_inputs": features,
         "latent": config.latent,
         "resolution": config.texture_size,  # the report's key since the first bakes (README, docs/results)
