@@ -5,7 +5,7 @@ distances, lit by the sun only (so only the texture aliases), one sample at each
 with level-0 latents and with the latents filtered over each pixel's footprint (the G-buffer's ray
 differentials, ``NeuralMaterial.latent_footprint``), against the supersampled render (``--ss`` x
 ``--ss`` samples per pixel, level 0, box-averaged: the pixel's average of the decoded material).
-Errors are RMSE and PSNR of the tone-mapped images over the pixels the asset covers entirely.
+Errors are RMSE and PSNR of the tone-mapped images over the pixels the baked material covers entirely.
 Also written: ``asset_filtering.png`` (per distance: reference | level 0 | filtered | errors x4) and
 ``asset_filtering.json``.
 
@@ -25,26 +25,28 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from neuralbake.bakes.neural_material import load_neural_material  # noqa: E402
-from neuralbake.bakes.neural_material.asset import SUN, load_asset_material, vertex_frame  # noqa: E402
-from neuralbake.io.images import save_png  # noqa: E402
-from neuralbake.material.frame import normalize  # noqa: E402
-from neuralbake.render.camera import framing_radius, look_at  # noqa: E402
-from neuralbake.render.gbuffer import render_gbuffer  # noqa: E402
-from neuralbake.render.pictures import comparison_row, panel_grid  # noqa: E402
-from neuralbake.render.tonemap import tone_map  # noqa: E402
+from neuralbake.bakes.neural_material import load_neural_material
+from neuralbake.bakes.neural_material.asset import SUN, load_asset_material, vertex_frame
+from neuralbake.io.images import save_png
+from neuralbake.material.frame import normalize
+from neuralbake.render.camera import framing_radius, look_at
+from neuralbake.render.gbuffer import render_gbuffer
+from neuralbake.render.pictures import comparison_row, panel_grid
+from neuralbake.render.tonemap import tone_map
 
 
-def _sun_image(rs, camera, size: int, neural, filtering: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """HDR ``[size, size, 3]`` of the asset under the sun with ``neural``, and its coverage ``[size, size]``."""
+def _sun_image(rs, camera, size: int, neural, filtering: bool, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """HDR ``[size, size, 3]`` of the asset's material ``index`` under the sun with ``neural`` (the
+    asset's other materials black), and that material's coverage ``[size, size]``."""
     g = render_gbuffer(rs, camera, size, size)
     frame = vertex_frame(g)
     sun = normalize(torch.tensor(SUN[0], dtype=g.view.dtype, device=g.view.device).reshape(1, 3)).expand_as(g.view)
     neural.filtering = filtering
     with torch.no_grad():
         layer = neural(g.uv[0], None, footprint=(g.uv_dx[0], g.uv_dy[0]))
+        mine = (g.material_id == index).to(g.view.dtype)[:, None]
         value = layer.eval(frame.local(sun), frame.local(g.view)) * SUN[1] * ((sun * frame.geometric).sum(-1) > 0).to(g.view.dtype)[:, None]
-    return g.image(value, 0.0), g.visibility.mask.reshape(size, size).to(g.view.dtype)
+    return g.image(value * mine, 0.0), g.image(mine, 0.0)[..., 0]
 
 
 def main() -> None:
@@ -57,7 +59,8 @@ def main() -> None:
     parser.add_argument("--distances", type=float, nargs="+", default=[1.0, 2.0, 4.0], help="camera distances in framing radii")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    material = load_asset_material(args.asset, device=device)
+    baked_as = json.loads((args.bundle / "network.json").read_text()).get("material", {}).get("name") or ""
+    material = load_asset_material(args.asset, baked_as, device=device)  # the material the bundle was baked from
     neural = load_neural_material(args.bundle, device=device)
     rs = material.render_scene
     centre = (rs.positions.min(0).values + rs.positions.max(0).values) / 2
@@ -70,7 +73,7 @@ def main() -> None:
     for distance in args.distances:
         radius = framing_radius(extent, 40.0) * distance
         camera = look_at(tuple(c + radius * float(d) for c, d in zip(target, direction, strict=True)), target, fov_y_deg=40.0)
-        big, big_mask = _sun_image(rs, camera, args.size * args.ss, neural, False)
+        big, big_mask = _sun_image(rs, camera, args.size * args.ss, neural, False, material.index)
         shape = (args.size, args.ss, args.size, args.ss)
         reference = big.reshape(*shape, 3).mean(dim=(1, 3))
         full = big_mask.reshape(*shape).amin(dim=(1, 3)) > 0  # pixels the asset covers entirely
@@ -78,7 +81,7 @@ def main() -> None:
         ref_ldr = tone_map(reference)
         images = {}
         for name, filtering in (("level0", False), ("filtered", True)):
-            hdr, _ = _sun_image(rs, camera, args.size, neural, filtering)
+            hdr, _ = _sun_image(rs, camera, args.size, neural, filtering, material.index)
             ldr = tone_map(hdr)
             images[name] = ldr
             mse = float(((ldr - ref_ldr)[full] ** 2).mean()) if bool(full.any()) else float("nan")

@@ -40,16 +40,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from neuralbake.bakes.neural_material import load_neural_material  # noqa: E402
-from neuralbake.bakes.neural_material.asset import SUN, GltfLayer, load_asset_material, vertex_frame  # noqa: E402
-from neuralbake.bakes.neural_material.model import lod_from_derivatives  # noqa: E402
-from neuralbake.export.neural_material import export_neural_material_shader  # noqa: E402
-from neuralbake.io.images import save_png  # noqa: E402
-from neuralbake.material.frame import normalize  # noqa: E402
-from neuralbake.render.camera import framing_radius, look_at  # noqa: E402
-from neuralbake.render.envmap import EnvironmentLight, default_environment  # noqa: E402
-from neuralbake.render.gbuffer import evaluate_materials, render_gbuffer  # noqa: E402
-from neuralbake.render.tonemap import tone_map  # noqa: E402
+from neuralbake.bakes.neural_material import load_neural_material
+from neuralbake.bakes.neural_material.asset import SUN, GltfLayer, load_asset_material, vertex_frame
+from neuralbake.bakes.neural_material.model import lod_from_derivatives
+from neuralbake.export.neural_material import export_neural_material_shader
+from neuralbake.io.images import save_png
+from neuralbake.material.frame import normalize
+from neuralbake.render.camera import framing_radius, look_at
+from neuralbake.render.envmap import EnvironmentLight, default_environment
+from neuralbake.render.gbuffer import evaluate_materials, render_gbuffer
+from neuralbake.render.tonemap import tone_map
 
 BUDGET_MS = 16.0
 BOUNDS = {"shader_scalar": 1e-3, "shader_tensor": 2e-2}
@@ -81,7 +81,8 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    material = load_asset_material(args.asset, device=device)
+    baked_as = json.loads((args.bundle / "network.json").read_text()).get("material", {}).get("name") or ""
+    material = load_asset_material(args.asset, baked_as, device=device)  # the material the bundle was baked from
     neural = load_neural_material(args.bundle, device=device)
     rs = material.render_scene
     centre = (rs.positions.min(0).values + rs.positions.max(0).values) / 2
@@ -96,21 +97,22 @@ def main() -> None:
 
     results["gbuffer_ms"] = _median_ms(lambda: render_gbuffer(rs, camera, width, height), sync, args.repeats)
     g = render_gbuffer(rs, camera, width, height)
-    pixels = int(g.pixel.shape[0])
-    results["covered_pixels"] = pixels
-    frame = vertex_frame(g)
+    sel = torch.nonzero(g.material_id == material.index).reshape(-1)  # the pixels of the baked material
+    pixels = int(sel.numel())
+    results["covered_pixels"], results["material_pixels"] = int(g.pixel.shape[0]), pixels
+    frame = vertex_frame(g).rows(sel)
     environment = EnvironmentLight.from_map(default_environment(128, 64, device=device))
     with torch.no_grad():
-        wo = frame.local(g.view)
+        wo = frame.local(g.view[sel])
         sun = normalize(torch.tensor(SUN[0], device=device).reshape(1, 3)).expand(pixels, 3)
         u = torch.rand(pixels, 2, generator=torch.Generator(device=device).manual_seed(0), device=device)
         sky_world, sky_pdf = environment.sample(u.to(environment.pmf.dtype))
         sky_world, sky_pdf = sky_world.float(), sky_pdf.float()
         sky_radiance = environment.eval(sky_world.to(environment.pmf.dtype)).float()
         wi = torch.cat([frame.local(sun), frame.local(sky_world)])
-        wo2, uv2 = torch.cat([wo, wo]), torch.cat([g.uv[0], g.uv[0]])
+        wo2, uv2 = torch.cat([wo, wo]), torch.cat([g.uv[0][sel], g.uv[0][sel]])
         level0 = neural.latents[0]
-        lod = lod_from_derivatives(g.uv_dx[0], g.uv_dy[0], (int(level0.shape[1]), int(level0.shape[0])))
+        lod = lod_from_derivatives(g.uv_dx[0][sel], g.uv_dy[0][sel], (int(level0.shape[1]), int(level0.shape[0])))
         mips = torch.round(lod.clamp(0, len(neural.latents) - 1)).to(torch.int32)
         mips2 = torch.cat([mips, mips])
 
@@ -119,12 +121,14 @@ def main() -> None:
             lit = ((sun * frame.geometric).sum(-1) > 0).float()[:, None]
             above = ((sky_world * frame.geometric).sum(-1) > 0).float()[:, None]
             sky = torch.where(sky_pdf[:, None] > 0, sky_term * sky_radiance / sky_pdf.clamp(min=1e-12)[:, None], torch.zeros_like(sky_term))
-            return sun_term * SUN[1] * lit + sky * above
+            out = torch.zeros(g.pixel.shape[0], 3, device=device)
+            out[sel] = sun_term * SUN[1] * lit + sky * above
+            return out
 
         # PyTorch: the reference material (textures + BRDF), and the neural material
         def reference_frame() -> torch.Tensor:
             s = evaluate_materials(rs, g)
-            layer = GltfLayer(s.base_color, s.metallic, s.roughness, normalize(frame.local(s.normal)))
+            layer = GltfLayer(s.base_color[sel], s.metallic[sel], s.roughness[sel], normalize(frame.local(s.normal[sel])))
             both = GltfLayer(torch.cat([layer.base_color] * 2), torch.cat([layer.metallic] * 2), torch.cat([layer.roughness] * 2), torch.cat([layer.shading_normal] * 2))
             return both.eval(wi, wo2)
 

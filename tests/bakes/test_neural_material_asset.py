@@ -261,7 +261,7 @@ def test_cli_bakes_a_named_asset_material(tmp_path: Path) -> None:
         ],
     )
     assert result.exit_code == 0, result.output
-    assert "asset renders" in result.output or "crate" in result.output
+    assert "on renders of crate.gltf (crate_paint)" in " ".join(result.output.split())
     report = json.loads((out / "report.json").read_text())
     assert report["asset"]["material"] == "crate_paint"
 
@@ -324,25 +324,26 @@ def test_a_pack_reads_its_materials_from_a_scene(tmp_path: Path) -> None:
 
     rng = np.random.default_rng(0)
     meshes, materials = [], []
-    for k, name in enumerate(("paint", "rubber", "glow")):
+    for k, name in enumerate(("paint", "../../rubber", "glow")):
         positions = np.array([[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0]], np.float32) + np.float32(1.5 * k)
         uv = np.array([[0, 0], [1, 0], [1, 1], [0, 1]], np.float32)
         meshes.append(Mesh(positions=positions, indices=np.array([[0, 1, 2], [0, 2, 3]], np.uint32), uv0=uv,
                            normals=np.tile([[0, 0, 1]], (4, 1)).astype(np.float32), material=k))
-        texture = TextureRef(rng.random((8, 8, 3)).astype(np.float32), name=f"{name}.png")
+        texture = TextureRef(rng.random((8, 8, 3)).astype(np.float32), name=f"tex{k}.png")
         materials.append(Material(name=name, base_color_texture=texture, unlit=name == "glow"))
     scene = tmp_path / "scene" / "scene.gltf"
     scene.parent.mkdir()
     write_gltf(scene, Scene(meshes=meshes, materials=materials))
     report = pack_materials([scene], tmp_path / "pack", _tiny(scene), progress=False)
     pack = json.loads((tmp_path / "pack" / "pack.json").read_text())
-    assert [m["name"] for m in pack["materials"]] == ["paint", "rubber"]  # the unlit one has no BRDF to bake
+    # the unlit one has no BRDF to bake; a name with path parts becomes a plain folder name inside the pack
+    assert [m["name"] for m in pack["materials"]] == ["paint", "rubber"]
     shader = (tmp_path / "pack" / "shader" / "material_pack.slang").read_text()
     assert "NB_MATERIAL_PACK_ID_PAINT = 0" in shader and "NB_MATERIAL_PACK_ID_RUBBER = 1" in shader
-    for name in ("paint", "rubber"):
+    for name, gltf_name in (("paint", "paint"), ("rubber", "../../rubber")):
         bake = json.loads((tmp_path / "pack" / "materials" / name / "report.json").read_text())
-        assert bake["asset"]["material"] == name
-    assert set(report["bakes"]) == {"paint", "rubber"}
+        assert bake["asset"]["material"] == gltf_name
+    assert set(report["bakes"]) == {"paint", "rubber"} and not (tmp_path / "rubber").exists()
 
 
 def test_a_pack_with_one_jointly_trained_decoder(tmp_path: Path) -> None:
@@ -361,9 +362,27 @@ def test_a_pack_with_one_jointly_trained_decoder(tmp_path: Path) -> None:
         assert torch.equal(a, b)
     assert not torch.equal(velvet.latents[0], nail.latents[0])
     manifest = json.loads((tmp_path / "pack" / "shader" / "material_pack.json").read_text())
-    sizes = [(tmp_path / "pack" / "shader" / f"material_pack.weights.fp16.bin").stat().st_size]
+    sizes = [(tmp_path / "pack" / "shader" / "material_pack.weights.fp16.bin").stat().st_size]
     single = sum(p.numel() for p in velvet.decoder.parameters()) * 2
     assert sizes[0] < 1.5 * single  # one decoder's weights (plus alignment), not two
     bakes = report["bakes"]
     assert set(bakes) == {"velvet", "rusty_iron_nail"} and all(np.isfinite(b["psnr_db"]) for b in bakes.values())
     assert manifest["materials"][0]["name"] == "velvet"
+
+
+def test_the_joint_model_routes_each_row_through_its_materials_encoder() -> None:
+    from neuralbake.bakes.neural_material.bake import JointNeuralMaterialModel
+    from neuralbake.bakes.neural_material.model import decoder_inputs
+
+    torch.manual_seed(0)
+    config = NeuralMaterialConfig(latent=4, decoder_hidden=8, encoder_hidden=8)
+    model = JointNeuralMaterialModel([3, 5], config)
+    features = [torch.rand(6, 3), torch.rand(4, 5)]
+    wi, wo = normalize(torch.rand(10, 3) + 0.1), normalize(torch.rand(10, 3) + 0.1)
+    rows = [torch.cat([torch.zeros(6, 1), features[0], torch.zeros(6, 2)], 1), torch.cat([torch.ones(4, 1), features[1]], 1)]
+    inputs = torch.cat([torch.cat(rows), wi, wo], 1)[[0, 6, 1, 7, 2, 3, 8, 4, 9, 5]]  # interleaved materials
+    got = model(inputs)
+    order = [0, 6, 1, 7, 2, 3, 8, 4, 9, 5]
+    latent = torch.cat([model.encoders[0](features[0]), model.encoders[1](features[1])])[order]
+    expected = model.decoder(decoder_inputs(latent, wi[order], wo[order], model.direction_inputs))
+    torch.testing.assert_close(got, expected)

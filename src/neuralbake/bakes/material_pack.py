@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -125,15 +126,26 @@ def _scene_materials(path: Path) -> list[str]:
 
     scene = load_bake_input(path, field="materials", fix="pass a .gltf or .glb scene.")
     used = {mesh.material for mesh in scene.meshes if len(mesh.indices)}
-    names = [m.name for i, m in enumerate(scene.materials) if i in used and not m.unlit]
+    names: list[str] = []
+    for index, material in enumerate(scene.materials):
+        if index not in used or material.unlit:
+            continue
+        if material.name in names:
+            if material.name == "default" and not material.textures():
+                continue  # the reader's glTF default material, one per primitive without a material: all alike
+            raise InputError(
+                f"the scene names two materials {material.name!r}.", path=path, field=f"materials[{index}].name",
+                fix="give each material of the scene its own name.",
+            )
+        names.append(material.name)
     if not names:
         raise InputError("no mesh of the scene uses a lit material.", path=path, field="materials", fix="pass a scene with metal/rough materials.")
-    if len(set(names)) != len(names):
-        raise InputError(
-            f"the scene names two materials alike ({', '.join(sorted({n for n in names if names.count(n) > 1}))}).",
-            path=path, field="materials[].name", fix="give each material of the scene its own name.",
-        )
     return names
+
+
+def _safe_name(name: str) -> str:
+    """A material's name as a folder and phase name: letters, digits, ``_``, ``-`` and inner dots only."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._-") or "material"
 
 
 def _entries(paths: list[Path]) -> list[tuple[Path, str]]:
@@ -163,7 +175,7 @@ def _inputs(entries: list[tuple[Path, str]]) -> list[str]:
         raise ConfigError("the same material or folder is given twice.", field="materials", fix="pass each material once.")
     names: list[str] = []
     for path, material_name in entries:  # same names (two copper trays from different folders) get _2, _3, as in the shader
-        base = _bundle_name(path) if _is_bundle(path) else (material_name or path.stem)
+        base = _safe_name(_bundle_name(path) if _is_bundle(path) else (material_name or path.stem))
         unique, k = base, 2
         while unique in names:
             unique, k = f"{base}_{k}", k + 1
@@ -182,10 +194,15 @@ def _final(run: BakeRun, path: Path) -> str:
 def _bake_one(run: BakeRun, config: NeuralMaterialConfig, folder: Path, phase: str, shared_as: str | None) -> dict[str, Any]:
     """One material of the pack: its phase, then its own config, report, loss curve and bake.json."""
     metrics, fields = bake_material(run, config, folder, phase=phase, shared_as=shared_as)
+    return _write_material(run, config, folder, phase, metrics, fields, f"neural material: {Path(config.material).name}")
+
+
+def _write_material(run: BakeRun, config: NeuralMaterialConfig, folder: Path, phase: str, metrics: dict[str, Any], fields: dict[str, Any], title: str) -> dict[str, Any]:
+    """A baked material's own config, loss curve (of training phase ``phase``), report and bake.json in its folder."""
     save_config(folder / "config.json", config)
     history = next(result.history for name, result in run.phases if name == phase)
     if history:
-        plot_loss_curve(folder / "loss.png", history, title=f"neural material: {Path(config.material).name}")
+        plot_loss_curve(folder / "loss.png", history, title=title)
     report = write_report(folder / "report.json", bake="neural_material", device=run.device, metrics=metrics, **fields, pack_phase=phase)
     write_bake_manifest(folder, bake="neural_material")
     return report
@@ -195,11 +212,11 @@ def _pack_body(run: BakeRun) -> BakeOutcome:
     config: MaterialPackConfig = run.config
     entries = _entries([Path(p) for p in config.materials])
     names = _inputs(entries)
+    if config.shared_decoder:
+        return _joint_body(run, config, entries, names)
     bundles: list[Path] = []
     reports: dict[str, Any] = {}
     first: Path | None = None
-    if config.shared_decoder:
-        return _joint_body(run, config, entries, names)
     for (path, gltf_name), material_name in zip(entries, names, strict=True):
         if _is_bundle(path):
             bundles.append(path)
@@ -225,24 +242,19 @@ def _joint_body(run: BakeRun, config: MaterialPackConfig, entries: list[tuple[Pa
 
     todo = [(i, path, gltf_name) for i, (path, gltf_name) in enumerate(entries) if not _is_bundle(path)]
     configs, folders = [], []
-    for _, path, gltf_name in todo:
+    for index, path, gltf_name in todo:
         material = copy.deepcopy(config.bake)
         material.material, material.material_name, material.shared_decoder = str(path), gltf_name, ""
         configs.append(material)
-        folders.append(run.stage / "materials" / names[_])
+        folders.append(run.stage / "materials" / names[index])
     bundles: list[Path] = [path for path, _ in entries]
     reports: dict[str, Any] = {}
     if todo:
         joint = [names[i] for i, _, _ in todo]
         run.note(f"{len(todo)} materials with one decoder: {', '.join(joint)}")
         results = bake_materials_jointly(run, configs, folders, joint)
-        history = next(result.history for name, result in run.phases if name == "joint")
         for (i, _, _), material, folder, (metrics, fields) in zip(todo, configs, folders, results, strict=True):
-            save_config(folder / "config.json", material)
-            if history:
-                plot_loss_curve(folder / "loss.png", history, title=f"material pack, one decoder: {', '.join(joint)}")
-            report = write_report(folder / "report.json", bake="neural_material", device=run.device, metrics=metrics, **fields, pack_phase="joint")
-            write_bake_manifest(folder, bake="neural_material")
+            report = _write_material(run, material, folder, "joint", metrics, fields, f"material pack, one decoder: {', '.join(joint)}")
             reports[names[i]] = {k: report[k] for k in ("psnr_db", "flip", "seconds", "decoder_params", "decoder_trained_params")}
             bundles[i] = folder
     return _export_pack(run, config, names, bundles, reports, {"shared_decoder": "one decoder trained with every baked material", "shared_first_layers": 0})

@@ -85,8 +85,9 @@ def material_preview(
 def _bake_summary(report: dict[str, Any], out: Path) -> str:
     views = report["texture_views"]
     asset = report.get("asset") or {}
-    where = f"on renders of {asset['asset']} ({asset['material']})" if "psnr_db" in asset else "on preview renders"
-    extra = f"; its BC set {asset['bc']['psnr_db']:.2f} dB" if "bc" in asset else ""
+    scored = asset.get("psnr_db") is not None
+    where = f"on renders of {asset['asset']} ({asset['material']})" if scored else "on preview renders"
+    extra = f"; its BC set {asset['bc']['psnr_db']:.2f} dB" if scored and "bc" in asset else ""
     return (
         f"{report['steps']} steps in {report['seconds']:.1f} s: PSNR {report['psnr_db']:.2f} dB, FLIP {report['flip']:.3f} "
         f"{where} vs the reference{extra} (8-bit latents on texture views: {views['psnr_u8_latents_db']:.2f} dB "

@@ -48,6 +48,7 @@ from neuralbake.material.frame import cosine_hemisphere_pdf, normalize, square_t
 from neuralbake.material.gltf import gltf_eval, gltf_pdf, gltf_sample
 from neuralbake.material.texture import decode_normal_map
 from neuralbake.render.camera import Camera, framing_radius, random_orbit
+from neuralbake.render.deferred import _over_pdf, _power  # the deferred renderer's MIS weight and estimator, shared
 from neuralbake.render.envmap import EnvironmentLight, default_environment
 from neuralbake.render.gbuffer import GBuffer, SurfaceParameters, evaluate_materials, render_gbuffer, shading_frame
 from neuralbake.render.mip import sample_bilinear
@@ -72,8 +73,8 @@ __all__ = [
 ASSET_SUFFIXES = (".gltf", ".glb")
 """Files :func:`load_asset_material` reads (a material bake's input is an asset when it has one of these)."""
 
-TEXEL_INPUTS = ("base_color.r", "base_color.g", "base_color.b", "metallic", "roughness", "normal.x", "normal.y", "normal.z")
-"""What the encoder reads per texel of an asset material, in order."""
+BAKED_SLOTS = ("base_color", "metallic_roughness", "normal")
+"""The glTF slots that go into the latent texture and decoder (occlusion and emission stay textures)."""
 
 SUN = ((-0.45, 0.75, 0.5), 3.0)
 """The comparison renders' sun: world direction towards it, irradiance."""
@@ -203,7 +204,18 @@ class AssetMaterial(AssetSurface):
         sides = [max(t.texels.shape[:2]) for t in self.material.textures.values()]
         self.texture_side = max(sides, default=1)
         """The largest side of the material's textures (a bake's latent texture is no larger)."""
+        colours = render_scene.colors[self.faces.reshape(-1)]
+        if bool(((colours[:, :3] - 1.0).abs() > 1.0 / 255.0).any()):
+            raise InputError(
+                f"the triangles of material {self.name!r} have vertex colours (COLOR_0), which multiply its base colour per vertex; "
+                "a neural material is baked per texel.",
+                path=path,
+                field="meshes[].attributes.COLOR_0",
+                fix="bake the vertex colours into the base colour texture, or remove COLOR_0.",
+            )
         for slot, tex in self.material.textures.items():
+            if slot not in BAKED_SLOTS:
+                continue  # occlusion and emission stay textures (on their own uv set if they like)
             if tex.texcoord != 0:
                 raise InputError(
                     f"material {self.name!r} reads its {slot} texture with uv1; a neural material is baked over uv0.",
@@ -348,7 +360,7 @@ def _pick_material(rs: RenderScene, path: Path, name: str) -> int:
         return int(torch.argmax(used))
     if name not in names:
         raise InputError(f"the asset has no material {name!r}; it has {listing}.", path=path, field="material_name", fix="pass one of those names with --material.")
-    index = names.index(name)
+    index = max((i for i, n in enumerate(names) if n == name), key=lambda i: int(used[i]))  # of equal names, the most used
     if int(used[index]) == 0:
         raise InputError(f"no triangle uses material {name!r}.", path=path, field="material_name", fix=f"pick a material the meshes use: {listing}.")
     return index
@@ -379,16 +391,6 @@ def load_asset_material(path: str | Path, name: str = "", *, device: torch.devic
 
 
 # -- rendering the asset with a layer --------------------------------------------------------------------
-
-
-def _power(p: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
-    p2, o2 = p * p, other * other
-    return torch.where(p > 0.0, p2 / torch.clamp(p2 + o2, min=torch.finfo(p.dtype).tiny), torch.zeros_like(p))
-
-
-def _over_pdf(value: torch.Tensor, pdf: torch.Tensor) -> torch.Tensor:
-    ok = pdf > 0.0
-    return torch.where(ok[:, None], value / torch.where(ok, pdf, torch.ones_like(pdf))[:, None], torch.zeros_like(value))
 
 
 @dataclass(eq=False)
@@ -483,36 +485,38 @@ def asset_views(rs: RenderScene, count: int, *, seed: int = 7919, fov_y_deg: flo
     return random_orbit(count, framing_radius(extent, fov_y_deg), seed=seed, target=tuple(float(v) for v in centre), fov_y_deg=fov_y_deg)
 
 
-def _block_compressed(scene: Scene) -> tuple[Scene, dict[str, int]]:
-    """``scene`` with every material texture replaced by its block-compressed round trip, and the bytes per slot (full mip chains)."""
+def _block_compressed(scene: Scene, index: int) -> tuple[Scene, dict[str, int]]:
+    """``scene`` with material ``index``'s textures replaced by their block-compressed round trips, and
+    the bytes per slot (full mip chains). An image in several slots (occlusion packed with
+    metal/rough) is compressed once, in the first slot's format, and counted once (0 bytes after)."""
     out = copy.copy(scene)
-    out.materials = [copy.copy(m) for m in scene.materials]
+    out.materials = list(scene.materials)
+    material = out.materials[index] = copy.copy(scene.materials[index])
     sizes: dict[str, int] = {}
-    done: dict[int, Any] = {}
-    for material in out.materials:
-        for attr, ref in material.textures().items():
-            slot = attr.removesuffix("_texture")
-            fmt = _SLOT_FORMATS[slot]
-            key = id(ref.image), fmt
-            if key not in done:
-                image = ref.image
-                h, w = image.shape[:2]
-                pad = np.pad(image, ((0, -h % BLOCK), (0, -w % BLOCK), (0, 0)), mode="edge")
-                if fmt == "bc5":
-                    xy, _ = bc_roundtrip(pad[..., :2], "bc5")
-                    n = xy * 2.0 - 1.0
-                    z = np.sqrt(np.clip(1.0 - (n * n).sum(-1, keepdims=True), 0.0, 1.0))
-                    decoded = np.concatenate([xy, z * 0.5 + 0.5], axis=-1)
-                elif fmt == "bc1" and image.shape[2] < 3:
-                    decoded, _ = bc_roundtrip(np.repeat(pad[..., :1], 3, axis=2), "bc1")
-                else:
-                    channels = 4 if image.shape[2] == 4 and slot == "base_color" else 3
-                    rgb = pad[..., :channels] if pad.shape[2] >= 3 else np.repeat(pad[..., :1], 3, axis=2)
-                    decoded, _ = bc_roundtrip(rgb, fmt)
-                done[key] = (np.ascontiguousarray(decoded[:h, :w], np.float32), mip_chain_bytes(h, w, fmt))
-            decoded, nbytes = done[key]
-            sizes[f"{material.name}.{slot}"] = nbytes
-            setattr(material, attr, dataclasses.replace(ref, image=decoded))
+    done: dict[int, np.ndarray] = {}
+    for attr, ref in material.textures().items():
+        slot = attr.removesuffix("_texture")
+        fmt = _SLOT_FORMATS[slot]
+        if id(ref.image) in done:
+            sizes[slot] = 0
+        else:
+            image = ref.image
+            h, w = image.shape[:2]
+            pad = np.pad(image, ((0, -h % BLOCK), (0, -w % BLOCK), (0, 0)), mode="edge")
+            if fmt == "bc5":
+                xy, _ = bc_roundtrip(pad[..., :2], "bc5")
+                n = xy * 2.0 - 1.0
+                z = np.sqrt(np.clip(1.0 - (n * n).sum(-1, keepdims=True), 0.0, 1.0))
+                decoded = np.concatenate([xy, z * 0.5 + 0.5], axis=-1)
+            elif fmt == "bc1" and image.shape[2] < 3:
+                decoded, _ = bc_roundtrip(np.repeat(pad[..., :1], 3, axis=2), "bc1")
+            else:
+                channels = 4 if image.shape[2] == 4 and slot == "base_color" else 3
+                rgb = pad[..., :channels] if pad.shape[2] >= 3 else np.repeat(pad[..., :1], 3, axis=2)
+                decoded, _ = bc_roundtrip(rgb, fmt)
+            done[id(ref.image)] = np.ascontiguousarray(decoded[:h, :w], np.float32)
+            sizes[slot] = mip_chain_bytes(h, w, fmt)
+        setattr(material, attr, dataclasses.replace(ref, image=done[id(ref.image)]))
     return out, sizes
 
 
@@ -534,6 +538,8 @@ def stored_texture_bytes(material: AssetMaterial) -> dict[str, int]:
 
     doc = GltfDocument(material.path, DEFAULT_MAX_JSON_BYTES)
     gltf = doc.gltf
+    if material.index >= len(gltf.materials or []):
+        return {}  # the reader's default material of a primitive without one: no images
     m = gltf.materials[material.index]
     pbr = m.pbrMetallicRoughness
     infos = {
@@ -544,10 +550,15 @@ def stored_texture_bytes(material: AssetMaterial) -> dict[str, int]:
         "emissive": m.emissiveTexture,
     }
     sizes: dict[str, int] = {}
+    seen: set[int] = set()
     for slot, info in infos.items():
         if info is None or info.index is None:
             continue
-        image = gltf.images[gltf.textures[info.index].source]
+        source = gltf.textures[info.index].source
+        if source in seen:  # one image in several slots (occlusion packed with metal/rough): stored once
+            continue
+        seen.add(source)
+        image = gltf.images[source]
         if image.uri and not image.uri.startswith("data:"):
             nbytes = doc.local_file(image.uri, "images[].uri", "texture image").stat().st_size
         elif image.uri:
@@ -631,7 +642,7 @@ def asset_comparison(
     bc_bytes: dict[str, int] = {}
     compressed = None
     if textured:
-        bc_scene, bc_bytes = _block_compressed(material.scene)
+        bc_scene, bc_bytes = _block_compressed(material.scene, material.index)
         compressed = prepare_scene(bc_scene, device=device)
     environment = EnvironmentLight.from_map(default_environment(128, 64, device=device))
     shadows = warp_available()  # sun shadows need Warp's BVH; primary visibility does not
@@ -640,13 +651,17 @@ def asset_comparison(
     neural.filtering = True
     scores: dict[str, list[float]] = {"psnr": [], "flip": [], "bc_psnr": [], "bc_flip": []}
     rows_out: list[list[np.ndarray]] = []
+    pixels: list[int] = []
     started = time.perf_counter()
     try:
         for view, camera in enumerate(asset_views(rs, views)):
             g = render_gbuffer(rs, camera, size, size)
             with torch.no_grad():
                 radiance = _view_radiance(material, g, neural, environment, spp, seed=view, shadows=shadows, compressed_scene=compressed)
-            covered = g.visibility.mask.reshape(size, size).cpu().numpy()
+            # scored over the baked material's pixels only (an asset's other materials are the same in every image)
+            mine = (g.material_id == material.index).to(radiance[0].dtype)[:, None]
+            covered = (g.image(mine, 0.0)[..., 0] > 0.5).cpu().numpy()
+            pixels.append(int(covered.sum()))
             mask = torch.from_numpy(covered)
             pictures = {key: tone_map(g.image(r, background)).float().cpu().numpy() for key, r in zip(("ref", "net", "bc"), radiance, strict=True) if r is not None}
             row = [pictures["ref"]]
@@ -654,8 +669,9 @@ def asset_comparison(
                 if key not in pictures:
                     continue
                 error, picture = _flip_ldr(pictures["ref"], pictures[key])
-                scores[f"{prefix}psnr"].append(psnr(torch.from_numpy(pictures[key])[mask], torch.from_numpy(pictures["ref"])[mask]))
-                scores[f"{prefix}flip"].append(float(error[covered].mean()) if covered.any() else 0.0)
+                visible = bool(covered.any())
+                scores[f"{prefix}psnr"].append(psnr(torch.from_numpy(pictures[key])[mask], torch.from_numpy(pictures["ref"])[mask]) if visible else None)
+                scores[f"{prefix}flip"].append(float(error[covered].mean()) if visible else None)
                 row += [pictures[key], picture]
             rows_out.append(row)
             if progress is not None:
@@ -663,7 +679,14 @@ def asset_comparison(
     finally:
         neural.filtering = filtering
     save_png(out / "renders" / "asset_comparison.png", panel_grid(rows_out, gap=2))
-    mean = lambda values: round(float(np.mean(values)), 3)
+
+    def mean(values: list[float | None]) -> float | None:  # over the views that show the material; None if none does
+        seen = [v for v in values if v is not None and math.isfinite(v)]
+        return round(float(np.mean(seen)), 3) if seen else None
+
+    def each(values: list[float | None], digits: int) -> list[float | None]:
+        return [None if v is None or not math.isfinite(v) else round(v, digits) for v in values]
+
     result: dict[str, Any] = {
         "asset": str(material.path.name),
         "material": material.name,
@@ -677,21 +700,23 @@ def asset_comparison(
         "seconds": round(time.perf_counter() - started, 3),
         "psnr_db": mean(scores["psnr"]),
         "flip": mean(scores["flip"]),
-        "psnr_per_view_db": [round(v, 3) for v in scores["psnr"]],
-        "flip_per_view": [round(v, 4) for v in scores["flip"]],
+        "psnr_per_view_db": each(scores["psnr"], 3),
+        "flip_per_view": each(scores["flip"], 4),
+        "material_pixels_per_view": pixels,
         "picture": "renders/asset_comparison.png: per view reference | neural | FLIP" + (" | BC set | FLIP" if textured else ""),
         "method": "deferred G-buffer of held-out random views; sun (BVH shadow) + procedural sky (light + cosine samples, power heuristic), "
         "the same samples for every image; the neural material filters its latents over ray-differential footprints; "
-        "PSNR of ACES-tone-mapped sRGB and mean LDR FLIP over the asset's pixels"
+        "PSNR of ACES-tone-mapped sRGB and mean LDR FLIP over the baked material's pixels (views that do not show it are left out)"
         + ("; occlusion and emission from the BC1/BC7 textures in the neural render." if textured else "."),
     }
     neural_bytes = {"latents_u8": latent_bytes, "decoder_fp16": decoder_bytes}
+    if isinstance(material, PlacedMaterial):
+        result["normal_map_texel_coverage"] = round(material.texel_coverage, 4)
     if not textured:
         result["bytes"] = {"neural": neural_bytes, "neural_total": latent_bytes + decoder_bytes}
         return result
     stored = stored_texture_bytes(material)
-    prefix = f"{material.name}."
-    bc_material = {k.removeprefix(prefix): v for k, v in bc_bytes.items() if k.startswith(prefix)}
+    bc_material = bc_bytes
     kept = {slot: bc_material[slot] for slot in ("occlusion", "emissive") if slot in bc_material}
     neural_total = latent_bytes + decoder_bytes + sum(kept.values())
     result["bc"] = {"psnr_db": mean(scores["bc_psnr"]), "flip": mean(scores["bc_flip"]), "formats": {k: _SLOT_FORMATS[k] for k in bc_material}}

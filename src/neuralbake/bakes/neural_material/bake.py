@@ -2,7 +2,9 @@
 
 :func:`bake_material` is one material's whole bake inside a running :class:`BakeRun`; the neural
 material bake runs it once into the staging folder, the material pack once per material (each in
-its own phase and sub-folder).
+its own phase and sub-folder), or, with ``--shared-decoder``, :func:`bake_materials_jointly` once
+for all its materials (one phase, one decoder). Both train, then hand over to one finishing step
+(latent pyramid, bundle, renders, report fields).
 """
 
 from __future__ import annotations
@@ -15,11 +17,25 @@ from typing import Any
 import torch
 from torch.func import functional_call
 
-from neuralbake.bakes.neural_material.asset import AssetMaterial, AssetSurface, asset_comparison, is_asset, load_asset_material, place_material
+from neuralbake.bakes.neural_material.asset import (
+    AssetMaterial,
+    AssetSurface,
+    asset_comparison,
+    is_asset,
+    load_asset_material,
+    place_material,
+)
 from neuralbake.bakes.neural_material.comparison import compare, throughput
 from neuralbake.bakes.neural_material.config import NeuralMaterialConfig, device_defaults
 from neuralbake.bakes.neural_material.latents import bake_latent_pyramid, load_neural_material, write_material_bundle
-from neuralbake.bakes.neural_material.model import NeuralMaterial, NeuralMaterialModel, ReferenceSampler, decoder_inputs, relative_l1, texel_features
+from neuralbake.bakes.neural_material.model import (
+    NeuralMaterial,
+    NeuralMaterialModel,
+    ReferenceSampler,
+    decoder_inputs,
+    relative_l1,
+    texel_features,
+)
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
 from neuralbake.errors import ConfigError
 from neuralbake.io.files import sha256_file
@@ -80,7 +96,8 @@ def _compatibility(prepared: _Prepared) -> dict[str, Any]:
     c = prepared.config
     return {
         "material": sha256_file(c.material), "features": prepared.features, "latent": c.latent,
-        "asset": sha256_file(c.asset) if c.asset else None, "material_name": c.material_name,
+        # absent (None) for a layered material without an asset, as in checkpoints from before these keys
+        "asset": sha256_file(c.asset) if c.asset else None, "material_name": c.material_name or None,
         # the objective: resuming under another loss or view distribution changes the run silently
         "loss": "relative_l1", "uniform_views": c.uniform_views,
     }
@@ -163,6 +180,7 @@ def bake_materials_jointly(
     then write each one's bundle and pictures into its folder. Each step sees ``batch_size`` samples split evenly."""
     device = run.device
     template = configs[0]
+    kernels = [decode_kernels(config, device) for config in configs]  # an impossible --kernels triton fails before the work
     prepared = [_prepare(run, config) for config in configs]
     model = JointNeuralMaterialModel([p.features for p in prepared], template).to(device)
     per_material = max(1, template.batch_size // len(configs))
@@ -171,8 +189,8 @@ def bake_materials_jointly(
     result = run.train(model, sampler, relative_l1, template.train, phase=phase, compatibility=compatibility)
     shared = {"joint": names, "layers": "all", "note": "one decoder trained with every material of the pack; per-material encoders and latents"}
     return [
-        _finish(run, p, folder, encoder, model.decoder, result, shared, "torch", decode_kernels(p.config, device))
-        for p, folder, encoder in zip(prepared, folders, model.encoders, strict=True)
+        _finish(run, p, folder, encoder, model.decoder, result, shared, "torch", k)
+        for p, folder, encoder, k in zip(prepared, folders, model.encoders, kernels, strict=True)
     ]
 
 
@@ -203,9 +221,10 @@ def _finish(
                 folder, material, neural, size=config.compare_size, spp=config.compare_spp, views=ASSET_VIEWS, progress=advance,
                 latent_bytes=bundle["bytes"]["latents.u8.safetensors"], decoder_bytes=bundle["bytes"]["network.fp16.bin"],
             )
-        # the asset's own renders are the headline; the sphere and tile previews stay under "preview"
+        # the asset's own renders are the headline (if a view shows the material); the sphere and tile previews stay under "preview"
         scores["preview"] = {"psnr_db": metrics["psnr_db"], "flip": metrics["flip"]}
-        metrics.update(psnr_db=asset["psnr_db"], flip=asset["flip"])
+        if asset["psnr_db"] is not None:
+            metrics.update(psnr_db=asset["psnr_db"], flip=asset["flip"])
     fields: dict[str, Any] = {
         **scores,
         "throughput": throughput(material, neural, normal),

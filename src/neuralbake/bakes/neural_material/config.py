@@ -65,7 +65,7 @@ class NeuralMaterialConfig:
     ``shared_layers`` layers (the part that interprets the directions) fixed, so several materials
     share them; only the rest of the decoder, the encoder and the latents are trained."""
     shared_layers: int = 1
-    """With ``shared_decoder``: how many leading decoder layers are shared (frozen)."""
+    """With ``shared_decoder`` (a baked folder), or in a pack with ``--share``: how many leading decoder layers are shared (frozen)."""
     reference_chunk: int = 0
     """Reference samples evaluated per call of the material graph (the graph's thousands of small ops run once per
     chunk, not per step); batches are then served from the chunk. 0: 2^18 on CPU, 2^20 on a GPU."""
