@@ -386,3 +386,4 @@ def test_the_joint_model_routes_each_row_through_its_materials_encoder() -> None
     latent = torch.cat([model.encoders[0](features[0]), model.encoders[1](features[1])])[order]
     expected = model.decoder(decoder_inputs(latent, wi[order], wo[order], model.direction_inputs))
     torch.testing.assert_close(got, expected)
+
