@@ -202,7 +202,9 @@ def _finish(
     config, material, normal, features = prepared.config, prepared.material, prepared.normal, prepared.features
     device = run.device
     run.note(f"baking the {config.texture_size}x{config.texture_size} latent texture and scoring it")
-    levels = bake_latent_pyramid(types.SimpleNamespace(encoder=encoder), material, normal, config.texture_size)
+    # an asset's maps finer than the latent texture are box-filtered into its texels (at most 4 x 4 samples each)
+    supersample = min(4, max(1, material.texture_side // config.texture_size)) if isinstance(material, AssetMaterial) else 1
+    levels = bake_latent_pyramid(types.SimpleNamespace(encoder=encoder), material, normal, config.texture_size, supersample=supersample)
     neural = NeuralMaterial(levels, decoder, config.direction_inputs)
     if kernels == "triton":
         neural.kernels = "triton"

@@ -38,13 +38,22 @@ def uv_grid(resolution: int, device: torch.device) -> torch.Tensor:
     return torch.stack([u, v], dim=-1).reshape(-1, 2)
 
 
-def bake_latent_pyramid(model: NeuralMaterialModel, material: Any, normal: torch.Tensor, resolution: int, *, chunk: int = 1 << 15) -> list[torch.Tensor]:
+def bake_latent_pyramid(
+    model: NeuralMaterialModel, material: Any, normal: torch.Tensor, resolution: int, *, chunk: int = 1 << 15, supersample: int = 1
+) -> list[torch.Tensor]:
     """Run the encoder per texel: mip 0 from the inputs at texel centres, each lower mip from the
-    encoder applied to 2x2 box-filtered inputs of the level above. Returns ``[R_k, R_k, latent]`` per level."""
+    encoder applied to 2x2 box-filtered inputs of the level above. Returns ``[R_k, R_k, latent]`` per level.
+
+    ``supersample`` ``k > 1``: mip 0's inputs are the box average of ``k x k`` samples per texel (a
+    glTF asset's maps finer than the latent texture are filtered, not point-sampled), as the lower
+    mips' inputs are."""
     device = normal.device
-    uv = uv_grid(resolution, device)
+    fine = resolution * supersample
+    uv = uv_grid(fine, device)
     with torch.no_grad():
         features = torch.cat([texel_features(material, part, normal.expand(len(part), 3)) for part in uv.split(chunk)])
+        if supersample > 1:
+            features = features.reshape(resolution, supersample, resolution, supersample, -1).mean(dim=(1, 3))
         levels = []
         for grid in build_mip_pyramid(features.reshape(resolution, resolution, -1), odd="ceil"):
             flat = grid.reshape(-1, grid.shape[-1])
