@@ -387,3 +387,11 @@ def test_the_joint_model_routes_each_row_through_its_materials_encoder() -> None
     expected = model.decoder(decoder_inputs(latent, wi[order], wo[order], model.direction_inputs))
     torch.testing.assert_close(got, expected)
 
+
+
+def test_material_render_takes_an_asset_bakes_reference(tmp_path: Path) -> None:
+    from neuralbake.bakes.neural_material import render_neural_material
+
+    bake_neural_material(_tiny(CRATE), tmp_path / "nm", progress=False)
+    report = render_neural_material(tmp_path / "nm", tmp_path / "render", size=16, spp=1, device="cpu")
+    assert report["reference"].endswith("crate.gltf") and np.isfinite(report["psnr_db"])

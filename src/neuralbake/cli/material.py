@@ -207,7 +207,7 @@ bake_command(
     help="Bake and pack materials into one shader: a material-id switch, one weight buffer (shared layers once), one latent buffer.",
     arguments=[Arg("materials", "Materials (.json, .mtlx; baked here), glTF scenes (.gltf, .glb: each lit material of their meshes) or baked neural material folders; material ids follow this order.", many=True)],
     rename={"latent_format": "latents", "bake.texture_size": "size", "bake.train.precision": "train-precision"},
-    skip=["bake.material", "bake.material_name", "bake.asset", "bake.shared_decoder"],
+    skip=["bake.material", "bake.material_name", "bake.shared_decoder"],
     notes={"bake.train.steps": "Left out: 10,000 on a GPU, 2,000 on a CPU."},
     out_help="Output folder: materials/<name>/ bakes, shader/ (Slang, HLSL, buffers, manifest), pack.json.",
     summary=_pack_summary,

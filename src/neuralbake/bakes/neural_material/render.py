@@ -13,6 +13,7 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
+from neuralbake.bakes.neural_material.asset import ASSET_SUFFIXES, is_asset, load_asset_material
 from neuralbake.bakes.neural_material.comparison import as_baked
 from neuralbake.bakes.neural_material.latents import BUNDLE_KIND, load_neural_material
 from neuralbake.core.device import resolve_device
@@ -51,13 +52,13 @@ def _reference_material(manifest_path: Path, info: Any, material: str | Path | N
         )
     source = Path(material) if material is not None else recorded
     assert source is not None
-    if not source.is_file() or source.suffix.lower() not in (".json", ".mtlx"):
-        problem = "is not a .json or .mtlx file" if source.is_file() else "is not there"
+    if not source.is_file() or source.suffix.lower() not in (".json", ".mtlx", *ASSET_SUFFIXES):
+        problem = "is not a .json, .mtlx, .gltf or .glb file" if source.is_file() else "is not there"
         raise InputError(
             f"the reference material {'the bundle was baked from ' if material is None else ''}{problem}.",
             path=source,
             field="material.source" if material is None else "material",
-            fix="pass --material with the .json or .mtlx file it was baked from.",
+            fix="pass --material with the .json, .mtlx or glTF file it was baked from.",
         )
     if allow_other:
         return source
@@ -129,7 +130,10 @@ def render_neural_material(
                           field="material.baked_normal", fix="re-run `neuralbake material bake`.")
     neural = load_neural_material(bundle_dir, device=torch_device, quantized=quantized)
     source = _reference_material(bundle.manifest_path, info, material, allow_other_material)
-    reference = load_material(source, device=torch_device)
+    if is_asset(source):  # a glTF asset's material, by the name the bundle records
+        reference = load_asset_material(source, info.name or "", device=torch_device)
+    else:
+        reference = load_material(source, device=torch_device)
     if precision == "fp16":
         neural = neural.to(torch.float16)
     neural.filtering = filter_latents
