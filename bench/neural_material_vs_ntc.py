@@ -32,8 +32,8 @@ from neuralbake.bakes.neural_material.asset import _view_radiance, asset_views, 
 from neuralbake.bakes.ntc.bake import compress_texture_set
 from neuralbake.bakes.ntc.config import NTCConfig
 from neuralbake.bakes.ntc.container import open_container
-from neuralbake.bakes.ntc.layout import BPP_RANGE
 from neuralbake.bakes.ntc.decode import decode_all_levels
+from neuralbake.bakes.ntc.layout import BPP_RANGE
 from neuralbake.bakes.ntc.texture_set import load_gltf_material
 from neuralbake.core.metrics import psnr
 from neuralbake.io.images import save_png
@@ -43,7 +43,6 @@ from neuralbake.render.pictures import panel_grid
 from neuralbake.render.scene import prepare_scene
 from neuralbake.render.tonemap import tone_map
 from neuralbake.render.visibility import warp_available
-
 
 NTC_MAX_BPP = BPP_RANGE[1]
 """The highest rate ``ntc compress`` takes."""
