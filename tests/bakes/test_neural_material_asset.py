@@ -395,3 +395,37 @@ def test_material_render_takes_an_asset_bakes_reference(tmp_path: Path) -> None:
     bake_neural_material(_tiny(CRATE), tmp_path / "nm", progress=False)
     report = render_neural_material(tmp_path / "nm", tmp_path / "render", size=16, spp=1, device="cpu")
     assert report["reference"].endswith("crate.gltf") and np.isfinite(report["psnr_db"])
+
+
+def test_the_sampling_head_samples_its_pdf() -> None:
+    """The proxy lobe (GGX about a tilted normal + cosine): its sampler against its density, chi-square."""
+    from neuralbake.bakes.neural_material.sampling import proxy_pdf, proxy_sample
+
+    def params(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        normal = normalize(torch.tensor([[0.3, -0.2, 1.0]], dtype=torch.float64)).expand(n, 3)
+        return torch.full((n,), 0.7, dtype=torch.float64), torch.full((n,), 0.25, dtype=torch.float64), normal
+
+    wo = normalize(torch.tensor([[0.4, 0.1, 0.8]], dtype=torch.float64))
+    p = chi2_sampler_pvalue(lambda w, u: proxy_sample(*params(w.shape[0]), w, u), lambda wi, w: proxy_pdf(*params(wi.shape[0]), wi, w), wo, n_samples=100_000)
+    assert p > 1e-3
+
+
+def test_a_bake_with_a_sampling_head_keeps_it_in_its_bundle(tmp_path: Path) -> None:
+    from neuralbake.bakes.neural_material import load_neural_material
+
+    config = _tiny(CRATE.parents[1] / "materials" / "velvet.json", sampling_steps=20)
+    report = bake_neural_material(config, tmp_path / "nm", progress=False)
+    sampling = report["sampling"]
+    assert sampling["head"]["steps"] == 20 and set(sampling["relative_variance"]) == {"cosine", "head", "reference_own_sampling"}
+    assert "sampler.safetensors" in report["bundle"]["files"]
+    material = load_neural_material(tmp_path / "nm")
+    assert material.sampler is not None
+    uv = torch.rand(64, 2)
+    layer = material(uv)
+    wo = normalize(torch.rand(64, 3) + torch.tensor([0.0, 0.0, 0.5]))
+    wi, pdf = layer.sample(wo, torch.rand(64, 2))
+    valid = pdf > 0  # an invalid sample (pdf 0) carries no weight; elsewhere the MIS weights see the density sampled with
+    assert bool(valid.any())
+    torch.testing.assert_close(layer.pdf(wi, wo)[valid], pdf[valid])
+    plain = bake_neural_material(_tiny(CRATE.parents[1] / "materials" / "velvet.json"), tmp_path / "plain", progress=False)
+    assert plain["sampling"]["head"] is None and load_neural_material(tmp_path / "plain").sampler is None

@@ -16,8 +16,10 @@ from safetensors.torch import save
 
 from neuralbake.bakes.neural_material.config import NeuralMaterialConfig
 from neuralbake.bakes.neural_material.model import NeuralMaterial, NeuralMaterialModel, texel_features
+from neuralbake.bakes.neural_material.sampling import MAX_TILT, MIN_ALPHA, SamplingHead
 from neuralbake.errors import BundleError
 from neuralbake.io.bundle import read_bundle, write_bundle
+from neuralbake.io.bundle_manifest import bundle_file_path
 from neuralbake.io.device_layout import LayerTensors
 from neuralbake.io.files import atomic_write_bytes, sha256_file
 from neuralbake.nn.mlp import MLP, MLPConfig
@@ -27,6 +29,8 @@ from neuralbake.render.mip import build_mip_pyramid
 __all__ = ["BUNDLE_FILES", "BUNDLE_KIND", "bake_latent_pyramid", "load_neural_material", "uv_grid", "write_material_bundle"]
 
 BUNDLE_KIND = "neural_material"
+SAMPLER_FILE = "sampler.safetensors"
+"""The importance-sampling head's weights (bundles baked since it exists)."""
 BUNDLE_FILES = ("network.json", "network.safetensors", "network.fp16.bin", "network.fp32.bin", "latents.fp16.safetensors", "latents.u8.safetensors")
 """The files of a neural material bundle (decoder, its device layouts, the latent textures)."""
 
@@ -75,6 +79,14 @@ def write_material_bundle(out: Path, neural: NeuralMaterial, config: NeuralMater
         codes, scale, offset = quantize_latents_affine_u8(level.detach().cpu())
         quantized.update({f"{key}.codes": codes, f"{key}.scale": scale, f"{key}.offset": offset})
     atomic_write_bytes(out / "latents.u8.safetensors", save(quantized))
+    extra = {"latents_fp16": "latents.fp16.safetensors", "latents_u8": "latents.u8.safetensors"}
+    sampler_meta = None
+    if neural.sampler is not None:  # the importance-sampling head (sampling.py), in its own file
+        atomic_write_bytes(out / SAMPLER_FILE, save({k: v.detach().cpu().float().contiguous() for k, v in neural.sampler.state_dict().items()}))
+        extra["sampler"] = SAMPLER_FILE
+        sampler_meta = {"file": SAMPLER_FILE, "latent": int(neural.latents[0].shape[-1]), "hidden": neural.sampler.mlp.config.hidden,
+                        "proxy": "GGX reflection lobe (weight w, alpha, normal tilted by tilt) + cosine lobe (1 - w); see bakes/neural_material/sampling.py",
+                        "min_alpha": MIN_ALPHA, "max_tilt": MAX_TILT}
     decoder = neural.decoder
     layers = [LayerTensors(f"decoder.layers.{i}", layer.weight, layer.bias) for i, layer in enumerate(decoder.layers)]
     write_bundle(
@@ -89,15 +101,16 @@ def write_material_bundle(out: Path, neural: NeuralMaterial, config: NeuralMater
                        "u8_decode": "latent = codes * scale + offset (per channel)"},
             "precision": {"training": "fp32", "inference": "fp16 or fp32"},
             "shared_decoder": shared,
+            "sampler": sampler_meta,
             "material": {"source": str(Path(config.material).resolve()), "sha256": sha256_file(config.material), "texel_inputs": features,
                          "baked_normal": list(config.normal),
                          **({"name": config.material_name} if config.material_name and not config.asset else {}),
                          **({"asset": str(Path(config.asset).resolve()), "asset_material": config.material_name or None} if config.asset else {})},
         },
         layers=layers,
-        extra_files={"latents_fp16": "latents.fp16.safetensors", "latents_u8": "latents.u8.safetensors"},
+        extra_files=extra,
     )
-    files = list(BUNDLE_FILES)
+    files = [*BUNDLE_FILES, *([SAMPLER_FILE] if sampler_meta else [])]
     return {"files": files, "bytes": {name: (out / name).stat().st_size for name in files}}
 
 
@@ -132,5 +145,28 @@ def load_neural_material(bundle_dir: str | Path, *, device: torch.device | str =
         else:
             levels.append(tensor.float())
     device = torch.device(device)
-    return NeuralMaterial([level.to(device) for level in levels], decoder.to(device), info.fields["architecture.direction_inputs"])
+    material = NeuralMaterial([level.to(device) for level in levels], decoder.to(device), info.fields["architecture.direction_inputs"])
+    material.sampler = _read_sampler(bundle, int(levels[0].shape[-1]))
+    if material.sampler is not None:
+        material.sampler.to(device)
+    return material
+
+
+def _read_sampler(bundle: Any, latent: int) -> SamplingHead | None:
+    """The bundle's importance-sampling head, checked against its manifest entry (``None`` for bundles without one)."""
+    from safetensors.torch import load
+
+    meta = bundle.manifest.get("sampler")
+    if meta is None:
+        return None
+    fix = "re-run `neuralbake material bake` for this material."
+    if not isinstance(meta, dict) or meta.get("file") != SAMPLER_FILE or meta.get("latent") != latent or not isinstance(meta.get("hidden"), int):
+        raise BundleError(f"the sampler entry {str(meta)[:120]!r} does not describe this bundle's head.", path=bundle.manifest_path, field="sampler", fix=fix)
+    path = bundle_file_path(bundle.manifest_path, SAMPLER_FILE, field="sampler.file")
+    head = SamplingHead(latent, meta["hidden"])
+    try:
+        head.load_state_dict(load(path.read_bytes()))
+    except (ValueError, TypeError, RuntimeError, OSError) as exc:
+        raise BundleError(f"the sampling head cannot be read ({exc}).", path=path, field="sampler", fix=fix) from exc
+    return head.eval()
 

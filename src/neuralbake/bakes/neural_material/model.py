@@ -254,6 +254,9 @@ class NeuralMaterial:
         self.decoder = decoder
         self.direction_inputs = tuple(direction_inputs)
 
+    sampler: Any = None
+    """The importance-sampling head (:class:`~neuralbake.bakes.neural_material.sampling.SamplingHead`), or ``None``: cosine sampling."""
+
     kernels = "torch"
     """Which decode runs: ``torch`` (this class, the reference) or ``triton`` (the fused kernel of
     :class:`neuralbake.kernels.fused.FusedNeuralMaterial`); set from a bake's resolved ``--kernels``."""
@@ -323,14 +326,16 @@ class NeuralMaterial:
         copy = NeuralMaterial([latent.to(dtype).float() for latent in self.latents], decoder.to(dtype), self.direction_inputs)
         copy.kernels = self.kernels
         copy.filtering = self.filtering
+        copy.sampler = self.sampler
         return copy
 
 
 class NeuralMaterialLayer:
     """The :class:`~neuralbake.material.layering.Layer` interface over a neural material.
 
-    ``eval`` is the decoder; ``sample``/``pdf`` are cosine-weighted (any density is valid for an
-    unbiased estimate; the decoder has no sampler of its own yet).
+    ``eval`` is the decoder; ``sample``/``pdf`` are the material's sampling head's proxy lobe where it
+    has one (:mod:`~neuralbake.bakes.neural_material.sampling`), else cosine-weighted (any density
+    is valid for an unbiased estimate).
     """
 
     def __init__(self, material: NeuralMaterial, uv: torch.Tensor) -> None:
@@ -353,10 +358,30 @@ class NeuralMaterialLayer:
             return self.material.decode(self.uv, wi, wo)
         return self.material.evaluate(self.latent, wi, wo)
 
+    def _lobe(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """The sampling head's proxy lobe at this layer's latents (computed once), or ``None`` without a head."""
+        if self.material.sampler is None:
+            return None
+        if getattr(self, "_proxy", None) is None:
+            with torch.no_grad():
+                self._proxy = self.material.sampler(self.latent.float())
+        return self._proxy
+
     def sample(self, wo: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        lobe = self._lobe()
+        if lobe is not None:
+            from neuralbake.bakes.neural_material.sampling import proxy_sample
+
+            wi, pdf = proxy_sample(*lobe, wo.float(), u.float())
+            return wi.to(wo.dtype), pdf.to(wo.dtype)
         wi = square_to_cosine_hemisphere(u)
         return wi, cosine_hemisphere_pdf(wi) * (wo[:, 2] > 0)
 
     def pdf(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
+        lobe = self._lobe()
+        if lobe is not None:
+            from neuralbake.bakes.neural_material.sampling import proxy_pdf
+
+            return proxy_pdf(*lobe, wi.float(), wo.float()).to(wi.dtype)
         return cosine_hemisphere_pdf(wi) * (wo[:, 2] > 0)
 
