@@ -20,7 +20,7 @@ from neuralbake.bakes.neural_material.asset import (
     vertex_frame,
 )
 from neuralbake.cli import app
-from neuralbake.errors import ConfigError, InputError
+from neuralbake.errors import BundleError, ConfigError, InputError
 from neuralbake.io.gltf import Material, Mesh, Scene, TextureRef, write_gltf
 from neuralbake.material.frame import normalize
 from neuralbake.material.gltf import gltf_eval
@@ -427,5 +427,8 @@ def test_a_bake_with_a_sampling_head_keeps_it_in_its_bundle(tmp_path: Path) -> N
     valid = pdf > 0  # an invalid sample (pdf 0) carries no weight; elsewhere the MIS weights see the density sampled with
     assert bool(valid.any())
     torch.testing.assert_close(layer.pdf(wi, wo)[valid], pdf[valid])
+    (tmp_path / "nm" / "sampler.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(BundleError):
+        load_neural_material(tmp_path / "nm")
     plain = bake_neural_material(_tiny(CRATE.parents[1] / "materials" / "velvet.json"), tmp_path / "plain", progress=False)
     assert plain["sampling"]["head"] is None and load_neural_material(tmp_path / "plain").sampler is None

@@ -160,13 +160,19 @@ def _read_sampler(bundle: Any, latent: int) -> SamplingHead | None:
     if meta is None:
         return None
     fix = "re-run `neuralbake material bake` for this material."
-    if not isinstance(meta, dict) or meta.get("file") != SAMPLER_FILE or meta.get("latent") != latent or not isinstance(meta.get("hidden"), int):
-        raise BundleError(f"the sampler entry {str(meta)[:120]!r} does not describe this bundle's head.", path=bundle.manifest_path, field="sampler", fix=fix)
+    hidden = meta.get("hidden") if isinstance(meta, dict) else None
+    if (not isinstance(meta, dict) or meta.get("file") != SAMPLER_FILE or meta.get("latent") != latent
+            or isinstance(hidden, bool) or not isinstance(hidden, int) or not 1 <= hidden <= 4096
+            or meta.get("min_alpha") != MIN_ALPHA or meta.get("max_tilt") != MAX_TILT):
+        raise BundleError(f"the sampler entry {str(meta)[:120]!r} does not describe a sampling head this neuralbake reads.",
+                          path=bundle.manifest_path, field="sampler", fix=fix)
     path = bundle_file_path(bundle.manifest_path, SAMPLER_FILE, field="sampler.file")
-    head = SamplingHead(latent, meta["hidden"])
     try:
+        head = SamplingHead(latent, hidden)
         head.load_state_dict(load(path.read_bytes()))
-    except (ValueError, TypeError, RuntimeError, OSError) as exc:
-        raise BundleError(f"the sampling head cannot be read ({exc}).", path=path, field="sampler", fix=fix) from exc
+    except Exception as exc:  # safetensors' own errors are no ValueError
+        raise BundleError(f"the sampling head cannot be read ({type(exc).__name__}: {str(exc)[:120]}).", path=path, field="sampler", fix=fix) from exc
+    if not all(bool(torch.isfinite(p).all()) for p in head.parameters()):
+        raise BundleError("the sampling head holds non-finite weights.", path=path, field="sampler", fix=fix)
     return head.eval()
 

@@ -335,7 +335,8 @@ class NeuralMaterialLayer:
 
     ``eval`` is the decoder; ``sample``/``pdf`` are the material's sampling head's proxy lobe where it
     has one (:mod:`~neuralbake.bakes.neural_material.sampling`), else cosine-weighted (any density
-    is valid for an unbiased estimate).
+    is valid for an unbiased estimate). A renderer that samples this layer uses them; the comparison
+    renders sample both images with the reference material's sampler.
     """
 
     def __init__(self, material: NeuralMaterial, uv: torch.Tensor) -> None:

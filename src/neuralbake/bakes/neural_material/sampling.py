@@ -106,11 +106,13 @@ def fit_sampling_head(
             wo = view_directions(batch_size, 0.5, generator, device)
             u = torch.rand(batch_size, 3, generator=generator, device=device)
             w, alpha, normal = head(latent)
-            from_head, _ = proxy_sample(w, alpha, normal, wo, u[:, 1:3])
-            wi = torch.where((u[:, 0] < 0.5)[:, None], square_to_cosine_hemisphere(u[:, 1:3]), from_head)
+            from_head, head_pdf = proxy_sample(w, alpha, normal, wo, u[:, 1:3])
+            cosine = u[:, 0] < 0.5
+            wi = torch.where(cosine[:, None], square_to_cosine_hemisphere(u[:, 1:3]), from_head)
             q = 0.5 * cosine_hemisphere_pdf(wi) + 0.5 * proxy_pdf(w, alpha, normal, wi, wo)
             f = _luminance(neural.evaluate(latent, wi, wo))
-            weight = torch.where(q > 0, f / q.clamp(min=1e-12), torch.zeros_like(f))
+            # an invalid head sample (pdf 0) weighs nothing: q leaves its own density out
+            weight = torch.where((q > 0) & (cosine | (head_pdf > 0)), f / q.clamp(min=1e-12), torch.zeros_like(f))
             weight = torch.nan_to_num(weight, posinf=0.0)
         p = proxy_pdf(*head(latent), wi, wo)
         loss = -(weight * torch.log(p + 1e-6)).sum() / weight.sum().clamp(min=1e-12)
