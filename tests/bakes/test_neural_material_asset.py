@@ -397,15 +397,20 @@ def test_material_render_takes_an_asset_bakes_reference(tmp_path: Path) -> None:
     assert report["reference"].endswith("crate.gltf") and np.isfinite(report["psnr_db"])
 
 
-def test_the_sampling_head_samples_its_pdf() -> None:
+@pytest.mark.parametrize(
+    ("w", "alpha", "tilt", "view"),
+    [(0.7, 0.25, (0.3, -0.2), (0.4, 0.1, 0.8)), (0.9, 0.05, (0.6, 0.5), (0.8, 0.0, 0.3)), (0.02, 0.6, (0.0, 0.0), (0.0, 0.3, 0.9)),
+     (0.8, 0.3, (-0.8, 0.1), (0.9, -0.1, 0.15))],  # the last: wo below the tilted lobe's hemisphere
+)
+def test_the_sampling_head_samples_its_pdf(w, alpha, tilt, view) -> None:
     """The proxy lobe (GGX about a tilted normal + cosine): its sampler against its density, chi-square."""
     from neuralbake.bakes.neural_material.sampling import proxy_pdf, proxy_sample
 
     def params(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        normal = normalize(torch.tensor([[0.3, -0.2, 1.0]], dtype=torch.float64)).expand(n, 3)
-        return torch.full((n,), 0.7, dtype=torch.float64), torch.full((n,), 0.25, dtype=torch.float64), normal
+        normal = normalize(torch.tensor([[tilt[0], tilt[1], 1.0]], dtype=torch.float64)).expand(n, 3)
+        return torch.full((n,), w, dtype=torch.float64), torch.full((n,), alpha, dtype=torch.float64), normal
 
-    wo = normalize(torch.tensor([[0.4, 0.1, 0.8]], dtype=torch.float64))
+    wo = normalize(torch.tensor([view], dtype=torch.float64))
     p = chi2_sampler_pvalue(lambda w, u: proxy_sample(*params(w.shape[0]), w, u), lambda wi, w: proxy_pdf(*params(wi.shape[0]), wi, w), wo, n_samples=100_000)
     assert p > 1e-3
 

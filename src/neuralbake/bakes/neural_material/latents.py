@@ -16,7 +16,7 @@ from safetensors.torch import save
 
 from neuralbake.bakes.neural_material.config import NeuralMaterialConfig
 from neuralbake.bakes.neural_material.model import NeuralMaterial, NeuralMaterialModel, texel_features
-from neuralbake.bakes.neural_material.sampling import MAX_TILT, MIN_ALPHA, SamplingHead
+from neuralbake.bakes.neural_material.sampling import MAX_TILT, MAX_W, MIN_ALPHA, SamplingHead
 from neuralbake.errors import BundleError
 from neuralbake.io.bundle import read_bundle, write_bundle
 from neuralbake.io.bundle_manifest import bundle_file_path
@@ -86,7 +86,7 @@ def write_material_bundle(out: Path, neural: NeuralMaterial, config: NeuralMater
         extra["sampler"] = SAMPLER_FILE
         sampler_meta = {"file": SAMPLER_FILE, "latent": int(neural.latents[0].shape[-1]), "hidden": neural.sampler.mlp.config.hidden,
                         "proxy": "GGX reflection lobe (weight w, alpha, normal tilted by tilt) + cosine lobe (1 - w); see bakes/neural_material/sampling.py",
-                        "min_alpha": MIN_ALPHA, "max_tilt": MAX_TILT}
+                        "min_alpha": MIN_ALPHA, "max_tilt": MAX_TILT, "max_w": MAX_W}
     decoder = neural.decoder
     layers = [LayerTensors(f"decoder.layers.{i}", layer.weight, layer.bias) for i, layer in enumerate(decoder.layers)]
     write_bundle(
@@ -163,7 +163,7 @@ def _read_sampler(bundle: Any, latent: int) -> SamplingHead | None:
     hidden = meta.get("hidden") if isinstance(meta, dict) else None
     if (not isinstance(meta, dict) or meta.get("file") != SAMPLER_FILE or meta.get("latent") != latent
             or isinstance(hidden, bool) or not isinstance(hidden, int) or not 1 <= hidden <= 4096
-            or meta.get("min_alpha") != MIN_ALPHA or meta.get("max_tilt") != MAX_TILT):
+            or meta.get("min_alpha") != MIN_ALPHA or meta.get("max_tilt") != MAX_TILT or meta.get("max_w") != MAX_W):
         raise BundleError(f"the sampler entry {str(meta)[:120]!r} does not describe a sampling head this neuralbake reads.",
                           path=bundle.manifest_path, field="sampler", fix=fix)
     path = bundle_file_path(bundle.manifest_path, SAMPLER_FILE, field="sampler.file")

@@ -27,10 +27,13 @@ from neuralbake.material.frame import cosine_hemisphere_pdf, normalize, orthonor
 from neuralbake.material.microfacet import ggx_reflection_pdf, ggx_reflection_sample
 from neuralbake.nn.mlp import MLP, MLPConfig
 
-__all__ = ["SamplingHead", "fit_sampling_head", "proxy_pdf", "proxy_sample", "relative_variance"]
+__all__ = ["MAX_W", "SamplingHead", "fit_sampling_head", "proxy_pdf", "proxy_sample", "relative_variance"]
 
 MIN_ALPHA = 0.02
 """Narrowest proxy lobe (GGX alpha): the head cannot chase a delta it would rarely sample."""
+MAX_W = 0.9
+"""Largest weight of the GGX lobe: the cosine lobe keeps at least a tenth, so a latent the head never saw (a filtered
+level) or light outside the proxy lobe still gets sampled (a defensive mixture)."""
 MAX_TILT = 0.8
 """Largest tangential component of the (unnormalised) tilted normal ``(tx, ty, 1)``."""
 
@@ -44,7 +47,7 @@ class SamplingHead(torch.nn.Module):
 
     def forward(self, latent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         y = self.mlp(latent.float())
-        w = torch.sigmoid(y[:, 0])
+        w = MAX_W * torch.sigmoid(y[:, 0])
         alpha = MIN_ALPHA + (1.0 - MIN_ALPHA) * torch.sigmoid(y[:, 1])
         tilt = MAX_TILT * torch.tanh(y[:, 2:4])
         normal = normalize(torch.cat([tilt, torch.ones_like(tilt[:, :1])], dim=1))
@@ -66,7 +69,8 @@ def proxy_pdf(w: torch.Tensor, alpha: torch.Tensor, normal: torch.Tensor, wi: to
 def proxy_sample(w: torch.Tensor, alpha: torch.Tensor, normal: torch.Tensor, wo: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(wi [N, 3], pdf [N])``: ``u[:, 0]`` picks the GGX lobe (probability ``w``) or the cosine one and is reused rescaled."""
     pick = u[:, 0] < w
-    u0 = torch.where(pick, u[:, 0] / w.clamp(min=1e-12), (u[:, 0] - w) / (1.0 - w).clamp(min=1e-12)).clamp(0.0, 1.0 - 1e-7)
+    u_pick, w64 = u[:, 0].double(), w.double()  # the rescaled number keeps its resolution
+    u0 = torch.where(pick, u_pick / w64.clamp(min=1e-12), (u_pick - w64) / (1.0 - w64).clamp(min=1e-12)).clamp(0.0, 1.0 - 1e-7).to(u.dtype)
     uu = torch.stack((u0, u[:, 1]), dim=-1)
     t, b = orthonormal_basis(normal)
     wi_lobe, lobe_pdf = ggx_reflection_sample(_to_lobe(wo, t, b, normal), uu, alpha, alpha)
