@@ -25,11 +25,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from neuralbake.bakes.neural_material import load_neural_material
-from neuralbake.bakes.neural_material.asset import SUN, load_asset_material, vertex_frame
+from neuralbake.bakes.neural_material.asset import SUN, asset_framing, load_asset_bundle, vertex_frame
 from neuralbake.io.images import save_png
 from neuralbake.material.frame import normalize
-from neuralbake.render.camera import framing_radius, look_at
+from neuralbake.render.camera import look_at
 from neuralbake.render.gbuffer import render_gbuffer
 from neuralbake.render.pictures import comparison_row, panel_grid
 from neuralbake.render.tonemap import tone_map
@@ -59,19 +58,15 @@ def main() -> None:
     parser.add_argument("--distances", type=float, nargs="+", default=[1.0, 2.0, 4.0], help="camera distances in framing radii")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    baked_as = json.loads((args.bundle / "network.json").read_text()).get("material", {}).get("name") or ""
-    material = load_asset_material(args.asset, baked_as, device=device)  # the material the bundle was baked from
-    neural = load_neural_material(args.bundle, device=device)
+    material, neural = load_asset_bundle(args.asset, args.bundle, device=device)
     rs = material.render_scene
-    centre = (rs.positions.min(0).values + rs.positions.max(0).values) / 2
-    extent = float((rs.positions - centre).norm(dim=1).max())
-    target = tuple(float(v) for v in centre)
+    target, framing = asset_framing(rs, 40.0)
     direction = torch.nn.functional.normalize(torch.tensor([-0.35, 0.45, 0.82]), dim=0)  # on the sun's side
     rows, results = [], {"asset": args.asset.name, "bundle": str(args.bundle), "size": args.size, "supersampling": args.ss,
                          "latent_side": int(neural.latents[0].shape[0]), "distances": []}
     started = time.perf_counter()
     for distance in args.distances:
-        radius = framing_radius(extent, 40.0) * distance
+        radius = framing * distance
         camera = look_at(tuple(c + radius * float(d) for c, d in zip(target, direction, strict=True)), target, fov_y_deg=40.0)
         big, big_mask = _sun_image(rs, camera, args.size * args.ss, neural, False, material.index)
         shape = (args.size, args.ss, args.size, args.ss)

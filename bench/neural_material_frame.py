@@ -40,13 +40,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from neuralbake.bakes.neural_material import load_neural_material
-from neuralbake.bakes.neural_material.asset import SUN, GltfLayer, load_asset_material, vertex_frame
+from neuralbake.bakes.neural_material.asset import SUN, GltfLayer, asset_framing, load_asset_bundle, vertex_frame
 from neuralbake.bakes.neural_material.model import lod_from_derivatives
 from neuralbake.export.neural_material import export_neural_material_shader
 from neuralbake.io.images import save_png
 from neuralbake.material.frame import normalize
-from neuralbake.render.camera import framing_radius, look_at
+from neuralbake.render.camera import look_at
 from neuralbake.render.envmap import EnvironmentLight, default_environment
 from neuralbake.render.gbuffer import evaluate_materials, render_gbuffer
 from neuralbake.render.tonemap import tone_map
@@ -81,14 +80,9 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    baked_as = json.loads((args.bundle / "network.json").read_text()).get("material", {}).get("name") or ""
-    material = load_asset_material(args.asset, baked_as, device=device)  # the material the bundle was baked from
-    neural = load_neural_material(args.bundle, device=device)
+    material, neural = load_asset_bundle(args.asset, args.bundle, device=device)
     rs = material.render_scene
-    centre = (rs.positions.min(0).values + rs.positions.max(0).values) / 2
-    extent = float((rs.positions - centre).norm(dim=1).max())
-    distance = framing_radius(extent, 40.0)
-    target = tuple(float(v) for v in centre)
+    target, distance = asset_framing(rs, 40.0)
     camera = look_at((target[0] + 0.6 * distance, target[1] + 0.25 * distance, target[2] + 0.75 * distance), target, fov_y_deg=40.0)
     width, height = args.width, args.height
     results: dict = {"asset": str(args.asset.name), "bundle": str(args.bundle), "width": width, "height": height, "budget_ms": BUDGET_MS,

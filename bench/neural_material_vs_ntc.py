@@ -27,8 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from neuralbake.bakes.neural_material import load_neural_material
-from neuralbake.bakes.neural_material.asset import _view_radiance, asset_views, load_asset_material
+from neuralbake.bakes.neural_material.asset import _view_radiance, asset_views, load_asset_bundle
 from neuralbake.bakes.ntc.bake import compress_texture_set
 from neuralbake.bakes.ntc.config import NTCConfig
 from neuralbake.bakes.ntc.container import open_container
@@ -89,9 +88,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=0, help="NTC training steps (0: its device default)")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    baked_as = json.loads((args.bundle / "network.json").read_text()).get("material", {}).get("name") or ""
-    material = load_asset_material(args.asset, baked_as, device=device)
-    neural = load_neural_material(args.bundle, device=device)
+    material, neural = load_asset_bundle(args.asset, args.bundle, device=device)
     report = json.loads((args.bundle / "report.json").read_text())
     neural_bytes = int(report["asset"]["bytes"]["neural_total"])
     texture_set = load_gltf_material(args.asset, material=str(material.index))

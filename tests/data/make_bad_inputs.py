@@ -386,6 +386,8 @@ def material_asset_cases() -> None:
     shutil.copy(HERE.parents[1] / "examples" / "materials" / "velvet.json", folder / "velvet.json")
     folder = case("material_asset_missing", [*layered, "--asset", "{case}/none.gltf"], "asset does not exist")
     shutil.copy(HERE.parents[1] / "examples" / "materials" / "velvet.json", folder / "velvet.json")
+    folder = case("material_sampling_steps_negative", [*layered, "--sampling-steps", "-1"], "sampling_steps")
+    shutil.copy(HERE.parents[1] / "examples" / "materials" / "velvet.json", folder / "velvet.json")
 
 
 def main() -> None:

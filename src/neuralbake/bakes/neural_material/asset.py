@@ -44,7 +44,7 @@ from neuralbake.core.metrics import psnr
 from neuralbake.errors import InputError
 from neuralbake.io.bcn import BLOCK, bc_roundtrip
 from neuralbake.io.gltf import Scene, load_bake_input
-from neuralbake.material.frame import cosine_hemisphere_pdf, normalize, square_to_cosine_hemisphere
+from neuralbake.material.frame import cosine_hemisphere_pdf, normalize, orthonormal_basis, square_to_cosine_hemisphere
 from neuralbake.material.gltf import gltf_eval, gltf_pdf, gltf_sample
 from neuralbake.material.texture import decode_normal_map
 from neuralbake.render.camera import Camera, framing_radius, random_orbit
@@ -63,8 +63,10 @@ __all__ = [
     "GltfLayer",
     "PlacedMaterial",
     "asset_comparison",
+    "asset_framing",
     "asset_views",
     "is_asset",
+    "load_asset_bundle",
     "load_asset_material",
     "place_material",
     "shade_layer",
@@ -91,17 +93,6 @@ def is_asset(path: str | Path) -> bool:
 # -- the reference: the glTF BRDF with its maps ----------------------------------------------------------
 
 
-def _tangent_of(n: torch.Tensor) -> torch.Tensor:
-    """A unit tangent perpendicular to ``n`` ``[N, 3]``, as close to +x as it can be."""
-    x = torch.zeros_like(n)
-    x[:, 0] = 1.0
-    t = x - n * n[:, :1]
-    weak = (t * t).sum(-1, keepdim=True) < 1e-10
-    y = torch.zeros_like(n)
-    y[:, 1] = 1.0
-    return torch.where(weak, normalize(y - n * n[:, 1:2]), normalize(t))
-
-
 @dataclass(eq=False)
 class GltfLayer:
     """The glTF metal/rough BRDF with a normal map, in the vertex tangent frame (the material
@@ -120,8 +111,7 @@ class GltfLayer:
 
     def __post_init__(self) -> None:
         self.normal = normalize(self.shading_normal)
-        self.tangent = _tangent_of(self.normal)
-        self.bitangent = torch.cross(self.normal, self.tangent, dim=-1)
+        self.tangent, self.bitangent = orthonormal_basis(self.normal)  # the BRDF is isotropic: any frame about the normal
 
     def _to_shading(self, w: torch.Tensor) -> torch.Tensor:
         return torch.stack(((w * self.tangent).sum(-1), (w * self.bitangent).sum(-1), (w * self.normal).sum(-1)), dim=-1)
@@ -477,12 +467,27 @@ def shade_layer(
     return radiance + total * (occlusion[:, None] / spp)
 
 
+def asset_framing(rs: RenderScene, fov_y_deg: float = 40.0) -> tuple[tuple[float, float, float], float]:
+    """``(target, distance)``: the asset's bounding-box centre and the camera distance that frames its bounding sphere."""
+    centre = (rs.positions.min(0).values + rs.positions.max(0).values) / 2
+    extent = float((rs.positions - centre).norm(dim=1).max())
+    return (float(centre[0]), float(centre[1]), float(centre[2])), framing_radius(extent, fov_y_deg)
+
+
 def asset_views(rs: RenderScene, count: int, *, seed: int = 7919, fov_y_deg: float = 40.0) -> list[Camera]:
     """``count`` held-out cameras at random directions around the asset, framing its bounding sphere."""
-    lo, hi = rs.positions.min(0).values, rs.positions.max(0).values
-    centre = (lo + hi) / 2
-    extent = float((rs.positions - centre).norm(dim=1).max())
-    return random_orbit(count, framing_radius(extent, fov_y_deg), seed=seed, target=tuple(float(v) for v in centre), fov_y_deg=fov_y_deg)
+    target, distance = asset_framing(rs, fov_y_deg)
+    return random_orbit(count, distance, seed=seed, target=target, fov_y_deg=fov_y_deg)
+
+
+def load_asset_bundle(asset: str | Path, bundle: str | Path, *, device: torch.device | str = "cpu") -> tuple[AssetMaterial, Any]:
+    """An asset bake's reference (the material its bundle records, ``material.name``) and its neural material."""
+    from neuralbake.bakes.neural_material.latents import load_neural_material
+    from neuralbake.io.bundle import read_bundle
+
+    neural = load_neural_material(bundle, device=device)  # checks the bundle first
+    baked_as = (read_bundle(bundle).manifest.get("material") or {}).get("name") or ""
+    return load_asset_material(asset, baked_as, device=device), neural
 
 
 def _block_compressed(scene: Scene, index: int) -> tuple[Scene, dict[str, int]]:
