@@ -7,8 +7,10 @@ between panels and rivets live in a height field that gives both the normal map 
 one face carries a glowing status strip. Everything is procedural and deterministic (fixed seed),
 so the asset is the project's own work and free to use (CC0).
 
-The files beside this script (``crate.gltf``, ``crate.bin``, ``crate_*.png``) were written by it;
-re-run it to make them again::
+It also writes ``crates.gltf``: three such crates side by side, each with its own material (the
+crate's and two other paint schemes): a small multi-material scene for ``material pack`` and the
+frame-time bench. The files beside this script (``crate.gltf``, ``crate.bin``, ``crate_*.png``,
+``crates.gltf``, ``crates.bin``, ``crates_*.png``) were written by it; re-run it to make them again::
 
     python examples/crate/make_crate.py
 """
@@ -31,6 +33,12 @@ ROUNDING = 0.12
 # The six faces: (normal axis, sign); their uv cells form a 3 x 2 atlas.
 _FACES = [(0, 1.0), (0, -1.0), (1, 1.0), (1, -1.0), (2, 1.0), (2, -1.0)]
 _PAD = 4  # texels of padding around each cell, so bilinear fetches do not bleed across cells
+PAINTS = [
+    ((0.85, 0.35, 0.08), (0.12, 0.30, 0.55)),  # the crate: orange and blue panels
+    ((0.20, 0.45, 0.12), (0.55, 0.55, 0.50)),  # the scene's second crate: green and grey
+    ((0.65, 0.06, 0.05), (0.80, 0.78, 0.70)),  # the third: red and off-white
+]
+"""Paint colours of alternate faces, per crate (linear RGB)."""
 
 
 def _value_noise(shape: tuple[int, int], cells: int, rng: np.random.Generator) -> np.ndarray:
@@ -50,7 +58,7 @@ def _value_noise(shape: tuple[int, int], cells: int, rng: np.random.Generator) -
     return top + (bottom - top) * sy[:, None]
 
 
-def _face_maps(cell: int, face: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _face_maps(cell: int, face: int, rng: np.random.Generator, colours: tuple = PAINTS[0]) -> dict[str, np.ndarray]:
     """Height, paint mask, emissive mask and colour of one face's square cell."""
     t = (np.arange(cell) + 0.5) / cell
     u, v = np.meshgrid(t, t)
@@ -78,12 +86,11 @@ def _face_maps(cell: int, face: int, rng: np.random.Generator) -> dict[str, np.n
     emissive = np.zeros((cell, cell))
     if face == 4:  # a status strip on the top face
         emissive = ((np.abs(v - 0.5) < 0.03) & (np.abs(u - 0.5) < 0.3)).astype(float)
-    colours = [(0.85, 0.35, 0.08), (0.12, 0.30, 0.55)]
     paint_colour = np.array(colours[face % 2])
     return {"height": height, "paint": paint.astype(float), "emissive": emissive, "paint_colour": paint_colour, "wear": wear}
 
 
-def make_textures(seed: int = 7) -> dict[str, np.ndarray]:
+def make_textures(seed: int = 7, colours: tuple = PAINTS[0]) -> dict[str, np.ndarray]:
     """The five 256 x 256 maps, float32 ``[H, W, C]`` in ``[0, 1]`` as stored (colour maps sRGB)."""
     rng = np.random.default_rng(seed)
     cell = SIZE // 3 - 2 * _PAD
@@ -93,7 +100,7 @@ def make_textures(seed: int = 7) -> dict[str, np.ndarray]:
     emissive = np.zeros((SIZE, SIZE, 3))
     bare_metal = np.array([0.62, 0.62, 0.60])
     for face in range(6):
-        maps = _face_maps(cell, face, rng)
+        maps = _face_maps(cell, face, rng, colours)
         row, col = divmod(face, 3)
         y0 = row * (SIZE // 2) + (SIZE // 2 - cell) // 2
         x0 = col * (SIZE // 3) + _PAD
@@ -146,8 +153,8 @@ def make_textures(seed: int = 7) -> dict[str, np.ndarray]:
     }
 
 
-def make_mesh() -> Mesh:
-    """The rounded box, half side 1, one uv cell of the 3 x 2 atlas per face."""
+def make_mesh(centre: tuple[float, float, float] = (0.0, 0.0, 0.0), material: int = 0, name: str = "crate") -> Mesh:
+    """The rounded box, half side 1 (centred at ``centre``), one uv cell of the 3 x 2 atlas per face."""
     cell = (SIZE // 3 - 2 * _PAD) / SIZE
     positions, normals, uvs, indices = [], [], [], []
     t = np.linspace(-1.0, 1.0, GRID + 1)
@@ -186,14 +193,13 @@ def make_mesh() -> Mesh:
     uv_all = np.concatenate(uvs).astype(np.float32)
     index_all = np.concatenate(indices).astype(np.int64)
     tangents = generate_tangents(positions_all, normals_all, uv_all, index_all)
-    return Mesh(positions_all, index_all, normals_all, tangents, uv_all, name="crate")
+    return Mesh(positions_all + np.asarray(centre, dtype=np.float32), index_all, normals_all, tangents, uv_all, material=material, name=name)
 
 
-def main() -> None:
-    maps = make_textures()
-    ref = lambda key: TextureRef(maps[key], name=f"{key}.png")
-    material = Material(
-        name="crate_paint",
+def make_material(name: str, maps: dict[str, np.ndarray], prefix: str = "") -> Material:
+    ref = lambda key: TextureRef(maps[key], name=f"{prefix}{key}.png")
+    return Material(
+        name=name,
         base_color_texture=ref("base_color"),
         metallic_roughness_texture=ref("metallic_roughness"),
         normal_texture=ref("normal"),
@@ -201,9 +207,21 @@ def main() -> None:
         emissive_texture=ref("emissive"),
         emissive_factor=(1.0, 1.0, 1.0),
     )
-    out = Path(__file__).resolve().parent / "crate.gltf"
-    write_gltf(out, Scene(meshes=[make_mesh()], materials=[material]))
+
+
+def main() -> None:
+    folder = Path(__file__).resolve().parent
+    out = folder / "crate.gltf"
+    write_gltf(out, Scene(meshes=[make_mesh()], materials=[make_material("crate_paint", make_textures())]))
     print(f"wrote {out} and its .bin + 5 PNG maps")
+    # A scene of three crates side by side, each with its own material (the crate's, and two more
+    # paint schemes with their own wear): a multi-material scene for `material pack` and the frame bench.
+    names = ["crate_paint", "crate_green", "crate_red"]
+    materials = [make_material(name, make_textures(seed, paints), prefix=f"{name}_") for name, seed, paints in zip(names, (7, 11, 13), PAINTS, strict=True)]
+    meshes = [make_mesh((2.6 * (k - 1), 0.0, 0.0), material=k, name=f"crate_{k}") for k in range(3)]
+    out = folder / "crates.gltf"
+    write_gltf(out, Scene(meshes=meshes, materials=materials))
+    print(f"wrote {out} and its .bin + 15 PNG maps")
 
 
 if __name__ == "__main__":

@@ -299,16 +299,25 @@ def test_a_placed_bake_is_scored_on_the_asset(tmp_path: Path) -> None:
     assert info.value.field == "asset"
 
 
-def test_the_frame_bench_runs_on_slangpys_cpu_device(tmp_path: Path) -> None:
-    """bench/neural_material_frame.py at a tiny size: the exported kernels agree with PyTorch and a frame is timed."""
+@pytest.mark.parametrize("kind", ["bundle", "pack"])
+def test_the_frame_bench_runs_on_slangpys_cpu_device(tmp_path: Path, kind: str) -> None:
+    """bench/neural_material_frame.py at a tiny size, for one asset bake and for the pack of the three-crate scene (the
+    shader's material switch and one tensor kernel per material): the exported kernels agree with PyTorch, a frame is timed."""
     import subprocess
     import sys
 
-    bake_neural_material(_tiny(CRATE), tmp_path / "nm", progress=False)
+    from neuralbake.bakes.material_pack import pack_materials
+
+    if kind == "bundle":
+        asset = CRATE
+        bake_neural_material(_tiny(CRATE), tmp_path / "nm", progress=False)
+    else:
+        asset = CRATE.parent / "crates.gltf"
+        pack_materials([asset], tmp_path / "nm", _tiny(asset), progress=False)
     script = CRATE.parents[2] / "bench" / "neural_material_frame.py"
     out = tmp_path / "frame" / "result.json"
     done = subprocess.run(
-        [sys.executable, str(script), str(CRATE), str(tmp_path / "nm"), "--out", str(out), "--width", "32", "--height", "18", "--repeats", "1", "--slang-device", "cpu"],
+        [sys.executable, str(script), str(asset), str(tmp_path / "nm"), "--out", str(out), "--width", "48", "--height", "27", "--repeats", "1", "--slang-device", "cpu"],
         capture_output=True, text=True, timeout=300, check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -316,6 +325,9 @@ def test_the_frame_bench_runs_on_slangpys_cpu_device(tmp_path: Path) -> None:
     assert result["covered_pixels"] > 0 and result["failures"] == []
     assert result["shader_scalar_error"] < 0.03 and result["shader_tensor_error"] < 0.03
     assert (out.parent / "frame_neural.png").is_file() and (out.parent / "frame_reference.png").is_file()
+    if kind == "pack":  # every crate is in view and shaded by its own material
+        assert result["materials"] == ["crate_paint", "crate_green", "crate_red"]
+        assert len(result["pixels_per_material"]) == 3 and min(result["pixels_per_material"]) > 0
 
 
 def test_a_pack_reads_its_materials_from_a_scene(tmp_path: Path) -> None:
@@ -413,6 +425,51 @@ def test_the_sampling_head_samples_its_pdf(w, alpha, tilt, view) -> None:
     wo = normalize(torch.tensor([view], dtype=torch.float64))
     p = chi2_sampler_pvalue(lambda w, u: proxy_sample(*params(w.shape[0]), w, u), lambda wi, w: proxy_pdf(*params(wi.shape[0]), wi, w), wo, n_samples=100_000)
     assert p > 1e-3
+
+
+def test_gradcheck_proxy_pdf_and_sample() -> None:
+    """The head trains through ``proxy_pdf`` (its parameters) and a renderer may differentiate samples: gradient checks of both."""
+    from neuralbake.bakes.neural_material.sampling import proxy_pdf, proxy_sample
+
+    g = torch.Generator().manual_seed(3)
+    n = 12
+    w = (0.1 + 0.7 * torch.rand(n, generator=g, dtype=torch.float64)).requires_grad_()
+    alpha = (0.1 + 0.6 * torch.rand(n, generator=g, dtype=torch.float64)).requires_grad_()
+    normal = normalize(torch.cat([0.4 * torch.randn(n, 2, generator=g, dtype=torch.float64), torch.ones(n, 1, dtype=torch.float64)], 1)).requires_grad_()
+    wo = normalize(torch.randn(n, 3, generator=g, dtype=torch.float64) + torch.tensor([0.0, 0.0, 1.5], dtype=torch.float64))
+    wi = normalize(torch.randn(n, 3, generator=g, dtype=torch.float64) + torch.tensor([0.0, 0.0, 1.5], dtype=torch.float64))
+    assert torch.autograd.gradcheck(lambda a, b, c: proxy_pdf(a, b, normalize(c), wi, wo), (w, alpha, normal))
+    # sampled directions: u away from the lobe pick (w) so both branches stay put under the finite differences
+    u = torch.rand(n, 2, generator=g, dtype=torch.float64)
+    u[:, 0] = torch.where((u[:, 0] - w.detach()).abs() < 0.05, (u[:, 0] + 0.1) % 1.0, u[:, 0])
+    assert torch.autograd.gradcheck(lambda b, c: proxy_sample(w.detach(), b, normalize(c), wo, u)[0], (alpha, normal))
+
+
+def test_gradcheck_trilinear_and_footprint_latent_fetch() -> None:
+    """``latent_filtered`` (trilinear between levels) and ``latent_footprint`` (probes along the footprint): gradients in the
+    latent levels, the level of detail and uv."""
+    from neuralbake.bakes.neural_material.model import NeuralMaterial
+    from neuralbake.nn.mlp import MLP, MLPConfig
+
+    g = torch.Generator().manual_seed(4)
+    levels = [torch.rand(size, size, 3, generator=g, dtype=torch.float64).requires_grad_() for size in (8, 4, 2, 1)]
+    decoder = MLP(MLPConfig(inputs=9, hidden=8, layers=1, outputs=3))
+    n = 10
+    uv = torch.rand(n, 2, generator=g, dtype=torch.float64).requires_grad_()
+    lod = (0.1 + 2.8 * torch.rand(n, generator=g, dtype=torch.float64))
+    lod = torch.where((lod - lod.round()).abs() < 0.05, lod + 0.1, lod).requires_grad_()  # off the levels' kinks
+
+    def filtered(u, l, *latents):
+        return NeuralMaterial(list(latents), decoder).latent_filtered(u, l)
+
+    assert torch.autograd.gradcheck(filtered, (uv, lod, *levels))
+    duv_dx = torch.randn(n, 2, generator=g, dtype=torch.float64) * 0.3
+    duv_dy = torch.randn(n, 2, generator=g, dtype=torch.float64) * 0.05
+
+    def footprint(*latents):
+        return NeuralMaterial(list(latents), decoder).latent_footprint(uv.detach(), duv_dx, duv_dy)
+
+    assert torch.autograd.gradcheck(footprint, tuple(levels))
 
 
 def test_a_bake_with_a_sampling_head_keeps_it_in_its_bundle(tmp_path: Path) -> None:

@@ -63,10 +63,10 @@ _MANIFEST_KEYS_WRITTEN_BY_WRITE_BUNDLE = ("format", "format_version", "kind", "f
 # -- fixtures and helpers ---------------------------------------------------------------------------
 
 
-def _bake(material: str, out: Path) -> Path:
+def _bake(material: str, out: Path, sampling_steps: int = 0) -> Path:
     config = NeuralMaterialConfig(
         material=str(EXAMPLES / material), texture_size=8, batch_size=256, device="cpu", decoder_hidden=16, encoder_hidden=16,
-        compare_size=8, compare_spp=1, reference_chunk=256 * 20,
+        compare_size=8, compare_spp=1, reference_chunk=256 * 20, sampling_steps=sampling_steps,
         train=TrainerConfig(steps=20, precision="fp32", log_every=10, checkpoint_every=0, eval_every=0),
     )
     bake_neural_material(config, out, progress=False)
@@ -105,6 +105,7 @@ def bakes(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("neural_materials")
     copper = _bake("antique_copper_tray.json", root / "copper")
     velvet = _bake("velvet.json", root / "velvet")
+    head = _bake("antique_copper_tray.json", root / "head", sampling_steps=20)  # with an importance-sampling head
     torch.manual_seed(0)
     # copper with its output bias raised, so f cos reaches ~10 and the tolerance is tested on large values too
     bright = load_neural_material(copper).decoder
@@ -131,6 +132,7 @@ def bakes(tmp_path_factory) -> dict[str, Path]:
     return {
         "copper": copper,
         "velvet": velvet,
+        "head": head,
         "bright": derived_bundle(copper, root / "bright", decoder=bright),
         "shared": derived_bundle(velvet, root / "shared", decoder=shared),
         "tweaked": derived_bundle(copper, root / "tweaked", decoder=tweaked),
@@ -601,3 +603,217 @@ def test_cli_export_and_pack(tmp_path, bakes, cli):
     assert "id 1: velvet" in result.output and (tmp_path / "scene" / "shader" / "material_pack.slang").is_file()
     result = runner.invoke(cli, ["material", "pack", str(bakes["copper"]), str(bakes["latent4"]), "--out", str(tmp_path / "bad")])
     assert result.exit_code == 2 and "latent.channels" in result.output
+
+
+# -- importance sampling: the sampling head and its proxy lobe ---------------------------------------
+
+_LOBE_KERNEL = """
+StructuredBuffer<float> nb_test_queries;   // weight, alpha, normal.xyz, wo.xyz, u.xy, wi.xyz
+RWStructuredBuffer<float> nb_test_out;     // sampled wi.xyz, its pdf, the pdf of the given wi
+cbuffer nb_test_constants {{ uint nb_test_count; }};
+[shader("compute")]
+[numthreads(64, 1, 1)]
+void nb_test_lobe(uint3 id : SV_DispatchThreadID)
+{{
+    uint p = id.x;
+    if (p >= nb_test_count)
+        return;
+    uint b = p * 13u;
+    float weight = nb_test_queries[b];
+    float alpha = nb_test_queries[b + 1u];
+    float3 normal = float3(nb_test_queries[b + 2u], nb_test_queries[b + 3u], nb_test_queries[b + 4u]);
+    float3 wo = float3(nb_test_queries[b + 5u], nb_test_queries[b + 6u], nb_test_queries[b + 7u]);
+    float2 u = float2(nb_test_queries[b + 8u], nb_test_queries[b + 9u]);
+    float3 wi = float3(nb_test_queries[b + 10u], nb_test_queries[b + 11u], nb_test_queries[b + 12u]);
+    float pdf;
+    float3 sampled = nb_{m}_sample_lobe(weight, alpha, normal, wo, u, pdf);
+    nb_test_out[p * 5u] = sampled.x;
+    nb_test_out[p * 5u + 1u] = sampled.y;
+    nb_test_out[p * 5u + 2u] = sampled.z;
+    nb_test_out[p * 5u + 3u] = pdf;
+    nb_test_out[p * 5u + 4u] = nb_{m}_pdf_lobe(weight, alpha, normal, wi, wo);
+}}
+"""
+
+_SAMPLE_KERNEL = """
+StructuredBuffer<float> nb_test_queries;   // u, v, wo.xyz, u.xy, wi.xyz, lod
+StructuredBuffer<uint> nb_test_ids;        // material id, mip
+RWStructuredBuffer<float> nb_test_out;     // sampled wi.xyz, its pdf, the pdf of the given wi
+cbuffer nb_test_constants {{ uint nb_test_count; }};
+[shader("compute")]
+[numthreads(64, 1, 1)]
+void nb_test_sample(uint3 id : SV_DispatchThreadID)
+{{
+    uint p = id.x;
+    if (p >= nb_test_count)
+        return;
+    uint b = p * 11u;
+    float2 uv = float2(nb_test_queries[b], nb_test_queries[b + 1u]);
+    float3 wo = float3(nb_test_queries[b + 2u], nb_test_queries[b + 3u], nb_test_queries[b + 4u]);
+    float2 u = float2(nb_test_queries[b + 5u], nb_test_queries[b + 6u]);
+    float3 wi = float3(nb_test_queries[b + 7u], nb_test_queries[b + 8u], nb_test_queries[b + 9u]);
+    float lod = nb_test_queries[b + 10u];
+    float pdf;
+    float3 sampled = {sample};
+    nb_test_out[p * 5u] = sampled.x;
+    nb_test_out[p * 5u + 1u] = sampled.y;
+    nb_test_out[p * 5u + 2u] = sampled.z;
+    nb_test_out[p * 5u + 3u] = pdf;
+    nb_test_out[p * 5u + 4u] = {pdf};
+}}
+"""
+SAMPLE_TOLERANCE = 2e-4
+"""Largest difference of a sampled direction's components, shader against PyTorch (fp32 both)."""
+PDF_TOLERANCE = (1e-4, 2e-3)
+"""(absolute, relative) bound on densities (up to ~1e3 for the narrowest lobe)."""
+
+
+def _run_test_kernel(device, written, source: str, entry: str, queries: np.ndarray, n: int, ids: np.ndarray | None = None) -> np.ndarray:
+    module = device.load_module_from_source(f"nb_sampling_test_{next(_module_ids)}", source)
+    kernel = device.create_compute_kernel(device.link_program([module], [module.entry_point(entry)]))
+    usage = slangpy.BufferUsage.shader_resource
+    m = written.module
+    out = device.create_buffer(data=np.full(n * 5, np.nan, dtype=np.float32), struct_size=4, usage=slangpy.BufferUsage.unordered_access)
+    bindings = {
+        f"nb_{m}_weights": device.create_buffer(data=np.frombuffer(written.weights.read_bytes(), dtype=np.uint8).copy(), usage=usage),
+        f"nb_{m}_latents": device.create_buffer(data=np.frombuffer(written.latents.read_bytes(), dtype=np.uint8).copy(), usage=usage),
+        "nb_test_queries": device.create_buffer(data=np.ascontiguousarray(queries, dtype=np.float32).reshape(-1), struct_size=4, usage=usage),
+        "nb_test_out": out,
+        "nb_test_constants": {"nb_test_count": n},
+    }
+    if ids is not None:
+        bindings["nb_test_ids"] = device.create_buffer(data=np.ascontiguousarray(ids, dtype=np.uint32).reshape(-1), struct_size=4, usage=usage)
+    kernel.dispatch(thread_count=[n, 1, 1], vars=bindings)
+    return out.to_numpy().view(np.float32).reshape(n, 5)
+
+
+def _assert_samples_match(actual: np.ndarray, wi: torch.Tensor, pdf: torch.Tensor, given_pdf: torch.Tensor) -> None:
+    assert np.isfinite(actual).all()
+    assert np.abs(actual[:, :3] - wi.numpy()).max() < SAMPLE_TOLERANCE
+    absolute, relative = PDF_TOLERANCE
+    for column, expected in ((3, pdf.numpy()), (4, given_pdf.numpy())):
+        error = np.abs(actual[:, column] - expected)
+        assert (error <= absolute + relative * np.abs(expected)).all(), (column, error.max())
+
+
+def _sampling_queries(n: int, seed: int) -> tuple[torch.Tensor, ...]:
+    """wo mostly above the vertex plane (some below, some grazing), uniforms kept off the lobe-pick boundary by the caller."""
+    g = torch.Generator().manual_seed(seed)
+    wo = torch.nn.functional.normalize(torch.randn(n, 3, generator=g) + torch.tensor([0.0, 0.0, 0.8]), dim=1)
+    wo[:20, 2] = -wo[:20, 2].abs()  # below the plane: pdf 0
+    wo[20:40] = torch.nn.functional.normalize(wo[20:40] * torch.tensor([1.0, 1.0, 0.01]), dim=1)  # grazing
+    u = torch.rand(n, 2, generator=g)
+    wi = torch.nn.functional.normalize(torch.randn(n, 3, generator=g) + torch.tensor([0.0, 0.0, 0.5]), dim=1)
+    return wo, u, wi
+
+
+@needs_slangpy
+def test_sampling_lobe_matches_proxy_sample_and_pdf(tmp_path, bakes, slang_device):
+    """``nb_<m>_sample_lobe`` / ``nb_<m>_pdf_lobe`` against ``proxy_sample`` / ``proxy_pdf`` over the whole lobe parameter range."""
+    from neuralbake.bakes.neural_material.sampling import MAX_W, MIN_ALPHA, proxy_pdf, proxy_sample
+
+    written = export_neural_material_shader(bakes["head"], tmp_path)
+    n = 2000
+    g = torch.Generator().manual_seed(31)
+    weight = torch.rand(n, generator=g) * MAX_W
+    alpha = MIN_ALPHA + (1.0 - MIN_ALPHA) * torch.rand(n, generator=g) ** 3  # many narrow lobes
+    normal = torch.nn.functional.normalize(torch.cat([torch.randn(n, 2, generator=g) * 0.5, torch.ones(n, 1)], dim=1), dim=1)
+    wo, u, wi = _sampling_queries(n, seed=32)
+    u[:, 0] = torch.where((u[:, 0] - weight).abs() < 1e-4, u[:, 0] + 2e-4, u[:, 0]).clamp(max=0.9999)
+    expected_wi, expected_pdf = proxy_sample(weight, alpha, normal, wo, u)
+    given_pdf = proxy_pdf(weight, alpha, normal, wi, wo)
+    assert (expected_pdf == 0).any() and (expected_pdf > 100).any()  # invalid samples and narrow lobes are both tested
+    queries = torch.cat([weight[:, None], alpha[:, None], normal, wo, u, wi], dim=1).numpy()
+    actual = _run_test_kernel(slang_device, written, written.slang.read_text() + _LOBE_KERNEL.format(m=written.module), "nb_test_lobe", queries, n)
+    _assert_samples_match(actual, expected_wi, expected_pdf, given_pdf)
+
+
+@needs_slangpy
+@pytest.mark.parametrize(("precision", "fetch"), [("fp32", "mip"), ("fp16", "mip"), ("fp32", "lod")])
+def test_sample_and_pdf_use_the_sampling_head_at_the_texel(tmp_path, bakes, slang_device, precision, fetch):
+    """``nb_<m>_sample`` / ``nb_<m>_pdf`` (a mip level) and their ``_lod`` forms (trilinear latents): the latent at uv, the
+    head, the lobe: the PyTorch material's ``sample``/``pdf`` on the same latent."""
+    from neuralbake.bakes.neural_material.sampling import proxy_pdf, proxy_sample
+
+    written = export_neural_material_shader(bakes["head"], tmp_path, precision=precision)
+    manifest = json.loads(written.manifest.read_text())
+    assert manifest["materials"][0]["sampling"]["head_layers"][0]["inputs"] == 8
+    material = reference_material(bakes["head"], precision, "fp16")
+    assert material.sampler is not None
+    if precision == "fp16":
+        with torch.no_grad():
+            for parameter in material.sampler.parameters():
+                parameter.copy_(parameter.half().float())
+    n = 600
+    uv, _, _, mips = random_queries(n, len(material.latents), seed=33)
+    wo, u, wi = _sampling_queries(n, seed=34)
+    lod = torch.rand(n, generator=torch.Generator().manual_seed(37)) * (len(material.latents) + 1) - 0.5  # past both ends too
+    with torch.no_grad():
+        if fetch == "lod":
+            lobes = list(material.sampler(material.latent_filtered(uv, lod).float()))
+        else:
+            lobes = [torch.zeros(n), torch.zeros(n), torch.zeros(n, 3)]
+            for level in mips.unique().tolist():
+                rows = mips == level
+                for target, value in zip(lobes, material.sampler(material.latent_at(uv[rows], level).float()), strict=True):
+                    target[rows] = value
+        weight = lobes[0]
+        u[:, 0] = torch.where((u[:, 0] - weight).abs() < 1e-4, u[:, 0] + 2e-4, u[:, 0]).clamp(max=0.9999)
+        expected_wi, expected_pdf = proxy_sample(*lobes, wo, u)
+        given_pdf = proxy_pdf(*lobes, wi, wo)
+    queries = torch.cat([uv, wo, u, wi, lod[:, None]], dim=1).numpy()
+    m = written.module
+    level = "nb_test_ids[p]" if fetch == "mip" else "lod"
+    suffix = "" if fetch == "mip" else "_lod"
+    source = written.slang.read_text() + _SAMPLE_KERNEL.format(
+        sample=f"nb_{m}_sample{suffix}(uv, wo, u, {level}, pdf)", pdf=f"nb_{m}_pdf{suffix}(uv, wi, wo, {level})"
+    )
+    actual = _run_test_kernel(slang_device, written, source, "nb_test_sample", queries, n, ids=mips.numpy())
+    _assert_samples_match(actual, expected_wi, expected_pdf, given_pdf)
+
+
+@needs_slangpy
+def test_pack_sample_switch_gives_cosine_sampling_without_a_head(tmp_path, bakes, slang_device):
+    """In a pack, the material with a head samples its lobe and the one without samples the cosine lobe (the PyTorch fallback)."""
+    from neuralbake.bakes.neural_material.sampling import proxy_pdf, proxy_sample
+    from neuralbake.material.frame import cosine_hemisphere_pdf, square_to_cosine_hemisphere
+
+    written = export_material_pack_shader([bakes["head"], bakes["velvet"]], tmp_path, name="scene")
+    manifest = json.loads(written.manifest.read_text())
+    assert [entry["sampling"]["method"] for entry in manifest["materials"]][1] == "cosine"
+    n = 400
+    material = reference_material(bakes["head"], "fp32", "fp16")
+    ids = np.zeros((n, 2), dtype=np.uint32)
+    ids[n // 2 :, 0] = 1
+    ids[-10:, 0] = 2  # not a material of the pack: pdf 0
+    uv, _, _, mips = random_queries(n, len(material.latents), seed=35)
+    ids[:, 1] = mips.numpy()
+    wo, u, wi = _sampling_queries(n, seed=36)
+    with torch.no_grad():
+        lobe = [torch.zeros(n), torch.zeros(n), torch.zeros(n, 3)]
+        for level in mips.unique().tolist():
+            rows = mips == level
+            for target, value in zip(lobe, material.sampler(material.latent_at(uv[rows], level).float()), strict=True):
+                target[rows] = value
+        u[:, 0] = torch.where((u[:, 0] - lobe[0]).abs() < 1e-4, u[:, 0] + 2e-4, u[:, 0]).clamp(max=0.9999)
+        head_wi, head_pdf = proxy_sample(*lobe, wo, u)
+        head_given = proxy_pdf(*lobe, wi, wo)
+    above = (wo[:, 2] > 0).float()
+    cosine_wi = square_to_cosine_hemisphere(u)
+    expected_wi = torch.where(torch.from_numpy(ids[:, :1] == 1), cosine_wi, head_wi)
+    expected_pdf = torch.where(torch.from_numpy(ids[:, 0] == 1), cosine_hemisphere_pdf(cosine_wi) * above, head_pdf)
+    given_pdf = torch.where(torch.from_numpy(ids[:, 0] == 1), cosine_hemisphere_pdf(wi) * above, head_given)
+    unknown = torch.from_numpy(ids[:, 0] == 2)
+    expected_wi[unknown] = torch.tensor([0.0, 0.0, 1.0])
+    expected_pdf[unknown], given_pdf[unknown] = 0.0, 0.0
+    source = written.slang.read_text() + _SAMPLE_KERNEL.format(
+        sample="nb_scene_sample(nb_test_ids[p * 2u], uv, wo, u, nb_test_ids[p * 2u + 1u], pdf)",
+        pdf="nb_scene_pdf(nb_test_ids[p * 2u], uv, wi, wo, nb_test_ids[p * 2u + 1u])",
+    )
+    queries = torch.cat([uv, wo, u, wi, torch.zeros(n, 1)], dim=1).numpy()
+    actual = _run_test_kernel(slang_device, written, source, "nb_test_sample", queries, n, ids=ids)
+    _assert_samples_match(actual, expected_wi, expected_pdf, given_pdf)
+    hlsl = written.hlsl.read_text()
+    assert "float nb_scene_pdf(uint material_id, float2 uv, float3 wi, float3 wo, uint mip)" in hlsl
+    assert "float3 nb_scene_sample_lod(uint material_id, float2 uv, float3 wo, float2 u, float lod, out float pdf)" in hlsl
+    assert manifest["weights"]["sampling_head_layers"] == 2

@@ -116,9 +116,10 @@ def _ntc_container(features: int = 4, hidden: tuple[int, ...] = (24, 16), size: 
     return read_container(pack_container(model)).to(DEVICE)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_ntc_random_access_matches_torch(dtype: torch.dtype) -> None:
-    container = _ntc_container()
+@pytest.mark.parametrize(("dtype", "features"), [(torch.float32, 4), (torch.float16, 4), (torch.float32, 6), (torch.float16, 12)])
+def test_ntc_random_access_matches_torch(dtype: torch.dtype, features: int) -> None:
+    """Latent feature counts of the shipped shapes, powers of two or not (4, 6, 12), in both precisions."""
+    container = _ntc_container(features=features)
     g = torch.Generator().manual_seed(6)
     sizes = container.layout.level_sizes
     level = torch.randint(0, len(sizes), (400,), generator=g)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from neuralbake.bakes.neural_material.latents import read_sampler
 from neuralbake.errors import BundleError, ConfigError
 from neuralbake.export.neural_material_codegen import POINT_FLOATS, generate_material_shader
 from neuralbake.export.neural_material_layout import ELEMENT_BYTES, ExportMaterial, LatentBufferLevel, pack_latents, pack_weights
@@ -40,11 +41,13 @@ from neuralbake.export.neural_material_manifest import (
     read_latent_levels,
     read_neural_material_manifest,
 )
+from neuralbake.export.neural_material_sampling import sampler_summary
 from neuralbake.export.neural_material_tensor import POINTS_PER_GROUP as TENSOR_POINTS_PER_GROUP
 from neuralbake.export.neural_material_tensor import THREADS as TENSOR_THREADS
 from neuralbake.export.neural_material_tensor import tensor_kernel_shape
 from neuralbake.export.slang import THREADS_PER_GROUP
 from neuralbake.io.bundle import LATENT_FORMATS, read_bundle, read_device_layout
+from neuralbake.io.device_layout import LayerTensors, pack_device_layout
 from neuralbake.io.files import atomic_write_bytes, atomic_write_json, atomic_write_text, prepare_output_dir, sha256_file
 
 __all__ = ["NeuralMaterialShaderExport", "export_material_pack_shader", "export_neural_material_shader"]
@@ -100,7 +103,12 @@ def _read_material(bundle_dir: str | Path, precision: str, latent_format: str) -
         LatentBufferLevel(int(data.shape[1]), int(data.shape[0]), data.tobytes(), scale, offset)
         for data, scale, offset in read_latent_levels(bundle, info, latent_format)
     ]
-    return ExportMaterial(_material_name(info, directory), directory, bundle.manifest_path, info.fields, layers, weights, levels)
+    head = read_sampler(bundle, int(info.fields["latent.channels"]))
+    sampler_weights, sampler_layers = b"", None
+    if head is not None:  # the importance-sampling head: its own device layout, packed after the decoders
+        tensors = [LayerTensors(f"sampler.layers.{i}", layer.weight.detach(), layer.bias.detach()) for i, layer in enumerate(head.mlp.layers)]
+        sampler_weights, sampler_layers = pack_device_layout(tensors, precision)
+    return ExportMaterial(_material_name(info, directory), directory, bundle.manifest_path, info.fields, layers, weights, levels, sampler_layers, sampler_weights)
 
 
 def _check_options(precision: str, latent_format: str) -> None:
@@ -150,6 +158,7 @@ def _shader_manifest(
     materials: Sequence[ExportMaterial],
     weight_tables: list[list[dict[str, Any]]],
     latent_tables: list[list[dict[str, int]]],
+    sampler_tables: list[list[dict[str, Any]] | None],
 ) -> dict[str, Any]:
     """``<module>.json``: the files with their sha256, the bindings, both buffer layouts and the per-material tables."""
     module = written.module
@@ -168,6 +177,10 @@ def _shader_manifest(
         },
         "functions": {
             "eval": f"float3 nb_{module}_eval(uint material_id, float2 uv, float3 wi, float3 wo, uint mip)" if pack else f"float3 nb_{module}_eval(float2 uv, float3 wi, float3 wo, uint mip)",
+            "sample": (f"float3 nb_{module}_sample(uint material_id, float2 uv, float3 wo, float2 u, uint mip, out float pdf)" if pack
+                       else f"float3 nb_{module}_sample(float2 uv, float3 wo, float2 u, uint mip, out float pdf)"),
+            "pdf": (f"float nb_{module}_pdf(uint material_id, float2 uv, float3 wi, float3 wo, uint mip)" if pack
+                    else f"float nb_{module}_pdf(float2 uv, float3 wi, float3 wo, uint mip)"),
             "kernel": f"nb_{module}_kernel ({THREADS_PER_GROUP} threads per group)",
             "kernel_buffers": {
                 f"nb_{module}_points": f"StructuredBuffer<float>: u, v, wi.xyz, wo.xyz per point ({POINT_FLOATS} floats)",
@@ -182,7 +195,8 @@ def _shader_manifest(
             "precision": precision,
             "layout": "neuralbake device layout: per layer a row-major [outputs, inputs] matrix (64-byte aligned) then the bias (16-byte aligned), little-endian",
             "layers_stored": stored_layers,
-            "layers_referenced": sum(len(table) for table in weight_tables),
+            "layers_referenced": sum(len(table) for table in weight_tables) + sum(len(table) for table in sampler_tables if table is not None),
+            "sampling_head_layers": sum(len(table) for table in sampler_tables if table is not None),
         },
         "latents": {
             "format": latent_format,
@@ -202,8 +216,11 @@ def _shader_manifest(
                 "direction_inputs": material.fields["architecture.direction_inputs"],
                 "decoder_layers": weight_table,
                 "mips": latent_table,
+                "sampling": sampler_summary(material, sampler_table),
             }
-            for index, (material, weight_table, latent_table) in enumerate(zip(materials, weight_tables, latent_tables, strict=True))
+            for index, (material, weight_table, latent_table, sampler_table) in enumerate(
+                zip(materials, weight_tables, latent_tables, sampler_tables, strict=True)
+            )
         ],
     }
 
@@ -248,9 +265,12 @@ def _export(
         # One material: the module and the material share the name (nb_<name>_eval, nb_<name>_weights ...).
         module = module or materials[0].name
         materials = [replace(materials[0], name=module)]
-    weights, weight_tables, stored_layers = pack_weights(materials, precision)
+    weights, weight_tables, stored_layers, sampler_tables = pack_weights(materials, precision)
     latents, latent_tables = pack_latents(materials, latent_format)
-    sources = {language: generate_material_shader(language, module, materials, weight_tables, latent_tables, precision, latent_format, pack) for language in ("slang", "hlsl")}
+    sources = {
+        language: generate_material_shader(language, module, materials, weight_tables, latent_tables, precision, latent_format, pack, sampler_tables)
+        for language in ("slang", "hlsl")
+    }
 
     out = prepare_output_dir(out_dir)
     written = NeuralMaterialShaderExport(
@@ -266,7 +286,7 @@ def _export(
     atomic_write_bytes(written.latents, latents)
     atomic_write_text(written.slang, sources["slang"])
     atomic_write_text(written.hlsl, sources["hlsl"])
-    atomic_write_json(written.manifest, _shader_manifest(written, pack, precision, latent_format, stored_layers, materials, weight_tables, latent_tables))
+    atomic_write_json(written.manifest, _shader_manifest(written, pack, precision, latent_format, stored_layers, materials, weight_tables, latent_tables, sampler_tables))
     return written
 
 

@@ -26,6 +26,9 @@ material they are the same):
 - pack only: ``float3 nb_<module>_eval(uint material_id, float2 uv, float3 wi, float3 wo, uint
   mip)`` and ``nb_<module>_eval_lod(uint material_id, ..., float lod)``, a ``switch (material_id)`` over the packed materials (ids in the order given, also as
   ``NB_<MODULE>_ID_<M>`` constants); unknown ids give black.
+- ``nb_<m>_sample(uv, wo, u, mip, out pdf)`` and ``nb_<m>_pdf(uv, wi, wo, mip)`` (pack: ``nb_<module>_sample``
+  / ``nb_<module>_pdf`` with the material id first): importance sampling with the material's
+  sampling head, or cosine sampling without one (:mod:`neuralbake.export.neural_material_sampling`).
 - ``nb_<module>_kernel``: a 64-thread compute entry point for batch use and testing. Point ``p``
   reads ``u, v, wi.xyz, wo.xyz`` from ``StructuredBuffer<float> nb_<module>_points[p * 8 + k]``,
   its mip from ``StructuredBuffer<uint> nb_<module>_mips[p]`` (and in a pack its material from
@@ -48,6 +51,7 @@ from typing import Any
 
 from neuralbake.bakes.neural_material.model import MAX_PROBES
 from neuralbake.export.neural_material_layout import ExportMaterial
+from neuralbake.export.neural_material_sampling import helper_code, sampling_code, sampling_switch_code
 from neuralbake.export.neural_material_tensor import tensor_kernel_code
 from neuralbake.export.slang import THREADS_PER_GROUP, generate_mlp_hlsl, generate_mlp_slang
 
@@ -56,15 +60,23 @@ __all__ = ["POINT_FLOATS", "generate_material_shader"]
 POINT_FLOATS = 8
 """Floats per point in the compute entry point's input buffer: u, v, wi.xyz, wo.xyz."""
 
-def _decoder_code(language: str, material: ExportMaterial, table: list[dict[str, Any]], precision: str, module: str) -> str:
-    """The decoder function ``nb_<m>_decoder`` from the MLP generator, without its test kernel and bindings."""
-    function = f"nb_{material.name}_decoder"
+def _decoder_code(
+    language: str, material: ExportMaterial, table: list[dict[str, Any]], precision: str, module: str, network: str = "decoder"
+) -> str:
+    """The network function ``nb_<m>_decoder`` (or ``nb_<m>_sampler``, the sampling head: ReLU, linear output) from the MLP
+    generator, without its test kernel and bindings."""
+    function = f"nb_{material.name}_{network}"
     generate = generate_mlp_slang if language == "slang" else generate_mlp_hlsl
+    activations = (
+        (material.fields["architecture.hidden_activation"], material.fields["architecture.output_activation"], material.fields["architecture.leak"])
+        if network == "decoder"
+        else ("relu", "none", 0.0)
+    )
     source = generate(
         table,
-        hidden_activation=material.fields["architecture.hidden_activation"],
-        output_activation=material.fields["architecture.output_activation"],
-        leak=material.fields["architecture.leak"],
+        hidden_activation=activations[0],
+        output_activation=activations[1],
+        leak=activations[2],
         precision=precision,
         function_name=function,
     )
@@ -349,16 +361,32 @@ def _kernel_code(language: str, module: str, materials: Sequence[ExportMaterial]
     ]
 
 
-def generate_material_shader(language: str, module: str, materials: Sequence[ExportMaterial], weight_tables: list, latent_tables: list, precision: str, latent_format: str, pack: bool) -> str:
+def generate_material_shader(
+    language: str,
+    module: str,
+    materials: Sequence[ExportMaterial],
+    weight_tables: list,
+    latent_tables: list,
+    precision: str,
+    latent_format: str,
+    pack: bool,
+    sampler_tables: list | None = None,
+) -> str:
     """The whole shader source in ``language`` (``"slang"`` or ``"hlsl"``) for the materials and their buffer tables."""
+    sampler_tables = sampler_tables if sampler_tables is not None else [None] * len(materials)
     lines = _preamble(module, latent_format, materials, precision, language)
-    for material, weight_table, latent_table in zip(materials, weight_tables, latent_tables, strict=True):
+    lines += helper_code(module)
+    for material, weight_table, latent_table, sampler_table in zip(materials, weight_tables, latent_tables, sampler_tables, strict=True):
         lines += ["", f"// ---- material {material.name} " + "-" * max(0, 80 - len(material.name)), ""]
         lines.append(_decoder_code(language, material, weight_table, precision, module))
+        if sampler_table is not None:
+            lines.append(_decoder_code(language, material, sampler_table, precision, module, network="sampler"))
         lines += _latent_code(material, latent_table, module, latent_format)
         lines += _eval_code(material, module)
+        lines += sampling_code(material, module)
     if pack:
         lines += _switch_code(module, materials)
+        lines += sampling_switch_code(module, materials)
     lines += _kernel_code(language, module, materials, pack)
     if language == "slang":
         first = True

@@ -2,7 +2,7 @@
 
 Weight buffer: every decoder's layers in the neuralbake device layout (row-major ``[outputs,
 inputs]`` matrix on a 64-byte boundary, then the bias on a 16-byte boundary, fp32 or fp16
-little-endian), decoder after decoder. A layer whose shape and stored bytes equal a layer already
+little-endian), decoder after decoder, then the sampling heads of the materials that have one. A layer whose shape and stored bytes equal a layer already
 in the buffer (a decoder part shared between materials) is stored once; every decoder using it
 gets the same offsets, which are compiled into the shader as constants.
 
@@ -61,6 +61,9 @@ class ExportMaterial:
     """The bundle's device-layout layer table for the chosen precision."""
     weights: bytes
     levels: list[LatentBufferLevel]
+    sampler_layers: list[dict[str, Any]] | None = None
+    """The sampling head's device-layout layer table (same precision), or ``None``: the bundle has no head."""
+    sampler_weights: bytes = b""
 
 
 
@@ -71,27 +74,35 @@ def _place(buffer: bytearray, data: bytes, alignment: int) -> int:
     return start
 
 
-def pack_weights(materials: Sequence[ExportMaterial], precision: str) -> tuple[bytes, list[list[dict[str, Any]]], int]:
-    """One device-layout buffer for every decoder, identical layers once. Returns (buffer, tables, layers stored)."""
+def pack_weights(
+    materials: Sequence[ExportMaterial], precision: str
+) -> tuple[bytes, list[list[dict[str, Any]]], int, list[list[dict[str, Any]] | None]]:
+    """One device-layout buffer for every decoder, then every sampling head, identical layers once.
+
+    Returns (buffer, decoder tables, layers stored, sampling-head tables (``None`` for a material without a head)).
+    """
     element = ELEMENT_BYTES[precision]
     buffer = bytearray()
     stored: dict[tuple[int, int, bytes, bytes], tuple[int, int]] = {}
-    tables = []
-    for material in materials:
+
+    def place(layers: list[dict[str, Any]], data: bytes) -> list[dict[str, Any]]:
         table = []
-        for layer in material.layers:
+        for layer in layers:
             inputs, outputs = int(layer["inputs"]), int(layer["outputs"])
-            weight = material.weights[layer["weight_offset"] : layer["weight_offset"] + inputs * outputs * element]
-            bias = material.weights[layer["bias_offset"] : layer["bias_offset"] + outputs * element]
+            weight = data[layer["weight_offset"] : layer["weight_offset"] + inputs * outputs * element]
+            bias = data[layer["bias_offset"] : layer["bias_offset"] + outputs * element]
             key = (inputs, outputs, weight, bias)
             if key not in stored:
                 weight_offset = _place(buffer, weight, WEIGHT_ALIGNMENT)
                 stored[key] = (weight_offset, _place(buffer, bias, BIAS_ALIGNMENT))
             weight_offset, bias_offset = stored[key]
             table.append({"name": layer["name"], "inputs": inputs, "outputs": outputs, "weight_offset": weight_offset, "bias_offset": bias_offset})
-        tables.append(table)
+        return table
+
+    tables = [place(material.layers, material.weights) for material in materials]
+    sampler_tables = [None if m.sampler_layers is None else place(m.sampler_layers, m.sampler_weights) for m in materials]
     buffer.extend(bytes(align(len(buffer), WEIGHT_ALIGNMENT) - len(buffer)))
-    return bytes(buffer), tables, len(stored)
+    return bytes(buffer), tables, len(stored), sampler_tables
 
 
 def pack_latents(materials: Sequence[ExportMaterial], latent_format: str) -> tuple[bytes, list[list[dict[str, int]]]]:

@@ -26,7 +26,7 @@ from neuralbake.nn.mlp import MLP, MLPConfig
 from neuralbake.nn.quantize import dequantize_latents_affine_u8, quantize_latents_affine_u8
 from neuralbake.render.mip import build_mip_pyramid
 
-__all__ = ["BUNDLE_FILES", "BUNDLE_KIND", "bake_latent_pyramid", "load_neural_material", "uv_grid", "write_material_bundle"]
+__all__ = ["BUNDLE_FILES", "BUNDLE_KIND", "bake_latent_pyramid", "load_neural_material", "read_sampler", "uv_grid", "write_material_bundle"]
 
 BUNDLE_KIND = "neural_material"
 SAMPLER_FILE = "sampler.safetensors"
@@ -146,13 +146,13 @@ def load_neural_material(bundle_dir: str | Path, *, device: torch.device | str =
             levels.append(tensor.float())
     device = torch.device(device)
     material = NeuralMaterial([level.to(device) for level in levels], decoder.to(device), info.fields["architecture.direction_inputs"])
-    material.sampler = _read_sampler(bundle, int(levels[0].shape[-1]))
+    material.sampler = read_sampler(bundle, int(levels[0].shape[-1]))
     if material.sampler is not None:
         material.sampler.to(device)
     return material
 
 
-def _read_sampler(bundle: Any, latent: int) -> SamplingHead | None:
+def read_sampler(bundle: Any, latent: int) -> SamplingHead | None:
     """The bundle's importance-sampling head, checked against its manifest entry (``None`` for bundles without one)."""
     from safetensors.torch import load
 

@@ -268,21 +268,23 @@ class NeuralMaterial:
     def latent_footprint(self, uv: torch.Tensor, duv_dx: torch.Tensor, duv_dy: torch.Tensor, max_probes: int = MAX_PROBES) -> torch.Tensor:
         """Anisotropically filtered latent ``[N, latent]`` over pixel footprints given by uv derivatives (see :func:`footprint_probes`)."""
         level0 = self.latents[0]
+        dtype = torch.promote_types(level0.dtype, torch.float32)  # fp32 at least; float64 latents stay float64 (gradient checks)
         lod, probes, axis = footprint_probes(duv_dx, duv_dy, (int(level0.shape[1]), int(level0.shape[0])), max_probes)
-        total = torch.zeros(uv.shape[0], level0.shape[2], dtype=torch.float32, device=uv.device)
+        total = torch.zeros(uv.shape[0], level0.shape[2], dtype=dtype, device=uv.device)
         for index in range(int(probes.max()) if probes.numel() else 0):
-            used = (index < probes).float()
+            used = (index < probes).to(dtype)
             offset = ((index + 0.5) / probes - 0.5)[:, None] * axis
-            total = total + used[:, None] * self.latent_filtered(uv.float() + offset, lod)
-        return total / probes[:, None]
+            total = total + used[:, None] * self.latent_filtered(uv.to(dtype) + offset.to(dtype), lod)
+        return total / probes[:, None].to(dtype)
 
     def latent_filtered(self, uv: torch.Tensor, lod: torch.Tensor) -> torch.Tensor:
         """Trilinear latent lookup: bilinear in the two levels around ``lod`` ``[N]`` (clamped to the pyramid), blended linearly."""
-        lod = lod.float().clamp(0.0, len(self.latents) - 1.0)
-        out = torch.zeros(uv.shape[0], self.latents[0].shape[2], dtype=torch.float32, device=uv.device)
+        dtype = torch.promote_types(self.latents[0].dtype, torch.float32)
+        lod = lod.to(dtype).clamp(0.0, len(self.latents) - 1.0)
+        out = torch.zeros(uv.shape[0], self.latents[0].shape[2], dtype=dtype, device=uv.device)
         for level in range(len(self.latents)):
             weight = torch.clamp(1.0 - (lod - level).abs(), min=0.0)
-            out = out + weight[:, None] * self.latent_at(uv, level).float()
+            out = out + weight[:, None] * self.latent_at(uv, level).to(dtype)
         return out
 
     def decode(self, uv: torch.Tensor, wi: torch.Tensor, wo: torch.Tensor, lod: torch.Tensor | None = None) -> torch.Tensor:
