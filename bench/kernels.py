@@ -208,6 +208,20 @@ def bench_ntc(device, repeats, peak) -> list[dict]:
     rows.append(_row("ntc mip 0 (2048x2048)", level0, times, _macs(widths), peak))
     diff = (fused.texels(level[:65536], x[:65536], y[:65536]) - decode_texels(container, level[:65536], x[:65536], y[:65536])).abs().max().item()
     print(f"  ntc parity: max |triton - torch| = {diff:.3g}; 4K frame {rows[0]['ms_per_frame_triton']} ms", flush=True)
+    # the same decode in int8 arithmetic (int8 activations x the container's int8 weights, int32 sums)
+    from neuralbake.bakes.ntc.int8 import calibrate_int8, decode_texels_int8
+
+    calibration = calibrate_int8(container)
+    int8 = FusedNTC(container, torch.int8, calibration)
+    times = {"triton": _time(lambda: int8.texels(level, x, y, out_dtype=torch.float16), repeats)}
+    rows.append(_row("ntc int8 4K frame random access", n, times, _macs(widths), peak))
+    rows[-1]["ms_per_frame_triton"] = round(n / rows[-1]["triton_per_s"] * 1e3, 3)
+    times = {"triton": _time(lambda: int8.level(0, out_dtype=torch.float16), repeats)}
+    rows.append(_row("ntc int8 mip 0 (2048x2048)", level0, times, _macs(widths), peak))
+    part = (level[:65536], x[:65536], y[:65536])
+    diff = (int8.texels(*part) - decode_texels_int8(container, calibration, *part)).abs()
+    print(f"  ntc int8 parity: max |triton - torch| = {diff.max().item():.3g} ({(diff > 1e-5).float().mean().item():.2%} of values "
+          f"differ); 4K frame {rows[-2]['ms_per_frame_triton']} ms (fp16 {rows[0]['ms_per_frame_triton']} ms)", flush=True)
     return rows
 
 

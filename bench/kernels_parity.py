@@ -86,6 +86,19 @@ def main() -> None:
         yy, xx = torch.meshgrid(torch.arange(height, device=device), torch.arange(width, device=device), indexing="ij")
         expected = decode_texels(container, torch.full((width * height,), 3, device=device), xx.reshape(-1), yy.reshape(-1)).reshape(height, width, -1)
         check(f"ntc {dtype} whole level 3", fused_ntc.level(3), expected, dtype)
+    # int8 arithmetic against its PyTorch arithmetic (the same integer sums; a rare one-step rounding difference allowed,
+    # hence the fp16 tolerance)
+    from neuralbake.bakes.ntc.int8 import calibrate_int8, decode_texels_int8
+
+    calibration = calibrate_int8(container)
+    fused_int8 = FusedNTC(container, torch.int8, calibration)
+    for level_index in (0, 5):
+        width, height = container.layout.level_sizes[level_index]
+        n = min(width * height, 1 << 18)
+        x = torch.randint(0, width, (n,), device=device)
+        y = torch.randint(0, height, (n,), device=device)
+        level = torch.full_like(x, level_index)
+        check(f"ntc int8 random access level {level_index}", fused_int8.texels(level, x, y), decode_texels_int8(container, calibration, level, x, y), torch.float16)
 
     # FusedMLP: an MLP's forward and backward inside autograd (the neural-material bake's encoder and decoder)
     for dtype in reversed(dtypes):

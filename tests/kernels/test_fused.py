@@ -132,6 +132,36 @@ def test_ntc_random_access_matches_torch(dtype: torch.dtype, features: int) -> N
     _close(FusedNTC(container, dtype).texels(level, x, y), expected, dtype)
 
 
+def test_ntc_int8_arithmetic_matches_its_reference_and_stays_near_fp32() -> None:
+    """The int8 decode (int8 activations x the container's int8 weights, int32 sums) against its PyTorch arithmetic
+    (``decode_texels_int8``), random access and a whole level; and that arithmetic against the fp32 decode."""
+    from neuralbake.bakes.ntc.int8 import calibrate_int8, decode_texels_int8
+
+    container = _ntc_container()
+    calibration = calibrate_int8(container, texels=4096)
+    assert len(calibration.steps) == len(container.weights_int8) and all(step > 0 for step in calibration.steps)
+    fused = FusedNTC(container, torch.int8, calibration)
+    g = torch.Generator().manual_seed(8)
+    sizes = container.layout.level_sizes
+    level = torch.randint(0, len(sizes), (600,), generator=g)
+    x = (torch.rand(600, generator=g) * torch.tensor([w for w, _ in sizes])[level]).long()
+    y = (torch.rand(600, generator=g) * torch.tensor([h for _, h in sizes])[level]).long()
+    level, x, y = level.to(DEVICE), x.to(DEVICE), y.to(DEVICE)
+    expected = decode_texels_int8(container, calibration, level, x, y)
+    error = (fused.texels(level, x, y) - expected).abs()
+    # the same integer sums; an fp32 difference in a feature can move one activation across a rounding step (a rare
+    # one-step change, each far below the output's scale)
+    assert float(error.max()) < 0.02 and float((error > 1e-5).float().mean()) < 0.02, (float(error.max()), float((error > 1e-5).float().mean()))
+    width, height = sizes[1]
+    yy, xx = torch.meshgrid(torch.arange(height, device=DEVICE), torch.arange(width, device=DEVICE), indexing="ij")
+    whole = decode_texels_int8(container, calibration, torch.full((width * height,), 1, device=DEVICE), xx.reshape(-1), yy.reshape(-1))
+    assert float((fused.level(1).reshape(-1, whole.shape[1]) - whole).abs().max()) < 0.02
+    fp32 = decode_texels(container, level, x, y)
+    assert 1e-4 < float((expected - fp32).abs().mean()) < 0.01  # quantised activations: a small, real difference
+    with pytest.raises(ConfigError, match="activation steps"):
+        FusedNTC(container, torch.int8)
+
+
 def test_ntc_whole_level_matches_random_access() -> None:
     container = _ntc_container(features=2, hidden=(16,))
     fused = FusedNTC(container, torch.float32)

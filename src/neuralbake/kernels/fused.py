@@ -34,14 +34,15 @@ from neuralbake.nn.mlp import MLP, CoordinateNetwork
 if TYPE_CHECKING:
     from neuralbake.bakes.neural_material.model import NeuralMaterial
     from neuralbake.bakes.ntc.container import NTCContainer
+    from neuralbake.bakes.ntc.int8 import Int8Calibration
     from neuralbake.nn.trainer import Batch
 
 __all__ = ["FusedForwardBackward", "FusedMLP", "FusedNTC", "FusedNeuralMaterial", "PackedMLP", "mlp_forward"]
 
 
 def _pad(n: int, dtype: torch.dtype) -> int:
-    """The kernels' width for ``n``: a power of two, at least 16 (``tl.dot``'s smallest)."""
-    return max(16, 1 << (int(n) - 1).bit_length())
+    """The kernels' width for ``n``: a power of two, at least 16 (``tl.dot``'s smallest), 32 for int8 (the int8 MMA's depth)."""
+    return max(32 if dtype == torch.int8 else 16, 1 << (int(n) - 1).bit_length())
 
 
 TILES: dict[str, tuple[int, int]] = {
@@ -97,8 +98,10 @@ class PackedMLP:
         reason = unsupported_reason(widths, [hidden_activation, output_activation], training=training)
         if reason is not None:
             raise ConfigError(f"the fused kernels cannot run this network: {reason}.", field="kernels", fix="use --kernels torch.")
-        if dtype not in (torch.float16, torch.bfloat16, torch.float32):
-            raise ConfigError(f"the fused kernels run fp16, bf16 or fp32 weights, not {dtype}.", field="kernels", fix="use --kernels torch.")
+        if dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.int8):
+            raise ConfigError(f"the fused kernels run fp16, bf16, fp32 or int8 weights, not {dtype}.", field="kernels", fix="use --kernels torch.")
+        if dtype == torch.int8 and training:
+            raise ConfigError("int8 weights are for decoding only.", field="kernels", fix="train in fp16, bf16 or fp32.")
         device = weights[0].device
         self.widths, self.dtype = widths, dtype
         self.inputs, self.outputs = widths[0], widths[-1]
@@ -232,16 +235,33 @@ class FusedNeuralMaterial:
 
 
 class FusedNTC:
-    """NTC decode of a container: ``texels(level, x, y)`` (random access) and ``level(index)`` (a whole mip)."""
+    """NTC decode of a container: ``texels(level, x, y)`` (random access) and ``level(index)`` (a whole mip).
 
-    def __init__(self, container: NTCContainer, dtype: torch.dtype = torch.float16) -> None:
+    ``dtype`` is the decoder's arithmetic: fp16, bf16 or fp32 on the dequantised weights, or
+    ``torch.int8`` with a ``calibration`` (:func:`neuralbake.bakes.ntc.int8.calibrate_int8`): the
+    container's int8 codes times int8 activations, int32 sums (:mod:`neuralbake.bakes.ntc.int8`); the
+    latent grids are then fetched in fp16.
+    """
+
+    def __init__(self, container: NTCContainer, dtype: torch.dtype = torch.float16, calibration: Int8Calibration | None = None) -> None:
         layout = container.layout
         self.layout = layout
-        weights = container.weights()
-        self.packed = PackedMLP(weights, container.biases, hidden_activation=layout.activation, output_activation="none", leak=layout.leak, dtype=dtype)
         device = container.latents_high.device
-        self.high = container.latents_high.to(dtype).contiguous()
-        self.low = container.latents_low.to(dtype).contiguous()
+        self.int8 = dtype == torch.int8
+        if self.int8:
+            if calibration is None:
+                raise ConfigError("int8 arithmetic needs the activation steps.", field="calibration", fix="pass calibrate_int8(container).")
+            from neuralbake.bakes.ntc.int8 import int8_factors
+
+            weights = [codes.to(device) for codes in container.weights_int8]
+            self.inverse, self.factor = (t.contiguous() for t in int8_factors(container, calibration))
+        else:
+            weights = container.weights()
+            self.inverse = self.factor = torch.zeros(1, dtype=torch.float32, device=device)
+        self.packed = PackedMLP(weights, container.biases, hidden_activation=layout.activation, output_activation="none", leak=layout.leak, dtype=dtype)
+        latent_dtype = torch.float16 if self.int8 else dtype
+        self.high = container.latents_high.to(latent_dtype).contiguous()
+        self.low = container.latents_low.to(latent_dtype).contiguous()
         levels = layout.levels
         rows = [[w for w, _ in layout.level_sizes], [h for _, h in layout.level_sizes]]
 
@@ -262,7 +282,7 @@ class FusedNTC:
         bm, warps = _tile("ntc", self.packed.hp)
         _ntc_kernel[(triton.cdiv(n, bm),)](
             level, x, y, frame_level, frame_width, self.high, self.low, self.tables, self.layout.levels, out, n, *self.packed.buffers(),
-            F=self.features, PE=self.pe, CH=self.layout.channels, FRAME=frame, BM=bm,
+            self.inverse, self.factor, F=self.features, PE=self.pe, CH=self.layout.channels, FRAME=frame, INT8=self.int8, BM=bm,
             WIDE=_wide(n * self.layout.channels, self.high.numel(), self.low.numel()), num_warps=warps, **self.packed.constants(),
         )  # fmt: skip
         return out

@@ -10,7 +10,9 @@ Four kernels share one network body (:func:`_network`):
   the direction features built in the kernel, ``expm1`` and the hemisphere test fused;
 - :func:`_ntc_kernel`: NTC decode, the features of :func:`neuralbake.bakes.ntc.model.sample_features`
   (four high-resolution cells, the bilinear low-resolution cell, the positional encoding, the
-  level within the mip pair) gathered in the kernel, for random texels or a whole mip level;
+  level within the mip pair) gathered in the kernel, for random texels or a whole mip level; the
+  decoder in fp16/bf16/fp32, or in int8 arithmetic (:func:`_network_int8`: int8 activations x the
+  container's int8 weights, int32 sums);
 - :func:`_mlp_train_kernel`: forward and backward of one training batch with the loss and its
   gradient fused; each program keeps a running weight gradient in its own slot (no atomics, so
   the result is deterministic) and one sum over the slots finishes the reduction.
@@ -109,6 +111,47 @@ def _network(
     w = tl.load(w_out + h[:, None] * OP + o[None, :])
     y = tl.dot(a, w, input_precision=DOT) + tl.load(b_out + o)[None, :]
     return _activate(y, OACT, LEAK)
+
+
+@triton.jit
+def _quantize(x, inverse):
+    """fp32 -> int8 ``clamp(floor(x * inverse + 1/2), -127, 127)`` (:func:`neuralbake.bakes.ntc.int8.quantize_activations`)."""
+    return tl.minimum(tl.maximum(tl.floor(x * inverse + 0.5), -127.0), 127.0).to(tl.int8)
+
+
+@triton.jit
+def _network_int8(
+    x,
+    w_in,
+    b_in,
+    w_hid,
+    b_hid,
+    w_out,
+    b_out,
+    inverse_ptr,
+    factor_ptr,
+    KP: tl.constexpr,
+    HP: tl.constexpr,
+    OP: tl.constexpr,
+    HIDDEN: tl.constexpr,
+    HACT: tl.constexpr,
+    LEAK: tl.constexpr,
+):
+    """``x`` ``[BM, KP]`` fp32 -> ``[BM, OP]`` fp32 (linear output) in int8 arithmetic: each layer's input quantised
+    with its step (``inverse_ptr[l]``), int8 x int8 products summed in int32, rescaled by ``factor_ptr[l]``, biased."""
+    k = tl.arange(0, KP)
+    h = tl.arange(0, HP)
+    o = tl.arange(0, OP)
+    w = tl.load(w_in + k[:, None] * HP + h[None, :])
+    acc = tl.dot(_quantize(x, tl.load(inverse_ptr)), w, out_dtype=tl.int32)
+    a = _activate(acc.to(tl.float32) * tl.load(factor_ptr) + tl.load(b_in + h)[None, :], HACT, LEAK)
+    for layer in tl.static_range(HIDDEN):
+        w = tl.load(w_hid + layer * HP * HP + h[:, None] * HP + h[None, :])
+        acc = tl.dot(_quantize(a, tl.load(inverse_ptr + 1 + layer)), w, out_dtype=tl.int32)
+        a = _activate(acc.to(tl.float32) * tl.load(factor_ptr + 1 + layer) + tl.load(b_hid + layer * HP + h)[None, :], HACT, LEAK)
+    w = tl.load(w_out + h[:, None] * OP + o[None, :])
+    acc = tl.dot(_quantize(a, tl.load(inverse_ptr + 1 + HIDDEN)), w, out_dtype=tl.int32)
+    return acc.to(tl.float32) * tl.load(factor_ptr + 1 + HIDDEN) + tl.load(b_out + o)[None, :]
 
 
 @triton.jit
@@ -327,10 +370,13 @@ def _ntc_kernel(
     b_hid,
     w_out,
     b_out,
+    inverse_ptr,
+    factor_ptr,
     F: tl.constexpr,
     PE: tl.constexpr,
     CH: tl.constexpr,
     FRAME: tl.constexpr,
+    INT8: tl.constexpr,
     KP: tl.constexpr,
     HP: tl.constexpr,
     OP: tl.constexpr,
@@ -342,6 +388,9 @@ def _ntc_kernel(
     WIDE: tl.constexpr,
 ):
     """NTC decode -> ``out[N, CH]`` clamped to [0, 1]; texels from arrays, or (``FRAME``) the rows of one level.
+
+    ``INT8``: the decoder in int8 arithmetic (int8 weights; ``inverse_ptr`` / ``factor_ptr`` fp32 per layer,
+    see :mod:`neuralbake.bakes.ntc.int8`), else in the weights' float dtype.
 
     ``tables`` is int32 ``[8, levels]``: level width, height, then per mip pair the high grid's
     width, height, offset and the low grid's width, height, offset (indexed by level // 2).
@@ -399,7 +448,10 @@ def _ntc_kernel(
     x += tl.where(pe_cols, tl.where(j % 2 == 0, tl.sin(phase), tl.cos(phase)), 0.0)
     # The level within the mip pair: the last column.
     x += tl.where(j == 4 * PE, in_pair[:, None], 0.0)
-    y = _network(x.to(dtype), w_in, b_in, w_hid, b_hid, w_out, b_out, KP, HP, OP, HIDDEN, HACT, 0, LEAK, DOT)
+    if INT8:
+        y = _network_int8(x, w_in, b_in, w_hid, b_hid, w_out, b_out, inverse_ptr, factor_ptr, KP, HP, OP, HIDDEN, HACT, LEAK)
+    else:
+        y = _network(x.to(dtype), w_in, b_in, w_hid, b_hid, w_out, b_out, KP, HP, OP, HIDDEN, HACT, 0, LEAK, DOT)
     y = tl.minimum(tl.maximum(y, 0.0), 1.0)
     o = tl.arange(0, OP)
     tl.store(out_ptr + at[:, None] * CH + o[None, :], y.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & (o < CH)[None, :])
