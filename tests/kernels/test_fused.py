@@ -160,6 +160,34 @@ def test_ntc_int8_arithmetic_matches_its_reference_and_stays_near_fp32() -> None
     assert 1e-4 < float((expected - fp32).abs().mean()) < 0.01  # quantised activations: a small, real difference
     with pytest.raises(ConfigError, match="activation steps"):
         FusedNTC(container, torch.int8)
+    with pytest.raises(ConfigError, match="int8 decode"):
+        FusedNTC(container, torch.float16, calibration)
+
+
+def test_int8_calibration_steps_and_factors() -> None:
+    """The steps are the quantile of each layer's input magnitudes over 127; the factors the inverse steps and step x
+    weight scale, layer by layer; and the unclamped int8 decoder stays within a few steps of the fp32 one."""
+    from neuralbake.bakes.ntc.int8 import _layer_inputs, _texels, calibrate_int8, decoder_forward_int8, int8_factors
+    from neuralbake.bakes.ntc.model import GridTables, decoder_forward, sample_features
+    from neuralbake.nn.activations import activation_fn
+
+    container = _ntc_container().to("cpu")
+    layout = container.layout
+    level, x, y = _texels(container, 2048, torch.Generator().manual_seed(0))
+    high, low = container.latents_high.half().float(), container.latents_low.half().float()
+    features = sample_features(high, low, GridTables.from_layout(layout), level, x, y, layout.pe_frequencies)
+    inputs = _layer_inputs(container, features)
+    largest = calibrate_int8(container, texels=2048, quantile=1.0)
+    assert largest.steps == pytest.approx([float(t.abs().max()) / 127 for t in inputs], rel=1e-6)
+    median = calibrate_int8(container, texels=2048, quantile=0.5)
+    assert median.steps == pytest.approx([float(t.abs().flatten().kthvalue(math.ceil(0.5 * t.numel())).values) / 127 for t in inputs], rel=1e-6)
+    inverse, factor = int8_factors(container, largest)
+    scales = [float(s) for s in container.scales]
+    assert inverse.tolist() == pytest.approx([1 / s for s in largest.steps], rel=1e-6)
+    assert factor.tolist() == pytest.approx([a * b for a, b in zip(largest.steps, scales, strict=True)], rel=1e-6)
+    exact = decoder_forward(features, container.weights(), container.biases, activation_fn(layout.activation, layout.leak))
+    error = (decoder_forward_int8(features, container, largest) - exact).abs()
+    assert float(error.mean()) < 0.015 * float(exact.abs().mean()), (float(error.mean()), float(exact.abs().mean()))  # measured 0.009
 
 
 def test_ntc_whole_level_matches_random_access() -> None:

@@ -165,6 +165,8 @@ class PackedMLP:
 
 def mlp_forward(packed: PackedMLP, inputs: torch.Tensor, *, frequencies: int = 0, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """``[N, outputs]`` for input rows ``[N, inputs]``; with ``frequencies``, rows of coordinates encoded in the kernel."""
+    if packed.dtype == torch.int8:
+        raise ConfigError("int8 weights run only in the NTC decode (FusedNTC with a calibration).", field="kernels", fix="pack the MLP in a float dtype.")
     n = inputs.shape[0]
     k = inputs.shape[1]
     expected = k * 2 * frequencies if frequencies else k
@@ -248,6 +250,8 @@ class FusedNTC:
         self.layout = layout
         device = container.latents_high.device
         self.int8 = dtype == torch.int8
+        if calibration is not None and not self.int8:
+            raise ConfigError("an int8 calibration is for the int8 decode.", field="calibration", fix="pass dtype=torch.int8, or no calibration.")
         if self.int8:
             if calibration is None:
                 raise ConfigError("int8 arithmetic needs the activation steps.", field="calibration", fix="pass calibrate_int8(container).")
