@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from neuralbake.bakes.ntc.container import open_container
 from neuralbake.bakes.ntc.decode import decode_all_levels, set_quality
-from neuralbake.bakes.ntc.int8 import calibrate_int8, decode_texels_int8
+from neuralbake.bakes.ntc.int8 import CALIBRATION_QUANTILE, calibrate_int8, decode_texels_int8
 from neuralbake.bakes.ntc.texture_set import load_texture_set
 
 
@@ -53,6 +53,7 @@ def main() -> None:
     parser.add_argument("--material", default="0", help="the glTF material, as for `ntc compress`")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--quantile", type=float, default=CALIBRATION_QUANTILE, help="of each layer's input magnitudes that its step covers")
     args = parser.parse_args()
     device = torch.device(args.device)
     container = open_container(args.folder).to(device)
@@ -63,7 +64,7 @@ def main() -> None:
     reference = texture_set.mip_chain()
     start = time.perf_counter()
     fp32 = decode_all_levels(container)
-    calibration = calibrate_int8(container)
+    calibration = calibrate_int8(container, quantile=args.quantile)
     int8 = _int8_levels(container, calibration, device)
     result = {
         "folder": str(args.folder),
@@ -71,7 +72,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
         "latent_shape": layout.shape.name,
         "decoder_widths": list(layout.layer_widths),
-        "calibration": {"texels": calibration.texels, "steps": list(calibration.steps)},
+        "calibration": {"texels": calibration.texels, "quantile": args.quantile, "steps": list(calibration.steps)},
         "fp32_vs_source": set_quality(fp32, reference, layout.groups),
         "int8_vs_source": set_quality(int8, reference, layout.groups),
         "int8_vs_fp32": set_quality(int8, fp32, layout.groups),

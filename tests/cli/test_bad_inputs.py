@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from neuralbake import cli as cli_module
@@ -123,7 +124,10 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     texture.train.precision = "fp32"
     bake_neural_texture(texture, root / "texture", progress=False)
     velvet = Path(__file__).resolve().parents[2] / "examples/materials/velvet.json"
-    material = NeuralMaterialConfig(material=str(velvet), latent=4, texture_size=8, batch_size=64, device="cpu", compare_size=8, compare_spp=1)
+    # with a sampling head, so the damaged-file cases reach sampler.safetensors too (render and export read it)
+    material = NeuralMaterialConfig(
+        material=str(velvet), latent=4, texture_size=8, batch_size=64, device="cpu", compare_size=8, compare_spp=1, sampling_steps=3
+    )
     material.train.steps = 5
     bake_neural_material(material, root / "material", progress=False)
     return {"texture": root / "texture", "material": root / "material"}
@@ -228,6 +232,29 @@ def test_truncated_or_flipped_bundle_files_are_refused(kind: str, bundles: dict[
             out = tmp_path / damage / "out"
             argv = [a.replace("{bundle}", str(bundle)).replace("{out}", str(out)) for a in argv]
             _check_refusal(argv, out, "", 2, watch)
+
+
+@pytest.mark.parametrize("damage", ["nan_weights", "wrong_shape"])
+def test_a_resealed_bad_sampling_head_is_refused_by_render_and_export(damage: str, bundles: dict[str, Path], tmp_path: Path, watch: list[str]) -> None:
+    """A sampling head that passes the checksums (bake.json re-sealed) but holds NaNs or a tensor of the wrong shape: every
+    reader of the bundle (render, and export, which packs the head into the shader) names the file and the field."""
+    from safetensors.torch import load_file, save_file
+
+    bundle = _copy(bundles["material"], tmp_path)
+    head = bundle / "sampler.safetensors"
+    assert head.is_file()
+    tensors = load_file(str(head))
+    name = min(tensors)
+    if damage == "nan_weights":
+        tensors[name] = torch.full_like(tensors[name], float("nan"))
+    else:
+        tensors[name] = torch.zeros(*[d + 1 for d in tensors[name].shape])
+    save_file(tensors, str(head))
+    write_bake_manifest(bundle, bake=json.loads((bundle / "bake.json").read_text())["bake"])
+    for argv in _COMMANDS["material"]:
+        out = tmp_path / "out"
+        argv = [a.replace("{bundle}", str(bundle)).replace("{out}", str(out)) for a in argv]
+        _check_refusal(argv, out, "sampling head", 2, watch)
 
 
 def test_material_render_against_another_material_is_refused(bundles: dict[str, Path], tmp_path: Path) -> None:

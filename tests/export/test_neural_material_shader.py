@@ -211,6 +211,27 @@ def run_shader(device, written, source: str, uv, wi, wo, mips, material_ids=None
     return values.to_numpy().view(np.float32).reshape(n, 3)
 
 
+def _run_test_kernel(device, written, source: str, entry: str, queries: np.ndarray, n: int, ids: np.ndarray | None = None, outputs: int = 5) -> np.ndarray:
+    """Dispatch a test kernel appended to the module over ``n`` points: binds the module's buffers, ``nb_test_queries``
+    (floats), ``nb_test_ids`` (uints, if given) and ``nb_test_out`` (``outputs`` floats per point, NaN until written)."""
+    module = device.load_module_from_source(f"nb_test_{next(_module_ids)}", source)
+    kernel = device.create_compute_kernel(device.link_program([module], [module.entry_point(entry)]))
+    usage = slangpy.BufferUsage.shader_resource
+    m = written.module
+    out = device.create_buffer(data=np.full(n * outputs, np.nan, dtype=np.float32), struct_size=4, usage=slangpy.BufferUsage.unordered_access)
+    bindings = {
+        f"nb_{m}_weights": device.create_buffer(data=np.frombuffer(written.weights.read_bytes(), dtype=np.uint8).copy(), usage=usage),
+        f"nb_{m}_latents": device.create_buffer(data=np.frombuffer(written.latents.read_bytes(), dtype=np.uint8).copy(), usage=usage),
+        "nb_test_queries": device.create_buffer(data=np.ascontiguousarray(queries, dtype=np.float32).reshape(-1), struct_size=4, usage=usage),
+        "nb_test_out": out,
+        "nb_test_constants": {"nb_test_count": n},
+    }
+    if ids is not None:
+        bindings["nb_test_ids"] = device.create_buffer(data=np.ascontiguousarray(ids, dtype=np.uint32).reshape(-1), struct_size=4, usage=usage)
+    kernel.dispatch(thread_count=[n, 1, 1], vars=bindings)
+    return out.to_numpy().view(np.float32).reshape(n, outputs)
+
+
 def assert_close(actual: np.ndarray, expected: np.ndarray, quantised: bool) -> None:
     assert np.isfinite(actual).all()
     error = np.abs(actual - expected)
@@ -393,20 +414,8 @@ def test_filtered_eval_matches_trilinear_pytorch_at_the_footprint_level(tmp_path
         expected = material.evaluate(material.latent_footprint(uv, duv_dx, duv_dy), wi, wo).numpy()
     probes = footprint_probes(duv_dx, duv_dy, size)[1]
     assert (probes == 1).any() and (probes == 8).any() and ((probes > 1) & (probes < 8)).any()
-    source = written.slang.read_text() + _FILTER_KERNEL.format(m=m)
-    module = slang_device.load_module_from_source(f"nb_filter_test_{next(_module_ids)}", source)
-    kernel = slang_device.create_compute_kernel(slang_device.link_program([module], [module.entry_point("nb_test_filtered")]))
-    usage = slangpy.BufferUsage.shader_resource
-    queries = torch.cat([uv, wi, wo, duv_dx, duv_dy], dim=1).numpy().astype(np.float32)
-    out = slang_device.create_buffer(data=np.full(n * 4, np.nan, dtype=np.float32), struct_size=4, usage=slangpy.BufferUsage.unordered_access)
-    kernel.dispatch(thread_count=[n, 1, 1], vars={
-        f"nb_{m}_weights": slang_device.create_buffer(data=np.frombuffer(written.weights.read_bytes(), dtype=np.uint8).copy(), usage=usage),
-        f"nb_{m}_latents": slang_device.create_buffer(data=np.frombuffer(written.latents.read_bytes(), dtype=np.uint8).copy(), usage=usage),
-        "nb_test_queries": slang_device.create_buffer(data=queries.reshape(-1), struct_size=4, usage=usage),
-        "nb_test_out": out,
-        "nb_test_constants": {"nb_test_count": n},
-    })
-    result = out.to_numpy().view(np.float32).reshape(n, 4)
+    queries = torch.cat([uv, wi, wo, duv_dx, duv_dy], dim=1).numpy()
+    result = _run_test_kernel(slang_device, written, written.slang.read_text() + _FILTER_KERNEL.format(m=m), "nb_test_filtered", queries, n, outputs=4)
     assert np.abs(result[:, 3] - lod.numpy()).max() < 1e-4
     assert_close(result[:, :3], expected, quantised=False)
     # the filtering matters: level 0 alone differs where the footprint is large
@@ -666,25 +675,6 @@ SAMPLE_TOLERANCE = 2e-4
 """Largest difference of a sampled direction's components, shader against PyTorch (fp32 both)."""
 PDF_TOLERANCE = (1e-4, 2e-3)
 """(absolute, relative) bound on densities (up to ~1e3 for the narrowest lobe)."""
-
-
-def _run_test_kernel(device, written, source: str, entry: str, queries: np.ndarray, n: int, ids: np.ndarray | None = None) -> np.ndarray:
-    module = device.load_module_from_source(f"nb_sampling_test_{next(_module_ids)}", source)
-    kernel = device.create_compute_kernel(device.link_program([module], [module.entry_point(entry)]))
-    usage = slangpy.BufferUsage.shader_resource
-    m = written.module
-    out = device.create_buffer(data=np.full(n * 5, np.nan, dtype=np.float32), struct_size=4, usage=slangpy.BufferUsage.unordered_access)
-    bindings = {
-        f"nb_{m}_weights": device.create_buffer(data=np.frombuffer(written.weights.read_bytes(), dtype=np.uint8).copy(), usage=usage),
-        f"nb_{m}_latents": device.create_buffer(data=np.frombuffer(written.latents.read_bytes(), dtype=np.uint8).copy(), usage=usage),
-        "nb_test_queries": device.create_buffer(data=np.ascontiguousarray(queries, dtype=np.float32).reshape(-1), struct_size=4, usage=usage),
-        "nb_test_out": out,
-        "nb_test_constants": {"nb_test_count": n},
-    }
-    if ids is not None:
-        bindings["nb_test_ids"] = device.create_buffer(data=np.ascontiguousarray(ids, dtype=np.uint32).reshape(-1), struct_size=4, usage=usage)
-    kernel.dispatch(thread_count=[n, 1, 1], vars=bindings)
-    return out.to_numpy().view(np.float32).reshape(n, 5)
 
 
 def _assert_samples_match(actual: np.ndarray, wi: torch.Tensor, pdf: torch.Tensor, given_pdf: torch.Tensor) -> None:

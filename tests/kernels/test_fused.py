@@ -167,15 +167,14 @@ def test_ntc_int8_arithmetic_matches_its_reference_and_stays_near_fp32() -> None
 def test_int8_calibration_steps_and_factors() -> None:
     """The steps are the quantile of each layer's input magnitudes over 127; the factors the inverse steps and step x
     weight scale, layer by layer; and the unclamped int8 decoder stays within a few steps of the fp32 one."""
-    from neuralbake.bakes.ntc.int8 import _layer_inputs, _texels, calibrate_int8, decoder_forward_int8, int8_factors
+    from neuralbake.bakes.ntc.int8 import _layer_inputs, _texels, calibrate_int8, decoder_forward_int8, fp16_latents, int8_factors
     from neuralbake.bakes.ntc.model import GridTables, decoder_forward, sample_features
     from neuralbake.nn.activations import activation_fn
 
     container = _ntc_container().to("cpu")
     layout = container.layout
     level, x, y = _texels(container, 2048, torch.Generator().manual_seed(0))
-    high, low = container.latents_high.half().float(), container.latents_low.half().float()
-    features = sample_features(high, low, GridTables.from_layout(layout), level, x, y, layout.pe_frequencies)
+    features = sample_features(*fp16_latents(container), GridTables.from_layout(layout), level, x, y, layout.pe_frequencies)
     inputs = _layer_inputs(container, features)
     largest = calibrate_int8(container, texels=2048, quantile=1.0)
     assert largest.steps == pytest.approx([float(t.abs().max()) / 127 for t in inputs], rel=1e-6)

@@ -47,7 +47,7 @@ from neuralbake.export.neural_material_tensor import THREADS as TENSOR_THREADS
 from neuralbake.export.neural_material_tensor import tensor_kernel_shape
 from neuralbake.export.slang import THREADS_PER_GROUP
 from neuralbake.io.bundle import LATENT_FORMATS, read_bundle, read_device_layout
-from neuralbake.io.device_layout import LayerTensors, pack_device_layout
+from neuralbake.io.device_layout import pack_device_layout
 from neuralbake.io.files import atomic_write_bytes, atomic_write_json, atomic_write_text, prepare_output_dir, sha256_file
 
 __all__ = ["NeuralMaterialShaderExport", "export_material_pack_shader", "export_neural_material_shader"]
@@ -106,8 +106,7 @@ def _read_material(bundle_dir: str | Path, precision: str, latent_format: str) -
     head = read_sampler(bundle, int(info.fields["latent.channels"]))
     sampler_weights, sampler_layers = b"", None
     if head is not None:  # the importance-sampling head: its own device layout, packed after the decoders
-        tensors = [LayerTensors(f"sampler.layers.{i}", layer.weight.detach(), layer.bias.detach()) for i, layer in enumerate(head.mlp.layers)]
-        sampler_weights, sampler_layers = pack_device_layout(tensors, precision)
+        sampler_weights, sampler_layers = pack_device_layout(head.mlp.linear_layers("sampler."), precision)
     return ExportMaterial(_material_name(info, directory), directory, bundle.manifest_path, info.fields, layers, weights, levels, sampler_layers, sampler_weights)
 
 

@@ -127,38 +127,37 @@ def helper_code(module: str) -> list[str]:
     ]
 
 
+_FETCHES = (
+    ("", "uint mip", "latent", "The lobe at uv, the latent fetched as nb_<m>_eval fetches it (bilinear in one mip level)."),
+    ("_lod", "float lod", "latent_lod", "The same with the latent filtered trilinearly at a fractional level of detail (as nb_<m>_eval_lod)."),
+)
+"""The latent fetches sample/pdf come in: function suffix, level parameter, latent function, comment."""
+
+
 def sampling_code(material: ExportMaterial, module: str) -> list[str]:
     """``nb_<m>_sample`` and ``nb_<m>_pdf`` (and, with a head, ``nb_<m>_lobe`` and the ``_lobe`` forms)."""
     m, p = material.name, f"nb_{module}"
     channels = material.fields["latent.channels"]
     zeros = f"{{ {', '.join(['0.0f'] * channels)} }}"
     if material.sampler_layers is None:
-        return [
-            "",
-            f"// Material {m} has no sampling head: cosine sampling about the vertex normal.",
-            f"float3 nb_{m}_sample(float2 uv, float3 wo, float2 u, uint mip, out float pdf)",
-            "{",
-            f"    float3 wi = {p}_cosine_sample(u);",
-            f"    pdf = wo.z > 0.0f ? {p}_cosine_pdf(wi) : 0.0f;",
-            "    return wi;",
-            "}",
-            "",
-            f"float nb_{m}_pdf(float2 uv, float3 wi, float3 wo, uint mip)",
-            "{",
-            f"    return wo.z > 0.0f ? {p}_cosine_pdf(wi) : 0.0f;",
-            "}",
-            "",
-            f"float3 nb_{m}_sample_lod(float2 uv, float3 wo, float2 u, float lod, out float pdf)",
-            "{",
-            f"    return nb_{m}_sample(uv, wo, u, 0u, pdf);",
-            "}",
-            "",
-            f"float nb_{m}_pdf_lod(float2 uv, float3 wi, float3 wo, float lod)",
-            "{",
-            f"    return nb_{m}_pdf(uv, wi, wo, 0u);",
-            "}",
-        ]
-    return [
+        lines = ["", f"// Material {m} has no sampling head: cosine sampling about the vertex normal, whatever the latent fetch."]
+        for suffix, level, _, _ in _FETCHES:
+            lines += [
+                f"float3 nb_{m}_sample{suffix}(float2 uv, float3 wo, float2 u, {level}, out float pdf)",
+                "{",
+                f"    float3 wi = {p}_cosine_sample(u);",
+                f"    pdf = wo.z > 0.0f ? {p}_cosine_pdf(wi) : 0.0f;",
+                "    return wi;",
+                "}",
+                "",
+                f"float nb_{m}_pdf{suffix}(float2 uv, float3 wi, float3 wo, {level})",
+                "{",
+                f"    return wo.z > 0.0f ? {p}_cosine_pdf(wi) : 0.0f;",
+                "}",
+                "",
+            ]
+        return lines
+    lines = [
         "",
         f"// Material {m}'s proxy lobe from its latent: GGX weight (<= {MAX_W}), alpha (>= {MIN_ALPHA}) and the tilted lobe normal.",
         f"void nb_{m}_lobe(float latent[{channels}], out float weight, out float alpha, out float3 normal)",
@@ -206,58 +205,22 @@ def sampling_code(material: ExportMaterial, module: str) -> list[str]:
         "    return wi;",
         "}",
         "",
-        "// The lobe at uv (the latent fetched as nb_<m>_eval fetches it).",
-        f"float3 nb_{m}_sample(float2 uv, float3 wo, float2 u, uint mip, out float pdf)",
-        "{",
-        f"    float latent[{channels}] = {zeros};",
-        f"    nb_{m}_latent(uv, mip, latent);",
-        "    float weight;",
-        "    float alpha;",
-        "    float3 normal;",
-        f"    nb_{m}_lobe(latent, weight, alpha, normal);",
-        f"    return nb_{m}_sample_lobe(weight, alpha, normal, wo, u, pdf);",
-        "}",
-        "",
-        f"float nb_{m}_pdf(float2 uv, float3 wi, float3 wo, uint mip)",
-        "{",
-        f"    float latent[{channels}] = {zeros};",
-        f"    nb_{m}_latent(uv, mip, latent);",
-        "    float weight;",
-        "    float alpha;",
-        "    float3 normal;",
-        f"    nb_{m}_lobe(latent, weight, alpha, normal);",
-        f"    return nb_{m}_pdf_lobe(weight, alpha, normal, wi, wo);",
-        "}",
-        "",
-        "// The same with the latent filtered trilinearly at a fractional level of detail (as nb_<m>_eval_lod fetches it).",
-        f"float3 nb_{m}_sample_lod(float2 uv, float3 wo, float2 u, float lod, out float pdf)",
-        "{",
-        f"    float latent[{channels}] = {zeros};",
-        f"    nb_{m}_latent_lod(uv, lod, latent);",
-        "    float weight;",
-        "    float alpha;",
-        "    float3 normal;",
-        f"    nb_{m}_lobe(latent, weight, alpha, normal);",
-        f"    return nb_{m}_sample_lobe(weight, alpha, normal, wo, u, pdf);",
-        "}",
-        "",
-        f"float nb_{m}_pdf_lod(float2 uv, float3 wi, float3 wo, float lod)",
-        "{",
-        f"    float latent[{channels}] = {zeros};",
-        f"    nb_{m}_latent_lod(uv, lod, latent);",
-        "    float weight;",
-        "    float alpha;",
-        "    float3 normal;",
-        f"    nb_{m}_lobe(latent, weight, alpha, normal);",
-        f"    return nb_{m}_pdf_lobe(weight, alpha, normal, wi, wo);",
-        "}",
     ]
+    for suffix, level, fetch, comment in _FETCHES:
+        lines += ["", f"// {comment}"]
+        for signature, call in (
+            (f"float3 nb_{m}_sample{suffix}(float2 uv, float3 wo, float2 u, {level}, out float pdf)", f"nb_{m}_sample_lobe(weight, alpha, normal, wo, u, pdf)"),
+            (f"float nb_{m}_pdf{suffix}(float2 uv, float3 wi, float3 wo, {level})", f"nb_{m}_pdf_lobe(weight, alpha, normal, wi, wo)"),
+        ):
+            lines += [signature, "{", f"    float latent[{channels}] = {zeros};", f"    nb_{m}_{fetch}(uv, {level.split()[1]}, latent);"]
+            lines += ["    float weight;", "    float alpha;", "    float3 normal;", f"    nb_{m}_lobe(latent, weight, alpha, normal);", f"    return {call};", "}", ""]
+    return lines
 
 
 def sampling_switch_code(module: str, materials: Sequence[ExportMaterial]) -> list[str]:
     """The pack's ``nb_<module>_sample`` / ``nb_<module>_pdf`` (and ``_lod``): a switch on the material id (unknown ids: pdf 0)."""
     lines = []
-    for suffix, level in (("", "uint mip"), ("_lod", "float lod")):
+    for suffix, level, _, _ in _FETCHES:
         name = level.split()[1]
         lines += ["", f"float3 nb_{module}_sample{suffix}(uint material_id, float2 uv, float3 wo, float2 u, {level}, out float pdf)", "{"]
         lines += ["    switch (material_id)", "    {"]

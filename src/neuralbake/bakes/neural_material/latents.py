@@ -20,7 +20,6 @@ from neuralbake.bakes.neural_material.sampling import MAX_TILT, MAX_W, MIN_ALPHA
 from neuralbake.errors import BundleError
 from neuralbake.io.bundle import read_bundle, write_bundle
 from neuralbake.io.bundle_manifest import bundle_file_path
-from neuralbake.io.device_layout import LayerTensors
 from neuralbake.io.files import atomic_write_bytes, sha256_file
 from neuralbake.nn.mlp import MLP, MLPConfig
 from neuralbake.nn.quantize import dequantize_latents_affine_u8, quantize_latents_affine_u8
@@ -88,7 +87,7 @@ def write_material_bundle(out: Path, neural: NeuralMaterial, config: NeuralMater
                         "proxy": "GGX reflection lobe (weight w, alpha, normal tilted by tilt) + cosine lobe (1 - w); see bakes/neural_material/sampling.py",
                         "min_alpha": MIN_ALPHA, "max_tilt": MAX_TILT, "max_w": MAX_W}
     decoder = neural.decoder
-    layers = [LayerTensors(f"decoder.layers.{i}", layer.weight, layer.bias) for i, layer in enumerate(decoder.layers)]
+    layers = decoder.linear_layers("decoder.")
     write_bundle(
         out,
         {f"decoder.{k}": v for k, v in decoder.state_dict().items()},

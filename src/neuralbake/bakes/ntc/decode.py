@@ -28,17 +28,33 @@ from neuralbake.render.pictures import display_rgb
 __all__ = ["decode_all_levels", "decode_texel", "decode_texels", "decompress", "resolve_decode_kernels", "set_quality"]
 
 
-def decode_texels(container: NTCContainer, level: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *, chunk: int = 1 << 18) -> torch.Tensor:
-    """Decode texels ``(level, x, y)`` (int64 ``[N]``, on the container's device) -> float32 ``[N, channels]`` in [0, 1]."""
+def decode_texels(
+    container: NTCContainer,
+    level: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    chunk: int = 1 << 18,
+    decoder: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    latents: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """Decode texels ``(level, x, y)`` (int64 ``[N]``, on the container's device) -> float32 ``[N, channels]`` in [0, 1].
+
+    ``decoder`` (features -> outputs) replaces the fp32 decoder and ``latents`` (high, low) the container's
+    grids: another arithmetic on the same features (:func:`neuralbake.bakes.ntc.int8.decode_texels_int8`).
+    """
     layout = container.layout
     tables = GridTables.from_layout(layout, container.latents_high.device)
-    weights, act = container.weights(), activation_fn(layout.activation, layout.leak)
+    if decoder is None:
+        weights, act = container.weights(), activation_fn(layout.activation, layout.leak)
+        decoder = lambda features: decoder_forward(features, weights, container.biases, act)
+    high, low = latents if latents is not None else (container.latents_high, container.latents_low)
     outputs = []
     with torch.no_grad():
         for start in range(0, level.numel(), chunk):
             part = slice(start, start + chunk)
-            features = sample_features(container.latents_high, container.latents_low, tables, level[part], x[part], y[part], layout.pe_frequencies)
-            outputs.append(decoder_forward(features, weights, container.biases, act).clamp_(0.0, 1.0))
+            features = sample_features(high, low, tables, level[part], x[part], y[part], layout.pe_frequencies)
+            outputs.append(decoder(features).clamp_(0.0, 1.0))
     return torch.cat(outputs) if outputs else torch.zeros(0, layout.channels)
 
 
