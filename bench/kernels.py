@@ -379,7 +379,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer sizes")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--steps", type=int, default=0, help="training steps per timed run (0: about 2^24 samples, 200 to 4000 steps)")
-    parser.add_argument("--sweep", nargs=3, metavar=("KIND", "ROWS", "WARPS"), help="only time the forward, ntc or train kernels at one tile")
+    parser.add_argument(
+        "--sweep", nargs="+", metavar="KIND ROWS WARPS [REGISTERS]", help="only time the forward, ntc or train kernels at one tile (and register cap)"
+    )
     parser.add_argument("--only", nargs="*", default=["mlp", "neural_material", "ntc", "train", "train_material"])
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON (an existing file keeps its rows of the parts not run)")
     args = parser.parse_args()
@@ -395,6 +397,12 @@ def main() -> None:
     result["triton"] = triton.__version__
     print(f"{torch.cuda.get_device_name(device)}  torch {torch.__version__}  triton {triton.__version__}", flush=True)
     if args.sweep:
+        if len(args.sweep) not in (3, 4):
+            sys.exit("--sweep takes KIND ROWS WARPS [REGISTERS]")
+        if len(args.sweep) == 4:
+            from neuralbake.kernels import fused as fused_module
+
+            fused_module.REGISTERS[args.sweep[0]] = int(args.sweep[3])
         sweep(device, args.repeats, args.sweep[0], (int(args.sweep[1]), int(args.sweep[2])))
         return
     if "mlp" in args.only:

@@ -325,6 +325,95 @@ def test_trainer_with_the_fused_step_follows_the_autograd_loss_curve() -> None:
         assert math.isclose(a, b, rel_tol=0.02), curves
 
 
+def _pair(precision: str, *, scale: float = 4096.0, steps: int = 6, checkpoint: object = None) -> list[Trainer]:
+    """Two trainers on the same fused forward/backward kernel and batches: the optimizer step on the GPU kernels, and in PyTorch."""
+    config = TrainerConfig(
+        steps=steps, learning_rate=0.02, precision=precision, initial_loss_scale=scale, loss_scale_growth_interval=2,
+        log_every=steps, eval_every=0, checkpoint_every=0, checkpoint_seconds=0,
+    )  # fmt: skip
+    trainers = []
+    for fused_update in (True, False):
+        torch.manual_seed(15)
+        net = CoordinateNetwork(CoordinateNetworkConfig(hidden=16, layers=2, outputs=3)).to(DEVICE)
+        dtype = torch.float16 if precision == "fp16" else torch.float32
+        trainer = Trainer(net, _Sampler(150), LOSSES["mse"], config, device=DEVICE, forward_backward=FusedForwardBackward(net, "mse", dtype=dtype, programs=2))
+        assert trainer._fused_update is not None
+        if not fused_update:
+            trainer._fused_update = None
+        trainers.append(trainer)
+    return trainers
+
+
+def _same_state(fused: Trainer, torch_step: Trainer, tolerance: float) -> None:
+    for (name, a), b in zip(fused.model.named_parameters(), torch_step.model.parameters(), strict=True):
+        error = float((a - b).abs().max())
+        assert error <= tolerance * float(b.abs().max()), (name, error)
+        state_a, state_b = fused.optimizer.state[a], torch_step.optimizer.state[b]
+        assert float(state_a["step"]) == float(state_b["step"]), name
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert float((state_a[key] - state_b[key]).abs().max()) <= tolerance * float(state_b[key].abs().max()) + 1e-12, (name, key)
+    assert fused.scaler.state_dict() == torch_step.scaler.state_dict()
+    for counter in ("_loss_sum", "_loss_count", "_skipped", "_nonfinite_run", "_found_inf"):
+        a, b = float(getattr(fused, counter)), float(getattr(torch_step, counter))
+        assert math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-9), (counter, a, b)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_the_fused_optimizer_step_matches_pytorch_adam_and_the_loss_scaler(precision: str) -> None:
+    """The step's gradient sum, unscale, Adam, loss-scale growth and counters on the kernels equal PyTorch's fused Adam path."""
+    fused, torch_step = _pair(precision)
+    for _ in range(6):
+        assert fused.train_step() and torch_step.train_step()
+    # fp32: the same arithmetic in another order; fp16: the compute weights are rounded from masters that differ by that much
+    _same_state(fused, torch_step, 1e-5 if precision == "fp32" else 2e-3)
+    assert fused.scaler.scale == 4096.0 * 2**3  # grew every second clean step, as PyTorch's rule says
+    # the masters are still the model's parameters (views of the kernel's flat buffer), and the packed compute weights follow them
+    packed = fused.forward_backward.packed
+    first = fused.model.mlp.layers[0]
+    _close(packed.w_in[: first.in_features, : first.out_features].float().t(), first.weight.detach(), torch.float32 if precision == "fp32" else torch.float16)
+
+
+def test_the_fused_optimizer_step_skips_overflows_and_backs_the_scale_off() -> None:
+    """A loss scale that overflows fp16 skips the update (masters, moments and step count untouched) and halves the scale, as PyTorch does."""
+    fused, torch_step = _pair("fp16", scale=2.0**40)
+    before = [p.detach().clone() for p in fused.model.parameters()]
+    assert not fused.train_step() and not torch_step.train_step()
+    for a, b in zip(before, fused.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert fused.skipped_steps == 1 and fused.scaler.scale == 2.0**39
+    for _ in range(20):
+        fused.train_step()
+        torch_step.train_step()
+    assert 0 < fused.skipped_steps < 21 and fused.skipped_steps == torch_step.skipped_steps
+    _same_state(fused, torch_step, 2e-3)
+
+
+def test_the_fused_optimizer_step_resumes_from_a_checkpoint(tmp_path) -> None:
+    """A run stopped at step 3 and resumed (new optimizer-state tensors: the step attaches again) ends where an unbroken run ends."""
+    config = TrainerConfig(steps=6, learning_rate=0.02, precision="fp16", log_every=6, eval_every=0, checkpoint_every=3, checkpoint_seconds=0)
+    finals = []
+    for resume in (False, True):
+        torch.manual_seed(16)
+        net = CoordinateNetwork(CoordinateNetworkConfig(hidden=16, layers=2, outputs=3)).to(DEVICE)
+        step = FusedForwardBackward(net, "mse", dtype=torch.float16, programs=2)
+        path = tmp_path / f"run{int(resume)}.ckpt"
+        trainer = Trainer(net, _Sampler(150), LOSSES["mse"], config, device=DEVICE, forward_backward=step, checkpoint_path=path)
+        if resume:
+            for _ in range(3):
+                trainer.train_step()
+            trainer._save_checkpoint()
+            torch.manual_seed(99)
+            net = CoordinateNetwork(CoordinateNetworkConfig(hidden=16, layers=2, outputs=3)).to(DEVICE)  # a fresh process's model
+            step = FusedForwardBackward(net, "mse", dtype=torch.float16, programs=2)
+            trainer = Trainer(net, _Sampler(150), LOSSES["mse"], config, device=DEVICE, forward_backward=step, checkpoint_path=path)
+            trainer.fit(resume=True)
+        else:
+            trainer.fit()
+        finals.append([p.detach().clone() for p in net.parameters()])
+    for a, b in zip(*finals, strict=True):
+        assert torch.equal(a, b)
+
+
 def test_unsupported_networks_are_refused_with_the_reason() -> None:
     assert unsupported_reason([12, 64, 64, 3], ["relu", "none"]) is None
     assert "256" in unsupported_reason([12, 256, 3], ["relu", "none"])

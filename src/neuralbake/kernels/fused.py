@@ -14,7 +14,10 @@ compare them value by value under ``TRITON_INTERPRET=1``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import math
+import os
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -24,10 +27,13 @@ from torch import nn
 from neuralbake.errors import ConfigError
 from neuralbake.kernels import ACTIVATION_CODES, DIRECTION_CODES, LOSS_CODES, unsupported_reason
 from neuralbake.kernels.triton_mlp import (
+    _adam_kernel,
+    _finish_step_kernel,
     _mlp_kernel,
     _mlp_train_kernel,
     _neural_material_kernel,
     _ntc_kernel,
+    _reduce_slots_kernel,
 )
 from neuralbake.nn.mlp import MLP, CoordinateNetwork
 
@@ -35,6 +41,7 @@ if TYPE_CHECKING:
     from neuralbake.bakes.neural_material.model import NeuralMaterial
     from neuralbake.bakes.ntc.container import NTCContainer
     from neuralbake.bakes.ntc.int8 import Int8Calibration
+    from neuralbake.nn.precision import LossScaler
     from neuralbake.nn.trainer import Batch
 
 __all__ = ["FusedForwardBackward", "FusedMLP", "FusedNTC", "FusedNeuralMaterial", "PackedMLP", "mlp_forward"]
@@ -48,21 +55,60 @@ def _pad(n: int, dtype: torch.dtype) -> int:
 TILES: dict[str, tuple[int, int]] = {
     "forward": (128, 2),
     "forward_wide": (64, 2),
-    "ntc": (32, 1),
+    "ntc": (128, 4),
     "ntc_wide": (32, 1),
-    "train": (64, 2),
+    "train": (64, 4),
     "train_wide": (32, 2),
 }
 """``(rows per program, warps per program)`` by kernel kind; ``_wide`` for hidden layers over 64.
 
-At most 2 warps per program, on purpose: with 4 or more Triton 3.6 compiles ``tl.dot`` for an H100
-into Hopper's warpgroup MMA, and for these kernels that code crashed (compute-sanitizer: invalid
-shared-memory reads, out-of-range local addresses) or gave wrong values in about half of the tile
-shapes tried (a fused MLP, the neural-material and NTC decodes). With 1-2 warps it uses
-``mma.sync`` and every shape matched the PyTorch reference, at 0.7-1.0x the fastest warpgroup
-timing that was right. The sizes are the fastest of a sweep on an H100 (bench/kernels.py --sweep;
-bench/kernels_parity.py checks them).
+Every launch compiles with Hopper's warpgroup MMA turned off (:func:`mma_sync`), so ``tl.dot``
+is ``mma.sync`` whatever the warp count: Triton 3.6's warpgroup code for these kernels crashed
+(compute-sanitizer: invalid shared-memory reads, out-of-range local addresses) or gave wrong values
+in about half of the tile shapes tried with 4 or more warps (a fused MLP, the neural-material and
+NTC decodes). The sizes are the fastest of sweeps on an H100 and H200s (bench/kernels.py --sweep;
+bench/kernels_parity.py checks them); with ``mma.sync`` at any warp count the NTC decode and the
+training step gained from 4 warps (2026-11-26, H200: 3.2 against 2.9 G texels/s, 485 against 321 M
+training samples/s at 2^18 rows).
 """
+
+
+REGISTERS: dict[str, int | None] = {kind: None for kind in TILES}
+"""A register cap per thread by kernel kind, keyed as :data:`TILES` (Triton's ``maxnreg``; None: the compiler's choice).
+
+The decodes are latency-bound at 12-19 % occupancy, limited by registers (Nsight Compute on an H200,
+2026-11-26: the neural-material decode at 255 registers a thread and 12.5 % occupancy, the NTC decode
+at 158 and 18.8 %, issue slots 39-45 % busy). Caps of 80-168 registers swept on H200s
+(``bench/kernels.py --sweep KIND ROWS WARPS REGISTERS``) moved the rates by no more than the
+machine-to-machine spread (about 10 %), so none is set.
+"""
+
+
+def _launch_options(kind: str, hidden: int) -> dict[str, int]:
+    key = f"{kind}_wide" if hidden > 64 else kind
+    options = {"num_warps": TILES[key][1]}
+    if REGISTERS[key] is not None:
+        options["maxnreg"] = int(REGISTERS[key])
+    return options
+
+
+@contextlib.contextmanager
+def mma_sync() -> Iterator[None]:
+    """Compile the kernels launched inside with ``mma.sync`` only (Triton's ``DISABLE_MMA_V3``).
+
+    Triton reads the variable when it compiles a kernel and keys its cache on it, so it is set
+    only around this module's launches: other Triton code in the process (``torch.compile``'s
+    GEMMs) keeps the warpgroup MMA.
+    """
+    previous = os.environ.get("DISABLE_MMA_V3")
+    os.environ["DISABLE_MMA_V3"] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["DISABLE_MMA_V3"]
+        else:
+            os.environ["DISABLE_MMA_V3"] = previous
 
 
 def _wide(*element_counts: int) -> bool:
@@ -108,10 +154,24 @@ class PackedMLP:
         self.kp, self.hp, self.op = _pad(widths[0], dtype), _pad(max(widths[1:-1]), dtype), _pad(widths[-1], dtype)
         self.hidden = len(weights) - 2
         self.hidden_activation, self.output_activation, self.leak = hidden_activation, output_activation, float(leak)
-        zeros = lambda *shape, dt=dtype: torch.zeros(*shape, dtype=dt, device=device)
-        self.w_in, self.b_in = zeros(self.kp, self.hp), zeros(self.hp, dt=torch.float32)
-        self.w_hid, self.b_hid = zeros(max(self.hidden, 1), self.hp, self.hp), zeros(max(self.hidden, 1), self.hp, dt=torch.float32)
-        self.w_out, self.b_out = zeros(self.hp, self.op), zeros(self.op, dt=torch.float32)
+        kp, hp, op, hidden = self.kp, self.hp, self.op, self.hidden
+        # Every buffer is a view of two flat ones in the training kernel's gradient-slot layout
+        # ([w_in | b_in | w_hid | b_hid | w_out | b_out]; weights in `flat_w`, biases in `flat_b`),
+        # so the fused optimizer step writes a whole network with one index.
+        self.offsets = {"w_in": 0, "b_in": kp * hp, "w_hid": kp * hp + hp}
+        self.offsets["b_hid"] = self.offsets["w_hid"] + hidden * hp * hp
+        self.offsets["w_out"] = self.offsets["b_hid"] + hidden * hp
+        self.offsets["b_out"] = self.offsets["w_out"] + hp * op
+        self.slot_size = self.offsets["b_out"] + op
+        self.flat_w = torch.zeros(self.slot_size, dtype=dtype, device=device)
+        self.flat_b = torch.zeros(self.slot_size, dtype=torch.float32, device=device)
+        part = lambda flat, name, *shape: flat[self.offsets[name] : self.offsets[name] + math.prod(shape)].view(*shape)
+        self.w_in, self.b_in = part(self.flat_w, "w_in", kp, hp), part(self.flat_b, "b_in", hp)
+        if hidden:
+            self.w_hid, self.b_hid = part(self.flat_w, "w_hid", hidden, hp, hp), part(self.flat_b, "b_hid", hidden, hp)
+        else:  # the kernels take a (never read) hidden block either way
+            self.w_hid, self.b_hid = torch.zeros(1, hp, hp, dtype=dtype, device=device), torch.zeros(1, hp, device=device)
+        self.w_out, self.b_out = part(self.flat_w, "w_out", hp, op), part(self.flat_b, "b_out", op)
         self._weight_views = [self.w_in[: widths[0], : widths[1]]]
         self._weight_views += [self.w_hid[i, : widths[i + 1], : widths[i + 2]] for i in range(self.hidden)]
         self._weight_views.append(self.w_out[: widths[-2], : widths[-1]])
@@ -158,10 +218,6 @@ class PackedMLP:
     def block_rows(self) -> int:
         return _tile("forward", self.hp)[0]
 
-    @property
-    def num_warps(self) -> int:
-        return _tile("forward", self.hp)[1]
-
 
 def mlp_forward(packed: PackedMLP, inputs: torch.Tensor, *, frequencies: int = 0, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """``[N, outputs]`` for input rows ``[N, inputs]``; with ``frequencies``, rows of coordinates encoded in the kernel."""
@@ -177,10 +233,11 @@ def mlp_forward(packed: PackedMLP, inputs: torch.Tensor, *, frequencies: int = 0
     if n == 0:
         return out
     bm = packed.block_rows
-    _mlp_kernel[(triton.cdiv(n, bm),)](
-        inputs, out, n, *packed.buffers(), K=k, O=packed.outputs, FREQ=frequencies,
-        OACT=ACTIVATION_CODES[packed.output_activation], BM=bm, WIDE=_wide(n * max(k, packed.outputs)), num_warps=packed.num_warps, **packed.constants(),
-    )  # fmt: skip
+    with mma_sync():
+        _mlp_kernel[(triton.cdiv(n, bm),)](
+            inputs, out, n, *packed.buffers(), K=k, O=packed.outputs, FREQ=frequencies,
+            OACT=ACTIVATION_CODES[packed.output_activation], BM=bm, WIDE=_wide(n * max(k, packed.outputs)), **_launch_options("forward", packed.hp), **packed.constants(),
+        )  # fmt: skip
     return out
 
 
@@ -228,11 +285,12 @@ class FusedNeuralMaterial:
         uv, wi, wo = (t.float().contiguous() for t in (uv, wi, wo))
         lod_arg = uv if lod is None else lod.float().contiguous()
         bm = self.packed.block_rows
-        _neural_material_kernel[(triton.cdiv(n, bm),)](
-            uv, wi, wo, lod_arg, self.latents, self.level_offset, self.level_width, self.level_height, self.levels, out, n,
-            *self.packed.buffers(), C=self.channels, DIR0=self.directions[0], DIR1=self.directions[1], DIR2=self.directions[2],
-            TRILINEAR=lod is not None, BM=bm, WIDE=_wide(n * 3, self.latents.numel()), num_warps=self.packed.num_warps, **self.packed.constants(),
-        )  # fmt: skip
+        with mma_sync():
+            _neural_material_kernel[(triton.cdiv(n, bm),)](
+                uv, wi, wo, lod_arg, self.latents, self.level_offset, self.level_width, self.level_height, self.levels, out, n,
+                *self.packed.buffers(), C=self.channels, DIR0=self.directions[0], DIR1=self.directions[1], DIR2=self.directions[2],
+                TRILINEAR=lod is not None, BM=bm, WIDE=_wide(n * 3, self.latents.numel()), **_launch_options("forward", self.packed.hp), **self.packed.constants(),
+            )  # fmt: skip
         return out
 
 
@@ -283,12 +341,13 @@ class FusedNTC:
         out = torch.empty(n, self.layout.channels, dtype=out_dtype, device=self.high.device)
         if n == 0:
             return out
-        bm, warps = _tile("ntc", self.packed.hp)
-        _ntc_kernel[(triton.cdiv(n, bm),)](
-            level, x, y, frame_level, frame_width, self.high, self.low, self.tables, self.layout.levels, out, n, *self.packed.buffers(),
-            self.inverse, self.factor, F=self.features, PE=self.pe, CH=self.layout.channels, FRAME=frame, INT8=self.int8, BM=bm,
-            WIDE=_wide(n * self.layout.channels, self.high.numel(), self.low.numel()), num_warps=warps, **self.packed.constants(),
-        )  # fmt: skip
+        bm = _tile("ntc", self.packed.hp)[0]
+        with mma_sync():
+            _ntc_kernel[(triton.cdiv(n, bm),)](
+                level, x, y, frame_level, frame_width, self.high, self.low, self.tables, self.layout.levels, out, n, *self.packed.buffers(),
+                self.inverse, self.factor, F=self.features, PE=self.pe, CH=self.layout.channels, FRAME=frame, INT8=self.int8, BM=bm,
+                WIDE=_wide(n * self.layout.channels, self.high.numel(), self.low.numel()), **_launch_options("ntc", self.packed.hp), **self.packed.constants(),
+            )  # fmt: skip
         return out
 
     def texels(self, level: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -325,9 +384,9 @@ class _TrainingBuffers:
         if programs is None:
             programs = 2 * torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
         self.programs = programs
-        self.slot_size = p.kp * p.hp + p.hp + p.hidden * (p.hp * p.hp + p.hp) + p.hp * p.op + p.op
-        self.block_rows, self.num_warps = _tile("train", p.hp)
-        self.grads = torch.zeros(programs, self.slot_size, dtype=torch.float32, device=device)
+        self.slot_size = p.slot_size
+        self.block_rows = _tile("train", p.hp)[0]
+        self.grads = torch.zeros(programs, self.slot_size, dtype=torch.float32, device=device)  # each program's slot, written by its first tile
         self.scratch = torch.empty(programs * (p.hidden + 1) * self.block_rows * p.hp, dtype=p.dtype, device=device)
         self.losses = torch.zeros(programs, dtype=torch.float32, device=device)  # each program's loss sum (not written in upstream mode)
 
@@ -363,6 +422,16 @@ class FusedForwardBackward:
         p = self.packed
         weights = [params[name] for name in self.names[0::2]]
         p.refresh(weights, [params[name] for name in self.names[1::2]])
+        programs, n = self._launch(batch, loss_scale if isinstance(loss_scale, torch.Tensor) else torch.tensor(float(loss_scale), device=self.device))
+        buffers = self.buffers
+        total = buffers.grads[:programs].sum(0)
+        loss = buffers.losses[:programs].sum() / (n * p.outputs)
+        by_name = dict(zip(self.names, _unpack_gradients(p, total)))
+        return loss, [by_name[name] for name in params]
+
+    def _launch(self, batch: Batch, scale: torch.Tensor) -> tuple[int, int]:
+        """The training kernel on ``batch`` with the packed weights as they are; returns (programs, rows)."""
+        p = self.packed
         inputs, targets = batch.inputs, batch.targets
         columns = inputs.shape[1] * 2 * self.frequencies if self.frequencies else inputs.shape[1]
         if inputs.dim() != 2 or targets.dim() != 2 or columns != p.inputs or targets.shape != (inputs.shape[0], p.outputs):
@@ -373,19 +442,148 @@ class FusedForwardBackward:
             inputs = inputs.float()
         inputs, targets = inputs.contiguous(), targets.float().contiguous()
         n = inputs.shape[0]
-        scale = loss_scale if isinstance(loss_scale, torch.Tensor) else torch.tensor(float(loss_scale), device=self.device)
         buffers = self.buffers
-        buffers.grads.zero_()
+        if n == 0:  # no tile writes the slot
+            buffers.grads[:1].zero_()
         grid = (min(buffers.programs, max(1, triton.cdiv(n, buffers.block_rows))),)
-        _mlp_train_kernel[grid](
-            inputs, targets, n, buffers.scratch, buffers.grads, buffers.losses, scale.float().reshape(1), buffers.losses, *p.buffers(),
-            K=inputs.shape[1], O=p.outputs, FREQ=self.frequencies, OACT=ACTIVATION_CODES[p.output_activation], LOSS=LOSS_CODES[self.loss],
-            FLOOR=self.floor, BM=buffers.block_rows, DX=False, num_warps=buffers.num_warps, **p.constants(),
+        with mma_sync():
+            _mlp_train_kernel[grid](
+                inputs, targets, n, buffers.scratch, buffers.grads, buffers.losses, scale.float().reshape(1), buffers.losses, *p.buffers(),
+                K=inputs.shape[1], O=p.outputs, FREQ=self.frequencies, OACT=ACTIVATION_CODES[p.output_activation], LOSS=LOSS_CODES[self.loss],
+                FLOOR=self.floor, BM=buffers.block_rows, DX=False, **_launch_options("train", p.hp), **p.constants(),
+            )  # fmt: skip
+        return grid[0], n
+
+    # -- the whole optimizer step on the GPU -------------------------------------------------------
+    fuses_update = True
+    """The trainer may hand this object its whole step (:meth:`update_step`) instead of running Adam itself."""
+
+    _reduce_block, _reduce_rows, _adam_block = 128, 16, 1024
+    """Slot columns per program of the gradient sum (and slots summed at once), master values per program of Adam."""
+
+    @staticmethod
+    def can_update(optimizer: torch.optim.Optimizer) -> str | None:
+        """Why :meth:`update_step` cannot stand in for ``optimizer`` (None: it can)."""
+        if not isinstance(optimizer, torch.optim.Adam) or len(optimizer.param_groups) != 1:
+            return "it runs one Adam parameter group"
+        group = optimizer.param_groups[0]
+        if group["weight_decay"] or group["amsgrad"] or group["maximize"] or not isinstance(group["lr"], torch.Tensor):
+            return "it runs plain Adam (no weight decay, amsgrad or maximize) with the learning rate as a device tensor"
+        return None
+
+    def _attach(self, master: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer) -> None:
+        """Make the masters and Adam's moments views of this object's flat buffers (copying their values in).
+
+        The parameters and ``optimizer.state`` stay what PyTorch expects (checkpoints, evaluation and a
+        PyTorch step see ordinary tensors, always current); a no-op while they already are these views.
+        A resumed checkpoint (new state tensors) or parameters replaced from outside attach again.
+        """
+        params = [master[name] for name in self.names]
+        attached = getattr(self, "_views", None)
+        if attached is not None and all(
+            param.data_ptr() == view.data_ptr() and optimizer.state.get(param, {}).get("exp_avg", param).data_ptr() == moment.data_ptr()
+            for param, view, moment in zip(params, attached[0], attached[1])
+        ):
+            return
+        if self.can_update(optimizer) is not None:
+            raise ConfigError(f"the fused optimizer step cannot stand in for this optimizer: {self.can_update(optimizer)}.", field="kernels", fix="use --kernels torch.")
+        p = self.packed
+        sizes = [param.numel() for param in params]
+        total = sum(sizes)
+        device = self.device
+        if getattr(self, "_master", None) is None or self._master.numel() != total:
+            self._master, self._m, self._v = (torch.zeros(total, device=device) for _ in range(3))
+            self._step = torch.zeros((), device=device)
+            self._grad = torch.zeros(p.slot_size, device=device)
+            self._blocks = triton.cdiv(p.slot_size, self._reduce_block)  # one inf/NaN flag per block of the sum
+            self._flags = torch.zeros(self._blocks, device=device)
+            self._loss = torch.zeros((), device=device)
+            self._index = _master_index(p, sizes).to(device)
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        views = [self._master[a : a + size].view_as(param) for a, size, param in zip(starts, sizes, params)]
+        m_views = [self._m[a : a + size].view_as(param) for a, size, param in zip(starts, sizes, params)]
+        v_views = [self._v[a : a + size].view_as(param) for a, size, param in zip(starts, sizes, params)]
+        states = [optimizer.state.get(param, {}) for param in params]
+        with torch.no_grad():
+            for param, view, m, v, state in zip(params, views, m_views, v_views, states):
+                view.copy_(param)
+                param.data = view
+                m.zero_()
+                v.zero_()
+                if "exp_avg" in state:  # a step was taken (or a checkpoint loaded) before
+                    m.copy_(state["exp_avg"])
+                    v.copy_(state["exp_avg_sq"])
+            self._step.fill_(float(states[0]["step"]) if "step" in states[0] else 0.0)
+            for param, m, v in zip(params, m_views, v_views):
+                optimizer.state[param] = {"step": self._step, "exp_avg": m, "exp_avg_sq": v}
+            p.refresh([master[name] for name in self.names[0::2]], [master[name] for name in self.names[1::2]])
+        self._views = (views, m_views)
+
+    def update_step(
+        self,
+        batch: Batch,
+        master: dict[str, torch.Tensor],
+        optimizer: torch.optim.Optimizer,
+        scaler: LossScaler,
+        found_inf: torch.Tensor,
+        counters: Sequence[torch.Tensor],
+    ) -> None:
+        """One whole training step on the GPU, the trainer's :meth:`~neuralbake.nn.trainer.Trainer._device_step` in four launches.
+
+        The training kernel (forward, loss, backward on the packed compute weights), then the
+        gradients summed, unscaled and checked for inf/NaN, Adam on the fp32 masters (skipped on
+        inf/NaN) writing the next step's compute weights, and the step count, the loss scale and
+        the trainer's ``counters`` (loss sum, clean-step count, skipped steps, the run of
+        non-finite steps) updated; ``found_inf`` is set to 1.0 for a skipped step. Nothing syncs
+        with the host, so the step can be captured in a CUDA graph.
+        """
+        self._attach(master, optimizer)
+        p = self.packed
+        programs, n = self._launch(batch, scaler.scale_tensor)
+        group = optimizer.param_groups[0]
+        beta1, beta2 = group["betas"]
+        flags_p = triton.next_power_of_2(self._blocks)
+        loss_sum, loss_count, skipped, nonfinite_run = counters
+        _reduce_slots_kernel[(self._blocks,)](
+            self.buffers.grads, programs, p.slot_size, self.buffers.losses, float(max(n, 1) * p.outputs), scaler.scale_tensor, self._grad,
+            self._flags, self._loss, BLOCK=self._reduce_block, PB=self._reduce_rows, PP=triton.next_power_of_2(programs),
         )  # fmt: skip
-        total = buffers.grads[: grid[0]].sum(0)
-        loss = buffers.losses[: grid[0]].sum() / (n * p.outputs)
-        by_name = dict(zip(self.names, _unpack_gradients(p, total)))
-        return loss, [by_name[name] for name in params]
+        _adam_kernel[(triton.cdiv(p.slot_size, self._adam_block),)](
+            self._grad, self._index, self._master, self._m, self._v, p.flat_w, p.flat_b, self._flags, self._blocks, self._step, group["lr"],
+            float(beta1), float(beta2), float(group["eps"]), p.slot_size, BLOCK=self._adam_block, FP=flags_p,
+        )  # fmt: skip
+        _finish_step_kernel[(1,)](
+            self._flags, self._blocks, self._loss, self._step, scaler.scale_tensor, scaler.clean_steps_tensor, scaler.overflows_tensor,
+            loss_sum, loss_count, skipped, nonfinite_run, found_inf, float(scaler.growth_factor), float(scaler.backoff_factor),
+            int(scaler.growth_interval), DYNAMIC=scaler.mode == "dynamic", FP=flags_p,
+        )  # fmt: skip
+
+
+def _master_index(p: PackedMLP, sizes: Sequence[int]) -> torch.Tensor:
+    """int32 ``[slot_size]``: for each position of the packed/slot layout, the flat master index it holds (-1: padding).
+
+    Masters are ``[weight0, bias0, weight1, ...]`` flattened in order, weights ``[out, in]``; the slot
+    holds weights ``[in, out]`` padded (see :class:`PackedMLP`).
+    """
+    index = torch.full((p.slot_size,), -1, dtype=torch.int32)
+    widths = p.widths
+    layers = len(widths) - 1
+    cursor = 0
+    for layer in range(layers):
+        fan_in, fan_out = widths[layer], widths[layer + 1]
+        if layer == 0:
+            w_at, b_at, columns = p.offsets["w_in"], p.offsets["b_in"], p.hp
+        elif layer == layers - 1:
+            w_at, b_at, columns = p.offsets["w_out"], p.offsets["b_out"], p.op
+        else:
+            w_at, b_at, columns = p.offsets["w_hid"] + (layer - 1) * p.hp * p.hp, p.offsets["b_hid"] + (layer - 1) * p.hp, p.hp
+        assert sizes[2 * layer] == fan_in * fan_out and sizes[2 * layer + 1] == fan_out
+        out_i, in_i = torch.meshgrid(torch.arange(fan_out), torch.arange(fan_in), indexing="ij")  # master order: [out, in]
+        index[(w_at + in_i * columns + out_i).reshape(-1)] = (cursor + torch.arange(fan_out * fan_in)).to(torch.int32)
+        cursor += fan_in * fan_out
+        index[b_at + torch.arange(fan_out)] = (cursor + torch.arange(fan_out)).to(torch.int32)
+        cursor += fan_out
+    return index
 
 
 def _unpack_gradients(p: PackedMLP, flat: torch.Tensor) -> list[torch.Tensor]:
@@ -459,14 +657,16 @@ class FusedMLP:
         x = x.contiguous() if x.dtype == packed.dtype else x.float().contiguous()
         dy = dy.float().contiguous()
         dx = torch.empty(n if input_gradient else 0, packed.inputs, dtype=torch.float32, device=x.device)
-        buffers.grads.zero_()
+        if n == 0:  # no tile writes the slot
+            buffers.grads[:1].zero_()
         grid = (min(buffers.programs, max(1, triton.cdiv(n, buffers.block_rows))),)
         if n:
-            _mlp_train_kernel[grid](
-                x, dy, n, buffers.scratch, buffers.grads, buffers.losses, buffers.losses, dx, *packed.buffers(),
-                K=packed.inputs, O=packed.outputs, FREQ=0, OACT=ACTIVATION_CODES[packed.output_activation], LOSS=LOSS_CODES["upstream"],
-                FLOOR=0.0, BM=buffers.block_rows, DX=input_gradient, num_warps=buffers.num_warps, **packed.constants(),
-            )  # fmt: skip
+            with mma_sync():
+                _mlp_train_kernel[grid](
+                    x, dy, n, buffers.scratch, buffers.grads, buffers.losses, buffers.losses, dx, *packed.buffers(),
+                    K=packed.inputs, O=packed.outputs, FREQ=0, OACT=ACTIVATION_CODES[packed.output_activation], LOSS=LOSS_CODES["upstream"],
+                    FLOOR=0.0, BM=buffers.block_rows, DX=input_gradient, **_launch_options("train", packed.hp), **packed.constants(),
+                )  # fmt: skip
         interleaved = _unpack_gradients(packed, buffers.grads[: grid[0]].sum(0))
         grads = interleaved[0::2] + interleaved[1::2]
         return (dx if input_gradient else None), [g.to(t.dtype) for g, t in zip(grads, tensors, strict=True)]

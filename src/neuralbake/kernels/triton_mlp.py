@@ -15,7 +15,11 @@ Four kernels share one network body (:func:`_network`):
   container's int8 weights, int32 sums);
 - :func:`_mlp_train_kernel`: forward and backward of one training batch with the loss and its
   gradient fused; each program keeps a running weight gradient in its own slot (no atomics, so
-  the result is deterministic) and one sum over the slots finishes the reduction.
+  the result is deterministic) and one sum over the slots finishes the reduction;
+- the optimizer step after it in three launches (:func:`_reduce_slots_kernel`: the slots' sum,
+  unscaled and checked for inf/NaN; :func:`_adam_kernel`: Adam on the fp32 masters, writing the
+  packed compute weights of the next step; :func:`_finish_step_kernel`: step count, loss scale and
+  the trainer's sums), where PyTorch takes about fifty small launches for the same step.
 
 Weights are packed by :class:`neuralbake.kernels.fused.PackedMLP`: transposed (``[in, out]``),
 zero-padded to powers of two (16 at least, as ``tl.dot`` needs), every hidden layer padded to the
@@ -166,8 +170,10 @@ def _frequency_tile(coords_ptr, rows, rmask, D: tl.constexpr, FREQ: tl.constexpr
     coord = tl.minimum(cols // (2 * FREQ), D - 1)
     octave = (cols % (2 * FREQ)) // 2
     value = tl.load(coords_ptr + rows[:, None] * D + coord[None, :], mask=rmask[:, None] & used[None, :], other=0.0)
-    phase = value * (3.141592653589793 * tl.exp2(octave.to(tl.float32)))[None, :]
-    encoded = tl.where((cols % 2 == 0)[None, :], tl.sin(phase), tl.cos(phase))
+    # cos(x) = sin(x + pi/2): one transcendental per column instead of two
+    shift = tl.where(cols % 2 == 0, 0.0, 1.5707963267948966)
+    phase = value * (3.141592653589793 * tl.exp2(octave.to(tl.float32)))[None, :] + shift[None, :]
+    encoded = tl.sin(phase)
     return tl.where(used[None, :], encoded, 0.0)
 
 
@@ -445,7 +451,7 @@ def _ntc_kernel(
     pe_cols = (j >= 0) & (j < 4 * PE)
     octave = tl.where(pe_cols, (j % (2 * PE)) // 2, 0).to(tl.float32)
     phase = tl.where(j < 2 * PE, fx[:, None], fy[:, None]) * 3.141592653589793 * tl.exp2(octave)
-    x += tl.where(pe_cols, tl.where(j % 2 == 0, tl.sin(phase), tl.cos(phase)), 0.0)
+    x += tl.where(pe_cols, tl.sin(phase + tl.where(j % 2 == 0, 0.0, 1.5707963267948966)), 0.0)  # cos(x) = sin(x + pi/2)
     # The level within the mip pair: the last column.
     x += tl.where(j == 4 * PE, in_pair[:, None], 0.0)
     if INT8:
@@ -458,9 +464,9 @@ def _ntc_kernel(
 
 
 @triton.jit
-def _accumulate(slot, offsets, partial):
-    """``slot[offsets] += partial``: the program's own running gradient (no other program touches it)."""
-    tl.store(slot + offsets, tl.load(slot + offsets) + partial)
+def _accumulate(slot, offsets, partial, first):
+    """``slot[offsets] += partial`` (``= partial`` on the program's ``first`` tile): its own running gradient (no other program touches it)."""
+    tl.store(slot + offsets, tl.load(slot + offsets, mask=(offsets * 0 + first) == 0, other=0.0) + partial)
 
 
 @triton.jit
@@ -502,8 +508,8 @@ def _mlp_train_kernel(
     autograd graph; no loss is summed and ``scale_ptr`` is not read. With ``DX`` the gradient with
     respect to the input rows goes to ``dx_ptr`` ``[N, K]`` fp32 (not with ``FREQ``).
 
-    Program ``p`` takes tiles ``p, p + P, ...`` (``P`` programs). Its gradient slot at
-    ``grad_ptr + p * G`` (zeroed by the caller; layout ``[w_in | b_in | w_hid | b_hid | w_out |
+    Program ``p`` takes tiles ``p, p + P, ...`` (``P`` programs, at most one per tile). Its gradient slot at
+    ``grad_ptr + p * G`` (written by its first tile, so nothing needs zeroing; layout ``[w_in | b_in | w_hid | b_hid | w_out |
     b_out]``, weights ``[in, out]`` padded) accumulates the weight gradients of its tiles; its loss
     sum goes to ``loss_ptr[p]``. Hidden activations pass from the forward to the backward through
     the program's own ``[HIDDEN + 1, BM, HP]`` scratch block.
@@ -529,6 +535,7 @@ def _mlp_train_kernel(
         scale = tl.load(scale_ptr).to(tl.float32) / (N * O)
     loss_sum = 0.0
     for tile in range(pid, tl.cdiv(N, BM), programs):
+        first = (tile == pid).to(tl.int32)
         rows = m.to(tl.int64) + tile * BM  # int64: rows x width can pass 2^31
         rmask = rows < N
         if FREQ > 0:
@@ -568,22 +575,22 @@ def _mlp_train_kernel(
         dz = (tl.where(valid, slope, 0.0) * scale * _activation_slope(y, OACT, LEAK)).to(dtype)
         tl.debug_barrier()  # the scratch stores above are read back by other threads below
         # backward: output layer, hidden layers last to first, input layer
-        _accumulate(slot + g_w_out, h[:, None] * OP + o[None, :], tl.dot(tl.trans(a), dz, input_precision=DOT))
-        _accumulate(slot + g_b_out, o, tl.sum(dz.to(tl.float32), axis=0))
+        _accumulate(slot + g_w_out, h[:, None] * OP + o[None, :], tl.dot(tl.trans(a), dz, input_precision=DOT), first)
+        _accumulate(slot + g_b_out, o, tl.sum(dz.to(tl.float32), axis=0), first)
         da = tl.dot(dz, tl.trans(w), input_precision=DOT)
         for step in tl.static_range(HIDDEN):
             layer = HIDDEN - 1 - step
             a = tl.load(scratch + (layer + 1) * BM * HP + tile_offsets)
             dz = (da * _activation_slope(a.to(tl.float32), HACT, LEAK)).to(dtype)
             a_prev = tl.load(scratch + layer * BM * HP + tile_offsets)
-            _accumulate(slot + g_w_hid + layer * HP * HP, h[:, None] * HP + h[None, :], tl.dot(tl.trans(a_prev), dz, input_precision=DOT))
-            _accumulate(slot + g_b_hid + layer * HP, h, tl.sum(dz.to(tl.float32), axis=0))
+            _accumulate(slot + g_w_hid + layer * HP * HP, h[:, None] * HP + h[None, :], tl.dot(tl.trans(a_prev), dz, input_precision=DOT), first)
+            _accumulate(slot + g_b_hid + layer * HP, h, tl.sum(dz.to(tl.float32), axis=0), first)
             w = tl.load(w_hid + layer * HP * HP + h[:, None] * HP + h[None, :])
             da = tl.dot(dz, tl.trans(w), input_precision=DOT)
         a = tl.load(scratch + tile_offsets)
         dz = (da * _activation_slope(a.to(tl.float32), HACT, LEAK)).to(dtype)
-        _accumulate(slot, k[:, None] * HP + h[None, :], tl.dot(tl.trans(x), dz, input_precision=DOT))
-        _accumulate(slot + g_b_in, h, tl.sum(dz.to(tl.float32), axis=0))
+        _accumulate(slot, k[:, None] * HP + h[None, :], tl.dot(tl.trans(x), dz, input_precision=DOT), first)
+        _accumulate(slot + g_b_in, h, tl.sum(dz.to(tl.float32), axis=0), first)
         if DX:
             w = tl.load(w_in + k[:, None] * HP + h[None, :])
             dx = tl.dot(dz, tl.trans(w), input_precision=DOT)
@@ -591,3 +598,128 @@ def _mlp_train_kernel(
         tl.debug_barrier()  # the next tile overwrites the scratch and reads the slot again
     if LOSS != 3:  # upstream mode sums no loss (and is given no loss buffer)
         tl.store(loss_ptr + pid, loss_sum)
+
+
+@triton.jit
+def _reduce_slots_kernel(
+    slots_ptr, PROGRAMS, G, losses_ptr, LOSS_DIVISOR, scale_ptr, grad_ptr, flags_ptr, loss_ptr, BLOCK: tl.constexpr, PB: tl.constexpr, PP: tl.constexpr
+):
+    """The optimizer step's first kernel: ``grad[q] = sum_p slots[p, q] / scale`` over the training
+    kernel's ``PROGRAMS`` gradient slots (``G`` values each), as :meth:`LossScaler.unscale_` does;
+    ``flags[b]`` = 1.0 when block ``b`` holds an inf/NaN gradient (block 0 also when the loss,
+    ``sum(losses) / LOSS_DIVISOR``, written to ``loss_ptr``, is not finite), else 0.0. Each
+    program sums its ``BLOCK`` columns ``PB`` slots at a time (independent loads, not a chain)."""
+    b = tl.program_id(0)
+    q = b * BLOCK + tl.arange(0, BLOCK)
+    mask = q < G
+    r = tl.arange(0, PB)
+    acc = tl.zeros((PB, BLOCK), tl.float32)
+    for p0 in range(0, PROGRAMS, PB):
+        rows = p0 + r  # programs x G stays far below 2^31
+        acc += tl.load(slots_ptr + rows[:, None] * G + q[None, :], mask=(rows < PROGRAMS)[:, None] & mask[None, :], other=0.0)
+    g = tl.sum(acc, axis=0) * (1.0 / tl.load(scale_ptr))
+    tl.store(grad_ptr + q, g, mask=mask)
+    bad = tl.max(tl.where(mask & ~(tl.abs(g) < float("inf")), 1.0, 0.0), axis=0)
+    if b == 0:
+        pp = tl.arange(0, PP)
+        loss = tl.sum(tl.load(losses_ptr + pp, mask=pp < PROGRAMS, other=0.0), axis=0) / LOSS_DIVISOR
+        tl.store(loss_ptr, loss)
+        bad = tl.maximum(bad, tl.where(tl.abs(loss) < float("inf"), 0.0, 1.0))
+    tl.store(flags_ptr + b, bad)
+
+
+@triton.jit
+def _found(flags_ptr, NFLAGS, FP: tl.constexpr):
+    """1.0 when any block of :func:`_reduce_slots_kernel` flagged an inf/NaN, else 0.0."""
+    f = tl.arange(0, FP)
+    return tl.max(tl.load(flags_ptr + f, mask=f < NFLAGS, other=0.0), axis=0)
+
+
+@triton.jit
+def _adam_kernel(
+    grad_ptr,
+    index_ptr,
+    master_ptr,
+    m_ptr,
+    v_ptr,
+    packed_w_ptr,
+    packed_b_ptr,
+    flags_ptr,
+    NFLAGS,
+    step_ptr,
+    lr_ptr,
+    BETA1,
+    BETA2,
+    EPS,
+    G,
+    BLOCK: tl.constexpr,
+    FP: tl.constexpr,
+):
+    """The optimizer step's second kernel: Adam on the fp32 masters (``torch.optim.Adam``'s fused
+    arithmetic: ``m = b1 m + (1 - b1) g``, ``v = b2 v + (1 - b2) g^2``, ``p -= lr / (1 - b1^t) m /
+    (sqrt(v) / sqrt(1 - b2^t) + eps)``), skipped everywhere when any flag is set; then the new
+    weights go to the kernels' packed buffers (``packed_w`` in the compute dtype, ``packed_b``
+    fp32), so the next step reads them without a copy. Slot position ``q`` holds master value
+    ``index[q]`` (-1: padding, never touched)."""
+    b = tl.program_id(0)
+    q = b * BLOCK + tl.arange(0, BLOCK)
+    e = tl.load(index_ptr + q, mask=q < G, other=-1)
+    live = e >= 0
+    if _found(flags_ptr, NFLAGS, FP) == 0.0:
+        t = tl.load(step_ptr) + 1.0
+        g = tl.load(grad_ptr + q, mask=live, other=0.0)
+        m = BETA1 * tl.load(m_ptr + e, mask=live, other=0.0) + (1.0 - BETA1) * g
+        v = BETA2 * tl.load(v_ptr + e, mask=live, other=0.0) + (1.0 - BETA2) * g * g
+        step_size = tl.load(lr_ptr) / (1.0 - tl.exp2(t * tl.log2(BETA1)))
+        denom = tl.sqrt(v) / tl.sqrt(1.0 - tl.exp2(t * tl.log2(BETA2))) + EPS
+        w = tl.load(master_ptr + e, mask=live, other=0.0) - step_size * m / denom
+        tl.store(m_ptr + e, m, mask=live)
+        tl.store(v_ptr + e, v, mask=live)
+        tl.store(master_ptr + e, w, mask=live)
+        tl.store(packed_w_ptr + q, w.to(packed_w_ptr.dtype.element_ty), mask=live)
+        tl.store(packed_b_ptr + q, w, mask=live)
+
+
+@triton.jit
+def _finish_step_kernel(
+    flags_ptr,
+    NFLAGS,
+    loss_ptr,
+    step_ptr,
+    scale_ptr,
+    clean_ptr,
+    overflows_ptr,
+    loss_sum_ptr,
+    loss_count_ptr,
+    skipped_ptr,
+    nonfinite_run_ptr,
+    found_ptr,
+    GROWTH,
+    BACKOFF,
+    INTERVAL,
+    DYNAMIC: tl.constexpr,
+    FP: tl.constexpr,
+):
+    """The optimizer step's last kernel (one program): Adam's step count, the loss scaler's update
+    (``torch._amp_update_scale_``'s rule) and the trainer's running sums, as the PyTorch step does."""
+    found = _found(flags_ptr, NFLAGS, FP)
+    tl.store(step_ptr, tl.load(step_ptr) + 1.0 - found)
+    tl.store(overflows_ptr, tl.load(overflows_ptr) + found)
+    if DYNAMIC:
+        scale = tl.load(scale_ptr)
+        clean = tl.load(clean_ptr)
+        if found > 0.0:
+            tl.store(scale_ptr, scale * BACKOFF)
+            tl.store(clean_ptr, clean * 0)
+        elif clean + 1 == INTERVAL:
+            grown = scale * GROWTH
+            tl.store(scale_ptr, tl.where(tl.abs(grown) < float("inf"), grown, scale))
+            tl.store(clean_ptr, clean * 0)
+        else:
+            tl.store(clean_ptr, clean + 1)
+    loss = tl.load(loss_ptr)
+    tl.store(loss_sum_ptr, tl.load(loss_sum_ptr) + tl.where(found > 0.0, 0.0, loss))
+    tl.store(loss_count_ptr, tl.load(loss_count_ptr) + 1.0 - found)
+    tl.store(skipped_ptr, tl.load(skipped_ptr) + found)
+    tl.store(nonfinite_run_ptr, tl.load(nonfinite_run_ptr) * found + found)
+    tl.store(found_ptr, found)

@@ -137,6 +137,12 @@ class ForwardBackward(Protocol):
     scaler's device tensor); the trainer may modify the returned gradients in place. This is the
     seam where a fused kernel replaces PyTorch autograd; one with ``capturable = True`` (no host
     syncs) is captured in the trainer's CUDA graph with the rest of the step.
+
+    One that sets ``fuses_update = True`` may take the whole step instead: when its
+    ``can_update(optimizer)`` returns None the trainer calls ``update_step(batch, master, optimizer,
+    scaler, found_inf, counters)`` in place of the forward/backward, unscale, Adam, loss-scale and
+    bookkeeping below, and it must leave the masters, ``optimizer.state``, the scaler and the
+    counters as that sequence would (see :class:`neuralbake.kernels.fused.FusedForwardBackward`).
     """
 
     def __call__(self, params: dict[str, torch.Tensor], batch: Batch, loss_scale: float) -> tuple[torch.Tensor, list[torch.Tensor]]: ...
@@ -288,6 +294,10 @@ class Trainer:
         self.scaler = LossScaler(
             config.loss_scale, config.initial_loss_scale, growth_interval=config.loss_scale_growth_interval, device=device
         )
+        # A fused kernel that can also run the optimizer step on the GPU (gradients reduced,
+        # unscaled and checked, Adam, the loss scale: a handful of launches) takes the whole step.
+        fuses = getattr(self.forward_backward, "fuses_update", False)
+        self._fused_update = self.forward_backward if fuses and self.forward_backward.can_update(self.optimizer) is None else None
         # On CUDA the default generator is used: CUDA graphs capture its Philox offsets.
         self.generator = torch.cuda.default_generators[device.index or 0] if device.type == "cuda" else torch.Generator()
         self.generator.manual_seed(config.seed)
@@ -337,6 +347,10 @@ class Trainer:
     def _device_step(self) -> None:
         """One step with every decision on the device (no host sync), so it can be graph-captured."""
         batch = self.sampler.sample(self.generator)
+        if self._fused_update is not None:
+            counters = (self._loss_sum, self._loss_count, self._skipped, self._nonfinite_run)
+            self._fused_update.update_step(batch, self.master, self.optimizer, self.scaler, self._found_inf, counters)
+            return
         if self.compute_model is not self.model:
             with torch.no_grad():
                 torch._foreach_copy_(list(self.compute_params.values()), list(self.master.values()))
