@@ -35,7 +35,7 @@ FAILURES: list[str] = []
 def check(name: str, actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, tolerance: float | None = None) -> None:
     scale = max(1e-6 if actual.dim() else 1.0, float(expected.detach().float().abs().max()))
     error = float((actual.float() - expected.detach().float()).abs().max()) / scale
-    tolerance = tolerance or (1e-5 if dtype == torch.float32 else 2e-2)
+    tolerance = (1e-5 if dtype == torch.float32 else 2e-2) if tolerance is None else tolerance
     ok = error <= tolerance
     print(f"{'ok  ' if ok else 'FAIL'} {name:60s} relative error {error:.2e} (tolerance {tolerance:.0e})", flush=True)
     if not ok:
@@ -177,17 +177,19 @@ def main() -> None:
             before = {name: p.detach().clone() for name, p in run.model.named_parameters()}
             states = {name: {k: v.clone() for k, v in run.optimizer.state[p].items()} for name, p in run.model.named_parameters()}
             scale = float(run.scaler.scale_tensor)
-            run.train_step()
+            if not run.train_step():  # an overflow: the kernels skipped Adam, so there is no step to compare
+                print(f"skip optimizer step {precision} step {step}: the loss scale {scale:g} overflowed", flush=True)
+                continue
             programs = min(fb.buffers.programs, -(-Sampler.batch_size // fb.buffers.block_rows))
             expected = fb.buffers.grads[:programs].sum(0) / scale
-            check(f"optimizer step {precision} step {step} gradient sum", fb._grad, expected, torch.float32)
+            check(f"optimizer step {precision} step {step} gradient sum", fb._flat.grad, expected, torch.float32)
             reference = {name: torch.nn.Parameter(value.clone()) for name, value in before.items()}
             lr = torch.tensor(float(run.optimizer.param_groups[0]["lr"]), device=device)  # this step's, from the schedule
             adam = torch.optim.Adam(list(reference.values()), lr=lr, betas=(0.9, 0.99), eps=1e-10, fused=True, capturable=True)
             for name, param in reference.items():
                 if states[name]:
                     adam.state[param] = {k: v.clone() for k, v in states[name].items()}
-            for param, grad in zip(reference.values(), _unpack_gradients(fb.packed, fb._grad)):
+            for param, grad in zip(reference.values(), _unpack_gradients(fb.packed, fb._flat.grad)):
                 param.grad = grad.contiguous().clone()
             adam.step()
             for name, param in run.model.named_parameters():

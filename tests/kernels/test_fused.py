@@ -65,6 +65,20 @@ def test_frequency_encoded_coordinates_match_the_coordinate_network() -> None:
     _close(mlp_forward(PackedMLP.from_mlp(net.mlp), uv, frequencies=4), net(uv), torch.float32)
 
 
+def test_the_kernels_frequency_encoding_stays_accurate_at_high_octaves() -> None:
+    """12 octaves (phases up to 2^11 pi): the kernel's encoding, one sine of a phase reduced exactly in half-turns, against float64."""
+    from neuralbake.nn.encoding import frequency_encode
+
+    uv = torch.rand(300, 2, generator=torch.Generator().manual_seed(20), dtype=torch.float64) * 3 - 1
+    identity = PackedMLP(
+        [torch.eye(48, dtype=torch.float64).float(), torch.eye(48).float()], [torch.zeros(48), torch.zeros(48)],
+        hidden_activation="none", output_activation="none", leak=0.0, dtype=torch.float32,
+    )  # fmt: skip
+    encoded = mlp_forward(identity, uv.float().to(DEVICE), frequencies=12).double().cpu()
+    exact = frequency_encode(uv.float().double(), 12)
+    assert float((encoded - exact).abs().max()) < 1e-5  # fp32 PyTorch, sin(x * pi 2^11), is off by 8e-4 here
+
+
 def _neural_material(latent: int, directions: tuple[str, ...], dtype: torch.dtype) -> NeuralMaterial:
     torch.manual_seed(2)
     sizes = [(16, 8), (8, 4), (4, 2), (2, 1), (1, 1)]
@@ -325,18 +339,21 @@ def test_trainer_with_the_fused_step_follows_the_autograd_loss_curve() -> None:
         assert math.isclose(a, b, rel_tol=0.02), curves
 
 
-def _pair(precision: str, *, scale: float = 4096.0, steps: int = 6, checkpoint: object = None) -> list[Trainer]:
+def _pair(
+    precision: str, *, scale: float = 4096.0, steps: int = 6, layers: int = 2, hidden: int = 16, scaling: str = "dynamic", rows: int = 150, on_step=None
+) -> list[Trainer]:
     """Two trainers on the same fused forward/backward kernel and batches: the optimizer step on the GPU kernels, and in PyTorch."""
     config = TrainerConfig(
-        steps=steps, learning_rate=0.02, precision=precision, initial_loss_scale=scale, loss_scale_growth_interval=2,
+        steps=steps, learning_rate=0.02, precision=precision, loss_scale=scaling, initial_loss_scale=scale, loss_scale_growth_interval=2,
         log_every=steps, eval_every=0, checkpoint_every=0, checkpoint_seconds=0,
     )  # fmt: skip
     trainers = []
     for fused_update in (True, False):
         torch.manual_seed(15)
-        net = CoordinateNetwork(CoordinateNetworkConfig(hidden=16, layers=2, outputs=3)).to(DEVICE)
+        net = CoordinateNetwork(CoordinateNetworkConfig(hidden=hidden, layers=layers, outputs=3)).to(DEVICE)
         dtype = torch.float16 if precision == "fp16" else torch.float32
-        trainer = Trainer(net, _Sampler(150), LOSSES["mse"], config, device=DEVICE, forward_backward=FusedForwardBackward(net, "mse", dtype=dtype, programs=2))
+        step = FusedForwardBackward(net, "mse", dtype=dtype, programs=2)
+        trainer = Trainer(net, _Sampler(rows), LOSSES["mse"], config, device=DEVICE, forward_backward=step, on_step=on_step)
         assert trainer._fused_update is not None
         if not fused_update:
             trainer._fused_update = None
@@ -358,19 +375,49 @@ def _same_state(fused: Trainer, torch_step: Trainer, tolerance: float) -> None:
         assert math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-9), (counter, a, b)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "fp16"])
-def test_the_fused_optimizer_step_matches_pytorch_adam_and_the_loss_scaler(precision: str) -> None:
-    """The step's gradient sum, unscale, Adam, loss-scale growth and counters on the kernels equal PyTorch's fused Adam path."""
-    fused, torch_step = _pair(precision)
+@pytest.mark.parametrize(
+    ("precision", "layers", "hidden", "scaling"),
+    [("fp32", 2, 16, "dynamic"), ("fp16", 2, 16, "dynamic"), ("fp16", 1, 20, "static"), ("fp32", 3, 20, "none")],
+)
+def test_the_fused_optimizer_step_matches_pytorch_adam_and_the_loss_scaler(precision: str, layers: int, hidden: int, scaling: str) -> None:
+    """The step's gradient sum, unscale, Adam, loss scale and counters on the kernels equal PyTorch's fused Adam path
+    (no hidden-to-hidden layer, widths that are not powers of two, every loss-scale mode)."""
+    fused, torch_step = _pair(precision, layers=layers, hidden=hidden, scaling=scaling)
     for _ in range(6):
         assert fused.train_step() and torch_step.train_step()
-    # fp32: the same arithmetic in another order; fp16: the compute weights are rounded from masters that differ by that much
-    _same_state(fused, torch_step, 1e-5 if precision == "fp32" else 2e-3)
-    assert fused.scaler.scale == 4096.0 * 2**3  # grew every second clean step, as PyTorch's rule says
+    # the same arithmetic in another order (and the same fp16 rounding of the compute weights, biases included)
+    _same_state(fused, torch_step, 1e-5 if precision == "fp32" else 1e-4)
+    steps = {float(fused.optimizer.state[p]["step"]) for p in fused.model.parameters()}
+    assert steps == {6.0} and len({id(fused.optimizer.state[p]["step"]) for p in fused.model.parameters()}) == len(steps) * len(list(fused.model.parameters()))
+    if scaling == "dynamic":
+        assert fused.scaler.scale == 4096.0 * 2**3  # grew every second clean step, as PyTorch's rule says
     # the masters are still the model's parameters (views of the kernel's flat buffer), and the packed compute weights follow them
     packed = fused.forward_backward.packed
     first = fused.model.mlp.layers[0]
     _close(packed.w_in[: first.in_features, : first.out_features].float().t(), first.weight.detach(), torch.float32 if precision == "fp32" else torch.float16)
+
+
+def test_an_empty_batch_is_a_skipped_step_on_both_paths() -> None:
+    """0 rows: the loss is 0/0, so the step is skipped (masters, moments and step counts untouched) and the scale backs off, as in PyTorch."""
+    fused, torch_step = _pair("fp16", rows=0)
+    before = [p.detach().clone() for p in fused.model.parameters()]
+    assert not fused.train_step() and not torch_step.train_step()
+    assert all(torch.equal(a, b) for a, b in zip(before, fused.model.parameters(), strict=True))
+    assert fused.skipped_steps == 1 and fused.scaler.scale == 2048.0
+    _same_state(fused, torch_step, 0.0)
+
+
+def test_masters_changed_in_place_between_steps_reach_the_kernels() -> None:
+    """A hook that edits the weights in place (a projection) is seen by the next fused step, as by the PyTorch step."""
+
+    def shrink(trainer: Trainer, step: int) -> None:
+        with torch.no_grad():
+            trainer.model.mlp.layers[1].weight.mul_(0.5)
+
+    fused, torch_step = _pair("fp32", on_step=shrink)
+    fused.fit()
+    torch_step.fit()
+    _same_state(fused, torch_step, 1e-5)
 
 
 def test_the_fused_optimizer_step_skips_overflows_and_backs_the_scale_off() -> None:
@@ -388,8 +435,10 @@ def test_the_fused_optimizer_step_skips_overflows_and_backs_the_scale_off() -> N
     _same_state(fused, torch_step, 2e-3)
 
 
-def test_the_fused_optimizer_step_resumes_from_a_checkpoint(tmp_path) -> None:
-    """A run stopped at step 3 and resumed (new optimizer-state tensors: the step attaches again) ends where an unbroken run ends."""
+@pytest.mark.parametrize("same_trainer", [False, True])
+def test_the_fused_optimizer_step_resumes_from_a_checkpoint(tmp_path, same_trainer: bool) -> None:
+    """A run stopped at step 3 and resumed ends where an unbroken run ends: in a fresh process (new model, new step), or in the
+    same trainer, whose loaded optimizer state is new tensors and whose masters were copied into in place (taken in again)."""
     config = TrainerConfig(steps=6, learning_rate=0.02, precision="fp16", log_every=6, eval_every=0, checkpoint_every=3, checkpoint_seconds=0)
     finals = []
     for resume in (False, True):
@@ -402,13 +451,36 @@ def test_the_fused_optimizer_step_resumes_from_a_checkpoint(tmp_path) -> None:
             for _ in range(3):
                 trainer.train_step()
             trainer._save_checkpoint()
-            torch.manual_seed(99)
-            net = CoordinateNetwork(CoordinateNetworkConfig(hidden=16, layers=2, outputs=3)).to(DEVICE)  # a fresh process's model
-            step = FusedForwardBackward(net, "mse", dtype=torch.float16, programs=2)
-            trainer = Trainer(net, _Sampler(150), LOSSES["mse"], config, device=DEVICE, forward_backward=step, checkpoint_path=path)
+            if same_trainer:
+                for _ in range(2):  # steps the checkpoint does not have: loading must undo them
+                    trainer.train_step()
+            else:
+                torch.manual_seed(99)
+                net = CoordinateNetwork(CoordinateNetworkConfig(hidden=16, layers=2, outputs=3)).to(DEVICE)  # a fresh process's model
+                step = FusedForwardBackward(net, "mse", dtype=torch.float16, programs=2)
+                trainer = Trainer(net, _Sampler(150), LOSSES["mse"], config, device=DEVICE, forward_backward=step, checkpoint_path=path)
             trainer.fit(resume=True)
         else:
             trainer.fit()
+        finals.append([p.detach().clone() for p in net.parameters()])
+    for a, b in zip(*finals, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_rehearsal_of_the_fused_step_leaves_the_model_and_the_run_alone() -> None:
+    """``rehearse`` (a bake's try of the kernels) runs the whole fused step on copies: the weights and the run that follows are as without it."""
+    config = TrainerConfig(steps=4, learning_rate=0.02, precision="fp16", log_every=4, eval_every=0, checkpoint_every=0, checkpoint_seconds=0)
+    finals = []
+    for rehearse in (False, True):
+        torch.manual_seed(17)
+        net = CoordinateNetwork(CoordinateNetworkConfig(hidden=16, layers=2, outputs=3)).to(DEVICE)
+        step = FusedForwardBackward(net, "mse", dtype=torch.float16, programs=2)
+        if rehearse:
+            before = [p.detach().clone() for p in net.parameters()]
+            step.rehearse(_Sampler(90).sample(torch.Generator(device=DEVICE).manual_seed(1)))
+            assert all(torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True)) and not step.updated
+        Trainer(net, _Sampler(150), LOSSES["mse"], config, device=DEVICE, forward_backward=step).fit()
+        assert step.updated
         finals.append([p.detach().clone() for p in net.parameters()])
     for a, b in zip(*finals, strict=True):
         assert torch.equal(a, b)

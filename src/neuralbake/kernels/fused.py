@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -92,23 +93,30 @@ def _launch_options(kind: str, hidden: int) -> dict[str, int]:
     return options
 
 
+_MMA_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def mma_sync() -> Iterator[None]:
     """Compile the kernels launched inside with ``mma.sync`` only (Triton's ``DISABLE_MMA_V3``).
 
-    Triton reads the variable when it compiles a kernel and keys its cache on it, so it is set
-    only around this module's launches: other Triton code in the process (``torch.compile``'s
-    GEMMs) keeps the warpgroup MMA.
+    Triton reads the variable when it compiles a kernel, and its on-disk cache is keyed on it; its
+    in-memory cache of a process is not, so every launch of a ``tl.dot`` kernel in this module goes
+    through here (a kernel first compiled outside would be reused inside). The variable is set only
+    around these launches, under a lock (threads launching at once cannot leave it set or race a
+    compile): other Triton code in the process, such as ``torch.compile``'s GEMMs, keeps the
+    warpgroup MMA.
     """
-    previous = os.environ.get("DISABLE_MMA_V3")
-    os.environ["DISABLE_MMA_V3"] = "1"
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ["DISABLE_MMA_V3"]
-        else:
-            os.environ["DISABLE_MMA_V3"] = previous
+    with _MMA_LOCK:
+        previous = os.environ.get("DISABLE_MMA_V3")
+        os.environ["DISABLE_MMA_V3"] = "1"
+        try:
+            yield
+        finally:
+            if previous is None:
+                del os.environ["DISABLE_MMA_V3"]
+            else:
+                os.environ["DISABLE_MMA_V3"] = previous
 
 
 def _wide(*element_counts: int) -> bool:
@@ -413,6 +421,7 @@ class FusedForwardBackward:
         missing = [name for name in self.names if name not in own]
         if missing or len(own) != len(self.names):
             raise ConfigError("the fused training step trains every layer of one MLP; this model has other or frozen parameters.", field="kernels", fix="use --kernels torch.")
+        self._model = model
         self.packed = PackedMLP.from_mlp(mlp, dtype, training=True)
         self.loss, self.floor = loss, float(floor)
         self.device = mlp.layers[0].weight.device
@@ -471,53 +480,53 @@ class FusedForwardBackward:
             return "it runs plain Adam (no weight decay, amsgrad or maximize) with the learning rate as a device tensor"
         return None
 
-    def _attach(self, master: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer) -> None:
-        """Make the masters and Adam's moments views of this object's flat buffers (copying their values in).
+    updated = False
+    """Whether :meth:`update_step` has run (the trainer took the fused optimizer step)."""
+
+    _flat: _FlatState | None = None
+
+    def rehearse(self, batch: Batch) -> None:
+        """Run :meth:`update_step` once on copies of the weights with a scratch optimizer and scaler.
+
+        Compiles and runs every kernel of the fused step, so a bake can try them before training
+        (``kernels.try_kernels``) and fall back to PyTorch when this machine cannot run them. It
+        works on buffers of its own: the model, a trainer's masters and moments are untouched, and
+        the next real step packs the real weights again.
+        """
+        from neuralbake.nn.precision import LossScaler
+
+        own = dict(self._model.named_parameters())
+        copies = {name: nn.Parameter(own[name].detach().float().clone()) for name in self.names}
+        optimizer = torch.optim.Adam(list(copies.values()), lr=torch.tensor(1e-3, device=self.device))
+        counters = [torch.zeros((), device=self.device) for _ in range(5)]
+        saved, updated = self._flat, self.updated
+        self._flat = None
+        try:
+            self.update_step(batch, copies, optimizer, LossScaler(device=self.device), counters[0], counters[1:])
+        finally:
+            self._flat, self.updated = saved, updated
+            if saved is not None:
+                saved.versions = None  # the packed weights hold the copies' step now
+
+    def _attach(self, master: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+        """Make the masters and Adam's moments views of this object's flat buffers (copying their values in); returns the masters.
 
         The parameters and ``optimizer.state`` stay what PyTorch expects (checkpoints, evaluation and a
-        PyTorch step see ordinary tensors, always current); a no-op while they already are these views.
-        A resumed checkpoint (new state tensors) or parameters replaced from outside attach again.
+        PyTorch step see ordinary tensors, always current; every parameter keeps its own step count);
+        a no-op while they already are these views. A resumed checkpoint (new state tensors) or
+        parameters replaced from outside are taken in again.
         """
         params = [master[name] for name in self.names]
-        attached = getattr(self, "_views", None)
-        if attached is not None and all(
-            param.data_ptr() == view.data_ptr() and optimizer.state.get(param, {}).get("exp_avg", param).data_ptr() == moment.data_ptr()
-            for param, view, moment in zip(params, attached[0], attached[1])
-        ):
-            return
+        flat = self._flat
+        if flat is not None and flat.holds(params, optimizer):
+            return params
         if self.can_update(optimizer) is not None:
             raise ConfigError(f"the fused optimizer step cannot stand in for this optimizer: {self.can_update(optimizer)}.", field="kernels", fix="use --kernels torch.")
-        p = self.packed
         sizes = [param.numel() for param in params]
-        total = sum(sizes)
-        device = self.device
-        if getattr(self, "_master", None) is None or self._master.numel() != total:
-            self._master, self._m, self._v = (torch.zeros(total, device=device) for _ in range(3))
-            self._step = torch.zeros((), device=device)
-            self._grad = torch.zeros(p.slot_size, device=device)
-            self._blocks = triton.cdiv(p.slot_size, self._reduce_block)  # one inf/NaN flag per block of the sum
-            self._flags = torch.zeros(self._blocks, device=device)
-            self._loss = torch.zeros((), device=device)
-            self._index = _master_index(p, sizes).to(device)
-        starts = [sum(sizes[:i]) for i in range(len(sizes))]
-        views = [self._master[a : a + size].view_as(param) for a, size, param in zip(starts, sizes, params)]
-        m_views = [self._m[a : a + size].view_as(param) for a, size, param in zip(starts, sizes, params)]
-        v_views = [self._v[a : a + size].view_as(param) for a, size, param in zip(starts, sizes, params)]
-        states = [optimizer.state.get(param, {}) for param in params]
-        with torch.no_grad():
-            for param, view, m, v, state in zip(params, views, m_views, v_views, states):
-                view.copy_(param)
-                param.data = view
-                m.zero_()
-                v.zero_()
-                if "exp_avg" in state:  # a step was taken (or a checkpoint loaded) before
-                    m.copy_(state["exp_avg"])
-                    v.copy_(state["exp_avg_sq"])
-            self._step.fill_(float(states[0]["step"]) if "step" in states[0] else 0.0)
-            for param, m, v in zip(params, m_views, v_views):
-                optimizer.state[param] = {"step": self._step, "exp_avg": m, "exp_avg_sq": v}
-            p.refresh([master[name] for name in self.names[0::2]], [master[name] for name in self.names[1::2]])
-        self._views = (views, m_views)
+        if flat is None or flat.sizes != sizes:
+            flat = self._flat = _FlatState(self.packed, sizes, self.device, self._reduce_block)
+        flat.take(params, optimizer)
+        return params
 
     def update_step(
         self,
@@ -532,31 +541,88 @@ class FusedForwardBackward:
 
         The training kernel (forward, loss, backward on the packed compute weights), then the
         gradients summed, unscaled and checked for inf/NaN, Adam on the fp32 masters (skipped on
-        inf/NaN) writing the next step's compute weights, and the step count, the loss scale and
-        the trainer's ``counters`` (loss sum, clean-step count, skipped steps, the run of
-        non-finite steps) updated; ``found_inf`` is set to 1.0 for a skipped step. Nothing syncs
-        with the host, so the step can be captured in a CUDA graph.
+        inf/NaN, as for an empty batch, whose loss is 0/0) writing the next step's compute weights,
+        and the step counts, the loss scale and the trainer's ``counters`` (loss sum, clean-step
+        count, skipped steps, the run of non-finite steps) updated; ``found_inf`` is set to 1.0 for
+        a skipped step. Masters changed in place between steps (a projection in an ``on_step``
+        hook, a loaded checkpoint) are packed again first. After the first call nothing syncs with
+        the host, so the step can be captured in a CUDA graph.
         """
-        self._attach(master, optimizer)
+        params = self._attach(master, optimizer)
+        flat = self._flat
+        assert flat is not None
         p = self.packed
+        versions = [param._version for param in params]  # the kernels' own writes do not count
+        if versions != flat.versions:
+            with torch.no_grad():
+                p.refresh(params[0::2], [bias.to(p.dtype) for bias in params[1::2]])  # biases rounded as the compute copy has them
+            flat.versions = versions
+        self.updated = True
         programs, n = self._launch(batch, scaler.scale_tensor)
         group = optimizer.param_groups[0]
         beta1, beta2 = group["betas"]
-        flags_p = triton.next_power_of_2(self._blocks)
+        flags_p = triton.next_power_of_2(flat.blocks)
         loss_sum, loss_count, skipped, nonfinite_run = counters
-        _reduce_slots_kernel[(self._blocks,)](
-            self.buffers.grads, programs, p.slot_size, self.buffers.losses, float(max(n, 1) * p.outputs), scaler.scale_tensor, self._grad,
-            self._flags, self._loss, BLOCK=self._reduce_block, PB=self._reduce_rows, PP=triton.next_power_of_2(programs),
+        _reduce_slots_kernel[(flat.blocks,)](
+            self.buffers.grads, programs, p.slot_size, self.buffers.losses, float(n * p.outputs), scaler.scale_tensor, flat.grad,
+            flat.flags, flat.loss, BLOCK=self._reduce_block, PB=self._reduce_rows, PP=triton.next_power_of_2(programs),
         )  # fmt: skip
         _adam_kernel[(triton.cdiv(p.slot_size, self._adam_block),)](
-            self._grad, self._index, self._master, self._m, self._v, p.flat_w, p.flat_b, self._flags, self._blocks, self._step, group["lr"],
+            flat.grad, flat.index, flat.master, flat.m, flat.v, p.flat_w, p.flat_b, flat.flags, flat.blocks, flat.steps, group["lr"],
             float(beta1), float(beta2), float(group["eps"]), p.slot_size, BLOCK=self._adam_block, FP=flags_p,
         )  # fmt: skip
         _finish_step_kernel[(1,)](
-            self._flags, self._blocks, self._loss, self._step, scaler.scale_tensor, scaler.clean_steps_tensor, scaler.overflows_tensor,
-            loss_sum, loss_count, skipped, nonfinite_run, found_inf, float(scaler.growth_factor), float(scaler.backoff_factor),
-            int(scaler.growth_interval), DYNAMIC=scaler.mode == "dynamic", FP=flags_p,
+            flat.flags, flat.blocks, flat.loss, flat.steps, scaler.scale_tensor, scaler.clean_steps_tensor, scaler.overflows_tensor,
+            loss_sum, loss_count, skipped, nonfinite_run, found_inf, len(params), float(scaler.growth_factor), float(scaler.backoff_factor),
+            int(scaler.growth_interval), DYNAMIC=scaler.mode == "dynamic", FP=flags_p, SP=triton.next_power_of_2(len(params)),
         )  # fmt: skip
+
+
+class _FlatState:
+    """The fused optimizer step's buffers for one network: the fp32 masters, Adam's moments and step
+    counts (flat, in ``FusedForwardBackward.names`` order), the summed gradient and the inf/NaN
+    flags (slot layout), the loss, and the slot -> master index."""
+
+    def __init__(self, packed: PackedMLP, sizes: list[int], device: torch.device, block: int) -> None:
+        total = sum(sizes)
+        self.sizes = sizes
+        self.master, self.m, self.v = (torch.zeros(total, device=device) for _ in range(3))
+        self.steps = torch.zeros(len(sizes), device=device)
+        self.grad = torch.zeros(packed.slot_size, device=device)
+        self.blocks = triton.cdiv(packed.slot_size, block)  # one inf/NaN flag per block of the gradient sum
+        self.flags = torch.zeros(self.blocks, device=device)
+        self.loss = torch.zeros((), device=device)
+        self.index = _master_index(packed, sizes).to(device)
+        self.views: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.versions: list[int] | None = None
+
+    def holds(self, params: list[torch.Tensor], optimizer: torch.optim.Optimizer) -> bool:
+        """Whether ``params`` and their optimizer state are (still) views of these buffers."""
+        return len(self.views) == len(params) and all(
+            param.data_ptr() == view.data_ptr() and optimizer.state.get(param, {}).get("exp_avg", param).data_ptr() == moment.data_ptr()
+            for param, (view, moment) in zip(params, self.views)
+        )
+
+    def take(self, params: list[torch.Tensor], optimizer: torch.optim.Optimizer) -> None:
+        """Copy the parameters and their Adam state in and make them views of these buffers."""
+        starts = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
+        cut = lambda flat, at, param: flat[at : at + param.numel()].view_as(param)
+        states = [optimizer.state.get(param, {}) for param in params]
+        self.views = []
+        with torch.no_grad():
+            for i, (param, at, state) in enumerate(zip(params, starts, states)):
+                view, m, v = cut(self.master, at, param), cut(self.m, at, param), cut(self.v, at, param)
+                view.copy_(param)
+                param.data = view
+                m.zero_()
+                v.zero_()
+                if "exp_avg" in state:  # a step was taken (or a checkpoint loaded) before
+                    m.copy_(state["exp_avg"])
+                    v.copy_(state["exp_avg_sq"])
+                self.steps[i] = float(state["step"]) if "step" in state else 0.0
+                optimizer.state[param] = {"step": self.steps[i], "exp_avg": m, "exp_avg_sq": v}
+                self.views.append((view, m))
+        self.versions = None  # pack them on the next step
 
 
 def _master_index(p: PackedMLP, sizes: Sequence[int]) -> torch.Tensor:

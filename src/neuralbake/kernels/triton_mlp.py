@@ -159,6 +159,16 @@ def _network_int8(
 
 
 @triton.jit
+def _sin_cos_turns(t, cosine):
+    """``sin(pi t)``, or ``cos(pi t)`` where ``cosine``, with one sine: ``t`` reduced to [0, 2) half-turns
+    first (exactly: ``t - 2 floor(t / 2)``), then a quarter turn added for the cosines. Callers pass
+    ``t = x 2^k``, exact too, so the phase is as accurate at high octaves as at low ones (more than
+    PyTorch's ``sin(x * pi 2^k)``), at half the transcendental work of a sine and a cosine."""
+    r = t - 2.0 * tl.floor(0.5 * t)
+    return tl.sin(3.141592653589793 * (r + tl.where(cosine, 0.5, 0.0)))
+
+
+@triton.jit
 def _frequency_tile(coords_ptr, rows, rmask, D: tl.constexpr, FREQ: tl.constexpr, KP: tl.constexpr):
     """Frequency encoding of ``D`` coordinates per row as a ``[BM, KP]`` fp32 tile (zero past ``2 D FREQ``).
 
@@ -170,10 +180,7 @@ def _frequency_tile(coords_ptr, rows, rmask, D: tl.constexpr, FREQ: tl.constexpr
     coord = tl.minimum(cols // (2 * FREQ), D - 1)
     octave = (cols % (2 * FREQ)) // 2
     value = tl.load(coords_ptr + rows[:, None] * D + coord[None, :], mask=rmask[:, None] & used[None, :], other=0.0)
-    # cos(x) = sin(x + pi/2): one transcendental per column instead of two
-    shift = tl.where(cols % 2 == 0, 0.0, 1.5707963267948966)
-    phase = value * (3.141592653589793 * tl.exp2(octave.to(tl.float32)))[None, :] + shift[None, :]
-    encoded = tl.sin(phase)
+    encoded = _sin_cos_turns(value * tl.exp2(octave.to(tl.float32))[None, :], (cols % 2 == 1)[None, :])
     return tl.where(used[None, :], encoded, 0.0)
 
 
@@ -450,8 +457,7 @@ def _ntc_kernel(
     j = c - 5 * F
     pe_cols = (j >= 0) & (j < 4 * PE)
     octave = tl.where(pe_cols, (j % (2 * PE)) // 2, 0).to(tl.float32)
-    phase = tl.where(j < 2 * PE, fx[:, None], fy[:, None]) * 3.141592653589793 * tl.exp2(octave)
-    x += tl.where(pe_cols, tl.sin(phase + tl.where(j % 2 == 0, 0.0, 1.5707963267948966)), 0.0)  # cos(x) = sin(x + pi/2)
+    x += tl.where(pe_cols, _sin_cos_turns(tl.where(j < 2 * PE, fx[:, None], fy[:, None]) * tl.exp2(octave), j % 2 == 1), 0.0)
     # The level within the mip pair: the last column.
     x += tl.where(j == 4 * PE, in_pair[:, None], 0.0)
     if INT8:
@@ -595,7 +601,7 @@ def _mlp_train_kernel(
             w = tl.load(w_in + k[:, None] * HP + h[None, :])
             dx = tl.dot(dz, tl.trans(w), input_precision=DOT)
             tl.store(dx_ptr + rows[:, None] * K + k[None, :], dx, mask=rmask[:, None] & (k < K)[None, :])
-        tl.debug_barrier()  # the next tile overwrites the scratch and reads the slot again
+        tl.debug_barrier()  # the next tile overwrites the scratch
     if LOSS != 3:  # upstream mode sums no loss (and is given no loss buffer)
         tl.store(loss_ptr + pid, loss_sum)
 
@@ -659,7 +665,8 @@ def _adam_kernel(
     arithmetic: ``m = b1 m + (1 - b1) g``, ``v = b2 v + (1 - b2) g^2``, ``p -= lr / (1 - b1^t) m /
     (sqrt(v) / sqrt(1 - b2^t) + eps)``), skipped everywhere when any flag is set; then the new
     weights go to the kernels' packed buffers (``packed_w`` in the compute dtype, ``packed_b``
-    fp32), so the next step reads them without a copy. Slot position ``q`` holds master value
+    fp32 holding the compute dtype's rounding, as the trainer's compute copy has them), so the next
+    step reads them without a copy. ``step_ptr`` is read, not written (:func:`_finish_step_kernel` counts). Slot position ``q`` holds master value
     ``index[q]`` (-1: padding, never touched)."""
     b = tl.program_id(0)
     q = b * BLOCK + tl.arange(0, BLOCK)
@@ -676,8 +683,9 @@ def _adam_kernel(
         tl.store(m_ptr + e, m, mask=live)
         tl.store(v_ptr + e, v, mask=live)
         tl.store(master_ptr + e, w, mask=live)
-        tl.store(packed_w_ptr + q, w.to(packed_w_ptr.dtype.element_ty), mask=live)
-        tl.store(packed_b_ptr + q, w, mask=live)
+        compute = w.to(packed_w_ptr.dtype.element_ty)
+        tl.store(packed_w_ptr + q, compute, mask=live)
+        tl.store(packed_b_ptr + q, compute.to(tl.float32), mask=live)  # biases in fp32, rounded as the compute copy rounds them
 
 
 @triton.jit
@@ -694,16 +702,20 @@ def _finish_step_kernel(
     skipped_ptr,
     nonfinite_run_ptr,
     found_ptr,
+    NSTEPS,
     GROWTH,
     BACKOFF,
     INTERVAL,
     DYNAMIC: tl.constexpr,
     FP: tl.constexpr,
+    SP: tl.constexpr,
 ):
-    """The optimizer step's last kernel (one program): Adam's step count, the loss scaler's update
-    (``torch._amp_update_scale_``'s rule) and the trainer's running sums, as the PyTorch step does."""
+    """The optimizer step's last kernel (one program): Adam's step counts (``NSTEPS``, one per
+    parameter, all equal), the loss scaler's update (``torch._amp_update_scale_``'s rule) and the
+    trainer's running sums, as the PyTorch step does."""
     found = _found(flags_ptr, NFLAGS, FP)
-    tl.store(step_ptr, tl.load(step_ptr) + 1.0 - found)
+    each = tl.arange(0, SP)
+    tl.store(step_ptr + each, tl.load(step_ptr) + 1.0 - found + each * 0.0, mask=each < NSTEPS)  # every parameter's own count
     tl.store(overflows_ptr, tl.load(overflows_ptr) + found)
     if DYNAMIC:
         scale = tl.load(scale_ptr)
