@@ -173,13 +173,20 @@ def main() -> None:
         # near-zero gradient's last bit decides the sign of a full learning-rate step)
         run, _ = pair(dtype, precision, 3)
         fb = run.forward_backward
+        compared = 0
         for step in range(3):
             before = {name: p.detach().clone() for name, p in run.model.named_parameters()}
             states = {name: {k: v.clone() for k, v in run.optimizer.state[p].items()} for name, p in run.model.named_parameters()}
             scale = float(run.scaler.scale_tensor)
-            if not run.train_step():  # an overflow: the kernels skipped Adam, so there is no step to compare
-                print(f"skip optimizer step {precision} step {step}: the loss scale {scale:g} overflowed", flush=True)
+            if not run.train_step():  # an overflow: Adam skipped, so the state must be as it was and the scale halved
+                same = all(torch.equal(before[name], p) for name, p in run.model.named_parameters())
+                same = same and all(torch.equal(states[name]["exp_avg"], run.optimizer.state[p]["exp_avg"]) for name, p in run.model.named_parameters() if states[name])
+                ok = same and float(run.scaler.scale_tensor) == scale / 2
+                print(f"{'ok  ' if ok else 'FAIL'} optimizer step {precision} step {step}: overflow at scale {scale:g} skipped, state unchanged", flush=True)
+                if not ok:
+                    FAILURES.append(f"optimizer step {precision} step {step} skip")
                 continue
+            compared += 1
             programs = min(fb.buffers.programs, -(-Sampler.batch_size // fb.buffers.block_rows))
             expected = fb.buffers.grads[:programs].sum(0) / scale
             check(f"optimizer step {precision} step {step} gradient sum", fb._flat.grad, expected, torch.float32)
@@ -196,6 +203,12 @@ def main() -> None:
                 check(f"optimizer step {precision} step {step} master {name}", param, reference[name], torch.float32)
                 for key in ("exp_avg", "exp_avg_sq"):
                     check(f"optimizer step {precision} step {step} {key} {name}", run.optimizer.state[param][key], adam.state[reference[name]][key], torch.float32)
+                if float(run.optimizer.state[param]["step"]) != float(adam.state[reference[name]]["step"]):
+                    print(f"FAIL optimizer step {precision} step {step} step count {name}", flush=True)
+                    FAILURES.append(f"optimizer step {precision} step {step} step count {name}")
+        if compared == 0:
+            print(f"FAIL optimizer step {precision}: every step overflowed, nothing compared", flush=True)
+            FAILURES.append(f"optimizer step {precision} nothing compared")
         results = [trainer.fit() for trainer in pair(dtype, precision, 200)]
         losses_200 = [result.final_loss for result in results]
         scalers = [(result.loss_scale, result.skipped_steps) for result in results]

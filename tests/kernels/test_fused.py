@@ -384,6 +384,7 @@ def test_the_fused_optimizer_step_matches_pytorch_adam_and_the_loss_scaler(preci
     (no hidden-to-hidden layer, widths that are not powers of two, every loss-scale mode)."""
     fused, torch_step = _pair(precision, layers=layers, hidden=hidden, scaling=scaling)
     for _ in range(6):
+        trained_with = fused.model.mlp.layers[0].weight.detach().clone()
         assert fused.train_step() and torch_step.train_step()
     # the same arithmetic in another order (and the same fp16 rounding of the compute weights, biases included)
     _same_state(fused, torch_step, 1e-5 if precision == "fp32" else 1e-4)
@@ -391,10 +392,11 @@ def test_the_fused_optimizer_step_matches_pytorch_adam_and_the_loss_scaler(preci
     assert steps == {6.0} and len({id(fused.optimizer.state[p]["step"]) for p in fused.model.parameters()}) == len(steps) * len(list(fused.model.parameters()))
     if scaling == "dynamic":
         assert fused.scaler.scale == 4096.0 * 2**3  # grew every second clean step, as PyTorch's rule says
-    # the masters are still the model's parameters (views of the kernel's flat buffer), and the packed compute weights follow them
+    # the masters are still the model's parameters (views of the kernel's flat buffer), and each step packs them into the compute weights it trains with
     packed = fused.forward_backward.packed
     first = fused.model.mlp.layers[0]
-    _close(packed.w_in[: first.in_features, : first.out_features].float().t(), first.weight.detach(), torch.float32 if precision == "fp32" else torch.float16)
+    _close(packed.w_in[: first.in_features, : first.out_features].float().t(), trained_with, torch.float32 if precision == "fp32" else torch.float16)
+    assert not torch.equal(trained_with, first.weight.detach())  # and the step moved the masters past them
 
 
 def test_an_empty_batch_is_a_skipped_step_on_both_paths() -> None:
@@ -407,17 +409,36 @@ def test_an_empty_batch_is_a_skipped_step_on_both_paths() -> None:
     _same_state(fused, torch_step, 0.0)
 
 
-def test_masters_changed_in_place_between_steps_reach_the_kernels() -> None:
-    """A hook that edits the weights in place (a projection) is seen by the next fused step, as by the PyTorch step."""
+@pytest.mark.parametrize("how", ["in place", "through .data", "replaced"])
+def test_masters_changed_between_steps_reach_the_kernels(how: str) -> None:
+    """A hook that edits the weights (a projection: in place, through ``.data`` (no version bump), or by replacing the
+    tensor) is seen by the next fused step, as by the PyTorch step, and Adam's moments survive it."""
 
     def shrink(trainer: Trainer, step: int) -> None:
-        with torch.no_grad():
-            trainer.model.mlp.layers[1].weight.mul_(0.5)
+        weight = trainer.model.mlp.layers[1].weight
+        if how == "in place":
+            with torch.no_grad():
+                weight.mul_(0.5)
+        elif how == "through .data":
+            weight.data.mul_(0.5)
+        else:
+            weight.data = weight.detach() * 0.5
 
     fused, torch_step = _pair("fp32", on_step=shrink)
     fused.fit()
     torch_step.fit()
     _same_state(fused, torch_step, 1e-5)
+
+
+def test_an_optimizer_state_with_several_step_counts_is_refused() -> None:
+    """The fused step keeps one Adam step count; a state whose parameters disagree (not one this trainer writes) is refused, naming the fix."""
+    fused, _ = _pair("fp32")
+    fused.train_step()
+    first = next(fused.model.parameters())
+    fused.optimizer.state[first] = {key: value.clone() + (1 if key == "step" else 0) for key, value in fused.optimizer.state[first].items()}
+    with pytest.raises(ConfigError, match="one Adam step count") as info:
+        fused.train_step()
+    assert info.value.fix == "use --kernels torch to go on from this state."
 
 
 def test_the_fused_optimizer_step_skips_overflows_and_backs_the_scale_off() -> None:

@@ -34,6 +34,7 @@ from neuralbake.kernels.triton_mlp import (
     _mlp_train_kernel,
     _neural_material_kernel,
     _ntc_kernel,
+    _pack_kernel,
     _reduce_slots_kernel,
 )
 from neuralbake.nn.mlp import MLP, CoordinateNetwork
@@ -103,9 +104,10 @@ def mma_sync() -> Iterator[None]:
     Triton reads the variable when it compiles a kernel, and its on-disk cache is keyed on it; its
     in-memory cache of a process is not, so every launch of a ``tl.dot`` kernel in this module goes
     through here (a kernel first compiled outside would be reused inside). The variable is set only
-    around these launches, under a lock (threads launching at once cannot leave it set or race a
-    compile): other Triton code in the process, such as ``torch.compile``'s GEMMs, keeps the
-    warpgroup MMA.
+    around these launches, and a lock keeps two of them from interleaving their set and restore.
+    Other Triton code, such as ``torch.compile``'s GEMMs, keeps the warpgroup MMA, except a compile
+    that happens on another thread during one of these launches: it sees the variable too (only a
+    speed difference, never a wrong result).
     """
     with _MMA_LOCK:
         previous = os.environ.get("DISABLE_MMA_V3")
@@ -485,13 +487,14 @@ class FusedForwardBackward:
 
     _flat: _FlatState | None = None
 
-    def rehearse(self, batch: Batch) -> None:
-        """Run :meth:`update_step` once on copies of the weights with a scratch optimizer and scaler.
+    def rehearse(self, batch: Batch, loss_scale: str = "dynamic") -> None:
+        """Run :meth:`update_step` once on copies of the weights with a scratch optimizer and a ``loss_scale`` scaler.
 
-        Compiles and runs every kernel of the fused step, so a bake can try them before training
+        Compiles and runs every kernel of the fused step as the run will (``loss_scale``: the run's
+        mode, whose update kernel differs), so a bake can try them before training
         (``kernels.try_kernels``) and fall back to PyTorch when this machine cannot run them. It
-        works on buffers of its own: the model, a trainer's masters and moments are untouched, and
-        the next real step packs the real weights again.
+        works on buffers of its own: the model and a trainer's masters and moments are untouched,
+        and every step packs its own weights.
         """
         from neuralbake.nn.precision import LossScaler
 
@@ -502,11 +505,9 @@ class FusedForwardBackward:
         saved, updated = self._flat, self.updated
         self._flat = None
         try:
-            self.update_step(batch, copies, optimizer, LossScaler(device=self.device), counters[0], counters[1:])
+            self.update_step(batch, copies, optimizer, LossScaler(loss_scale, device=self.device), counters[0], counters[1:])
         finally:
             self._flat, self.updated = saved, updated
-            if saved is not None:
-                saved.versions = None  # the packed weights hold the copies' step now
 
     def _attach(self, master: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
         """Make the masters and Adam's moments views of this object's flat buffers (copying their values in); returns the masters.
@@ -537,27 +538,25 @@ class FusedForwardBackward:
         found_inf: torch.Tensor,
         counters: Sequence[torch.Tensor],
     ) -> None:
-        """One whole training step on the GPU, the trainer's :meth:`~neuralbake.nn.trainer.Trainer._device_step` in four launches.
+        """One whole training step on the GPU, the trainer's :meth:`~neuralbake.nn.trainer.Trainer._device_step` in five launches.
 
-        The training kernel (forward, loss, backward on the packed compute weights), then the
+        The masters packed into the compute weights, the training kernel (forward, loss, backward on the packed compute weights), then the
         gradients summed, unscaled and checked for inf/NaN, Adam on the fp32 masters (skipped on
         inf/NaN, as for an empty batch, whose loss is 0/0) writing the next step's compute weights,
         and the step counts, the loss scale and the trainer's ``counters`` (loss sum, clean-step
         count, skipped steps, the run of non-finite steps) updated; ``found_inf`` is set to 1.0 for
-        a skipped step. Masters changed in place between steps (a projection in an ``on_step``
-        hook, a loaded checkpoint) are packed again first. After the first call nothing syncs with
-        the host, so the step can be captured in a CUDA graph.
+        a skipped step. The masters are packed into the compute weights first, every step, so
+        whatever changed them between steps (a projection in an ``on_step`` hook, a loaded
+        checkpoint) is what trains, in a CUDA graph too. After the first call nothing syncs with
+        the host, so the step can be captured in a graph.
         """
         params = self._attach(master, optimizer)
         flat = self._flat
         assert flat is not None
         p = self.packed
-        versions = [param._version for param in params]  # the kernels' own writes do not count
-        if versions != flat.versions:
-            with torch.no_grad():
-                p.refresh(params[0::2], [bias.to(p.dtype) for bias in params[1::2]])  # biases rounded as the compute copy has them
-            flat.versions = versions
         self.updated = True
+        adam_grid = (triton.cdiv(p.slot_size, self._adam_block),)
+        _pack_kernel[adam_grid](flat.index, flat.master, p.flat_w, p.flat_b, p.slot_size, BLOCK=self._adam_block)
         programs, n = self._launch(batch, scaler.scale_tensor)
         group = optimizer.param_groups[0]
         beta1, beta2 = group["betas"]
@@ -567,8 +566,8 @@ class FusedForwardBackward:
             self.buffers.grads, programs, p.slot_size, self.buffers.losses, float(n * p.outputs), scaler.scale_tensor, flat.grad,
             flat.flags, flat.loss, BLOCK=self._reduce_block, PB=self._reduce_rows, PP=triton.next_power_of_2(programs),
         )  # fmt: skip
-        _adam_kernel[(triton.cdiv(p.slot_size, self._adam_block),)](
-            flat.grad, flat.index, flat.master, flat.m, flat.v, p.flat_w, p.flat_b, flat.flags, flat.blocks, flat.steps, group["lr"],
+        _adam_kernel[adam_grid](
+            flat.grad, flat.index, flat.master, flat.m, flat.v, flat.flags, flat.blocks, flat.steps, group["lr"],
             float(beta1), float(beta2), float(group["eps"]), p.slot_size, BLOCK=self._adam_block, FP=flags_p,
         )  # fmt: skip
         _finish_step_kernel[(1,)](
@@ -594,7 +593,6 @@ class _FlatState:
         self.loss = torch.zeros((), device=device)
         self.index = _master_index(packed, sizes).to(device)
         self.views: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self.versions: list[int] | None = None
 
     def holds(self, params: list[torch.Tensor], optimizer: torch.optim.Optimizer) -> bool:
         """Whether ``params`` and their optimizer state are (still) views of these buffers."""
@@ -607,7 +605,15 @@ class _FlatState:
         """Copy the parameters and their Adam state in and make them views of these buffers."""
         starts = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
         cut = lambda flat, at, param: flat[at : at + param.numel()].view_as(param)
-        states = [optimizer.state.get(param, {}) for param in params]
+        # copies first: the state may be views of these very buffers (one parameter replaced from outside)
+        states = [{key: value.detach().clone() for key, value in optimizer.state.get(param, {}).items()} for param in params]
+        counts = {float(state["step"]) for state in states if "step" in state}
+        if len(counts) > 1 or (counts and len(counts) == 1 and any("step" not in state for state in states)):
+            raise ConfigError(
+                "the fused optimizer step keeps one Adam step count for the whole network; this optimizer state has several.",
+                field="kernels",
+                fix="use --kernels torch to go on from this state.",
+            )
         self.views = []
         with torch.no_grad():
             for i, (param, at, state) in enumerate(zip(params, starts, states)):
@@ -622,7 +628,6 @@ class _FlatState:
                 self.steps[i] = float(state["step"]) if "step" in state else 0.0
                 optimizer.state[param] = {"step": self.steps[i], "exp_avg": m, "exp_avg_sq": v}
                 self.views.append((view, m))
-        self.versions = None  # pack them on the next step
 
 
 def _master_index(p: PackedMLP, sizes: Sequence[int]) -> torch.Tensor:

@@ -16,10 +16,10 @@ Four kernels share one network body (:func:`_network`):
 - :func:`_mlp_train_kernel`: forward and backward of one training batch with the loss and its
   gradient fused; each program keeps a running weight gradient in its own slot (no atomics, so
   the result is deterministic) and one sum over the slots finishes the reduction;
-- the optimizer step after it in three launches (:func:`_reduce_slots_kernel`: the slots' sum,
-  unscaled and checked for inf/NaN; :func:`_adam_kernel`: Adam on the fp32 masters, writing the
-  packed compute weights of the next step; :func:`_finish_step_kernel`: step count, loss scale and
-  the trainer's sums), where PyTorch takes about fifty small launches for the same step.
+- the rest of a training step around it in four launches (:func:`_pack_kernel`: the masters into
+  the packed compute weights; :func:`_reduce_slots_kernel`: the slots' sum, unscaled and checked
+  for inf/NaN; :func:`_adam_kernel`: Adam on the fp32 masters; :func:`_finish_step_kernel`: step
+  count, loss scale and the trainer's sums), where PyTorch takes about fifty small launches.
 
 Weights are packed by :class:`neuralbake.kernels.fused.PackedMLP`: transposed (``[in, out]``),
 zero-padded to powers of two (16 at least, as ``tl.dot`` needs), every hidden layer padded to the
@@ -610,7 +610,7 @@ def _mlp_train_kernel(
 def _reduce_slots_kernel(
     slots_ptr, PROGRAMS, G, losses_ptr, LOSS_DIVISOR, scale_ptr, grad_ptr, flags_ptr, loss_ptr, BLOCK: tl.constexpr, PB: tl.constexpr, PP: tl.constexpr
 ):
-    """The optimizer step's first kernel: ``grad[q] = sum_p slots[p, q] / scale`` over the training
+    """The optimizer step's gradient sum: ``grad[q] = sum_p slots[p, q] / scale`` over the training
     kernel's ``PROGRAMS`` gradient slots (``G`` values each), as :meth:`LossScaler.unscale_` does;
     ``flags[b]`` = 1.0 when block ``b`` holds an inf/NaN gradient (block 0 also when the loss,
     ``sum(losses) / LOSS_DIVISOR``, written to ``loss_ptr``, is not finite), else 0.0. Each
@@ -648,8 +648,6 @@ def _adam_kernel(
     master_ptr,
     m_ptr,
     v_ptr,
-    packed_w_ptr,
-    packed_b_ptr,
     flags_ptr,
     NFLAGS,
     step_ptr,
@@ -661,13 +659,11 @@ def _adam_kernel(
     BLOCK: tl.constexpr,
     FP: tl.constexpr,
 ):
-    """The optimizer step's second kernel: Adam on the fp32 masters (``torch.optim.Adam``'s fused
-    arithmetic: ``m = b1 m + (1 - b1) g``, ``v = b2 v + (1 - b2) g^2``, ``p -= lr / (1 - b1^t) m /
-    (sqrt(v) / sqrt(1 - b2^t) + eps)``), skipped everywhere when any flag is set; then the new
-    weights go to the kernels' packed buffers (``packed_w`` in the compute dtype, ``packed_b``
-    fp32 holding the compute dtype's rounding, as the trainer's compute copy has them), so the next
-    step reads them without a copy. ``step_ptr`` is read, not written (:func:`_finish_step_kernel` counts). Slot position ``q`` holds master value
-    ``index[q]`` (-1: padding, never touched)."""
+    """The optimizer step's Adam: on the fp32 masters (``torch.optim.Adam``'s fused arithmetic:
+    ``m = b1 m + (1 - b1) g``, ``v = b2 v + (1 - b2) g^2``, ``p -= lr / (1 - b1^t) m / (sqrt(v) /
+    sqrt(1 - b2^t) + eps)``), skipped everywhere when any flag is set. Slot position ``q`` holds
+    master value ``index[q]`` (-1: padding, never touched). ``step_ptr`` is read, not written
+    (:func:`_finish_step_kernel` counts)."""
     b = tl.program_id(0)
     q = b * BLOCK + tl.arange(0, BLOCK)
     e = tl.load(index_ptr + q, mask=q < G, other=-1)
@@ -683,9 +679,20 @@ def _adam_kernel(
         tl.store(m_ptr + e, m, mask=live)
         tl.store(v_ptr + e, v, mask=live)
         tl.store(master_ptr + e, w, mask=live)
-        compute = w.to(packed_w_ptr.dtype.element_ty)
-        tl.store(packed_w_ptr + q, compute, mask=live)
-        tl.store(packed_b_ptr + q, compute.to(tl.float32), mask=live)  # biases in fp32, rounded as the compute copy rounds them
+
+
+@triton.jit
+def _pack_kernel(index_ptr, master_ptr, packed_w_ptr, packed_b_ptr, G, BLOCK: tl.constexpr):
+    """The optimizer step's first launch: the fp32 masters into the kernels' packed buffers (``packed_w``
+    in the compute dtype, ``packed_b`` fp32 holding the compute dtype's rounding, as the trainer's
+    compute copy has them). Every step, so whatever changed the masters since (Adam, a projection,
+    a loaded checkpoint) is what the training kernel reads, in a CUDA graph too."""
+    q = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    e = tl.load(index_ptr + q, mask=q < G, other=-1)
+    live = e >= 0
+    compute = tl.load(master_ptr + e, mask=live, other=0.0).to(packed_w_ptr.dtype.element_ty)
+    tl.store(packed_w_ptr + q, compute, mask=live)
+    tl.store(packed_b_ptr + q, compute.to(tl.float32), mask=live)
 
 
 @triton.jit

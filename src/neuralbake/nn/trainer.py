@@ -546,3 +546,5 @@ class Trainer:
 
     def _load_checkpoint(self) -> None:
         load_checkpoint(self)
+        # Loading gave the optimizer new state tensors: a step captured before reads the old ones.
+        self._graph = None
