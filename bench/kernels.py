@@ -11,7 +11,9 @@ Rows (fp16 weights; samples/s best of ``--repeats``, CUDA-synchronised):
   mip 0 level;
 - ``train``: the RTXNS neural texture network (12 -> 64 x 4 -> 3, leaky ReLU, sigmoid) trained on
   a 1024x1024 image, the whole trainer step (Adam, loss scaling) in a CUDA graph, autograd versus
-  the fused step, samples per step 2^10 to 2^18; and the loss both reach after the same steps;
+  the fused step (since 2026-11-26 the fused path is the whole step on the kernels: the pack, the
+  training kernel, the gradient sum, Adam and the loss scale, five launches), samples per step 2^10
+  to 2^18; and the loss both reach after the same steps;
 - ``train_material``: the neural-material bake's step (encoder + decoder, relative L1 on a fixed
   random teacher, fp16, CUDA graph), autograd against each MLP's forward and backward as a fused
   kernel inside autograd (``MLP.kernels = "triton"``), 2^12 to 2^18 samples per step.
@@ -22,6 +24,7 @@ fraction of the GPU's dense fp16 tensor-core peak (989 TFLOP/s on an H100 SXM).
 
     python bench/kernels.py --out docs/results/kernels_h100.json
     python bench/kernels.py --quick          # fewer sizes, for a smoke run
+    python bench/kernels.py --sweep ntc 128 4 [REGISTERS]   # one tile (and register cap) of one kernel kind
 """
 
 # ruff: noqa: B023  (the timed lambdas run at once, inside the loop that binds their variables)
