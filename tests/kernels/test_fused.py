@@ -323,14 +323,19 @@ class _Sampler:
         return Batch(inputs=uv, targets=target)
 
 
+def _small_net(seed: int, *, fused: bool = True) -> tuple[CoordinateNetwork, FusedForwardBackward | None]:
+    """The tests' small coordinate network (16 wide, fp16 compute) and, with ``fused``, its fused step over two programs."""
+    torch.manual_seed(seed)
+    net = CoordinateNetwork(CoordinateNetworkConfig(hidden=16, layers=2, outputs=3)).to(DEVICE)
+    return net, (FusedForwardBackward(net, "mse", dtype=torch.float16, programs=2) if fused else None)
+
+
 def test_trainer_with_the_fused_step_follows_the_autograd_loss_curve() -> None:
     """Same seed, same batches: the two runs' losses agree step for step (fp16 compute, dynamic loss scale)."""
     config = TrainerConfig(steps=30, learning_rate=0.01, precision="fp16", log_every=5, eval_every=0, checkpoint_every=0, checkpoint_seconds=0)
     curves = []
     for fused in (False, True):
-        torch.manual_seed(10)
-        net = CoordinateNetwork(CoordinateNetworkConfig(hidden=16, layers=2, outputs=3)).to(DEVICE)
-        step = FusedForwardBackward(net, "mse", dtype=torch.float16, programs=2) if fused else None
+        net, step = _small_net(10, fused=fused)
         trainer = Trainer(net, _Sampler(128), LOSSES["mse"], config, device=DEVICE, forward_backward=step)
         result = trainer.fit()
         curves.append([event["loss"] for event in result.history if event["event"] == "train"])
@@ -463,9 +468,7 @@ def test_the_fused_optimizer_step_resumes_from_a_checkpoint(tmp_path, same_train
     config = TrainerConfig(steps=6, learning_rate=0.02, precision="fp16", log_every=6, eval_every=0, checkpoint_every=3, checkpoint_seconds=0)
     finals = []
     for resume in (False, True):
-        torch.manual_seed(16)
-        net = CoordinateNetwork(CoordinateNetworkConfig(hidden=16, layers=2, outputs=3)).to(DEVICE)
-        step = FusedForwardBackward(net, "mse", dtype=torch.float16, programs=2)
+        net, step = _small_net(16)
         path = tmp_path / f"run{int(resume)}.ckpt"
         trainer = Trainer(net, _Sampler(150), LOSSES["mse"], config, device=DEVICE, forward_backward=step, checkpoint_path=path)
         if resume:
@@ -476,9 +479,7 @@ def test_the_fused_optimizer_step_resumes_from_a_checkpoint(tmp_path, same_train
                 for _ in range(2):  # steps the checkpoint does not have: loading must undo them
                     trainer.train_step()
             else:
-                torch.manual_seed(99)
-                net = CoordinateNetwork(CoordinateNetworkConfig(hidden=16, layers=2, outputs=3)).to(DEVICE)  # a fresh process's model
-                step = FusedForwardBackward(net, "mse", dtype=torch.float16, programs=2)
+                net, step = _small_net(99)  # a fresh process's model
                 trainer = Trainer(net, _Sampler(150), LOSSES["mse"], config, device=DEVICE, forward_backward=step, checkpoint_path=path)
             trainer.fit(resume=True)
         else:
@@ -493,9 +494,8 @@ def test_a_rehearsal_of_the_fused_step_leaves_the_model_and_the_run_alone() -> N
     config = TrainerConfig(steps=4, learning_rate=0.02, precision="fp16", log_every=4, eval_every=0, checkpoint_every=0, checkpoint_seconds=0)
     finals = []
     for rehearse in (False, True):
-        torch.manual_seed(17)
-        net = CoordinateNetwork(CoordinateNetworkConfig(hidden=16, layers=2, outputs=3)).to(DEVICE)
-        step = FusedForwardBackward(net, "mse", dtype=torch.float16, programs=2)
+        net, step = _small_net(17)
+        assert step is not None
         if rehearse:
             before = [p.detach().clone() for p in net.parameters()]
             step.rehearse(_Sampler(90).sample(torch.Generator(device=DEVICE).manual_seed(1)))
