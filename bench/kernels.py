@@ -25,6 +25,8 @@ fraction of the GPU's dense fp16 tensor-core peak (989 TFLOP/s on an H100 SXM).
     python bench/kernels.py --out docs/results/kernels_h100.json
     python bench/kernels.py --quick          # fewer sizes, for a smoke run
     python bench/kernels.py --sweep ntc 128 4 [REGISTERS]   # one tile (and register cap) of one kernel kind
+    python bench/kernels.py --profile-step   # kernels and GPU time per trainer step, PyTorch and fused
+    python bench/kernels.py --decode-launches   # the decodes for Nsight Compute (see decode_launches)
 """
 
 # ruff: noqa: B023  (the timed lambdas run at once, inside the loop that binds their variables)
@@ -377,6 +379,53 @@ def sweep(device, repeats, kind: str, tile: tuple[int, int]) -> None:
                 print(f"train step {batch} tile {tile} programs {programs}x SMs: {batch / t / 1e6 if t else 0:8.1f} M/s", flush=True)
 
 
+def profile_step(device) -> None:
+    """Kernels and GPU time per trainer step (torch.profiler over 10 eager steps after 5 warm-up ones), the RTXNS
+    network at 2^14 and 2^18 rows, the PyTorch step (autograd + fused Adam) and the fused one (``update_step``)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    image = _image(device)
+    for fused in (False, True):
+        for n in (1 << 14, 1 << 18):
+            torch.manual_seed(4)
+            net = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device)
+            config = TrainerConfig(
+                steps=100, learning_rate=0.01, precision="fp16", log_every=100, eval_every=0, checkpoint_every=0, checkpoint_seconds=0, cuda_graph=False
+            )
+            step = FusedForwardBackward(net, "mse", dtype=torch.float16) if fused else None
+            trainer = Trainer(net, _ImageSampler(image, n), torch.nn.functional.mse_loss, config, device=device, forward_backward=step)
+            for _ in range(5):
+                trainer.train_step()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(10):
+                    trainer.train_step()
+                torch.cuda.synchronize()
+            events = [e for e in prof.events() if e.device_type.name == "CUDA"]
+            gpu_us = sum(e.device_time for e in events) / 10
+            print(f"{'fused' if fused else 'pytorch'} step, {n} rows: {len(events) / 10:.0f} kernels a step, {gpu_us:.1f} us of GPU time a step", flush=True)
+
+
+def decode_launches(device) -> None:
+    """Two launches of each decode at 2^22 samples (the neural material's, bilinear, then NTC's random access), for a
+    profiler to attach to:
+
+        ncu --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \\
+            --section InstructionStats -k regex:_ntc_kernel -c 1 python bench/kernels.py --decode-launches
+    """
+    n = 1 << 22
+    material = _material(device)
+    material.kernels = "triton"
+    uv = torch.rand(n, 2, device=device)
+    wi = torch.nn.functional.normalize(torch.rand(n, 3, device=device), dim=1)
+    ntc = FusedNTC(_ntc_container(device))
+    x = torch.randint(0, 2048, (n,), device=device)
+    for _ in range(2):
+        material.decode(uv, wi, wi)
+        ntc.texels(torch.zeros_like(x), x, x, out_dtype=torch.float16)
+    torch.cuda.synchronize()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer sizes")
@@ -385,6 +434,8 @@ def main() -> None:
     parser.add_argument(
         "--sweep", nargs="+", metavar="KIND ROWS WARPS [REGISTERS]", help="only time the forward, ntc or train kernels at one tile (and register cap)"
     )
+    parser.add_argument("--profile-step", action="store_true", help="only count the kernels and GPU time of a trainer step, PyTorch and fused")
+    parser.add_argument("--decode-launches", action="store_true", help="only launch each decode twice (for ncu to profile; see decode_launches)")
     parser.add_argument("--only", nargs="*", default=["mlp", "neural_material", "ntc", "train", "train_material"])
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON (an existing file keeps its rows of the parts not run)")
     args = parser.parse_args()
@@ -400,13 +451,20 @@ def main() -> None:
     result["triton"] = triton.__version__
     print(f"{torch.cuda.get_device_name(device)}  torch {torch.__version__}  triton {triton.__version__}", flush=True)
     if args.sweep:
-        if len(args.sweep) not in (3, 4):
-            sys.exit("--sweep takes KIND ROWS WARPS [REGISTERS]")
-        if len(args.sweep) == 4:
+        kind, *numbers = args.sweep
+        if kind not in ("forward", "ntc", "train") or len(numbers) not in (2, 3) or not all(v.isdigit() and int(v) > 0 for v in numbers):
+            sys.exit("--sweep takes KIND ROWS WARPS [REGISTERS]: KIND forward, ntc or train, then positive whole numbers")
+        if len(numbers) == 3:
             from neuralbake.kernels import fused as fused_module
 
-            fused_module.REGISTERS[args.sweep[0]] = int(args.sweep[3])
-        sweep(device, args.repeats, args.sweep[0], (int(args.sweep[1]), int(args.sweep[2])))
+            fused_module.REGISTERS[kind] = int(numbers[2])
+        sweep(device, args.repeats, kind, (int(numbers[0]), int(numbers[1])))
+        return
+    if args.profile_step:
+        profile_step(device)
+        return
+    if args.decode_launches:
+        decode_launches(device)
         return
     if "mlp" in args.only:
         result["rows"] += bench_mlp(device, decode_sizes, args.repeats, peak)

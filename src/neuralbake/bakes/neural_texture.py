@@ -274,10 +274,9 @@ def _bake_body(run: BakeRun) -> BakeOutcome:
 
         dtype = compute_dtype(config.train.precision)
         fused = FusedForwardBackward(network, "mse", dtype=dtype)
-        params = {name: value.detach().to(dtype) for name, value in network.named_parameters()}
         trial_batch = sampler.sample(torch.Generator(device=run.device).manual_seed(0))  # its own generator: training's draws stay as they are
-        # the whole fused step once (its five kernels, the run's loss-scale mode) on copies, and the plain forward/backward
-        kernels = try_kernels(config.kernels, kernels, lambda: (fused.rehearse(trial_batch, config.train.loss_scale), fused(params, trial_batch, 1.0)), run.note)
+        # the whole fused step once (its five kernels, the run's loss-scale mode) on copies: what the trainer will run
+        kernels = try_kernels(config.kernels, kernels, lambda: fused.rehearse(trial_batch, config.train.loss_scale), run.note)
         fused = fused if kernels == "triton" else None
     result = run.train(network, sampler, mse_loss, config.train, evaluate=evaluate, compatibility=compatibility, forward_backward=fused)
     outcome = _write_outputs(run.stage, config, network, result, image, target, info)
