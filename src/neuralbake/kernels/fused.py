@@ -182,11 +182,26 @@ class PackedMLP:
         else:  # the kernels take a (never read) hidden block either way
             self.w_hid, self.b_hid = torch.zeros(1, hp, hp, dtype=dtype, device=device), torch.zeros(1, hp, device=device)
         self.w_out, self.b_out = part(self.flat_w, "w_out", hp, op), part(self.flat_b, "b_out", op)
-        self._weight_views = [self.w_in[: widths[0], : widths[1]]]
-        self._weight_views += [self.w_hid[i, : widths[i + 1], : widths[i + 2]] for i in range(self.hidden)]
-        self._weight_views.append(self.w_out[: widths[-2], : widths[-1]])
-        self._bias_views = [self.b_in[: widths[1]]] + [self.b_hid[i, : widths[i + 2]] for i in range(self.hidden)] + [self.b_out[: widths[-1]]]
+        self._weight_views, self._bias_views = self.layer_views(self.flat_w, self.flat_b)
         self.refresh(weights, biases)
+
+    def layer_views(self, weights: torch.Tensor, biases: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Each layer's weight (``[in, out]``) and bias as views of two flat tensors in the slot layout.
+
+        The one place that knows where a layer sits: the packed buffers, a gradient slot
+        (:func:`_unpack_gradients`) and the optimizer step's master index (:func:`_master_index`) all
+        read it through here.
+        """
+        widths, hp = self.widths, self.hp
+        at = self.offsets
+        block = lambda flat, start, rows, columns: flat[start : start + rows * columns].view(rows, columns)
+        weight_views = [block(weights, at["w_in"], self.kp, hp)[: widths[0], : widths[1]]]
+        weight_views += [block(weights, at["w_hid"] + i * hp * hp, hp, hp)[: widths[i + 1], : widths[i + 2]] for i in range(self.hidden)]
+        weight_views.append(block(weights, at["w_out"], hp, self.op)[: widths[-2], : widths[-1]])
+        bias_views = [biases[at["b_in"] : at["b_in"] + widths[1]]]
+        bias_views += [biases[at["b_hid"] + i * hp : at["b_hid"] + i * hp + widths[i + 2]] for i in range(self.hidden)]
+        bias_views.append(biases[at["b_out"] : at["b_out"] + widths[-1]])
+        return weight_views, bias_views
 
     @classmethod
     def from_mlp(cls, mlp: MLP, dtype: torch.dtype | None = None, *, training: bool = False) -> PackedMLP:
@@ -540,15 +555,14 @@ class FusedForwardBackward:
     ) -> None:
         """One whole training step on the GPU, the trainer's :meth:`~neuralbake.nn.trainer.Trainer._device_step` in five launches.
 
-        The masters packed into the compute weights, the training kernel (forward, loss, backward on the packed compute weights), then the
-        gradients summed, unscaled and checked for inf/NaN, Adam on the fp32 masters (skipped on
-        inf/NaN, as for an empty batch, whose loss is 0/0) writing the next step's compute weights,
-        and the step counts, the loss scale and the trainer's ``counters`` (loss sum, clean-step
-        count, skipped steps, the run of non-finite steps) updated; ``found_inf`` is set to 1.0 for
-        a skipped step. The masters are packed into the compute weights first, every step, so
-        whatever changed them between steps (a projection in an ``on_step`` hook, a loaded
-        checkpoint) is what trains, in a CUDA graph too. After the first call nothing syncs with
-        the host, so the step can be captured in a graph.
+        The fp32 masters packed into the compute weights (every step, so whatever changed them
+        between steps, a projection in an ``on_step`` hook or a loaded checkpoint, is what trains,
+        in a CUDA graph too); the training kernel (forward, loss, backward); the gradients summed,
+        unscaled and checked for inf/NaN; Adam on the masters (skipped on inf/NaN, as for an empty
+        batch, whose loss is 0/0); the step counts, the loss scale and the trainer's ``counters``
+        (loss sum, clean-step count, skipped steps, the run of non-finite steps); ``found_inf`` is
+        set to 1.0 for a skipped step. After the first call nothing syncs with the host, so the
+        step can be captured in a graph.
         """
         params = self._attach(master, optimizer)
         flat = self._flat
@@ -608,7 +622,7 @@ class _FlatState:
         # copies first: the state may be views of these very buffers (one parameter replaced from outside)
         states = [{key: value.detach().clone() for key, value in optimizer.state.get(param, {}).items()} for param in params]
         counts = {float(state["step"]) for state in states if "step" in state}
-        if len(counts) > 1 or (counts and len(counts) == 1 and any("step" not in state for state in states)):
+        if len(counts) > 1 or (counts and any("step" not in state for state in states)):
             raise ConfigError(
                 "the fused optimizer step keeps one Adam step count for the whole network; this optimizer state has several.",
                 field="kernels",
@@ -633,52 +647,23 @@ class _FlatState:
 def _master_index(p: PackedMLP, sizes: Sequence[int]) -> torch.Tensor:
     """int32 ``[slot_size]``: for each position of the packed/slot layout, the flat master index it holds (-1: padding).
 
-    Masters are ``[weight0, bias0, weight1, ...]`` flattened in order, weights ``[out, in]``; the slot
-    holds weights ``[in, out]`` padded (see :class:`PackedMLP`).
+    Masters are ``[weight0, bias0, weight1, ...]`` flattened in order (``sizes``), weights ``[out, in]``:
+    their indices go into the slot exactly as :meth:`PackedMLP.refresh` copies values.
     """
     index = torch.full((p.slot_size,), -1, dtype=torch.int32)
-    widths = p.widths
-    layers = len(widths) - 1
-    cursor = 0
-    for layer in range(layers):
-        fan_in, fan_out = widths[layer], widths[layer + 1]
-        if layer == 0:
-            w_at, b_at, columns = p.offsets["w_in"], p.offsets["b_in"], p.hp
-        elif layer == layers - 1:
-            w_at, b_at, columns = p.offsets["w_out"], p.offsets["b_out"], p.op
-        else:
-            w_at, b_at, columns = p.offsets["w_hid"] + (layer - 1) * p.hp * p.hp, p.offsets["b_hid"] + (layer - 1) * p.hp, p.hp
-        assert sizes[2 * layer] == fan_in * fan_out and sizes[2 * layer + 1] == fan_out
-        out_i, in_i = torch.meshgrid(torch.arange(fan_out), torch.arange(fan_in), indexing="ij")  # master order: [out, in]
-        index[(w_at + in_i * columns + out_i).reshape(-1)] = (cursor + torch.arange(fan_out * fan_in)).to(torch.int32)
-        cursor += fan_in * fan_out
-        index[b_at + torch.arange(fan_out)] = (cursor + torch.arange(fan_out)).to(torch.int32)
-        cursor += fan_out
+    weights, biases = p.layer_views(index, index)
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    for layer, (weight, bias) in enumerate(zip(weights, biases, strict=True)):
+        fan_in, fan_out = weight.shape
+        weight.copy_(torch.arange(starts[2 * layer], starts[2 * layer] + fan_in * fan_out, dtype=torch.int32).view(fan_out, fan_in).t())
+        bias.copy_(torch.arange(starts[2 * layer + 1], starts[2 * layer + 1] + fan_out, dtype=torch.int32))
     return index
 
 
 def _unpack_gradients(p: PackedMLP, flat: torch.Tensor) -> list[torch.Tensor]:
-    """A gradient slot's ``[w_in | b_in | w_hid | b_hid | w_out | b_out]`` as ``[weight0, bias0, weight1, ...]`` in ``nn.Linear`` shapes."""
-    widths = p.widths
-    cursor = 0
-
-    def take(*shape: int) -> torch.Tensor:
-        nonlocal cursor
-        size = 1
-        for s in shape:
-            size *= s
-        part = flat[cursor : cursor + size].reshape(shape)
-        cursor += size
-        return part
-
-    w_in, b_in = take(p.kp, p.hp), take(p.hp)
-    w_hid, b_hid = take(p.hidden, p.hp, p.hp), take(p.hidden, p.hp)
-    w_out, b_out = take(p.hp, p.op), take(p.op)
-    grads = [w_in[: widths[0], : widths[1]].t(), b_in[: widths[1]]]
-    for i in range(p.hidden):
-        grads += [w_hid[i, : widths[i + 1], : widths[i + 2]].t(), b_hid[i, : widths[i + 2]]]
-    grads += [w_out[: widths[-2], : widths[-1]].t(), b_out[: widths[-1]]]
-    return grads
+    """A gradient slot as ``[weight0, bias0, weight1, ...]`` in ``nn.Linear`` shapes (views of ``flat``)."""
+    weights, biases = p.layer_views(flat, flat)
+    return [g for weight, bias in zip(weights, biases, strict=True) for g in (weight.t(), bias)]
 
 
 class FusedMLP:
