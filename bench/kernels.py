@@ -27,6 +27,7 @@ fraction of the GPU's dense fp16 tensor-core peak (989 TFLOP/s on an H100 SXM).
     python bench/kernels.py --sweep ntc 128 4 [REGISTERS]   # one tile (and register cap) of one kernel kind
     python bench/kernels.py --profile-step   # kernels and GPU time per trainer step, PyTorch and fused
     python bench/kernels.py --decode-launches   # the decodes for Nsight Compute (see decode_launches)
+    python bench/kernels.py --ab             # the decodes with and without fp16 sums and split feature tiles
 """
 
 # ruff: noqa: B023  (the timed lambdas run at once, inside the loop that binds their variables)
@@ -426,6 +427,67 @@ def decode_launches(device) -> None:
     torch.cuda.synchronize()
 
 
+def ab(device, repeats, peak) -> list[dict]:
+    """The decodes at 2^24 samples (NTC: the 4K frame) with each of the two decode choices on and off, in one run.
+
+    ``kernels.fused.HALF_SUMS`` (hidden layers summed in fp16) and ``kernels.fused.SPLIT_FEATURES``
+    (the neural material's latents and directions as two half-width tiles); ``torch.compile`` of
+    the same decode once, for the ratios. Each row's error is against the fp32 network on the first
+    2^20 samples, relative to max(|v|, 1).
+    """
+    from neuralbake.kernels import fused as fused_module
+
+    n, m = 1 << 24, 1 << 20
+    material = _material(device)
+    exact = NeuralMaterial([level.float() for level in material.latents], MLP(material.decoder.config).to(device), material.direction_inputs)
+    exact.decoder.load_state_dict({k: v.float() for k, v in material.decoder.state_dict().items()})
+    g = torch.Generator(device=device).manual_seed(2)
+    uv = torch.rand(n, 2, device=device, generator=g)
+    wi = torch.nn.functional.normalize(torch.rand(n, 3, device=device, generator=g) * 2 - 1, dim=1).abs()
+    wo = torch.nn.functional.normalize(torch.rand(n, 3, device=device, generator=g) * 2 - 1, dim=1).abs()
+    lod = torch.rand(n, device=device, generator=g) * 10
+    compiled = _compiled(lambda uv, wi, wo: material.decode(uv, wi, wo))
+    compiled_lod = _compiled(lambda uv, wi, wo, lod: material.decode(uv, wi, wo, lod))
+    t_compile = {"bilinear": _try_time(None if compiled is None else (lambda: compiled(uv, wi, wo)), repeats)}
+    t_compile["trilinear"] = _try_time(None if compiled_lod is None else (lambda: compiled_lod(uv, wi, wo, lod)), repeats)
+    expected = {"bilinear": exact.decode(uv[:m], wi[:m], wo[:m]), "trilinear": exact.decode(uv[:m], wi[:m], wo[:m], lod[:m])}
+    relative = lambda a, b: float(((a - b).abs() / b.abs().clamp(min=1)).max())
+    mlp = MLP(MLPConfig(inputs=32, hidden=64, layers=3, outputs=32, hidden_activation="relu", output_activation="none")).to(device).half()
+    exact_mlp = MLP(mlp.config).to(device)
+    exact_mlp.load_state_dict({k: v.float() for k, v in mlp.state_dict().items()})
+    x = torch.randn(n, 32, device=device, dtype=torch.float16)
+    container = _ntc_container(device)
+    frame = 3840 * 2160
+    fx = torch.arange(3840, device=device).repeat(2160) % 2048
+    fy = torch.arange(2160, device=device).repeat_interleave(3840) % 2048
+    fl = torch.zeros_like(fx)
+    exact_ntc = decode_texels(container, fl[:m], fx[:m], fy[:m])
+    rows = []
+    try:
+        for half, split in ((True, True), (False, True), (True, False), (False, False)):
+            fused_module.HALF_SUMS, fused_module.SPLIT_FEATURES = half, split
+            label = f"{'fp16' if half else 'fp32'} sums, {'split' if split else 'one'} feature tile"
+            fused = NeuralMaterial(material.latents, material.decoder, material.direction_inputs)
+            fused.kernels = "triton"
+            for filtering, extra in (("bilinear", ()), ("trilinear", (lod,))):
+                t = _time(lambda: fused.decode(uv, wi, wo, *extra), repeats)
+                rows.append(_row(f"neural material {filtering}, {label}", n, {"compile": t_compile[filtering], "triton": t}, _macs([14, 64, 64, 64, 3]), peak))
+                rows[-1]["error"] = relative(fused.decode(uv[:m], wi[:m], wo[:m], *(e[:m] for e in extra)), expected[filtering])
+            if split:  # the MLP and NTC kernels have no split tiles
+                packed = PackedMLP.from_mlp(mlp)
+                rows.append(_row(f"mlp 32-64x3-32, {label[:9]}", n, {"triton": _time(lambda: mlp_forward(packed, x, out_dtype=torch.float16), repeats)}, _macs([32, 64, 64, 64, 32]), peak))
+                rows[-1]["error"] = relative(mlp_forward(packed, x[:m]), exact_mlp(x[:m].float()))
+                ntc = FusedNTC(container)
+                rows.append(_row(f"ntc 4K frame, {label[:9]}", frame, {"triton": _time(lambda: ntc.texels(fl, fx, fy, out_dtype=torch.float16), repeats)}, _macs(container.layout.layer_widths), peak))
+                rows[-1]["ms_per_frame_triton"] = round(frame / rows[-1]["triton_per_s"] * 1e3, 3)
+                rows[-1]["error"] = float((ntc.texels(fl[:m], fx[:m], fy[:m]) - exact_ntc).abs().max())
+            for row in rows[-4 if split else -2 :]:
+                print(f"  {row['row']}: error {row['error']:.2e}" + (f", {row['ms_per_frame_triton']} ms" if "ms_per_frame_triton" in row else ""), flush=True)
+    finally:
+        fused_module.HALF_SUMS, fused_module.SPLIT_FEATURES = True, True
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer sizes")
@@ -436,6 +498,7 @@ def main() -> None:
     )
     parser.add_argument("--profile-step", action="store_true", help="only count the kernels and GPU time of a trainer step, PyTorch and fused")
     parser.add_argument("--decode-launches", action="store_true", help="only launch each decode twice (for ncu to profile; see decode_launches)")
+    parser.add_argument("--ab", action="store_true", help="only the decodes with fp16 sums and split feature tiles on and off (see ab)")
     parser.add_argument("--only", nargs="*", default=["mlp", "neural_material", "ntc", "train", "train_material"])
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON (an existing file keeps its rows of the parts not run)")
     args = parser.parse_args()
@@ -466,6 +529,9 @@ def main() -> None:
     if args.decode_launches:
         decode_launches(device)
         return
+    if args.ab:
+        args.only = ["ab"]
+        result["rows"] += ab(device, args.repeats, peak)
     if "mlp" in args.only:
         result["rows"] += bench_mlp(device, decode_sizes, args.repeats, peak)
     if "neural_material" in args.only:

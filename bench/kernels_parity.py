@@ -42,6 +42,21 @@ def check(name: str, actual: torch.Tensor, expected: torch.Tensor, dtype: torch.
         FAILURES.append(name)
 
 
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp(min=1e-12))
+
+
+def check_gradient(name: str, fused: torch.Tensor, autograd: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype) -> None:
+    """A gradient against autograd's in the same precision; an fp16 one that misses may instead be no further from
+    the fp32 network's gradient than twice autograd's own fp16 error (summed over thousands of rows through several
+    layers, two correct fp16 gradients can differ by more than the fixed tolerance while equally near the fp32 one:
+    the checks sat at 1-5.5e-2 of the 2e-2 tolerance depending on the random batch)."""
+    if dtype == torch.float32 or _relative(fused, autograd) <= 2e-2:
+        check(name, fused, autograd, dtype)
+    else:
+        check(f"{name}, against fp32", fused, exact, dtype, max(2e-2, 2 * _relative(autograd, exact)))
+
+
 def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("bench/kernels_parity.py checks the compiled kernels; run it on a machine with an NVIDIA GPU.")
@@ -59,18 +74,21 @@ def main() -> None:
         check(f"coordinate network {dtype}", mlp_forward(PackedMLP.from_mlp(net.mlp), uv, frequencies=3), net.mlp(net.encoding(uv).to(dtype)), dtype)
 
     material = _material(device)
-    for directions in (("wi", "wo"), ("half", "wo", "wi")):
-        decoder = MLP(MLPConfig(inputs=8 + 3 * len(directions), hidden=64, layers=3, outputs=3, hidden_activation="relu", output_activation="none"))
-        neural = NeuralMaterial(material.latents, decoder.to(device).half(), directions)
-        fused = NeuralMaterial(material.latents, neural.decoder, directions)
+    # 14 and 17 inputs: latents and directions in two half-width tiles; 12 latents + wi: one tile (FusedNeuralMaterial.feature_columns)
+    twelve = [torch.randn(level.shape[0], level.shape[1], 12, device=device).half() for level in material.latents]
+    for latents, directions in ((material.latents, ("wi", "wo")), (material.latents, ("half", "wo", "wi")), (twelve, ("wi",))):
+        channels = int(latents[0].shape[2])
+        decoder = MLP(MLPConfig(inputs=channels + 3 * len(directions), hidden=64, layers=3, outputs=3, hidden_activation="relu", output_activation="none"))
+        neural = NeuralMaterial(latents, decoder.to(device).half(), directions)
+        fused = NeuralMaterial(latents, neural.decoder, directions)
         fused.kernels = "triton"
         for n in (333, 1 << 20):
             uv = torch.rand(n, 2, device=device) * 4 - 2
             wi = torch.nn.functional.normalize(torch.randn(n, 3, device=device), dim=1)
             wo = torch.nn.functional.normalize(torch.randn(n, 3, device=device), dim=1)
             lod = torch.rand(n, device=device) * 12 - 1
-            check(f"neural material {directions} bilinear n={n}", fused.decode(uv, wi, wo), neural.decode(uv, wi, wo), torch.float16)
-            check(f"neural material {directions} trilinear n={n}", fused.decode(uv, wi, wo, lod), neural.decode(uv, wi, wo, lod), torch.float16)
+            check(f"neural material {channels} ch {directions} bilinear n={n}", fused.decode(uv, wi, wo), neural.decode(uv, wi, wo), torch.float16)
+            check(f"neural material {channels} ch {directions} trilinear n={n}", fused.decode(uv, wi, wo, lod), neural.decode(uv, wi, wo, lod), torch.float16)
 
     container = _ntc_container(device)
     for dtype in (torch.float16,):
@@ -100,6 +118,27 @@ def main() -> None:
         level = torch.full_like(x, level_index)
         check(f"ntc int8 random access level {level_index}", fused_int8.texels(level, x, y), decode_texels_int8(container, calibration, level, x, y), torch.float16)
 
+    # the fp16 decodes with fp32 sums (kernels.fused.HALF_SUMS off): the path every decode took before fp16 sums
+    from neuralbake.kernels import fused as fused_module
+
+    fused_module.HALF_SUMS = False
+    try:
+        mlp = MLP(MLPConfig(inputs=12, hidden=64, layers=3, outputs=5, hidden_activation="relu", output_activation="none")).to(device).half()
+        x = torch.rand(1 << 18, 12, device=device).half()
+        check("mlp fp16 sums in fp32", mlp_forward(PackedMLP.from_mlp(mlp), x), mlp(x), torch.float16)
+        decoder = MLP(MLPConfig(inputs=14, hidden=64, layers=3, outputs=3, hidden_activation="relu", output_activation="none")).to(device).half()
+        neural = NeuralMaterial(material.latents, decoder, ("wi", "wo"))
+        fused = NeuralMaterial(material.latents, decoder, ("wi", "wo"))
+        fused.kernels = "triton"
+        uv = torch.rand(1 << 18, 2, device=device) * 4 - 2
+        wi = torch.nn.functional.normalize(torch.randn(1 << 18, 3, device=device), dim=1)
+        check("neural material sums in fp32 bilinear", fused.decode(uv, wi, wi), neural.decode(uv, wi, wi), torch.float16)
+        x = torch.randint(0, 2048, (1 << 18,), device=device)
+        level = torch.zeros_like(x)
+        check("ntc fp16 sums in fp32", FusedNTC(container, torch.float16).texels(level, x, x), decode_texels(container, level, x, x), torch.float16)
+    finally:
+        fused_module.HALF_SUMS = True
+
     # FusedMLP: an MLP's forward and backward inside autograd (the neural-material bake's encoder and decoder)
     for dtype in reversed(dtypes):
         for inputs, hidden, layers, outputs in ((24, 64, 2, 8), (17, 64, 3, 3)):
@@ -111,19 +150,21 @@ def main() -> None:
             for n in (1000, 1 << 16):
                 x = (torch.rand(n, inputs, device=device) * 2 - 1).to(dtype)
                 upstream = torch.randn(n, outputs, device=device)
+                exact = MLP(reference.config).to(device)  # the same network in fp32: what both fp16 paths approximate
+                exact.load_state_dict({k: v.float() for k, v in reference.state_dict().items()})
                 results = []
-                for model in (reference, fused):
-                    rows = x.clone().requires_grad_()
+                for model, rows in ((reference, x), (fused, x), (exact, x.float())):
+                    rows = rows.clone().requires_grad_()
                     y = model(rows)
                     (y.float() * upstream).sum().backward()
                     results.append((y, rows.grad, [p.grad.clone() for p in model.parameters()]))
                     model.zero_grad(set_to_none=True)
-                (y_ref, dx_ref, g_ref), (y_fused, dx_fused, g_fused) = results
+                (y_ref, dx_ref, g_ref), (y_fused, dx_fused, g_fused), (_, dx_exact, g_exact) = results
                 name = f"fused mlp {dtype} {inputs}-{hidden}x{layers}-{outputs} n={n}"
                 check(f"{name} values", y_fused, y_ref, dtype)
-                check(f"{name} input gradient", dx_fused, dx_ref, dtype)
-                worst = max(range(len(g_ref)), key=lambda i: float((g_fused[i].float() - g_ref[i].float()).abs().max() / g_ref[i].float().abs().max().clamp(min=1e-12)))
-                check(f"{name} worst weight gradient", g_fused[worst], g_ref[worst], dtype)
+                check_gradient(f"{name} input gradient", dx_fused, dx_ref, dx_exact, dtype)
+                worst = max(range(len(g_ref)), key=lambda i: _relative(g_fused[i], g_ref[i]))
+                check_gradient(f"{name} worst weight gradient", g_fused[worst], g_ref[worst], g_exact[worst], dtype)
 
     losses = {"mse": torch.nn.functional.mse_loss, "l1": torch.nn.functional.l1_loss, "relative_l1": relative_l1}
     for dtype in dtypes:
@@ -139,8 +180,9 @@ def main() -> None:
                     ref_loss, ref_grads = AutogradForwardBackward(compute, losses[loss])(params, batch, scale)
                     fused_loss, grads = FusedForwardBackward(model, loss, dtype=dtype)(params, batch, torch.tensor(scale, device=device))
                     check(f"train {dtype} {hidden} {act}/{out_act} {loss} n={n} loss", fused_loss, ref_loss, dtype)
-                    worst = max(range(len(grads)), key=lambda i: float((grads[i].float() - ref_grads[i].float()).abs().max() / ref_grads[i].float().abs().max().clamp(min=1e-12)))
-                    check(f"train {dtype} {hidden} {act}/{out_act} {loss} n={n} worst gradient", grads[worst], ref_grads[worst], dtype)
+                    _, exact_grads = AutogradForwardBackward(model, losses[loss])(dict(model.named_parameters()), batch, scale)
+                    worst = max(range(len(grads)), key=lambda i: _relative(grads[i], ref_grads[i]))
+                    check_gradient(f"train {dtype} {hidden} {act}/{out_act} {loss} n={n} worst gradient", grads[worst], ref_grads[worst], exact_grads[worst], dtype)
     # The optimizer step on the kernels (gradient sum, unscale, Adam, loss scale) against PyTorch's fused Adam path, the
     # same fused forward/backward under both: masters and moments after 3 steps (before fp16 rounding flips compound: two
     # runs whose masters differ in the last bits drift apart by a few % in 50 steps however right both are), then 200

@@ -23,8 +23,9 @@ from neuralbake.bakes.ntc.layout import LatentShape, NTCLayout
 from neuralbake.bakes.ntc.model import NTCModel
 from neuralbake.bakes.ntc.texture_set import ChannelGroup
 from neuralbake.errors import ConfigError
+from neuralbake.kernels import fused as fused_module
 from neuralbake.kernels import interpreting, resolve_kernels, unsupported_reason
-from neuralbake.kernels.fused import FusedForwardBackward, FusedMLP, FusedNTC, PackedMLP, mlp_forward
+from neuralbake.kernels.fused import FusedForwardBackward, FusedMLP, FusedNeuralMaterial, FusedNTC, PackedMLP, mlp_forward
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
 from neuralbake.nn.trainer import AutogradForwardBackward, Batch, Trainer, TrainerConfig
 
@@ -98,10 +99,15 @@ def _hemisphere(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-@pytest.mark.parametrize("directions", [("wi", "wo"), ("half", "wo", "wi")])
+@pytest.mark.parametrize(
+    ("latent", "directions", "feature_columns"),
+    # two half-width feature tiles (14 inputs -> 16 columns; 17 -> 32), and one tile (15 -> 16: 12 latents do not fit in 8)
+    [(8, ("wi", "wo"), 8), (8, ("half", "wo", "wi"), 16), (12, ("wi",), 16)],
+)
 @pytest.mark.parametrize("filtered", [False, True])
-def test_neural_material_decode_matches_torch(dtype: torch.dtype, directions: tuple[str, ...], filtered: bool) -> None:
-    material = _neural_material(8, directions, dtype)
+def test_neural_material_decode_matches_torch(dtype: torch.dtype, latent: int, directions: tuple[str, ...], feature_columns: int, filtered: bool) -> None:
+    material = _neural_material(latent, directions, dtype)
+    assert FusedNeuralMaterial(material).feature_columns == feature_columns
     n = 333
     uv = (torch.rand(n, 2, device=DEVICE) * 4 - 2).float()  # wraps several times, negative too
     uv[:6] = torch.tensor([[0.0, 0.0], [1.0, 1.0], [1 / 32, 1 / 16], [-1e-7, 0.999999], [3e9, -2e9], [1e6 + 0.25, -1e6 - 0.5]], device=DEVICE)
@@ -118,6 +124,39 @@ def test_neural_material_decode_matches_torch(dtype: torch.dtype, directions: tu
     if lod is None:
         layer = material(uv)  # the Layer interface takes the same path
         _close(layer.eval(wi, wo), expected, dtype)
+
+
+@pytest.mark.parametrize("half_sums", [True, False])
+def test_fp16_decodes_with_either_sum_precision_match_torch(monkeypatch: pytest.MonkeyPatch, half_sums: bool) -> None:
+    """fp16 decodes sum their hidden layers in fp16 by default (HALF_SUMS); fp32 sums stay available and both meet the fp16 tolerance."""
+    monkeypatch.setattr(fused_module, "HALF_SUMS", half_sums)
+    mlp = _mlp(12, 32, 3, 5, "leaky_relu", "none", seed=4).half()
+    packed = PackedMLP.from_mlp(mlp)
+    assert packed.half_sums == half_sums
+    x = torch.rand(300, 12, device=DEVICE).half()
+    _close(mlp_forward(packed, x), mlp(x), torch.float16)
+    material = _neural_material(8, ("wi", "wo"), torch.float16)
+    uv = torch.rand(300, 2, device=DEVICE)
+    wi, wo = _hemisphere(300, 5)
+    expected = material.decode(uv, wi, wo)
+    material.kernels = "triton"
+    _close(material.decode(uv, wi, wo), expected, torch.float16)
+    container = _ntc_container()
+    x = torch.randint(0, 16, (300,), device=DEVICE)
+    level = torch.zeros_like(x)
+    fused = FusedNTC(container, torch.float16)
+    assert fused.packed.half_sums == half_sums
+    _close(fused.texels(level, x, x.flip(0)), decode_texels(container, level, x, x.flip(0)), torch.float16)
+
+
+def test_only_fp16_networks_with_a_leak_in_0_1_sum_in_fp16() -> None:
+    mlp = _mlp(12, 32, 2, 5, "leaky_relu", "none", seed=4)
+    assert not PackedMLP.from_mlp(mlp).half_sums  # fp32
+    assert not PackedMLP.from_mlp(mlp, torch.bfloat16).half_sums  # no bf16 accumulation on the tensor cores
+    assert PackedMLP.from_mlp(mlp, torch.float16).half_sums
+    weights, biases = [layer.weight for layer in mlp.layers], [layer.bias for layer in mlp.layers]
+    steep = PackedMLP(weights, biases, hidden_activation="leaky_relu", output_activation="none", leak=1.5, dtype=torch.float16)
+    assert not steep.half_sums  # max(x, leak x) is the leaky ReLU only for 0 <= leak <= 1
 
 
 def _ntc_container(features: int = 4, hidden: tuple[int, ...] = (24, 16), size: int = 16):

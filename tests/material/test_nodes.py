@@ -70,6 +70,17 @@ def test_linear_between_texel_centres() -> None:
     torch.testing.assert_close(mid[0], tex[1:3, 2:4].reshape(4, -1).mean(dim=0))
 
 
+def test_fp16_textures_are_sampled_with_fp32_coordinates() -> None:
+    """u x 1024 in fp16 keeps half a texel: the weights must come from fp32 coordinates, only the taps are fp16."""
+    g = torch.Generator().manual_seed(3)
+    tex = torch.randn(1024, 1024, 4, generator=g)
+    uv = torch.rand(500, 2, generator=g)
+    half = sample_texture(tex.half(), uv)
+    assert half.dtype == torch.float16
+    exact = sample_texture(tex.half().float(), uv)  # the same fp16 texels, sampled in fp32
+    assert float((half.float() - exact).abs().max()) <= 4e-3  # fp16 rounding of the result (|values| < 5)
+
+
 def test_wrap_modes() -> None:
     tex = _texture()
     h, w, _ = tex.shape

@@ -86,6 +86,31 @@ machine-to-machine spread (about 10 %), so none is set.
 """
 
 
+HALF_SUMS = True
+"""Whether the decodes of fp16 networks sum their hidden layers in fp16 (:attr:`PackedMLP.half_sums`).
+
+The products of each hidden layer are summed on the tensor cores in fp16, starting from the bias,
+and the activation runs on packed fp16 pairs, as tiny-cuda-nn's fully fused MLPs accumulate; the
+output layer still sums in fp32. Half the accumulator registers and fewer instructions between
+the matrix products. ``bench/kernels.py --ab`` on an H100 (2026-11-26, fp32 sums -> fp16 sums):
+the neural-material decode 11.2 -> 12.6 G samples/s, the plain MLP 12.5 -> 14.5, the NTC 4K frame
+1.77 -> 1.55 ms; the error against the fp32 network, relative to max(|v|, 1), 7.5e-5 -> 1.2e-4
+(decode), 1.3e-4 -> 2.2e-4 (MLP), 6.3e-5 -> 1.0e-4 (NTC). Training kernels always sum in fp32.
+False: every decode sums in fp32.
+"""
+
+
+SPLIT_FEATURES = True
+"""Whether the neural-material decode builds its latents and direction features as two half-width
+tiles joined side by side, where both fit in half the input width (:attr:`FusedNeuralMaterial.feature_columns`).
+
+The bilinear taps then load and blend only half the columns. The copper tray's shape (8 latents,
+wi and wo: 14 inputs in 16 columns), ``bench/kernels.py --ab`` on an H100 (2026-11-26, fp16
+sums, one tile -> split): 9.8 -> 12.6 G samples/s bilinear, 6.4 -> 9.7 trilinear; the same
+values. False: one tile of the full input width.
+"""
+
+
 def _launch_options(kind: str, hidden: int) -> dict[str, int]:
     key = f"{kind}_wide" if hidden > 64 else kind
     options = {"num_warps": TILES[key][1]}
@@ -240,6 +265,12 @@ class PackedMLP:
         }
 
     @property
+    def half_sums(self) -> bool:
+        """Whether the decodes sum the hidden layers in fp16: :data:`HALF_SUMS`, fp16 weights, and a leak in [0, 1]
+        (the fp16 leaky ReLU is ``max(x, leak x)``)."""
+        return HALF_SUMS and self.dtype == torch.float16 and 0.0 <= self.leak <= 1.0
+
+    @property
     def block_rows(self) -> int:
         return _tile("forward", self.hp)[0]
 
@@ -261,7 +292,7 @@ def mlp_forward(packed: PackedMLP, inputs: torch.Tensor, *, frequencies: int = 0
     with mma_sync():
         _mlp_kernel[(triton.cdiv(n, bm),)](
             inputs, out, n, *packed.buffers(), K=k, O=packed.outputs, FREQ=frequencies,
-            OACT=ACTIVATION_CODES[packed.output_activation], BM=bm, WIDE=_wide(n * max(k, packed.outputs)), **_launch_options("forward", packed.hp), **packed.constants(),
+            OACT=ACTIVATION_CODES[packed.output_activation], BM=bm, WIDE=_wide(n * max(k, packed.outputs)), HALF_SUMS=packed.half_sums, **_launch_options("forward", packed.hp), **packed.constants(),
         )  # fmt: skip
     return out
 
@@ -273,6 +304,11 @@ class FusedNeuralMaterial:
     precision :meth:`NeuralMaterial.to` gives its latents too). ``__call__(uv, wi, wo, lod=None)``
     returns ``f(wi, wo) cos`` ``[N, 3]`` fp32: bilinear from level 0 without ``lod``, trilinear
     between the two levels around ``lod`` ``[N]`` (clamped to the pyramid) with it.
+
+    ``feature_columns``: the width of the tiles the kernel builds its features in, half the input
+    width where the latents and the direction features each fit in half (:data:`SPLIT_FEATURES`;
+    the input layer's weight rows are then laid out to match, in ``w_in``), else the whole width.
+    Like the latents, the weights are a snapshot taken here.
     """
 
     def __init__(self, material: NeuralMaterial) -> None:
@@ -301,6 +337,15 @@ class FusedNeuralMaterial:
                 field="direction_inputs",
                 fix="bake the material again (its bundle is inconsistent), or use --kernels torch.",
             )
+        # The latents and the directions in two half-width tiles where both fit (see _neural_material_kernel):
+        # the input layer's rows move to match, directions from row kp / 2.
+        kp, directions = self.packed.kp, 3 * len(material.direction_inputs)
+        self.feature_columns = kp // 2 if SPLIT_FEATURES and max(self.channels, directions) <= kp // 2 else kp
+        self.w_in = self.packed.w_in
+        if self.feature_columns < kp:
+            self.w_in = torch.zeros_like(self.packed.w_in)
+            self.w_in[: self.channels] = self.packed.w_in[: self.channels]
+            self.w_in[self.feature_columns : self.feature_columns + directions] = self.packed.w_in[self.channels : self.channels + directions]
 
     def __call__(self, uv: torch.Tensor, wi: torch.Tensor, wo: torch.Tensor, lod: torch.Tensor | None = None) -> torch.Tensor:
         n = uv.shape[0]
@@ -313,8 +358,8 @@ class FusedNeuralMaterial:
         with mma_sync():
             _neural_material_kernel[(triton.cdiv(n, bm),)](
                 uv, wi, wo, lod_arg, self.latents, self.level_offset, self.level_width, self.level_height, self.levels, out, n,
-                *self.packed.buffers(), C=self.channels, DIR0=self.directions[0], DIR1=self.directions[1], DIR2=self.directions[2],
-                TRILINEAR=lod is not None, BM=bm, WIDE=_wide(n * 3, self.latents.numel()), **_launch_options("forward", self.packed.hp), **self.packed.constants(),
+                self.w_in, *self.packed.buffers()[1:], C=self.channels, FP=self.feature_columns, DIR0=self.directions[0], DIR1=self.directions[1], DIR2=self.directions[2],
+                TRILINEAR=lod is not None, BM=bm, WIDE=_wide(n * 3, self.latents.numel()), HALF_SUMS=self.packed.half_sums, **_launch_options("forward", self.packed.hp), **self.packed.constants(),
             )  # fmt: skip
         return out
 
@@ -370,7 +415,7 @@ class FusedNTC:
         with mma_sync():
             _ntc_kernel[(triton.cdiv(n, bm),)](
                 level, x, y, frame_level, frame_width, self.high, self.low, self.tables, self.layout.levels, out, n, *self.packed.buffers(),
-                self.inverse, self.factor, F=self.features, PE=self.pe, CH=self.layout.channels, FRAME=frame, INT8=self.int8, BM=bm,
+                self.inverse, self.factor, F=self.features, PE=self.pe, CH=self.layout.channels, FRAME=frame, INT8=self.int8, BM=bm, HALF_SUMS=self.packed.half_sums,
                 WIDE=_wide(n * self.layout.channels, self.high.numel(), self.low.numel()), **_launch_options("ntc", self.packed.hp), **self.packed.constants(),
             )  # fmt: skip
         return out

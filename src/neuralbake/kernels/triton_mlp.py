@@ -21,6 +21,10 @@ Four kernels share one network body (:func:`_network`):
   for inf/NaN; :func:`_adam_kernel`: Adam on the fp32 masters; :func:`_finish_step_kernel`: step
   count, loss scale and the trainer's sums), where PyTorch takes about fifty small launches.
 
+The decodes of fp16 networks sum their hidden layers in fp16 on the tensor cores (``HALF_SUMS``,
+:func:`_layer`; :data:`neuralbake.kernels.fused.HALF_SUMS`), the output layer in fp32; the
+training kernel sums in fp32 everywhere.
+
 Weights are packed by :class:`neuralbake.kernels.fused.PackedMLP`: transposed (``[in, out]``),
 zero-padded to powers of two (16 at least, as ``tl.dot`` needs), every hidden layer padded to the
 widest, so one loop body serves every layer. Padded neurons see zero weights and bias and feed
@@ -83,6 +87,32 @@ def _activation_slope(a, ACT: tl.constexpr, LEAK: tl.constexpr):
 
 
 @triton.jit
+def _activate_half(x, ACT: tl.constexpr, LEAK: tl.constexpr):
+    """:func:`_activate` on fp16 values: ReLU and leaky ReLU in packed fp16 arithmetic, the others through fp32."""
+    if ACT == 1:
+        x = tl.maximum(x, tl.zeros_like(x))
+    elif ACT == 2:
+        x = tl.maximum(x, x * tl.full(x.shape, LEAK, x.dtype))  # where(x > 0, x, LEAK x) for 0 <= LEAK <= 1 (PackedMLP.half_sums)
+    elif ACT != 0:
+        x = _activate(x.to(tl.float32), ACT, LEAK).to(tl.float16)
+    return x
+
+
+@triton.jit
+def _layer(a, w, bias, ACT: tl.constexpr, LEAK: tl.constexpr, DOT: tl.constexpr, HALF_SUMS: tl.constexpr):
+    """One hidden layer: ``act(a @ w + bias)`` in ``a``'s dtype.
+
+    ``HALF_SUMS`` (fp16 only): the products summed in fp16 from the bias, on the tensor cores, and
+    the activation in packed fp16, as tiny-cuda-nn's fully fused MLPs do; else fp32 sums.
+    """
+    if HALF_SUMS:
+        start = tl.zeros((a.shape[0], w.shape[1]), tl.float16) + bias.to(tl.float16)[None, :]
+        return _activate_half(tl.dot(a, w, acc=start, out_dtype=tl.float16), ACT, LEAK)
+    else:
+        return _activate(tl.dot(a, w, input_precision=DOT) + bias[None, :], ACT, LEAK).to(a.dtype)
+
+
+@triton.jit
 def _network(
     x,
     w_in,
@@ -99,19 +129,19 @@ def _network(
     OACT: tl.constexpr,
     LEAK: tl.constexpr,
     DOT: tl.constexpr,
+    HALF_SUMS: tl.constexpr = False,
 ):
-    """``x`` ``[BM, KP]`` in the weights' dtype -> ``[BM, OP]`` fp32, output activation applied."""
-    dtype = w_in.dtype.element_ty
+    """``x`` ``[BM, KP]`` in the weights' dtype -> ``[BM, OP]`` fp32, output activation applied.
+
+    ``HALF_SUMS``: the hidden layers sum in fp16 (see :func:`_layer`); the output layer always sums in fp32.
+    """
     k = tl.arange(0, KP)
     h = tl.arange(0, HP)
     o = tl.arange(0, OP)
-    w = tl.load(w_in + k[:, None] * HP + h[None, :])
-    z = tl.dot(x, w, input_precision=DOT) + tl.load(b_in + h)[None, :]
-    a = _activate(z, HACT, LEAK).to(dtype)
+    a = _layer(x, tl.load(w_in + k[:, None] * HP + h[None, :]), tl.load(b_in + h), HACT, LEAK, DOT, HALF_SUMS)
     for layer in tl.static_range(HIDDEN):
         w = tl.load(w_hid + layer * HP * HP + h[:, None] * HP + h[None, :])
-        z = tl.dot(a, w, input_precision=DOT) + tl.load(b_hid + layer * HP + h)[None, :]
-        a = _activate(z, HACT, LEAK).to(dtype)
+        a = _layer(a, w, tl.load(b_hid + layer * HP + h), HACT, LEAK, DOT, HALF_SUMS)
     w = tl.load(w_out + h[:, None] * OP + o[None, :])
     y = tl.dot(a, w, input_precision=DOT) + tl.load(b_out + o)[None, :]
     return _activate(y, OACT, LEAK)
@@ -208,6 +238,7 @@ def _mlp_kernel(
     DOT: tl.constexpr,
     BM: tl.constexpr,
     WIDE: tl.constexpr,
+    HALF_SUMS: tl.constexpr,
 ):
     """``out[N, O] = mlp(in[N, K])``; with ``FREQ > 0`` the ``K`` inputs are coordinates, encoded here."""
     dtype = w_in.dtype.element_ty
@@ -219,7 +250,7 @@ def _mlp_kernel(
         x = _frequency_tile(in_ptr, at, rmask, K, FREQ, KP)
     else:
         x = tl.load(in_ptr + at[:, None] * K + cols[None, :], mask=rmask[:, None] & (cols < K)[None, :], other=0.0)
-    y = _network(x.to(dtype), w_in, b_in, w_hid, b_hid, w_out, b_out, KP, HP, OP, HIDDEN, HACT, OACT, LEAK, DOT)
+    y = _network(x.to(dtype), w_in, b_in, w_hid, b_hid, w_out, b_out, KP, HP, OP, HIDDEN, HACT, OACT, LEAK, DOT, HALF_SUMS)
     o = tl.arange(0, OP)
     tl.store(out_ptr + at[:, None] * O + o[None, :], y.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & (o < O)[None, :])
 
@@ -293,6 +324,7 @@ def _neural_material_kernel(
     w_out,
     b_out,
     C: tl.constexpr,
+    FP: tl.constexpr,
     DIR0: tl.constexpr,
     DIR1: tl.constexpr,
     DIR2: tl.constexpr,
@@ -306,13 +338,21 @@ def _neural_material_kernel(
     DOT: tl.constexpr,
     BM: tl.constexpr,
     WIDE: tl.constexpr,
+    HALF_SUMS: tl.constexpr,
 ):
-    """``out[N, 3] = f(wi, wo) cos`` of a neural material at ``uv`` (see the module docstring)."""
+    """``out[N, 3] = f(wi, wo) cos`` of a neural material at ``uv`` (see the module docstring).
+
+    ``FP == KP // 2``: the latents and the direction features are built as two ``[BM, FP]`` tiles
+    (latents in columns ``[0, C)``, directions from column 0) and joined side by side, so the
+    bilinear taps cover only ``FP`` columns; ``w_in``'s rows are laid out to match
+    (:class:`neuralbake.kernels.fused.FusedNeuralMaterial`). ``FP == KP``: one ``[BM, KP]`` tile,
+    the directions after the latents in column ``C``.
+    """
     dtype = w_in.dtype.element_ty
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     at = _wide(rows, WIDE)  # for addresses: rows x width can pass 2^31
     rmask = rows < N
-    cols = tl.arange(0, KP)
+    cols = tl.arange(0, FP)
     u = tl.load(uv_ptr + at * 2, mask=rmask, other=0.0)
     v = tl.load(uv_ptr + at * 2 + 1, mask=rmask, other=0.0)
     cmask = rmask[:, None] & (cols < C)[None, :]
@@ -331,13 +371,19 @@ def _neural_material_kernel(
         x = a * (1.0 - t) + b * t
     else:
         x = _bilinear_repeat(lat_ptr, 0, tl.load(level_width), tl.load(level_height), u, v, cols, cmask, C, WIDE)
+    FIRST: tl.constexpr = C * (FP // KP)  # directions after the latents in one tile, or from column 0 of their own
+    d = tl.zeros((BM, FP), tl.float32)
     if DIR0 >= 0:
-        x += _direction_tile(wi_ptr, wo_ptr, at, rmask, cols, C, DIR0, KP)
+        d += _direction_tile(wi_ptr, wo_ptr, at, rmask, cols, FIRST, DIR0, FP)
     if DIR1 >= 0:
-        x += _direction_tile(wi_ptr, wo_ptr, at, rmask, cols, C + 3, DIR1, KP)
+        d += _direction_tile(wi_ptr, wo_ptr, at, rmask, cols, FIRST + 3, DIR1, FP)
     if DIR2 >= 0:
-        x += _direction_tile(wi_ptr, wo_ptr, at, rmask, cols, C + 6, DIR2, KP)
-    y = _network(x.to(dtype), w_in, b_in, w_hid, b_hid, w_out, b_out, KP, HP, OP, HIDDEN, HACT, 0, LEAK, DOT)
+        d += _direction_tile(wi_ptr, wo_ptr, at, rmask, cols, FIRST + 6, DIR2, FP)
+    if FP < KP:
+        x = tl.reshape(tl.permute(tl.join(x, d), (0, 2, 1)), (BM, KP))
+    else:
+        x += d
+    y = _network(x.to(dtype), w_in, b_in, w_hid, b_hid, w_out, b_out, KP, HP, OP, HIDDEN, HACT, 0, LEAK, DOT, HALF_SUMS)
     wiz = tl.load(wi_ptr + at * 3 + 2, mask=rmask, other=0.0)
     woz = tl.load(wo_ptr + at * 3 + 2, mask=rmask, other=0.0)
     valid = ((wiz > 0.0) & (woz > 0.0))[:, None]
@@ -399,6 +445,7 @@ def _ntc_kernel(
     DOT: tl.constexpr,
     BM: tl.constexpr,
     WIDE: tl.constexpr,
+    HALF_SUMS: tl.constexpr,
 ):
     """NTC decode -> ``out[N, CH]`` clamped to [0, 1]; texels from arrays, or (``FRAME``) the rows of one level.
 
@@ -463,7 +510,7 @@ def _ntc_kernel(
     if INT8:
         y = _network_int8(x, w_in, b_in, w_hid, b_hid, w_out, b_out, inverse_ptr, factor_ptr, KP, HP, OP, HIDDEN, HACT, LEAK)
     else:
-        y = _network(x.to(dtype), w_in, b_in, w_hid, b_hid, w_out, b_out, KP, HP, OP, HIDDEN, HACT, 0, LEAK, DOT)
+        y = _network(x.to(dtype), w_in, b_in, w_hid, b_hid, w_out, b_out, KP, HP, OP, HIDDEN, HACT, 0, LEAK, DOT, HALF_SUMS)
     y = tl.minimum(tl.maximum(y, 0.0), 1.0)
     o = tl.arange(0, OP)
     tl.store(out_ptr + at[:, None] * CH + o[None, :], y.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & (o < CH)[None, :])

@@ -93,7 +93,9 @@ def sample_texture(texture: torch.Tensor, uv: torch.Tensor, *, wrap: str = "repe
         shape = tuple(uv.shape) if isinstance(uv, torch.Tensor) else type(uv).__name__
         raise InputError(f"uv must have shape [N, 2], got {shape}.", field="uv", fix="pass one (u, v) per row.")
     h, w, c = texture.shape
-    uv = uv.to(texture.dtype)
+    # Coordinates and weights in fp32 at least: in fp16, u x 1024 keeps half a texel of precision.
+    compute = torch.promote_types(texture.dtype, torch.float32)
+    uv = uv.to(compute)
     x = uv[:, 0] * w - 0.5
     y = uv[:, 1] * h - 0.5
     x0, y0 = torch.floor(x.detach()), torch.floor(y.detach())
@@ -104,11 +106,11 @@ def sample_texture(texture: torch.Tensor, uv: torch.Tensor, *, wrap: str = "repe
     flat = texture.reshape(h * w, c)
 
     def tap(yi: torch.Tensor, xi: torch.Tensor) -> torch.Tensor:
-        return flat[yi * w + xi]
+        return flat[yi * w + xi].to(compute)
 
     top = tap(ys[0], xs[0]) * (1.0 - tx) + tap(ys[0], xs[1]) * tx
     bottom = tap(ys[1], xs[0]) * (1.0 - tx) + tap(ys[1], xs[1]) * tx
-    return top * (1.0 - ty) + bottom * ty
+    return (top * (1.0 - ty) + bottom * ty).to(texture.dtype)
 
 
 def load_texture(
