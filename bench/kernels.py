@@ -27,7 +27,7 @@ fraction of the GPU's dense fp16 tensor-core peak (989 TFLOP/s on an H100 SXM).
     python bench/kernels.py --sweep ntc 128 4 [REGISTERS]   # one tile (and register cap) of one kernel kind
     python bench/kernels.py --profile-step   # kernels and GPU time per trainer step, PyTorch and fused
     python bench/kernels.py --decode-launches   # the decodes for Nsight Compute (see decode_launches)
-    python bench/kernels.py --ab             # the decodes with and without fp16 sums and split feature tiles
+    python bench/kernels.py --ab             # the decodes with and without fp16 sums, split feature tiles, narrow outputs
 """
 
 # ruff: noqa: B023  (the timed lambdas run at once, inside the loop that binds their variables)
@@ -428,10 +428,11 @@ def decode_launches(device) -> None:
 
 
 def ab(device, repeats, peak) -> list[dict]:
-    """The decodes at 2^24 samples (NTC: the 4K frame) with each of the two decode choices on and off, in one run.
+    """The decodes at 2^24 samples (NTC: the 4K frame) with each of three decode choices on and off, in one run.
 
-    ``kernels.fused.HALF_SUMS`` (hidden layers summed in fp16) and ``kernels.fused.SPLIT_FEATURES``
-    (the neural material's latents and directions as two half-width tiles); ``torch.compile`` of
+    ``kernels.fused.HALF_SUMS`` (hidden layers summed in fp16), ``kernels.fused.SPLIT_FEATURES``
+    (the neural material's latents and directions as two half-width tiles) and
+    ``kernels.fused.NARROW_OUTPUTS`` (the output layer padded to 4 columns, not 16); ``torch.compile`` of
     the same decode once, for the ratios. Each row's error is against the fp32 network on the first
     2^20 samples, relative to max(|v|, 1).
     """
@@ -463,17 +464,20 @@ def ab(device, repeats, peak) -> list[dict]:
     fl = torch.zeros_like(fx)
     exact_ntc = decode_texels(container, fl[:m], fx[:m], fy[:m])
     rows = []
+    saved = fused_module.HALF_SUMS, fused_module.SPLIT_FEATURES, fused_module.NARROW_OUTPUTS
     try:
-        for half, split in ((True, True), (False, True), (True, False), (False, False)):
-            fused_module.HALF_SUMS, fused_module.SPLIT_FEATURES = half, split
-            label = f"{'fp16' if half else 'fp32'} sums, {'split' if split else 'one'} feature tile"
+        # (fp16 sums, split feature tiles, narrow output layer): the shipped decode, each choice off alone, all off
+        for half, split, narrow in ((True, True, True), (True, True, False), (False, True, True), (True, False, True), (False, False, False)):
+            fused_module.HALF_SUMS, fused_module.SPLIT_FEATURES, fused_module.NARROW_OUTPUTS = half, split, narrow
+            label = f"{'fp16' if half else 'fp32'} sums, {'split' if split else 'one'} feature tile, {4 if narrow else 16} output columns"
             fused = NeuralMaterial(material.latents, material.decoder, material.direction_inputs)
             fused.kernels = "triton"
+            first = len(rows)
             for filtering, extra in (("bilinear", ()), ("trilinear", (lod,))):
                 t = _time(lambda: fused.decode(uv, wi, wo, *extra), repeats)
                 rows.append(_row(f"neural material {filtering}, {label}", n, {"compile": t_compile[filtering], "triton": t}, _macs([14, 64, 64, 64, 3]), peak))
                 rows[-1]["error"] = relative(fused.decode(uv[:m], wi[:m], wo[:m], *(e[:m] for e in extra)), expected[filtering])
-            if split:  # the MLP and NTC kernels have no split tiles
+            if split and narrow:  # the MLP (32 outputs) and NTC (11) decodes have no feature tiles to split and pad as before
                 packed = PackedMLP.from_mlp(mlp)
                 rows.append(_row(f"mlp 32-64x3-32, {label[:9]}", n, {"triton": _time(lambda: mlp_forward(packed, x, out_dtype=torch.float16), repeats)}, _macs([32, 64, 64, 64, 32]), peak))
                 rows[-1]["error"] = relative(mlp_forward(packed, x[:m]), exact_mlp(x[:m].float()))
@@ -481,10 +485,10 @@ def ab(device, repeats, peak) -> list[dict]:
                 rows.append(_row(f"ntc 4K frame, {label[:9]}", frame, {"triton": _time(lambda: ntc.texels(fl, fx, fy, out_dtype=torch.float16), repeats)}, _macs(container.layout.layer_widths), peak))
                 rows[-1]["ms_per_frame_triton"] = round(frame / rows[-1]["triton_per_s"] * 1e3, 3)
                 rows[-1]["error"] = float((ntc.texels(fl[:m], fx[:m], fy[:m]) - exact_ntc).abs().max())
-            for row in rows[-4 if split else -2 :]:
+            for row in rows[first:]:
                 print(f"  {row['row']}: error {row['error']:.2e}" + (f", {row['ms_per_frame_triton']} ms" if "ms_per_frame_triton" in row else ""), flush=True)
     finally:
-        fused_module.HALF_SUMS, fused_module.SPLIT_FEATURES = True, True
+        fused_module.HALF_SUMS, fused_module.SPLIT_FEATURES, fused_module.NARROW_OUTPUTS = saved
     return rows
 
 
@@ -498,7 +502,7 @@ def main() -> None:
     )
     parser.add_argument("--profile-step", action="store_true", help="only count the kernels and GPU time of a trainer step, PyTorch and fused")
     parser.add_argument("--decode-launches", action="store_true", help="only launch each decode twice (for ncu to profile; see decode_launches)")
-    parser.add_argument("--ab", action="store_true", help="only the decodes with fp16 sums and split feature tiles on and off (see ab)")
+    parser.add_argument("--ab", action="store_true", help="only the decodes with fp16 sums, split feature tiles and narrow outputs on and off (see ab)")
     parser.add_argument("--only", nargs="*", default=["mlp", "neural_material", "ntc", "train", "train_material"])
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON (an existing file keeps its rows of the parts not run)")
     args = parser.parse_args()

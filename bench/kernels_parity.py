@@ -46,15 +46,32 @@ def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp(min=1e-12))
 
 
+def _relative_rms(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm().clamp(min=1e-12))
+
+
 def check_gradient(name: str, fused: torch.Tensor, autograd: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype) -> None:
-    """A gradient against autograd's in the same precision; an fp16 one that misses may instead be no further from
-    the fp32 network's gradient than twice autograd's own fp16 error (summed over thousands of rows through several
-    layers, two correct fp16 gradients can differ by more than the fixed tolerance while equally near the fp32 one:
-    the checks sat at 1-5.5e-2 of the 2e-2 tolerance depending on the random batch)."""
-    if dtype == torch.float32 or _relative(fused, autograd) <= 2e-2:
+    """A gradient against autograd's in the same precision (max error over the largest value, as every check).
+
+    An fp16 gradient that misses may pass another way: its relative RMS error against the fp32 network's
+    gradient within 1.25 times autograd's own fp16 one (and 5e-2 at most). A handful of rows whose ReLUs
+    switch under fp16 rounding can set the max error of two correct fp16 gradients far apart (one input
+    gradient of the 17-64x3-3 MLP: 1.8e-1 and 2.0e-1 of its largest value from the fp32 one), while the
+    RMS says whether the kernel is as near the exact gradient as PyTorch's fp16 arithmetic is.
+    """
+    if dtype != torch.float16 or _relative(fused, autograd) <= 2e-2:
         check(name, fused, autograd, dtype)
-    else:
-        check(f"{name}, against fp32", fused, exact, dtype, max(2e-2, 2 * _relative(autograd, exact)))
+        return
+    ours, theirs = _relative_rms(fused, exact), _relative_rms(autograd, exact)
+    tolerance = min(5e-2, max(2e-3, 1.25 * theirs))
+    ok = ours <= tolerance
+    print(
+        f"{'ok  ' if ok else 'FAIL'} {name + ', RMS against fp32':60s} relative error {ours:.2e} (tolerance {tolerance:.0e}; "
+        f"autograd fp16 {theirs:.2e}; max error against autograd {_relative(fused, autograd):.2e})",
+        flush=True,
+    )
+    if not ok:
+        FAILURES.append(name)
 
 
 def main() -> None:
@@ -140,6 +157,7 @@ def main() -> None:
         fused_module.HALF_SUMS = True
 
     # FusedMLP: an MLP's forward and backward inside autograd (the neural-material bake's encoder and decoder)
+    torch.manual_seed(1)  # each block's data fixed, whatever checks come before it
     for dtype in reversed(dtypes):
         for inputs, hidden, layers, outputs in ((24, 64, 2, 8), (17, 64, 3, 3)):
             reference = MLP(MLPConfig(inputs=inputs, hidden=hidden, layers=layers, outputs=outputs, hidden_activation="relu", output_activation="none"))
@@ -166,6 +184,7 @@ def main() -> None:
                 worst = max(range(len(g_ref)), key=lambda i: _relative(g_fused[i], g_ref[i]))
                 check_gradient(f"{name} worst weight gradient", g_fused[worst], g_ref[worst], g_exact[worst], dtype)
 
+    torch.manual_seed(2)
     losses = {"mse": torch.nn.functional.mse_loss, "l1": torch.nn.functional.l1_loss, "relative_l1": relative_l1}
     for dtype in dtypes:
         for hidden, act, out_act, loss in ((64, "leaky_relu", "sigmoid", "mse"), (128, "relu", "none", "relative_l1"), (32, "tanh", "exp", "l1")):

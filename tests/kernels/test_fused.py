@@ -3,8 +3,9 @@
 On a machine without a GPU the kernels run in Triton's interpreter (tests/conftest.py sets
 ``TRITON_INTERPRET=1`` there), so these check the kernel code itself. Tolerances: fp32 weights
 agree to 1e-5 (the same sums in another order); fp16 weights to 2e-2 relative to the output's
-scale, the largest value of the reference (fp16 has 11 significant bits, and the kernels keep fp32
-between a product and the next rounding where PyTorch rounds to fp16 after every layer).
+scale, the largest value of the reference (fp16 has 11 significant bits; PyTorch sums each layer in
+fp32 and rounds to fp16 after it, the training kernels do the same, and the decodes of fp16
+networks sum their hidden layers in fp16, as tiny-cuda-nn does: kernels.fused.HALF_SUMS).
 """
 
 from __future__ import annotations
@@ -149,11 +150,13 @@ def test_fp16_decodes_with_either_sum_precision_match_torch(monkeypatch: pytest.
     _close(fused.texels(level, x, x.flip(0)), decode_texels(container, level, x, x.flip(0)), torch.float16)
 
 
-def test_only_fp16_networks_with_a_leak_in_0_1_sum_in_fp16() -> None:
+def test_only_fp16_decodes_with_a_leak_in_0_1_sum_in_fp16() -> None:
     mlp = _mlp(12, 32, 2, 5, "leaky_relu", "none", seed=4)
     assert not PackedMLP.from_mlp(mlp).half_sums  # fp32
     assert not PackedMLP.from_mlp(mlp, torch.bfloat16).half_sums  # no bf16 accumulation on the tensor cores
     assert PackedMLP.from_mlp(mlp, torch.float16).half_sums
+    assert not PackedMLP.from_mlp(mlp, torch.float16, training=True).half_sums  # FusedMLP's forward: what its backward differentiates
+    assert (PackedMLP.from_mlp(mlp, torch.float16).op, PackedMLP.from_mlp(mlp, torch.float16, training=True).op) == (8, 16)
     weights, biases = [layer.weight for layer in mlp.layers], [layer.bias for layer in mlp.layers]
     steep = PackedMLP(weights, biases, hidden_activation="leaky_relu", output_activation="none", leak=1.5, dtype=torch.float16)
     assert not steep.half_sums  # max(x, leak x) is the leaky ReLU only for 0 <= leak <= 1

@@ -93,10 +93,24 @@ The products of each hidden layer are summed on the tensor cores in fp16, starti
 and the activation runs on packed fp16 pairs, as tiny-cuda-nn's fully fused MLPs accumulate; the
 output layer still sums in fp32. Half the accumulator registers and fewer instructions between
 the matrix products. ``bench/kernels.py --ab`` on an H100 (2026-11-26, fp32 sums -> fp16 sums):
-the neural-material decode 11.2 -> 12.6 G samples/s, the plain MLP 12.5 -> 14.5, the NTC 4K frame
-1.77 -> 1.55 ms; the error against the fp32 network, relative to max(|v|, 1), 7.5e-5 -> 1.2e-4
-(decode), 1.3e-4 -> 2.2e-4 (MLP), 6.3e-5 -> 1.0e-4 (NTC). Training kernels always sum in fp32.
-False: every decode sums in fp32.
+the neural-material decode 12.4 -> 13.5 G samples/s, the plain MLP 12.6 -> 14.6, the NTC 4K frame
+1.77 -> 1.58 ms; the error against the fp32 network, relative to max(|v|, 1), 7.5e-5 -> 1.2e-4
+(decode), 1.3e-4 -> 2.2e-4 (MLP), 6.3e-5 -> 1.0e-4 (NTC). Training kernels, and the forward of
+:class:`FusedMLP` (which the training kernel differentiates), always sum in fp32. A partial sum past
+fp16's range (65,504) becomes inf, where an fp32 sum would not, and ReLU's ``max`` then turns a NaN
+(inf - inf) into 0: networks with such activations decode in fp32 (set this False). False: every
+decode sums in fp32.
+"""
+
+
+NARROW_OUTPUTS = True
+"""Whether a decode's output layer pads to a power of two of at least 4 instead of 16 (:class:`PackedMLP`).
+
+Triton 3.6 pads a narrow product on the tensor cores itself; the decode's epilogue (``expm1``, the
+hemisphere test, the store) then runs over 4 columns instead of 16. Static SASS of the neural-material
+decode: 1,849 -> 1,577 instructions per program; ``bench/kernels.py --ab`` on an H100 (2026-11-26):
+12.3 -> 13.5 G samples/s bilinear. Training keeps 16: the backward's products take the
+outputs as their depth, which ``tl.dot`` wants at least 16. False: 16 everywhere.
 """
 
 
@@ -105,9 +119,9 @@ SPLIT_FEATURES = True
 tiles joined side by side, where both fit in half the input width (:attr:`FusedNeuralMaterial.feature_columns`).
 
 The bilinear taps then load and blend only half the columns. The copper tray's shape (8 latents,
-wi and wo: 14 inputs in 16 columns), ``bench/kernels.py --ab`` on an H100 (2026-11-26, fp16
-sums, one tile -> split): 9.8 -> 12.6 G samples/s bilinear, 6.4 -> 9.7 trilinear; the same
-values. False: one tile of the full input width.
+wi and wo: 14 inputs in 16 columns), ``bench/kernels.py --ab`` on an H100 (2026-11-26, one tile
+-> split): 9.9 -> 13.5 G samples/s bilinear, 6.4 -> 10.1 trilinear; the same values. False: one
+tile of the full input width.
 """
 
 
@@ -160,8 +174,8 @@ class PackedMLP:
 
     ``weights`` are ``[out, in]`` (``nn.Linear``'s), ``len(weights) >= 2``: the input layer, the
     hidden-to-hidden layers, the output layer. Every hidden width pads to the widest (``HP``), the
-    inputs to ``KP`` and the outputs to ``OP``; weights are stored ``[in, out]`` in ``dtype``,
-    biases in fp32.
+    inputs to ``KP`` and the outputs to ``OP`` (a power of two, at least 16 with ``training``, at
+    least 4 for the decodes); weights are stored ``[in, out]`` in ``dtype``, biases in fp32.
     """
 
     def __init__(
@@ -186,9 +200,14 @@ class PackedMLP:
         device = weights[0].device
         self.widths, self.dtype = widths, dtype
         self.inputs, self.outputs = widths[0], widths[-1]
-        self.kp, self.hp, self.op = _pad(widths[0], dtype), _pad(max(widths[1:-1]), dtype), _pad(widths[-1], dtype)
+        self.kp, self.hp = _pad(widths[0], dtype), _pad(max(widths[1:-1]), dtype)
+        # The outputs pad to 16 for training (the backward's products take them as their depth, which tl.dot wants
+        # >= 16); a decode's output layer only needs a power of two: 4 columns for an RGB decode instead of 16 cut the
+        # neural-material decode's instructions by 15 % (its expm1 and store ran over all 16).
+        self.op = _pad(widths[-1], dtype) if training or not NARROW_OUTPUTS else max(4, 1 << (int(widths[-1]) - 1).bit_length())
         self.hidden = len(weights) - 2
         self.hidden_activation, self.output_activation, self.leak = hidden_activation, output_activation, float(leak)
+        self.training = training
         kp, hp, op, hidden = self.kp, self.hp, self.op, self.hidden
         # Every buffer is a view of two flat ones in the training kernel's gradient-slot layout
         # ([w_in | b_in | w_hid | b_hid | w_out | b_out]; weights in `flat_w`, biases in `flat_b`),
@@ -266,9 +285,10 @@ class PackedMLP:
 
     @property
     def half_sums(self) -> bool:
-        """Whether the decodes sum the hidden layers in fp16: :data:`HALF_SUMS`, fp16 weights, and a leak in [0, 1]
-        (the fp16 leaky ReLU is ``max(x, leak x)``)."""
-        return HALF_SUMS and self.dtype == torch.float16 and 0.0 <= self.leak <= 1.0
+        """Whether the decodes sum the hidden layers in fp16: :data:`HALF_SUMS`, fp16 weights, a leak in [0, 1]
+        (the fp16 leaky ReLU is ``max(x, leak x)``), and not packed for training (:class:`FusedMLP`'s forward
+        must compute the function its fp32-sum backward differentiates)."""
+        return HALF_SUMS and not self.training and self.dtype == torch.float16 and 0.0 <= self.leak <= 1.0
 
     @property
     def block_rows(self) -> int:

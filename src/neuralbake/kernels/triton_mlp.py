@@ -257,7 +257,7 @@ def _mlp_kernel(
 
 @triton.jit
 def _bilinear_repeat(lat_ptr, offset, width, height, u, v, cols, cmask, C: tl.constexpr, WIDE: tl.constexpr):
-    """Bilinear taps of an ``[height, width, C]`` texture at ``offset`` (repeat wrap), ``[BM, KP]`` fp32.
+    """Bilinear taps of an ``[height, width, C]`` texture at ``offset`` (repeat wrap), ``[BM, len(cols)]`` fp32.
 
     ``offset``/``width``/``height`` are per-row int tensors or scalars; row 0 of the texture is
     ``v = 0`` and texel ``(i, j)`` is centred at ``((j + 0.5) / width, (i + 0.5) / height)``, as in
@@ -287,7 +287,7 @@ def _bilinear_repeat(lat_ptr, offset, width, height, u, v, cols, cmask, C: tl.co
 
 
 @triton.jit
-def _direction_tile(wi_ptr, wo_ptr, rows, rmask, cols, FIRST: tl.constexpr, CODE: tl.constexpr, KP: tl.constexpr):
+def _direction_tile(wi_ptr, wo_ptr, rows, rmask, cols, FIRST: tl.constexpr, CODE: tl.constexpr):
     """One direction feature (wi, wo or the half vector) in columns ``FIRST .. FIRST + 2``, zero elsewhere."""
     inside = (cols >= FIRST) & (cols < FIRST + 3)
     comp = tl.where(inside, cols - FIRST, 0)
@@ -374,11 +374,11 @@ def _neural_material_kernel(
     FIRST: tl.constexpr = C * (FP // KP)  # directions after the latents in one tile, or from column 0 of their own
     d = tl.zeros((BM, FP), tl.float32)
     if DIR0 >= 0:
-        d += _direction_tile(wi_ptr, wo_ptr, at, rmask, cols, FIRST, DIR0, FP)
+        d += _direction_tile(wi_ptr, wo_ptr, at, rmask, cols, FIRST, DIR0)
     if DIR1 >= 0:
-        d += _direction_tile(wi_ptr, wo_ptr, at, rmask, cols, FIRST + 3, DIR1, FP)
+        d += _direction_tile(wi_ptr, wo_ptr, at, rmask, cols, FIRST + 3, DIR1)
     if DIR2 >= 0:
-        d += _direction_tile(wi_ptr, wo_ptr, at, rmask, cols, FIRST + 6, DIR2, FP)
+        d += _direction_tile(wi_ptr, wo_ptr, at, rmask, cols, FIRST + 6, DIR2)
     if FP < KP:
         x = tl.reshape(tl.permute(tl.join(x, d), (0, 2, 1)), (BM, KP))
     else:
