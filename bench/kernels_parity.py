@@ -50,34 +50,58 @@ def _relative_rms(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm().clamp(min=1e-12))
 
 
-def check_gradient(name: str, fused: torch.Tensor, autograd: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype) -> None:
+def check_gradient(name: str, fused: torch.Tensor, autograd: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype) -> bool:
     """A gradient against autograd's in the same precision (max error over the largest value, as every check).
 
-    An fp16 gradient that misses may pass another way: its relative RMS error against the fp32 network's
-    gradient within 1.25 times autograd's own fp16 one (and 5e-2 at most). A handful of rows whose ReLUs
+    An fp16 gradient that misses may pass another way, against the fp32 network's gradient: its relative
+    RMS error within 1.25 times autograd's own fp16 one (5e-2 at most), and its max error within 1.25 times
+    autograd's own max error (so a fault confined to a few rows still fails). A handful of rows whose ReLUs
     switch under fp16 rounding can set the max error of two correct fp16 gradients far apart (one input
-    gradient of the 17-64x3-3 MLP: 1.8e-1 and 2.0e-1 of its largest value from the fp32 one), while the
-    RMS says whether the kernel is as near the exact gradient as PyTorch's fp16 arithmetic is.
+    gradient of the 17-64x3-3 MLP: 1.8e-1 and 2.0e-1 of its largest value from the fp32 one). With
+    ``quiet``, only failures print. Returns whether it passed.
     """
     if dtype != torch.float16 or _relative(fused, autograd) <= 2e-2:
         check(name, fused, autograd, dtype)
-        return
+        return name not in FAILURES
     ours, theirs = _relative_rms(fused, exact), _relative_rms(autograd, exact)
     tolerance = min(5e-2, max(2e-3, 1.25 * theirs))
-    ok = ours <= tolerance
+    worst, theirs_worst = _relative(fused, exact), _relative(autograd, exact)
+    ok = ours <= tolerance and worst <= max(2e-2, 1.25 * theirs_worst)
     print(
-        f"{'ok  ' if ok else 'FAIL'} {name + ', RMS against fp32':60s} relative error {ours:.2e} (tolerance {tolerance:.0e}; "
-        f"autograd fp16 {theirs:.2e}; max error against autograd {_relative(fused, autograd):.2e})",
+        f"{'ok  ' if ok else 'FAIL'} {name + ', against fp32':60s} RMS {ours:.2e} (tolerance {tolerance:.0e}; autograd fp16 "
+        f"{theirs:.2e}), max {worst:.2e} (autograd fp16 {theirs_worst:.2e}); max against autograd {_relative(fused, autograd):.2e}",
         flush=True,
     )
     if not ok:
         FAILURES.append(name)
+    return ok
+
+
+def check_gradients(name: str, fused: list[torch.Tensor], autograd: list[torch.Tensor], exact: list[torch.Tensor], dtype: torch.dtype) -> None:
+    """Every weight gradient through :func:`check_gradient`; the one furthest from autograd's is printed."""
+    worst = max(range(len(autograd)), key=lambda i: _relative(fused[i], autograd[i]))
+    check_gradient(f"{name} worst weight gradient", fused[worst], autograd[worst], exact[worst], dtype)
+    for i in range(len(autograd)):
+        if i != worst and not _silent_gradient_check(fused[i], autograd[i], exact[i], dtype):
+            check_gradient(f"{name} weight gradient {i}", fused[i], autograd[i], exact[i], dtype)
+
+
+def _silent_gradient_check(fused: torch.Tensor, autograd: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype) -> bool:
+    if _relative(fused, autograd) <= (1e-5 if dtype == torch.float32 else 2e-2):
+        return True
+    if dtype != torch.float16:
+        return False
+    ours, theirs = _relative_rms(fused, exact), _relative_rms(autograd, exact)
+    return ours <= min(5e-2, max(2e-3, 1.25 * theirs)) and _relative(fused, exact) <= max(2e-2, 1.25 * _relative(autograd, exact))
 
 
 def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("bench/kernels_parity.py checks the compiled kernels; run it on a machine with an NVIDIA GPU.")
     device = torch.device("cuda")
+    import triton
+
+    print(f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}, triton {triton.__version__}", flush=True)
     torch.manual_seed(0)
     dtypes = (torch.float16,) if "--fp16-only" in sys.argv[1:] else (torch.float32, torch.float16)
     for dtype in dtypes:
@@ -181,8 +205,7 @@ def main() -> None:
                 name = f"fused mlp {dtype} {inputs}-{hidden}x{layers}-{outputs} n={n}"
                 check(f"{name} values", y_fused, y_ref, dtype)
                 check_gradient(f"{name} input gradient", dx_fused, dx_ref, dx_exact, dtype)
-                worst = max(range(len(g_ref)), key=lambda i: _relative(g_fused[i], g_ref[i]))
-                check_gradient(f"{name} worst weight gradient", g_fused[worst], g_ref[worst], g_exact[worst], dtype)
+                check_gradients(name, g_fused, g_ref, g_exact, dtype)
 
     torch.manual_seed(2)
     losses = {"mse": torch.nn.functional.mse_loss, "l1": torch.nn.functional.l1_loss, "relative_l1": relative_l1}
@@ -200,8 +223,7 @@ def main() -> None:
                     fused_loss, grads = FusedForwardBackward(model, loss, dtype=dtype)(params, batch, torch.tensor(scale, device=device))
                     check(f"train {dtype} {hidden} {act}/{out_act} {loss} n={n} loss", fused_loss, ref_loss, dtype)
                     _, exact_grads = AutogradForwardBackward(model, losses[loss])(dict(model.named_parameters()), batch, scale)
-                    worst = max(range(len(grads)), key=lambda i: _relative(grads[i], ref_grads[i]))
-                    check_gradient(f"train {dtype} {hidden} {act}/{out_act} {loss} n={n} worst gradient", grads[worst], ref_grads[worst], exact_grads[worst], dtype)
+                    check_gradients(f"train {dtype} {hidden} {act}/{out_act} {loss} n={n}", grads, ref_grads, exact_grads, dtype)
     # The optimizer step on the kernels (gradient sum, unscale, Adam, loss scale) against PyTorch's fused Adam path, the
     # same fused forward/backward under both: masters and moments after 3 steps (before fp16 rounding flips compound: two
     # runs whose masters differ in the last bits drift apart by a few % in 50 steps however right both are), then 200

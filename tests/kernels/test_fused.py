@@ -150,6 +150,16 @@ def test_fp16_decodes_with_either_sum_precision_match_torch(monkeypatch: pytest.
     _close(fused.texels(level, x, x.flip(0)), decode_texels(container, level, x, x.flip(0)), torch.float16)
 
 
+@pytest.mark.parametrize("narrow", [True, False])
+def test_a_decode_output_layer_padded_to_4_or_16_gives_the_same_values(monkeypatch: pytest.MonkeyPatch, narrow: bool) -> None:
+    monkeypatch.setattr(fused_module, "NARROW_OUTPUTS", narrow)
+    mlp = _mlp(12, 32, 2, 3, "relu", "none", seed=6)
+    packed = PackedMLP.from_mlp(mlp)
+    assert packed.op == (4 if narrow else 16)
+    x = torch.rand(200, 12, device=DEVICE)
+    _close(mlp_forward(packed, x), mlp(x), torch.float32)
+
+
 def test_only_fp16_decodes_with_a_leak_in_0_1_sum_in_fp16() -> None:
     mlp = _mlp(12, 32, 2, 5, "leaky_relu", "none", seed=4)
     assert not PackedMLP.from_mlp(mlp).half_sums  # fp32

@@ -26,7 +26,8 @@ The decodes of fp16 networks sum their hidden layers in fp16 on the tensor cores
 training kernel sums in fp32 everywhere.
 
 Weights are packed by :class:`neuralbake.kernels.fused.PackedMLP`: transposed (``[in, out]``),
-zero-padded to powers of two (16 at least, as ``tl.dot`` needs), every hidden layer padded to the
+zero-padded to powers of two (16 at least where a width is a product's depth, as ``tl.dot`` needs;
+a decode's outputs to 4 at least), every hidden layer padded to the
 widest, so one loop body serves every layer. Padded neurons see zero weights and bias and feed
 zero weights onward, so they never change a result.
 
