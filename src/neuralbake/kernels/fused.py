@@ -108,7 +108,7 @@ NARROW_OUTPUTS = True
 
 Triton 3.6 pads a narrow product on the tensor cores itself; the decode's epilogue (``expm1``, the
 hemisphere test, the store) then runs over 4 columns instead of 16. Static SASS of the neural-material
-decode: 1,848 -> 1,576 instructions per program; ``bench/kernels.py --ab`` on an H100 (2026-11-26):
+decode (bench/kernels_sass.py, Triton 3.6): 1,848 -> 1,576 instructions per program; ``bench/kernels.py --ab`` on an H100 (2026-11-26):
 12.3 -> 13.5 G samples/s bilinear. Training keeps 16: the backward's products take the
 outputs as their depth, which ``tl.dot`` wants at least 16. False: 16 everywhere. Read when a
 :class:`PackedMLP` is built (as :data:`SPLIT_FEATURES` is when a :class:`FusedNeuralMaterial` is;

@@ -1,0 +1,106 @@
+"""Static SASS of the neural-material decode for an H100 (sm_90), compiled on any machine, no GPU needed.
+
+Compiles :func:`neuralbake.kernels.triton_mlp._neural_material_kernel` at the copper tray's shape
+(8 latents, wi and wo: decoder 14 -> 64 x 3 -> 3, fp16, 128 rows x 2 warps, ``mma.sync``; pointers
+16-byte aligned as the launches are) with each of the decode's three speed choices
+(``kernels.fused.HALF_SUMS``, ``SPLIT_FEATURES``, ``NARROW_OUTPUTS``) added one after another, and
+counts the instructions per program with the CUDA tools Triton's wheel carries (``cuobjdump``,
+``nvdisasm``). ``--lines N`` also lists, for each, the N source lines of triton_mlp.py with the most
+instructions.
+
+    python bench/kernels_sass.py [--lines 12]
+
+The counts depend on the Triton version (docs/benchmarks.md quotes Triton 3.6.0:
+``pip install triton==3.6.0`` into a separate ``--target`` folder and put it first on PYTHONPATH).
+The speed is measured by ``bench/kernels.py --ab`` on a GPU; this only shows where the instructions go.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    sys.exit("bench/kernels_sass.py compiles for the GPU; unset TRITON_INTERPRET.")
+os.environ["DISABLE_MMA_V3"] = "1"  # as kernels.fused.mma_sync sets it around every launch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from neuralbake.kernels import triton_mlp
+
+TOOLS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+
+SIGNATURE = {
+    "uv_ptr": "*fp32", "wi_ptr": "*fp32", "wo_ptr": "*fp32", "lod_ptr": "*fp32", "lat_ptr": "*fp16",
+    "level_offset": "*i32", "level_width": "*i32", "level_height": "*i32", "LEVELS": "i32", "out_ptr": "*fp32", "N": "i32",
+    "w_in": "*fp16", "b_in": "*fp32", "w_hid": "*fp16", "b_hid": "*fp32", "w_out": "*fp16", "b_out": "*fp32",
+}  # fmt: skip
+
+STEPS = (
+    ("before (fp32 sums, one feature tile, 16 outputs)", {"HALF_SUMS": False, "FP": 16, "OP": 16}),
+    ("+ fp16 sums", {"HALF_SUMS": True, "FP": 16, "OP": 16}),
+    ("+ half-width feature tiles", {"HALF_SUMS": True, "FP": 8, "OP": 16}),
+    ("+ 4 output columns (shipped)", {"HALF_SUMS": True, "FP": 8, "OP": 4}),
+)
+
+
+def compile_decode(choices: dict) -> bytes:
+    constants = {"C": 8, "DIR0": 0, "DIR1": 1, "DIR2": -1, "TRILINEAR": False, "KP": 16, "HP": 64, "HIDDEN": 2, "HACT": 1, "LEAK": 0.01, "DOT": "tf32", "BM": 128, "WIDE": False}
+    constants.update(choices)
+    signature = dict(SIGNATURE) | {name: "constexpr" for name in constants}
+    aligned = {(i,): [["tt.divisibility", 16]] for i, (name, kind) in enumerate(SIGNATURE.items()) if kind.startswith("*") or name == "N"}
+    source = ASTSource(fn=triton_mlp._neural_material_kernel, signature=signature, constexprs=constants, attrs=aligned)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 2}).asm["cubin"]
+
+
+def instructions(cubin: bytes) -> tuple[collections.Counter, collections.Counter, str]:
+    """Opcode counts, instruction counts per source line of triton_mlp.py, and the resource line."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "decode.cubin"
+        path.write_bytes(cubin)
+        listing = subprocess.run([TOOLS / "nvdisasm", "--print-line-info", str(path)], capture_output=True, text=True, check=True).stdout
+        usage = subprocess.run([TOOLS / "cuobjdump", "-res-usage", str(path)], capture_output=True, text=True, check=True).stdout
+    opcodes, lines, line = collections.Counter(), collections.Counter(), None
+    for text in listing.splitlines():
+        where = re.search(r'//## File "([^"]+)", line (\d+)', text)
+        if where:
+            line = int(where.group(2)) if where.group(1).endswith("triton_mlp.py") else None
+            continue
+        op = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", text)
+        if op:
+            opcodes[op.group(1)] += 1
+            if line is not None:
+                lines[line] += 1
+    resources = next((t.strip() for t in usage.splitlines() if "REG:" in t), "")
+    return opcodes, lines, resources
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lines", type=int, default=0, help="under each step, list this many source lines with the most instructions")
+    args = parser.parse_args()
+    if not (TOOLS / "nvdisasm").is_file():
+        sys.exit(f"this Triton ({triton.__version__}) has no CUDA tools in {TOOLS}; install a Triton wheel with the NVIDIA backend.")
+    print(f"Triton {triton.__version__}, sm_90, neural-material decode 14 -> 64 x 3 -> 3 fp16, 128 rows x 2 warps", flush=True)
+    source = Path(triton_mlp.__file__).read_text().splitlines()
+    for label, choices in STEPS:
+        opcodes, lines, resources = instructions(compile_decode(choices))
+        total = sum(opcodes.values())
+        print(f"{label:50s} {total:6,d} instructions ({total * 2 / 128:5.1f} warp instructions per sample), {opcodes['HMMA']} HMMA; {resources}", flush=True)
+        for number, count in lines.most_common(args.lines):
+            print(f"    {count:6d}  triton_mlp.py:{number}  {source[number - 1].strip()[:90]}")
+
+
+if __name__ == "__main__":
+    main()
