@@ -55,7 +55,7 @@ from neuralbake.bakes.ntc.texture_set import ChannelGroup
 from neuralbake.core.device import describe_device
 from neuralbake.kernels.fused import FusedForwardBackward, FusedNTC, PackedMLP, mlp_forward
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
-from neuralbake.nn.trainer import Batch, Trainer, TrainerConfig
+from neuralbake.nn.trainer import Batch, Trainer, TrainerConfig, cast_model
 
 PEAK_FP16 = {"H100": 989e12, "H200": 989e12}
 """Dense fp16 tensor-core peak FLOP/s by GPU name fragment (SXM parts)."""
@@ -440,8 +440,8 @@ def ab(device, repeats, peak) -> list[dict]:
 
     n, m = 1 << 24, 1 << 20
     material = _material(device)
-    exact = NeuralMaterial([level.float() for level in material.latents], MLP(material.decoder.config).to(device), material.direction_inputs)
-    exact.decoder.load_state_dict({k: v.float() for k, v in material.decoder.state_dict().items()})
+    exact = material.to(torch.float32)  # the same latents and decoder in fp32, on the PyTorch path
+    exact.kernels = "torch"
     g = torch.Generator(device=device).manual_seed(2)
     uv = torch.rand(n, 2, device=device, generator=g)
     wi = torch.nn.functional.normalize(torch.rand(n, 3, device=device, generator=g) * 2 - 1, dim=1).abs()
@@ -454,8 +454,7 @@ def ab(device, repeats, peak) -> list[dict]:
     expected = {"bilinear": exact.decode(uv[:m], wi[:m], wo[:m]), "trilinear": exact.decode(uv[:m], wi[:m], wo[:m], lod[:m])}
     relative = lambda a, b: float(((a - b).abs() / b.abs().clamp(min=1)).max())
     mlp = MLP(MLPConfig(inputs=32, hidden=64, layers=3, outputs=32, hidden_activation="relu", output_activation="none")).to(device).half()
-    exact_mlp = MLP(mlp.config).to(device)
-    exact_mlp.load_state_dict({k: v.float() for k, v in mlp.state_dict().items()})
+    exact_mlp = cast_model(mlp, torch.float32)
     x = torch.randn(n, 32, device=device, dtype=torch.float16)
     container = _ntc_container(device)
     frame = 3840 * 2160

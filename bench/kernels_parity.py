@@ -27,15 +27,15 @@ from neuralbake.bakes.neural_material.model import NeuralMaterial, relative_l1
 from neuralbake.bakes.ntc.decode import decode_texels
 from neuralbake.kernels.fused import FusedForwardBackward, FusedNTC, PackedMLP, _unpack_gradients, mlp_forward
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
-from neuralbake.nn.trainer import AutogradForwardBackward, Batch
+from neuralbake.nn.trainer import AutogradForwardBackward, Batch, cast_model
 
 FAILURES: list[str] = []
 
 
-def check(name: str, actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, tolerance: float | None = None) -> None:
+def check(name: str, actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
     scale = max(1e-6 if actual.dim() else 1.0, float(expected.detach().float().abs().max()))
     error = float((actual.float() - expected.detach().float()).abs().max()) / scale
-    tolerance = (1e-5 if dtype == torch.float32 else 2e-2) if tolerance is None else tolerance
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
     ok = error <= tolerance
     print(f"{'ok  ' if ok else 'FAIL'} {name:60s} relative error {error:.2e} (tolerance {tolerance:.0e})", flush=True)
     if not ok:
@@ -50,7 +50,22 @@ def _relative_rms(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm().clamp(min=1e-12))
 
 
-def check_gradient(name: str, fused: torch.Tensor, autograd: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype) -> bool:
+def _gradient_verdict(fused: torch.Tensor, autograd: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype) -> tuple[bool, str]:
+    """Whether a gradient passes, and the line that says why (see :func:`check_gradient`)."""
+    error, tolerance = _relative(fused, autograd), (1e-5 if dtype == torch.float32 else 2e-2)
+    if error <= tolerance or dtype != torch.float16:
+        return error <= tolerance, f"relative error {error:.2e} (tolerance {tolerance:.0e})"
+    ours, theirs = _relative_rms(fused, exact), _relative_rms(autograd, exact)
+    rms_tolerance = min(5e-2, max(2e-3, 1.25 * theirs))
+    worst, theirs_worst = _relative(fused, exact), _relative(autograd, exact)
+    ok = ours <= rms_tolerance and worst <= max(2e-2, 1.25 * theirs_worst)
+    return ok, (
+        f"against fp32: RMS {ours:.2e} (tolerance {rms_tolerance:.0e}; autograd fp16 {theirs:.2e}), max {worst:.2e} "
+        f"(autograd fp16 {theirs_worst:.2e}); max against autograd {error:.2e}"
+    )
+
+
+def check_gradient(name: str, fused: torch.Tensor, autograd: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype, *, quiet: bool = False) -> None:
     """A gradient against autograd's in the same precision (max error over the largest value, as every check).
 
     An fp16 gradient that misses may pass another way, against the fp32 network's gradient: its relative
@@ -58,41 +73,21 @@ def check_gradient(name: str, fused: torch.Tensor, autograd: torch.Tensor, exact
     autograd's own max error (so a fault confined to a few rows still fails). A handful of rows whose ReLUs
     switch under fp16 rounding can set the max error of two correct fp16 gradients far apart (one input
     gradient of the 17-64x3-3 MLP: 1.8e-1 and 2.0e-1 of its largest value from the fp32 one). With
-    ``quiet``, only failures print. Returns whether it passed.
+    ``quiet``, only a failure prints.
     """
-    if dtype != torch.float16 or _relative(fused, autograd) <= 2e-2:
-        check(name, fused, autograd, dtype)
-        return name not in FAILURES
-    ours, theirs = _relative_rms(fused, exact), _relative_rms(autograd, exact)
-    tolerance = min(5e-2, max(2e-3, 1.25 * theirs))
-    worst, theirs_worst = _relative(fused, exact), _relative(autograd, exact)
-    ok = ours <= tolerance and worst <= max(2e-2, 1.25 * theirs_worst)
-    print(
-        f"{'ok  ' if ok else 'FAIL'} {name + ', against fp32':60s} RMS {ours:.2e} (tolerance {tolerance:.0e}; autograd fp16 "
-        f"{theirs:.2e}), max {worst:.2e} (autograd fp16 {theirs_worst:.2e}); max against autograd {_relative(fused, autograd):.2e}",
-        flush=True,
-    )
+    ok, reason = _gradient_verdict(fused, autograd, exact, dtype)
+    if not ok or not quiet:
+        print(f"{'ok  ' if ok else 'FAIL'} {name:60s} {reason}", flush=True)
     if not ok:
         FAILURES.append(name)
-    return ok
 
 
 def check_gradients(name: str, fused: list[torch.Tensor], autograd: list[torch.Tensor], exact: list[torch.Tensor], dtype: torch.dtype) -> None:
-    """Every weight gradient through :func:`check_gradient`; the one furthest from autograd's is printed."""
+    """Every weight gradient through :func:`check_gradient`; the one furthest from autograd's always prints."""
     worst = max(range(len(autograd)), key=lambda i: _relative(fused[i], autograd[i]))
-    check_gradient(f"{name} worst weight gradient", fused[worst], autograd[worst], exact[worst], dtype)
     for i in range(len(autograd)):
-        if i != worst and not _silent_gradient_check(fused[i], autograd[i], exact[i], dtype):
-            check_gradient(f"{name} weight gradient {i}", fused[i], autograd[i], exact[i], dtype)
-
-
-def _silent_gradient_check(fused: torch.Tensor, autograd: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype) -> bool:
-    if _relative(fused, autograd) <= (1e-5 if dtype == torch.float32 else 2e-2):
-        return True
-    if dtype != torch.float16:
-        return False
-    ours, theirs = _relative_rms(fused, exact), _relative_rms(autograd, exact)
-    return ours <= min(5e-2, max(2e-3, 1.25 * theirs)) and _relative(fused, exact) <= max(2e-2, 1.25 * _relative(autograd, exact))
+        label = f"{name} worst weight gradient" if i == worst else f"{name} weight gradient {i}"
+        check_gradient(label, fused[i], autograd[i], exact[i], dtype, quiet=i != worst)
 
 
 def main() -> None:
@@ -162,7 +157,7 @@ def main() -> None:
     # the fp16 decodes with fp32 sums (kernels.fused.HALF_SUMS off): the path every decode took before fp16 sums
     from neuralbake.kernels import fused as fused_module
 
-    fused_module.HALF_SUMS = False
+    half_sums, fused_module.HALF_SUMS = fused_module.HALF_SUMS, False
     try:
         mlp = MLP(MLPConfig(inputs=12, hidden=64, layers=3, outputs=5, hidden_activation="relu", output_activation="none")).to(device).half()
         x = torch.rand(1 << 18, 12, device=device).half()
@@ -178,7 +173,7 @@ def main() -> None:
         level = torch.zeros_like(x)
         check("ntc fp16 sums in fp32", FusedNTC(container, torch.float16).texels(level, x, x), decode_texels(container, level, x, x), torch.float16)
     finally:
-        fused_module.HALF_SUMS = True
+        fused_module.HALF_SUMS = half_sums
 
     # FusedMLP: an MLP's forward and backward inside autograd (the neural-material bake's encoder and decoder)
     torch.manual_seed(1)  # each block's data fixed, whatever checks come before it
@@ -192,8 +187,7 @@ def main() -> None:
             for n in (1000, 1 << 16):
                 x = (torch.rand(n, inputs, device=device) * 2 - 1).to(dtype)
                 upstream = torch.randn(n, outputs, device=device)
-                exact = MLP(reference.config).to(device)  # the same network in fp32: what both fp16 paths approximate
-                exact.load_state_dict({k: v.float() for k, v in reference.state_dict().items()})
+                exact = cast_model(reference, torch.float32)  # the same network in fp32: what both fp16 paths approximate
                 results = []
                 for model, rows in ((reference, x), (fused, x), (exact, x.float())):
                     rows = rows.clone().requires_grad_()

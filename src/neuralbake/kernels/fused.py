@@ -49,9 +49,12 @@ if TYPE_CHECKING:
 __all__ = ["FusedForwardBackward", "FusedMLP", "FusedNTC", "FusedNeuralMaterial", "PackedMLP", "mlp_forward"]
 
 
-def _pad(n: int, dtype: torch.dtype) -> int:
-    """The kernels' width for ``n``: a power of two, at least 16 (``tl.dot``'s smallest), 32 for int8 (the int8 MMA's depth)."""
-    return max(32 if dtype == torch.int8 else 16, 1 << (int(n) - 1).bit_length())
+def _pad(n: int, dtype: torch.dtype, minimum: int | None = None) -> int:
+    """The kernels' width for ``n``: a power of two, at least ``minimum``; by default 16 (``tl.dot``'s smallest depth),
+    32 for int8 (the int8 MMA's depth)."""
+    if minimum is None:
+        minimum = 32 if dtype == torch.int8 else 16
+    return max(minimum, 1 << (int(n) - 1).bit_length())
 
 
 TILES: dict[str, tuple[int, int]] = {
@@ -127,8 +130,13 @@ tile of the full input width.
 """
 
 
+def _tile_key(kind: str, hidden: int) -> str:
+    """The key of :data:`TILES` and :data:`REGISTERS` for a kernel kind and hidden width."""
+    return f"{kind}_wide" if hidden > 64 else kind
+
+
 def _launch_options(kind: str, hidden: int) -> dict[str, int]:
-    key = f"{kind}_wide" if hidden > 64 else kind
+    key = _tile_key(kind, hidden)
     options = {"num_warps": TILES[key][1]}
     if REGISTERS[key] is not None:
         options["maxnreg"] = int(REGISTERS[key])
@@ -167,8 +175,9 @@ def _wide(*element_counts: int) -> bool:
     return max(element_counts) >= 1 << 31
 
 
-def _tile(kind: str, hidden: int) -> tuple[int, int]:
-    return TILES[f"{kind}_wide" if hidden > 64 else kind]
+def _block_rows(kind: str, hidden: int) -> int:
+    """Rows per program of a kernel kind (:data:`TILES`)."""
+    return TILES[_tile_key(kind, hidden)][0]
 
 
 class PackedMLP:
@@ -206,7 +215,7 @@ class PackedMLP:
         # The outputs pad to 16 for training (the backward's products take them as their depth, which tl.dot wants
         # >= 16); a decode's output layer only needs a power of two: 4 columns for an RGB decode instead of 16 cut the
         # neural-material decode's instructions by 15 % (its expm1 and store ran over all 16).
-        self.op = _pad(widths[-1], dtype) if training or not NARROW_OUTPUTS else max(4, 1 << (int(widths[-1]) - 1).bit_length())
+        self.op = _pad(widths[-1], dtype) if training or not NARROW_OUTPUTS else _pad(widths[-1], dtype, minimum=4)
         self.hidden = len(weights) - 2
         self.hidden_activation, self.output_activation, self.leak = hidden_activation, output_activation, float(leak)
         self.training = training
@@ -294,7 +303,7 @@ class PackedMLP:
 
     @property
     def block_rows(self) -> int:
-        return _tile("forward", self.hp)[0]
+        return _block_rows("forward", self.hp)
 
 
 def mlp_forward(packed: PackedMLP, inputs: torch.Tensor, *, frequencies: int = 0, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -433,7 +442,7 @@ class FusedNTC:
         out = torch.empty(n, self.layout.channels, dtype=out_dtype, device=self.high.device)
         if n == 0:
             return out
-        bm = _tile("ntc", self.packed.hp)[0]
+        bm = _block_rows("ntc", self.packed.hp)
         with mma_sync():
             _ntc_kernel[(triton.cdiv(n, bm),)](
                 level, x, y, frame_level, frame_width, self.high, self.low, self.tables, self.layout.levels, out, n, *self.packed.buffers(),
@@ -476,9 +485,8 @@ class _TrainingBuffers:
         if programs is None:
             programs = 2 * torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
         self.programs = programs
-        self.slot_size = p.slot_size
-        self.block_rows = _tile("train", p.hp)[0]
-        self.grads = torch.zeros(programs, self.slot_size, dtype=torch.float32, device=device)  # each program's slot, written by its first tile
+        self.block_rows = _block_rows("train", p.hp)
+        self.grads = torch.zeros(programs, p.slot_size, dtype=torch.float32, device=device)  # each program's slot, written by its first tile
         self.scratch = torch.empty(programs * (p.hidden + 1) * self.block_rows * p.hp, dtype=p.dtype, device=device)
         self.losses = torch.zeros(programs, dtype=torch.float32, device=device)  # each program's loss sum (not written in upstream mode)
 
@@ -623,8 +631,9 @@ class FusedForwardBackward:
         """One whole training step on the GPU, the trainer's :meth:`~neuralbake.nn.trainer.Trainer._device_step` in five launches.
 
         The fp32 masters packed into the compute weights (every step, so whatever changed them
-        between steps, a projection in an ``on_step`` hook or a loaded checkpoint, is what trains,
-        in a CUDA graph too); the training kernel (forward, loss, backward); the gradients summed,
+        between steps, a projection in an ``on_step`` hook or a loaded checkpoint, is what trains;
+        in a CUDA graph, edits in place: a parameter whose storage is replaced is not seen by a
+        replay, as on the PyTorch graph path); the training kernel (forward, loss, backward); the gradients summed,
         unscaled and checked for inf/NaN; Adam on the masters (skipped on inf/NaN, as for an empty
         batch, whose loss is 0/0); the step counts, the loss scale and the trainer's ``counters``
         (loss sum, clean-step count, skipped steps, the run of non-finite steps); ``found_inf`` is
