@@ -28,6 +28,7 @@ fraction of the GPU's dense fp16 tensor-core peak (989 TFLOP/s on an H100 SXM).
     python bench/kernels.py --profile-step   # kernels and GPU time per trainer step, PyTorch and fused
     python bench/kernels.py --decode-launches   # the decodes for Nsight Compute (see decode_launches)
     python bench/kernels.py --ab             # the decodes with and without fp16 sums, split feature tiles, narrow outputs
+    python bench/kernels.py --ab-train       # the training rows with the running gradients in slots and in registers
 """
 
 # ruff: noqa: B023  (the timed lambdas run at once, inside the loop that binds their variables)
@@ -373,11 +374,13 @@ def sweep(device, repeats, kind: str, tile: tuple[int, int]) -> None:
             auto = AutogradForwardBackward(half, torch.nn.functional.mse_loss)
             t_auto = _time(lambda: auto(params, sample, 1024.0), repeats)
             print(f"train step {batch}: autograd (eager, not graphed) {batch / t_auto / 1e6:8.1f} M/s", flush=True)
-            for programs in (1, 2, 4):
+            for carry, programs in itertools.product((False, True), (1, 2, 4)):
+                fused_module.CARRY_GRADIENTS = carry
                 count = programs * torch.cuda.get_device_properties(device).multi_processor_count
                 step = FusedForwardBackward(net, "mse", dtype=torch.float16, programs=count)
                 t = _try_time(lambda: step(params, sample, scale), repeats)
-                print(f"train step {batch} tile {tile} programs {programs}x SMs: {batch / t / 1e6 if t else 0:8.1f} M/s", flush=True)
+                where = "registers" if step.buffers.carry else "slots"
+                print(f"train step {batch} tile {tile} programs {programs}x SMs, gradients in {where}: {batch / t / 1e6 if t else 0:8.1f} M/s", flush=True)
 
 
 def profile_step(device) -> None:
@@ -491,6 +494,38 @@ def ab(device, repeats, peak) -> list[dict]:
     return rows
 
 
+def ab_train(device, sizes, steps) -> list[dict]:
+    """The RTXNS training rows (whole graphed trainer steps) with the running gradients added to the programs'
+    slots in memory and carried in registers (``kernels.fused.CARRY_GRADIENTS``), beside the graphed autograd
+    step, in one run; each with the loss it reaches."""
+    from neuralbake.kernels import fused as fused_module
+
+    image = _image(device)
+    widths = [12, 64, 64, 64, 64, 3]
+    saved, rows = fused_module.CARRY_GRADIENTS, []
+    try:
+        for n in sizes:
+            count = steps or min(4000, max(200, (1 << 24) // n))
+            _train(device, image, n, 8, False)
+            graph_rate, graph_loss = _train(device, image, n, count, False)
+            times, losses = {"graph": n / graph_rate}, {"graph": graph_loss}
+            for carry in (False, True):
+                fused_module.CARRY_GRADIENTS = carry
+                name = "registers" if carry else "slots"
+                _train(device, image, n, 8, True)
+                rate, losses[name] = _train(device, image, n, count, True)
+                times[name] = n / rate
+            print(f"train {n}: graphed autograd {n / times['graph'] / 1e6:7.1f} M/s, fused with slots {n / times['slots'] / 1e6:7.1f} M/s "
+                  f"({times['graph'] / times['slots']:.1f}x), with registers {n / times['registers'] / 1e6:7.1f} M/s "
+                  f"({times['graph'] / times['registers']:.1f}x); loss after {count} steps {losses['graph']:.5f} / {losses['slots']:.5f} / "
+                  f"{losses['registers']:.5f}", flush=True)  # fmt: skip
+            rows.append({"row": "ab train RTXNS net", "samples": n, "steps": count, "seconds": times, "final_loss": losses,
+                         "tflops": {k: 3 * _macs(widths) * 2 * n / t / 1e12 for k, t in times.items()}})  # fmt: skip
+    finally:
+        fused_module.CARRY_GRADIENTS = saved
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer sizes")
@@ -502,6 +537,7 @@ def main() -> None:
     parser.add_argument("--profile-step", action="store_true", help="only count the kernels and GPU time of a trainer step, PyTorch and fused")
     parser.add_argument("--decode-launches", action="store_true", help="only launch each decode twice (for ncu to profile; see decode_launches)")
     parser.add_argument("--ab", action="store_true", help="only the decodes with fp16 sums, split feature tiles and narrow outputs on and off (see ab)")
+    parser.add_argument("--ab-train", action="store_true", help="only the training rows with the gradients in slots and in registers (see ab_train)")
     parser.add_argument("--only", nargs="*", default=["mlp", "neural_material", "ntc", "train", "train_material"])
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON (an existing file keeps its rows of the parts not run)")
     args = parser.parse_args()
@@ -535,6 +571,9 @@ def main() -> None:
     if args.ab:
         args.only = ["ab"]
         result["rows"] += ab(device, args.repeats, peak)
+    if args.ab_train:
+        args.only = ["ab_train"]
+        result["rows"] += ab_train(device, train_sizes, args.steps)
     if "mlp" in args.only:
         result["rows"] += bench_mlp(device, decode_sizes, args.repeats, peak)
     if "neural_material" in args.only:

@@ -202,10 +202,14 @@ def main() -> None:
                 check_gradients(name, g_fused, g_ref, g_exact, dtype)
 
     torch.manual_seed(2)
+    carried = fused_module.CARRY_GRADIENTS
     losses = {"mse": torch.nn.functional.mse_loss, "l1": torch.nn.functional.l1_loss, "relative_l1": relative_l1}
     for dtype in dtypes:
         for hidden, act, out_act, loss in ((64, "leaky_relu", "sigmoid", "mse"), (128, "relu", "none", "relative_l1"), (32, "tanh", "exp", "l1")):
-            if True:
+            # the running gradients carried in registers (where they fit; never at width 128) and added to the slots
+            for carry in (True, False) if hidden <= 64 else (False,):
+                fused_module.CARRY_GRADIENTS = carry
+                where = "registers" if carry else "slots"
                 model = CoordinateNetwork(CoordinateNetworkConfig(hidden=hidden, layers=4, outputs=3, hidden_activation=act, output_activation=out_act)).to(device)
                 compute = CoordinateNetwork(model.config).to(device).to(dtype)
                 compute.load_state_dict(model.state_dict())
@@ -215,9 +219,10 @@ def main() -> None:
                     scale = 256.0 if dtype == torch.float16 else 1.0
                     ref_loss, ref_grads = AutogradForwardBackward(compute, losses[loss])(params, batch, scale)
                     fused_loss, grads = FusedForwardBackward(model, loss, dtype=dtype)(params, batch, torch.tensor(scale, device=device))
-                    check(f"train {dtype} {hidden} {act}/{out_act} {loss} n={n} loss", fused_loss, ref_loss, dtype)
+                    check(f"train {dtype} {hidden} {act}/{out_act} {loss} {where} n={n} loss", fused_loss, ref_loss, dtype)
                     _, exact_grads = AutogradForwardBackward(model, losses[loss])(dict(model.named_parameters()), batch, scale)
-                    check_gradients(f"train {dtype} {hidden} {act}/{out_act} {loss} n={n}", grads, ref_grads, exact_grads, dtype)
+                    check_gradients(f"train {dtype} {hidden} {act}/{out_act} {loss} {where} n={n}", grads, ref_grads, exact_grads, dtype)
+            fused_module.CARRY_GRADIENTS = carried
     # The optimizer step on the kernels (gradient sum, unscale, Adam, loss scale) against PyTorch's fused Adam path, the
     # same fused forward/backward under both: masters and moments after 3 steps (before fp16 rounding flips compound: two
     # runs whose masters differ in the last bits drift apart by a few % in 50 steps however right both are), then 200

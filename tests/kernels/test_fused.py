@@ -306,6 +306,35 @@ def test_training_step_gradients_match_autograd(dtype: torch.dtype, loss: str, h
         assert fused_error <= 2.0 * torch_error + 1e-3 * float(truth.abs().max()), (name, fused_error, torch_error)
 
 
+@pytest.mark.parametrize("carry", [True, False])
+@pytest.mark.parametrize("hidden", [32, 128])
+def test_gradients_carried_in_registers_or_added_to_the_slots_agree(monkeypatch: pytest.MonkeyPatch, carry: bool, hidden: int) -> None:
+    """Both ways of keeping a program's running gradients (registers across its tiles, or its slot in memory)
+    give autograd's gradients, in the loss step and in FusedMLP's upstream mode; a width too wide for registers never carries."""
+    monkeypatch.setattr(fused_module, "CARRY_GRADIENTS", carry)
+    model = _mlp(10, hidden, 3, 3, "leaky_relu", "sigmoid", seed=7)
+    n = 500  # several tiles a program (64 rows a tile, 32 at width 128; three programs)
+    g = torch.Generator().manual_seed(8)
+    batch = Batch(inputs=(torch.rand(n, 10, generator=g) * 2 - 1).to(DEVICE), targets=torch.rand(n, 3, generator=g).to(DEVICE))
+    params = dict(model.named_parameters())
+    ref_loss, ref_grads = AutogradForwardBackward(model, LOSSES["mse"])(params, batch, 1.0)
+    step = FusedForwardBackward(model, "mse", dtype=torch.float32, programs=3)
+    assert step.buffers.carry == (carry and hidden <= 64)
+    loss, grads = step(params, batch, torch.tensor(1.0, device=DEVICE))
+    _close(loss, ref_loss, torch.float32)
+    for expected, actual in zip(ref_grads, grads, strict=True):
+        _close(actual, expected, torch.float32)
+    runner = FusedMLP(model, programs=3)
+    upstream = torch.randn(n, 3, generator=g).to(DEVICE)
+    rows = batch.inputs.clone().requires_grad_()
+    (model(rows) * upstream).sum().backward()
+    tensors = [layer.weight for layer in model.layers] + [layer.bias for layer in model.layers]
+    dx, weight_grads = runner.backward(batch.inputs, upstream, tensors)
+    _close(dx, rows.grad, torch.float32)
+    for tensor, actual in zip(tensors, weight_grads, strict=True):
+        _close(actual, tensor.grad, torch.float32)
+
+
 def test_training_step_of_a_coordinate_network_matches_autograd() -> None:
     torch.manual_seed(9)
     net = CoordinateNetwork(CoordinateNetworkConfig(hidden=16, layers=2, outputs=3, output_activation="sigmoid")).to(DEVICE)

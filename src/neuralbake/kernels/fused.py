@@ -130,6 +130,20 @@ tile of the full input width.
 """
 
 
+CARRY_GRADIENTS = True
+"""Whether the training kernel keeps each program's running weight gradients in registers across its tiles
+(where they fit: :func:`_carries`) instead of adding every tile's gradients to the program's slot in memory."""
+
+CARRY_REGISTERS = 128
+"""The most registers per thread the carried gradients may take (fp32 values of every weight and bias gradient over the program's threads)."""
+
+
+def _carries(packed: PackedMLP) -> bool:
+    """Whether the training kernel carries ``packed``'s gradients in registers (:data:`CARRY_GRADIENTS`)."""
+    threads = 32 * TILES[_tile_key("train", packed.hp)][1]
+    return CARRY_GRADIENTS and packed.slot_size <= CARRY_REGISTERS * threads
+
+
 def _tile_key(kind: str, hidden: int) -> str:
     """The key of :data:`TILES` and :data:`REGISTERS` for a kernel kind and hidden width."""
     return f"{kind}_wide" if hidden > 64 else kind
@@ -486,8 +500,9 @@ class _TrainingBuffers:
             programs = 2 * torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
         self.programs = programs
         self.block_rows = _block_rows("train", p.hp)
+        self.carry = _carries(p)
         self.grads = torch.zeros(programs, p.slot_size, dtype=torch.float32, device=device)  # each program's slot, written by its first tile
-        self.scratch = torch.empty(programs * (p.hidden + 1) * self.block_rows * p.hp, dtype=p.dtype, device=device)
+        self.scratch = torch.empty(programs * max(1, p.hidden) * self.block_rows * p.hp, dtype=p.dtype, device=device)
         self.losses = torch.zeros(programs, dtype=torch.float32, device=device)  # each program's loss sum (not written in upstream mode)
 
 
@@ -551,7 +566,7 @@ class FusedForwardBackward:
             _mlp_train_kernel[grid](
                 inputs, targets, n, buffers.scratch, buffers.grads, buffers.losses, scale.float().reshape(1), buffers.losses, *p.buffers(),
                 K=inputs.shape[1], O=p.outputs, FREQ=self.frequencies, OACT=ACTIVATION_CODES[p.output_activation], LOSS=LOSS_CODES[self.loss],
-                FLOOR=self.floor, BM=buffers.block_rows, DX=False, **_launch_options("train", p.hp), **p.constants(),
+                FLOOR=self.floor, BM=buffers.block_rows, DX=False, CARRY=buffers.carry, **_launch_options("train", p.hp), **p.constants(),
             )  # fmt: skip
         return grid[0], n
 
@@ -797,7 +812,7 @@ class FusedMLP:
                 _mlp_train_kernel[grid](
                     x, dy, n, buffers.scratch, buffers.grads, buffers.losses, buffers.losses, dx, *packed.buffers(),
                     K=packed.inputs, O=packed.outputs, FREQ=0, OACT=ACTIVATION_CODES[packed.output_activation], LOSS=LOSS_CODES["upstream"],
-                    FLOOR=0.0, BM=buffers.block_rows, DX=input_gradient, **_launch_options("train", packed.hp), **packed.constants(),
+                    FLOOR=0.0, BM=buffers.block_rows, DX=input_gradient, CARRY=buffers.carry, **_launch_options("train", packed.hp), **packed.constants(),
                 )  # fmt: skip
         interleaved = _unpack_gradients(packed, buffers.grads[: grid[0]].sum(0))
         grads = interleaved[0::2] + interleaved[1::2]

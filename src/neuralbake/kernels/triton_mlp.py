@@ -524,6 +524,18 @@ def _accumulate(slot, offsets, partial, first):
 
 
 @triton.jit
+def _replaced(values, index: tl.constexpr, value, COUNT: tl.constexpr):
+    """The tuple ``values`` (``COUNT`` items) with item ``index`` replaced by ``value`` (Triton's tuples are immutable)."""
+    out = ()
+    for j in tl.static_range(COUNT):
+        if j == index:
+            out = out + (value,)
+        else:
+            out = out + (values[j],)
+    return out
+
+
+@triton.jit
 def _mlp_train_kernel(
     in_ptr,
     target_ptr,
@@ -554,6 +566,7 @@ def _mlp_train_kernel(
     DOT: tl.constexpr,
     BM: tl.constexpr,
     DX: tl.constexpr,
+    CARRY: tl.constexpr,
 ):
     """Forward, loss and backward of ``N`` training rows; gradients of ``loss * scale`` (see the module docstring).
 
@@ -566,7 +579,10 @@ def _mlp_train_kernel(
     ``grad_ptr + p * G`` (written by its first tile, so nothing needs zeroing; layout ``[w_in | b_in | w_hid | b_hid | w_out |
     b_out]``, weights ``[in, out]`` padded) accumulates the weight gradients of its tiles; its loss
     sum goes to ``loss_ptr[p]``. Hidden activations pass from the forward to the backward through
-    the program's own ``[HIDDEN + 1, BM, HP]`` scratch block.
+    the program's own ``[HIDDEN, BM, HP]`` scratch block (the last stays in registers). With ``CARRY`` the running gradients
+    stay in registers across the program's tiles (each weight gradient the accumulator of its
+    ``tl.dot``) and the slot is written once at the end; without, every tile adds its gradients to
+    the slot in memory (for widths whose gradients do not fit in registers).
     """
     dtype = w_in.dtype.element_ty
     pid = tl.program_id(0)
@@ -581,13 +597,20 @@ def _mlp_train_kernel(
     g_w_out = g_b_hid + HIDDEN * HP
     g_b_out = g_w_out + HP * OP
     slot = grad_ptr + pid.to(tl.int64) * (g_b_out + OP)
-    scratch = scratch_ptr + pid.to(tl.int64) * ((HIDDEN + 1) * BM * HP)
+    scratch = scratch_ptr + pid.to(tl.int64) * (HIDDEN * BM * HP)
     tile_offsets = m[:, None] * HP + h[None, :]
     if LOSS == 3:
         scale = 1.0
     else:
         scale = tl.load(scale_ptr).to(tl.float32) / (N * O)
     loss_sum = 0.0
+    if CARRY:  # the running gradients (dummies when not carried: a loop-carried value must exist either way)
+        g_in = tl.zeros((KP, HP), tl.float32)
+        g_hid = (tl.zeros((HP, HP), tl.float32),) * HIDDEN
+        g_out = tl.zeros((HP, OP), tl.float32)
+        gb_in = tl.zeros((HP,), tl.float32)
+        gb_hid = (tl.zeros((HP,), tl.float32),) * HIDDEN
+        gb_out = tl.zeros((OP,), tl.float32)
     for tile in range(pid, tl.cdiv(N, BM), programs):
         first = (tile == pid).to(tl.int32)
         rows = m.to(tl.int64) + tile * BM  # int64: rows x width can pass 2^31
@@ -596,14 +619,13 @@ def _mlp_train_kernel(
             x = _frequency_tile(in_ptr, rows, rmask, K, FREQ, KP).to(dtype)
         else:
             x = tl.load(in_ptr + rows[:, None] * K + k[None, :], mask=rmask[:, None] & (k < K)[None, :], other=0.0).to(dtype)
-        # forward; every hidden activation goes to scratch for the backward
+        # forward; every hidden activation but the last (which stays in registers) goes to scratch for the backward
         w = tl.load(w_in + k[:, None] * HP + h[None, :])
         a = _activate(tl.dot(x, w, input_precision=DOT) + tl.load(b_in + h)[None, :], HACT, LEAK).to(dtype)
-        tl.store(scratch + tile_offsets, a)
         for layer in tl.static_range(HIDDEN):
+            tl.store(scratch + layer * BM * HP + tile_offsets, a)
             w = tl.load(w_hid + layer * HP * HP + h[:, None] * HP + h[None, :])
             a = _activate(tl.dot(a, w, input_precision=DOT) + tl.load(b_hid + layer * HP + h)[None, :], HACT, LEAK).to(dtype)
-            tl.store(scratch + (layer + 1) * BM * HP + tile_offsets, a)
         w = tl.load(w_out + h[:, None] * OP + o[None, :])
         y = _activate(tl.dot(a, w, input_precision=DOT) + tl.load(b_out + o)[None, :], OACT, LEAK)
         # the loss and its gradient
@@ -629,27 +651,45 @@ def _mlp_train_kernel(
         dz = (tl.where(valid, slope, 0.0) * scale * _activation_slope(y, OACT, LEAK)).to(dtype)
         tl.debug_barrier()  # the scratch stores above are read back by other threads below
         # backward: output layer, hidden layers last to first, input layer
-        _accumulate(slot + g_w_out, h[:, None] * OP + o[None, :], tl.dot(tl.trans(a), dz, input_precision=DOT), first)
-        _accumulate(slot + g_b_out, o, tl.sum(dz.to(tl.float32), axis=0), first)
+        if CARRY:
+            g_out = tl.dot(tl.trans(a), dz, g_out, input_precision=DOT)
+            gb_out += tl.sum(dz.to(tl.float32), axis=0)
+        else:
+            _accumulate(slot + g_w_out, h[:, None] * OP + o[None, :], tl.dot(tl.trans(a), dz, input_precision=DOT), first)
+            _accumulate(slot + g_b_out, o, tl.sum(dz.to(tl.float32), axis=0), first)
         da = tl.dot(dz, tl.trans(w), input_precision=DOT)
-        for step in tl.static_range(HIDDEN):
-            layer = HIDDEN - 1 - step
-            a = tl.load(scratch + (layer + 1) * BM * HP + tile_offsets)
+        for layer in tl.static_range(HIDDEN - 1, -1, -1):  # last to first; `a` is the layer's output activation
             dz = (da * _activation_slope(a.to(tl.float32), HACT, LEAK)).to(dtype)
             a_prev = tl.load(scratch + layer * BM * HP + tile_offsets)
-            _accumulate(slot + g_w_hid + layer * HP * HP, h[:, None] * HP + h[None, :], tl.dot(tl.trans(a_prev), dz, input_precision=DOT), first)
-            _accumulate(slot + g_b_hid + layer * HP, h, tl.sum(dz.to(tl.float32), axis=0), first)
+            if CARRY:
+                g_hid = _replaced(g_hid, layer, tl.dot(tl.trans(a_prev), dz, g_hid[layer], input_precision=DOT), HIDDEN)
+                gb_hid = _replaced(gb_hid, layer, gb_hid[layer] + tl.sum(dz.to(tl.float32), axis=0), HIDDEN)
+            else:
+                _accumulate(slot + g_w_hid + layer * HP * HP, h[:, None] * HP + h[None, :], tl.dot(tl.trans(a_prev), dz, input_precision=DOT), first)
+                _accumulate(slot + g_b_hid + layer * HP, h, tl.sum(dz.to(tl.float32), axis=0), first)
             w = tl.load(w_hid + layer * HP * HP + h[:, None] * HP + h[None, :])
             da = tl.dot(dz, tl.trans(w), input_precision=DOT)
-        a = tl.load(scratch + tile_offsets)
+            a = a_prev
         dz = (da * _activation_slope(a.to(tl.float32), HACT, LEAK)).to(dtype)
-        _accumulate(slot, k[:, None] * HP + h[None, :], tl.dot(tl.trans(x), dz, input_precision=DOT), first)
-        _accumulate(slot + g_b_in, h, tl.sum(dz.to(tl.float32), axis=0), first)
+        if CARRY:
+            g_in = tl.dot(tl.trans(x), dz, g_in, input_precision=DOT)
+            gb_in += tl.sum(dz.to(tl.float32), axis=0)
+        else:
+            _accumulate(slot, k[:, None] * HP + h[None, :], tl.dot(tl.trans(x), dz, input_precision=DOT), first)
+            _accumulate(slot + g_b_in, h, tl.sum(dz.to(tl.float32), axis=0), first)
         if DX:
             w = tl.load(w_in + k[:, None] * HP + h[None, :])
             dx = tl.dot(dz, tl.trans(w), input_precision=DOT)
             tl.store(dx_ptr + rows[:, None] * K + k[None, :], dx, mask=rmask[:, None] & (k < K)[None, :])
         tl.debug_barrier()  # the next tile overwrites the scratch
+    if CARRY:  # every program has at least one tile (the grid is at most the tile count)
+        tl.store(slot + k[:, None] * HP + h[None, :], g_in)
+        tl.store(slot + g_b_in + h, gb_in)
+        for layer in tl.static_range(HIDDEN):
+            tl.store(slot + g_w_hid + layer * HP * HP + h[:, None] * HP + h[None, :], g_hid[layer])
+            tl.store(slot + g_b_hid + layer * HP + h, gb_hid[layer])
+        tl.store(slot + g_w_out + h[:, None] * OP + o[None, :], g_out)
+        tl.store(slot + g_b_out + o, gb_out)
     if LOSS != 3:  # upstream mode sums no loss (and is given no loss buffer)
         tl.store(loss_ptr + pid, loss_sum)
 
