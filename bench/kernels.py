@@ -28,7 +28,7 @@ fraction of the GPU's dense fp16 tensor-core peak (989 TFLOP/s on an H100 SXM).
     python bench/kernels.py --profile-step   # kernels and GPU time per trainer step, PyTorch and fused
     python bench/kernels.py --decode-launches   # the decodes for Nsight Compute (see decode_launches)
     python bench/kernels.py --ab             # the decodes with and without fp16 sums, split feature tiles, narrow outputs
-    python bench/kernels.py --ab-train       # the training rows with the running gradients in slots and in registers
+    python bench/kernels.py --ab-train       # the training rows with each of the training kernel's speed choices off
 """
 
 # ruff: noqa: B023  (the timed lambdas run at once, inside the loop that binds their variables)
@@ -494,35 +494,44 @@ def ab(device, repeats, peak) -> list[dict]:
     return rows
 
 
+TRAIN_CHOICES = ("CARRY_GRADIENTS", "HOIST_WEIGHTS", "HALF_ACTIVATIONS")
+"""The training kernel's speed choices in ``kernels.fused`` that ``--ab-train`` turns off one at a time."""
+
+
 def ab_train(device, sizes, steps) -> list[dict]:
-    """The RTXNS training rows (whole graphed trainer steps) with the running gradients added to the programs'
-    slots in memory and carried in registers (``kernels.fused.CARRY_GRADIENTS``), beside the graphed autograd
-    step, in one run; each with the loss it reaches."""
+    """The RTXNS training rows (whole graphed trainer steps) with the shipped kernel, each of :data:`TRAIN_CHOICES`
+    turned off alone, and all three off, beside the graphed autograd step, in one run; each with the loss it reaches.
+
+    ``CARRY_GRADIENTS``: the running gradients in registers, not added to the program's slot in memory at every
+    tile; ``HOIST_WEIGHTS``: the weights loaded once per program, not per tile (only with carried gradients);
+    ``HALF_ACTIVATIONS``: the hidden ReLUs and their slopes in packed fp16.
+    """
     from neuralbake.kernels import fused as fused_module
 
     image = _image(device)
     widths = [12, 64, 64, 64, 64, 3]
-    saved, rows = fused_module.CARRY_GRADIENTS, []
+    saved = {name: getattr(fused_module, name) for name in TRAIN_CHOICES}
+    variants = [("shipped", {})] + [(f"{name} off", {name: False}) for name in TRAIN_CHOICES] + [("all off", dict.fromkeys(TRAIN_CHOICES, False))]
+    rows = []
     try:
         for n in sizes:
             count = steps or min(4000, max(200, (1 << 24) // n))
             _train(device, image, n, 8, False)
             graph_rate, graph_loss = _train(device, image, n, count, False)
-            times, losses = {"graph": n / graph_rate}, {"graph": graph_loss}
-            for carry in (False, True):
-                fused_module.CARRY_GRADIENTS = carry
-                name = "registers" if carry else "slots"
+            times, losses = {"graph autograd": n / graph_rate}, {"graph autograd": graph_loss}
+            for label, choices in variants:
+                for name in TRAIN_CHOICES:
+                    setattr(fused_module, name, choices.get(name, saved[name]))
                 _train(device, image, n, 8, True)
-                rate, losses[name] = _train(device, image, n, count, True)
-                times[name] = n / rate
-            print(f"train {n}: graphed autograd {n / times['graph'] / 1e6:7.1f} M/s, fused with slots {n / times['slots'] / 1e6:7.1f} M/s "
-                  f"({times['graph'] / times['slots']:.1f}x), with registers {n / times['registers'] / 1e6:7.1f} M/s "
-                  f"({times['graph'] / times['registers']:.1f}x); loss after {count} steps {losses['graph']:.5f} / {losses['slots']:.5f} / "
-                  f"{losses['registers']:.5f}", flush=True)  # fmt: skip
+                rate, losses[label] = _train(device, image, n, count, True)
+                times[label] = n / rate
+            line = ", ".join(f"{label} {n / t / 1e6:.1f} M/s ({times['graph autograd'] / t:.1f}x, loss {losses[label]:.5f})" for label, t in times.items())
+            print(f"train {n} rows, {count} steps: {line}", flush=True)
             rows.append({"row": "ab train RTXNS net", "samples": n, "steps": count, "seconds": times, "final_loss": losses,
                          "tflops": {k: 3 * _macs(widths) * 2 * n / t / 1e12 for k, t in times.items()}})  # fmt: skip
     finally:
-        fused_module.CARRY_GRADIENTS = saved
+        for name, value in saved.items():
+            setattr(fused_module, name, value)
     return rows
 
 
@@ -537,7 +546,7 @@ def main() -> None:
     parser.add_argument("--profile-step", action="store_true", help="only count the kernels and GPU time of a trainer step, PyTorch and fused")
     parser.add_argument("--decode-launches", action="store_true", help="only launch each decode twice (for ncu to profile; see decode_launches)")
     parser.add_argument("--ab", action="store_true", help="only the decodes with fp16 sums, split feature tiles and narrow outputs on and off (see ab)")
-    parser.add_argument("--ab-train", action="store_true", help="only the training rows with the gradients in slots and in registers (see ab_train)")
+    parser.add_argument("--ab-train", action="store_true", help="only the training rows with each of the training kernel's speed choices on and off (see ab_train)")
     parser.add_argument("--only", nargs="*", default=["mlp", "neural_material", "ntc", "train", "train_material"])
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON (an existing file keeps its rows of the parts not run)")
     args = parser.parse_args()

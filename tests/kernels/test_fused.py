@@ -306,12 +306,14 @@ def test_training_step_gradients_match_autograd(dtype: torch.dtype, loss: str, h
         assert fused_error <= 2.0 * torch_error + 1e-3 * float(truth.abs().max()), (name, fused_error, torch_error)
 
 
-@pytest.mark.parametrize("carry", [True, False])
+@pytest.mark.parametrize(("carry", "hoist"), [(True, True), (True, False), (False, True)])
 @pytest.mark.parametrize("hidden", [32, 128])
-def test_gradients_carried_in_registers_or_added_to_the_slots_agree(monkeypatch: pytest.MonkeyPatch, carry: bool, hidden: int) -> None:
-    """Both ways of keeping a program's running gradients (registers across its tiles, or its slot in memory)
-    give autograd's gradients, in the loss step and in FusedMLP's upstream mode; a width too wide for registers never carries."""
+def test_gradients_carried_in_registers_or_added_to_the_slots_agree(monkeypatch: pytest.MonkeyPatch, carry: bool, hoist: bool, hidden: int) -> None:
+    """Both ways of keeping a program's running gradients (registers across its tiles, or its slot in memory), with the
+    weights loaded once or at every tile, give autograd's gradients, in the loss step and in FusedMLP's upstream mode; a
+    width too wide for registers never carries."""
     monkeypatch.setattr(fused_module, "CARRY_GRADIENTS", carry)
+    monkeypatch.setattr(fused_module, "HOIST_WEIGHTS", hoist)
     model = _mlp(10, hidden, 3, 3, "leaky_relu", "sigmoid", seed=7)
     n = 500  # several tiles a program (64 rows a tile, 32 at width 128; three programs)
     g = torch.Generator().manual_seed(8)
@@ -333,6 +335,30 @@ def test_gradients_carried_in_registers_or_added_to_the_slots_agree(monkeypatch:
     _close(dx, rows.grad, torch.float32)
     for tensor, actual in zip(tensors, weight_grads, strict=True):
         _close(actual, tensor.grad, torch.float32)
+
+
+@pytest.mark.parametrize("half", [True, False])
+@pytest.mark.parametrize("hidden_act", ["relu", "leaky_relu"])
+def test_fp16_training_with_either_activation_arithmetic_matches_autograd(monkeypatch: pytest.MonkeyPatch, half: bool, hidden_act: str) -> None:
+    """The fp16 training kernel's ReLUs in packed fp16 (kernels.fused.HALF_ACTIVATIONS) or in fp32: the loss and
+    FusedMLP's values as PyTorch's fp16 layers compute them, every gradient as close to the exact one as autograd's."""
+    monkeypatch.setattr(fused_module, "HALF_ACTIVATIONS", half)
+    model = _mlp(10, 32, 3, 3, hidden_act, "sigmoid", seed=7).half()
+    g = torch.Generator().manual_seed(8)
+    batch = Batch(inputs=(torch.rand(300, 10, generator=g) * 2 - 1).to(DEVICE).half(), targets=torch.rand(300, 3, generator=g).to(DEVICE))
+    params = dict(model.named_parameters())
+    step = FusedForwardBackward(model, "mse", dtype=torch.float16, programs=2)
+    assert step.packed.half_activations == half
+    ref_loss, ref_grads = AutogradForwardBackward(model, LOSSES["mse"])(params, batch, 64.0)
+    loss, grads = step(params, batch, torch.tensor(64.0, device=DEVICE))
+    _close(loss, ref_loss, torch.float16)
+    exact_model = _mlp(10, 32, 3, 3, hidden_act, "sigmoid", seed=7).half().float()
+    _, exact_grads = AutogradForwardBackward(exact_model, LOSSES["mse"])(dict(exact_model.named_parameters()), Batch(batch.inputs.float(), batch.targets), 1.0)
+    for half_grad, actual, truth in zip(ref_grads, grads, exact_grads, strict=True):
+        fused_error = float((actual.float() / 64.0 - truth).abs().max())
+        torch_error = float((half_grad.float() / 64.0 - truth).abs().max())
+        assert fused_error <= 2.0 * torch_error + 1e-3 * float(truth.abs().max())
+    _close(FusedMLP(model)(batch.inputs), model(batch.inputs), torch.float16)
 
 
 def test_training_step_of_a_coordinate_network_matches_autograd() -> None:

@@ -130,6 +130,16 @@ tile of the full input width.
 """
 
 
+HALF_ACTIVATIONS = True
+"""Whether the training kernel of an fp16 network with ReLU or leaky ReLU hidden layers (:attr:`PackedMLP.half_activations`)
+rounds each hidden layer's fp32 sum to fp16 before the activation and runs the activation and its slope in packed fp16
+arithmetic, as PyTorch's fp16 layers round the linear output before the activation; False: both in fp32 on the unrounded
+sum, rounded after (the same values for ReLU; for leaky ReLU they differ in the last bit of some negative activations)."""
+
+HOIST_WEIGHTS = True
+"""Whether the training kernel loads the weights once, before its tiles, where it carries the gradients in registers
+(:data:`CARRY_GRADIENTS`; the networks whose gradients fit fit their weights too), instead of at every tile."""
+
 CARRY_GRADIENTS = True
 """Whether the training kernel keeps each program's running weight gradients in registers across its tiles
 (where they fit: :func:`_carries`) instead of adding every tile's gradients to the program's slot in memory."""
@@ -316,6 +326,14 @@ class PackedMLP:
         return HALF_SUMS and not self.training and self.dtype == torch.float16 and 0.0 <= self.leak <= 1.0
 
     @property
+    def half_activations(self) -> bool:
+        """Whether the training kernel, and :class:`FusedMLP`'s forward that it differentiates, run the hidden activations
+        in packed fp16 (:data:`HALF_ACTIVATIONS`): packed for training, fp16 weights, ReLU or leaky ReLU with a leak in [0, 1]."""
+        return (
+            HALF_ACTIVATIONS and self.training and self.dtype == torch.float16 and self.hidden_activation in ("relu", "leaky_relu") and 0.0 <= self.leak <= 1.0
+        )
+
+    @property
     def block_rows(self) -> int:
         return _block_rows("forward", self.hp)
 
@@ -337,7 +355,7 @@ def mlp_forward(packed: PackedMLP, inputs: torch.Tensor, *, frequencies: int = 0
     with mma_sync():
         _mlp_kernel[(triton.cdiv(n, bm),)](
             inputs, out, n, *packed.buffers(), K=k, O=packed.outputs, FREQ=frequencies,
-            OACT=ACTIVATION_CODES[packed.output_activation], BM=bm, WIDE=_wide(n * max(k, packed.outputs)), HALF_SUMS=packed.half_sums, **_launch_options("forward", packed.hp), **packed.constants(),
+            OACT=ACTIVATION_CODES[packed.output_activation], BM=bm, WIDE=_wide(n * max(k, packed.outputs)), HALF_SUMS=packed.half_sums, HALF_ACT=packed.half_activations, **_launch_options("forward", packed.hp), **packed.constants(),
         )  # fmt: skip
     return out
 
@@ -566,7 +584,7 @@ class FusedForwardBackward:
             _mlp_train_kernel[grid](
                 inputs, targets, n, buffers.scratch, buffers.grads, buffers.losses, scale.float().reshape(1), buffers.losses, *p.buffers(),
                 K=inputs.shape[1], O=p.outputs, FREQ=self.frequencies, OACT=ACTIVATION_CODES[p.output_activation], LOSS=LOSS_CODES[self.loss],
-                FLOOR=self.floor, BM=buffers.block_rows, DX=False, CARRY=buffers.carry, **_launch_options("train", p.hp), **p.constants(),
+                FLOOR=self.floor, BM=buffers.block_rows, DX=False, CARRY=buffers.carry, HALF_ACT=p.half_activations, HOIST=buffers.carry and HOIST_WEIGHTS, **_launch_options("train", p.hp), **p.constants(),
             )  # fmt: skip
         return grid[0], n
 
@@ -812,7 +830,7 @@ class FusedMLP:
                 _mlp_train_kernel[grid](
                     x, dy, n, buffers.scratch, buffers.grads, buffers.losses, buffers.losses, dx, *packed.buffers(),
                     K=packed.inputs, O=packed.outputs, FREQ=0, OACT=ACTIVATION_CODES[packed.output_activation], LOSS=LOSS_CODES["upstream"],
-                    FLOOR=0.0, BM=buffers.block_rows, DX=input_gradient, CARRY=buffers.carry, **_launch_options("train", packed.hp), **packed.constants(),
+                    FLOOR=0.0, BM=buffers.block_rows, DX=input_gradient, CARRY=buffers.carry, HALF_ACT=packed.half_activations, HOIST=buffers.carry and HOIST_WEIGHTS, **_launch_options("train", packed.hp), **packed.constants(),
                 )  # fmt: skip
         interleaved = _unpack_gradients(packed, buffers.grads[: grid[0]].sum(0))
         grads = interleaved[0::2] + interleaved[1::2]

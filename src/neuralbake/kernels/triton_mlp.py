@@ -14,8 +14,9 @@ Four kernels share one network body (:func:`_network`):
   decoder in fp16/bf16/fp32, or in int8 arithmetic (:func:`_network_int8`: int8 activations x the
   container's int8 weights, int32 sums);
 - :func:`_mlp_train_kernel`: forward and backward of one training batch with the loss and its
-  gradient fused; each program keeps a running weight gradient in its own slot (no atomics, so
-  the result is deterministic) and one sum over the slots finishes the reduction;
+  gradient fused; each program keeps a running weight gradient (in registers across its tiles
+  where it fits, else in its slot in memory) and writes it to its own slot (no atomics, so the
+  result is deterministic); one sum over the slots finishes the reduction;
 - the rest of a training step around it in four launches (:func:`_pack_kernel`: the masters into
   the packed compute weights; :func:`_reduce_slots_kernel`: the slots' sum, unscaled and checked
   for inf/NaN; :func:`_adam_kernel`: Adam on the fp32 masters; :func:`_finish_step_kernel`: step
@@ -100,15 +101,35 @@ def _activate_half(x, ACT: tl.constexpr, LEAK: tl.constexpr):
 
 
 @triton.jit
-def _layer(a, w, bias, ACT: tl.constexpr, LEAK: tl.constexpr, DOT: tl.constexpr, HALF_SUMS: tl.constexpr):
+def _times_slope(da, a, ACT: tl.constexpr, LEAK: tl.constexpr, HALF_ACT: tl.constexpr):
+    """``da * act'(z)`` in ``a``'s dtype, from the activation's output ``a``; with ``HALF_ACT`` (fp16, ReLU or leaky
+    ReLU with 0 <= LEAK <= 1), in packed fp16 arithmetic on ``da`` rounded to fp16, as PyTorch's fp16 backward sees it."""
+    if HALF_ACT:
+        g = da.to(a.dtype)
+        if ACT == 1:
+            dz = tl.where(a > 0.0, g, tl.zeros_like(g))
+        else:
+            dz = tl.where(a > 0.0, g, g * tl.full(g.shape, LEAK, g.dtype))
+    else:
+        dz = (da * _activation_slope(a.to(tl.float32), ACT, LEAK)).to(a.dtype)
+    return dz
+
+
+@triton.jit
+def _layer(a, w, bias, ACT: tl.constexpr, LEAK: tl.constexpr, DOT: tl.constexpr, HALF_SUMS: tl.constexpr, HALF_ACT: tl.constexpr = False):
     """One hidden layer: ``act(a @ w + bias)`` in ``a``'s dtype.
 
     ``HALF_SUMS`` (fp16 only): the products summed in fp16 from the bias, on the tensor cores, and
-    the activation in packed fp16, as tiny-cuda-nn's fully fused MLPs do; else fp32 sums.
+    the activation in packed fp16, as tiny-cuda-nn's fully fused MLPs do; else fp32 sums. ``HALF_ACT``
+    (fp16, ReLU or leaky ReLU): fp32 sums rounded to fp16, then the activation in packed fp16, as the
+    training kernel computes its forward (and as PyTorch's fp16 layers do: the linear layer's output
+    is rounded before the activation).
     """
     if HALF_SUMS:
         start = tl.zeros((a.shape[0], w.shape[1]), tl.float16) + bias.to(tl.float16)[None, :]
         return _activate_half(tl.dot(a, w, acc=start, out_dtype=tl.float16), ACT, LEAK)
+    elif HALF_ACT:
+        return _activate_half((tl.dot(a, w, input_precision=DOT) + bias[None, :]).to(a.dtype), ACT, LEAK)
     else:
         return _activate(tl.dot(a, w, input_precision=DOT) + bias[None, :], ACT, LEAK).to(a.dtype)
 
@@ -131,6 +152,7 @@ def _network(
     LEAK: tl.constexpr,
     DOT: tl.constexpr,
     HALF_SUMS: tl.constexpr = False,
+    HALF_ACT: tl.constexpr = False,
 ):
     """``x`` ``[BM, KP]`` in the weights' dtype -> ``[BM, OP]`` fp32, output activation applied.
 
@@ -139,10 +161,10 @@ def _network(
     k = tl.arange(0, KP)
     h = tl.arange(0, HP)
     o = tl.arange(0, OP)
-    a = _layer(x, tl.load(w_in + k[:, None] * HP + h[None, :]), tl.load(b_in + h), HACT, LEAK, DOT, HALF_SUMS)
+    a = _layer(x, tl.load(w_in + k[:, None] * HP + h[None, :]), tl.load(b_in + h), HACT, LEAK, DOT, HALF_SUMS, HALF_ACT)
     for layer in tl.static_range(HIDDEN):
         w = tl.load(w_hid + layer * HP * HP + h[:, None] * HP + h[None, :])
-        a = _layer(a, w, tl.load(b_hid + layer * HP + h), HACT, LEAK, DOT, HALF_SUMS)
+        a = _layer(a, w, tl.load(b_hid + layer * HP + h), HACT, LEAK, DOT, HALF_SUMS, HALF_ACT)
     w = tl.load(w_out + h[:, None] * OP + o[None, :])
     y = tl.dot(a, w, input_precision=DOT) + tl.load(b_out + o)[None, :]
     return _activate(y, OACT, LEAK)
@@ -240,6 +262,7 @@ def _mlp_kernel(
     BM: tl.constexpr,
     WIDE: tl.constexpr,
     HALF_SUMS: tl.constexpr,
+    HALF_ACT: tl.constexpr,
 ):
     """``out[N, O] = mlp(in[N, K])``; with ``FREQ > 0`` the ``K`` inputs are coordinates, encoded here."""
     dtype = w_in.dtype.element_ty
@@ -251,7 +274,7 @@ def _mlp_kernel(
         x = _frequency_tile(in_ptr, at, rmask, K, FREQ, KP)
     else:
         x = tl.load(in_ptr + at[:, None] * K + cols[None, :], mask=rmask[:, None] & (cols < K)[None, :], other=0.0)
-    y = _network(x.to(dtype), w_in, b_in, w_hid, b_hid, w_out, b_out, KP, HP, OP, HIDDEN, HACT, OACT, LEAK, DOT, HALF_SUMS)
+    y = _network(x.to(dtype), w_in, b_in, w_hid, b_hid, w_out, b_out, KP, HP, OP, HIDDEN, HACT, OACT, LEAK, DOT, HALF_SUMS, HALF_ACT)
     o = tl.arange(0, OP)
     tl.store(out_ptr + at[:, None] * O + o[None, :], y.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & (o < O)[None, :])
 
@@ -567,6 +590,8 @@ def _mlp_train_kernel(
     BM: tl.constexpr,
     DX: tl.constexpr,
     CARRY: tl.constexpr,
+    HALF_ACT: tl.constexpr,
+    HOIST: tl.constexpr,
 ):
     """Forward, loss and backward of ``N`` training rows; gradients of ``loss * scale`` (see the module docstring).
 
@@ -579,10 +604,17 @@ def _mlp_train_kernel(
     ``grad_ptr + p * G`` (written by its first tile, so nothing needs zeroing; layout ``[w_in | b_in | w_hid | b_hid | w_out |
     b_out]``, weights ``[in, out]`` padded) accumulates the weight gradients of its tiles; its loss
     sum goes to ``loss_ptr[p]``. Hidden activations pass from the forward to the backward through
-    the program's own ``[HIDDEN, BM, HP]`` scratch block (the last stays in registers). With ``CARRY`` the running gradients
-    stay in registers across the program's tiles (each weight gradient the accumulator of its
-    ``tl.dot``) and the slot is written once at the end; without, every tile adds its gradients to
-    the slot in memory (for widths whose gradients do not fit in registers).
+    the program's own ``[HIDDEN, BM, HP]`` scratch block (the last stays in registers).
+
+    - ``CARRY``: the running gradients stay in registers across the program's tiles (each weight
+      gradient the accumulator of its ``tl.dot``; each bias gradient the product of a row of ones
+      with the layer's ``dz``, which needs no reduction across warps per tile) and the slot is
+      written once at the end. Without, every tile adds its gradients to the slot in memory (for
+      widths whose gradients do not fit in registers).
+    - ``HOIST``: the weights are loaded once, before the tiles.
+    - ``HALF_ACT`` (fp16, ReLU or leaky ReLU): each hidden layer's fp32 sum is rounded to fp16
+      before the activation, and the activation and its slope run in packed fp16 (:func:`_layer`,
+      :func:`_times_slope`).
     """
     dtype = w_in.dtype.element_ty
     pid = tl.program_id(0)
@@ -608,9 +640,18 @@ def _mlp_train_kernel(
         g_in = tl.zeros((KP, HP), tl.float32)
         g_hid = (tl.zeros((HP, HP), tl.float32),) * HIDDEN
         g_out = tl.zeros((HP, OP), tl.float32)
-        gb_in = tl.zeros((HP,), tl.float32)
-        gb_hid = (tl.zeros((HP,), tl.float32),) * HIDDEN
-        gb_out = tl.zeros((OP,), tl.float32)
+        # bias gradients as products with a row of ones (the other 15 rows zero): [16, width] accumulators, no
+        # reduction across warps per tile; row 0 holds the sum
+        ones = tl.where(tl.arange(0, 16)[:, None] == 0, 1.0, 0.0).to(dtype) + tl.zeros((16, BM), dtype)
+        gb_in = tl.zeros((16, HP), tl.float32)
+        gb_hid = (tl.zeros((16, HP), tl.float32),) * HIDDEN
+        gb_out = tl.zeros((16, OP), tl.float32)
+    if HOIST:  # the weights loaded once, before the tiles
+        w_first = tl.load(w_in + k[:, None] * HP + h[None, :])
+        w_hids = ()
+        for layer in tl.static_range(HIDDEN):
+            w_hids = w_hids + (tl.load(w_hid + layer * HP * HP + h[:, None] * HP + h[None, :]),)
+        w_last = tl.load(w_out + h[:, None] * OP + o[None, :])
     for tile in range(pid, tl.cdiv(N, BM), programs):
         first = (tile == pid).to(tl.int32)
         rows = m.to(tl.int64) + tile * BM  # int64: rows x width can pass 2^31
@@ -620,13 +661,22 @@ def _mlp_train_kernel(
         else:
             x = tl.load(in_ptr + rows[:, None] * K + k[None, :], mask=rmask[:, None] & (k < K)[None, :], other=0.0).to(dtype)
         # forward; every hidden activation but the last (which stays in registers) goes to scratch for the backward
-        w = tl.load(w_in + k[:, None] * HP + h[None, :])
-        a = _activate(tl.dot(x, w, input_precision=DOT) + tl.load(b_in + h)[None, :], HACT, LEAK).to(dtype)
+        if HOIST:
+            w = w_first
+        else:
+            w = tl.load(w_in + k[:, None] * HP + h[None, :])
+        a = _layer(x, w, tl.load(b_in + h), HACT, LEAK, DOT, False, HALF_ACT)
         for layer in tl.static_range(HIDDEN):
             tl.store(scratch + layer * BM * HP + tile_offsets, a)
-            w = tl.load(w_hid + layer * HP * HP + h[:, None] * HP + h[None, :])
-            a = _activate(tl.dot(a, w, input_precision=DOT) + tl.load(b_hid + layer * HP + h)[None, :], HACT, LEAK).to(dtype)
-        w = tl.load(w_out + h[:, None] * OP + o[None, :])
+            if HOIST:
+                w = w_hids[layer]
+            else:
+                w = tl.load(w_hid + layer * HP * HP + h[:, None] * HP + h[None, :])
+            a = _layer(a, w, tl.load(b_hid + layer * HP + h), HACT, LEAK, DOT, False, HALF_ACT)
+        if HOIST:
+            w = w_last
+        else:
+            w = tl.load(w_out + h[:, None] * OP + o[None, :])
         y = _activate(tl.dot(a, w, input_precision=DOT) + tl.load(b_out + o)[None, :], OACT, LEAK)
         # the loss and its gradient
         valid = rmask[:, None] & (o < O)[None, :]
@@ -653,43 +703,49 @@ def _mlp_train_kernel(
         # backward: output layer, hidden layers last to first, input layer
         if CARRY:
             g_out = tl.dot(tl.trans(a), dz, g_out, input_precision=DOT)
-            gb_out += tl.sum(dz.to(tl.float32), axis=0)
+            gb_out = tl.dot(ones, dz, gb_out, input_precision=DOT)
         else:
             _accumulate(slot + g_w_out, h[:, None] * OP + o[None, :], tl.dot(tl.trans(a), dz, input_precision=DOT), first)
             _accumulate(slot + g_b_out, o, tl.sum(dz.to(tl.float32), axis=0), first)
         da = tl.dot(dz, tl.trans(w), input_precision=DOT)
         for layer in tl.static_range(HIDDEN - 1, -1, -1):  # last to first; `a` is the layer's output activation
-            dz = (da * _activation_slope(a.to(tl.float32), HACT, LEAK)).to(dtype)
+            dz = _times_slope(da, a, HACT, LEAK, HALF_ACT)
             a_prev = tl.load(scratch + layer * BM * HP + tile_offsets)
             if CARRY:
                 g_hid = _replaced(g_hid, layer, tl.dot(tl.trans(a_prev), dz, g_hid[layer], input_precision=DOT), HIDDEN)
-                gb_hid = _replaced(gb_hid, layer, gb_hid[layer] + tl.sum(dz.to(tl.float32), axis=0), HIDDEN)
+                gb_hid = _replaced(gb_hid, layer, tl.dot(ones, dz, gb_hid[layer], input_precision=DOT), HIDDEN)
             else:
                 _accumulate(slot + g_w_hid + layer * HP * HP, h[:, None] * HP + h[None, :], tl.dot(tl.trans(a_prev), dz, input_precision=DOT), first)
                 _accumulate(slot + g_b_hid + layer * HP, h, tl.sum(dz.to(tl.float32), axis=0), first)
-            w = tl.load(w_hid + layer * HP * HP + h[:, None] * HP + h[None, :])
+            if HOIST:
+                w = w_hids[layer]
+            else:
+                w = tl.load(w_hid + layer * HP * HP + h[:, None] * HP + h[None, :])
             da = tl.dot(dz, tl.trans(w), input_precision=DOT)
             a = a_prev
-        dz = (da * _activation_slope(a.to(tl.float32), HACT, LEAK)).to(dtype)
+        dz = _times_slope(da, a, HACT, LEAK, HALF_ACT)
         if CARRY:
             g_in = tl.dot(tl.trans(x), dz, g_in, input_precision=DOT)
-            gb_in += tl.sum(dz.to(tl.float32), axis=0)
+            gb_in = tl.dot(ones, dz, gb_in, input_precision=DOT)
         else:
             _accumulate(slot, k[:, None] * HP + h[None, :], tl.dot(tl.trans(x), dz, input_precision=DOT), first)
             _accumulate(slot + g_b_in, h, tl.sum(dz.to(tl.float32), axis=0), first)
         if DX:
-            w = tl.load(w_in + k[:, None] * HP + h[None, :])
+            if HOIST:
+                w = w_first
+            else:
+                w = tl.load(w_in + k[:, None] * HP + h[None, :])
             dx = tl.dot(dz, tl.trans(w), input_precision=DOT)
             tl.store(dx_ptr + rows[:, None] * K + k[None, :], dx, mask=rmask[:, None] & (k < K)[None, :])
         tl.debug_barrier()  # the next tile overwrites the scratch
     if CARRY:  # every program has at least one tile (the grid is at most the tile count)
         tl.store(slot + k[:, None] * HP + h[None, :], g_in)
-        tl.store(slot + g_b_in + h, gb_in)
+        tl.store(slot + g_b_in + h, tl.sum(gb_in, axis=0))
         for layer in tl.static_range(HIDDEN):
             tl.store(slot + g_w_hid + layer * HP * HP + h[:, None] * HP + h[None, :], g_hid[layer])
-            tl.store(slot + g_b_hid + layer * HP + h, gb_hid[layer])
+            tl.store(slot + g_b_hid + layer * HP + h, tl.sum(gb_hid[layer], axis=0))
         tl.store(slot + g_w_out + h[:, None] * OP + o[None, :], g_out)
-        tl.store(slot + g_b_out + o, gb_out)
+        tl.store(slot + g_b_out + o, tl.sum(gb_out, axis=0))
     if LOSS != 3:  # upstream mode sums no loss (and is given no loss buffer)
         tl.store(loss_ptr + pid, loss_sum)
 
