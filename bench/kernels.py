@@ -337,7 +337,7 @@ def bench_train_material(device, sizes, steps, peak) -> list[dict]:
 
 
 def sweep(device, repeats, kind: str, tile: tuple[int, int]) -> None:
-    """Time the kernels of one kind (forward, ntc or train) at one (rows per program, warps) tile.
+    """Time the kernels of one kind (forward, trilinear, ntc or train) at one (rows per program, warps) tile.
 
     The fastest tile that bench/kernels_parity.py passes goes into ``kernels.fused.TILES``. One
     tile per process: a tile the compiler gets wrong can take the CUDA context down with it.
@@ -348,7 +348,14 @@ def sweep(device, repeats, kind: str, tile: tuple[int, int]) -> None:
     fused_module.TILES[kind] = tile
     n = 1 << 22
     show = lambda t: f"{n / t / 1e9:7.2f} G/s" if t else "   failed"
-    if kind == "forward":
+    if kind == "trilinear":
+        material = _material(device)
+        material.kernels = "triton"
+        uv = torch.rand(n, 2, device=device)
+        wi = torch.nn.functional.normalize(torch.rand(n, 3, device=device), dim=1)
+        lod = torch.rand(n, device=device) * len(material.latents)
+        print(f"trilinear tile {tile}: neural material {show(_try_time(lambda: material.decode(uv, wi, wi, lod=lod), repeats))}", flush=True)
+    elif kind == "forward":
         mlp = MLP(MLPConfig(inputs=32, hidden=64, layers=3, outputs=32, hidden_activation="relu", output_activation="none")).to(device).half()
         packed = PackedMLP.from_mlp(mlp)
         x = torch.randn(n, 32, device=device, dtype=torch.float16)
@@ -374,6 +381,7 @@ def sweep(device, repeats, kind: str, tile: tuple[int, int]) -> None:
             auto = AutogradForwardBackward(half, torch.nn.functional.mse_loss)
             t_auto = _time(lambda: auto(params, sample, 1024.0), repeats)
             print(f"train step {batch}: autograd (eager, not graphed) {batch / t_auto / 1e6:8.1f} M/s", flush=True)
+            carried = fused_module.CARRY_GRADIENTS
             for carry, programs in itertools.product((False, True), (1, 2, 4)):
                 fused_module.CARRY_GRADIENTS = carry
                 count = programs * torch.cuda.get_device_properties(device).multi_processor_count
@@ -381,6 +389,7 @@ def sweep(device, repeats, kind: str, tile: tuple[int, int]) -> None:
                 t = _try_time(lambda: step(params, sample, scale), repeats)
                 where = "registers" if step.buffers.carry else "slots"
                 print(f"train step {batch} tile {tile} programs {programs}x SMs, gradients in {where}: {batch / t / 1e6 if t else 0:8.1f} M/s", flush=True)
+            fused_module.CARRY_GRADIENTS = carried
 
 
 def profile_step(device) -> None:
@@ -541,7 +550,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--steps", type=int, default=0, help="training steps per timed run (0: about 2^24 samples, 200 to 4000 steps)")
     parser.add_argument(
-        "--sweep", nargs="+", metavar="KIND ROWS WARPS [REGISTERS]", help="only time the forward, ntc or train kernels at one tile (and register cap)"
+        "--sweep", nargs="+", metavar="KIND ROWS WARPS [REGISTERS]", help="only time the forward, trilinear, ntc or train kernels at one tile (and register cap)"
     )
     parser.add_argument("--profile-step", action="store_true", help="only count the kernels and GPU time of a trainer step, PyTorch and fused")
     parser.add_argument("--decode-launches", action="store_true", help="only launch each decode twice (for ncu to profile; see decode_launches)")
@@ -563,8 +572,8 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name(device)}  torch {torch.__version__}  triton {triton.__version__}", flush=True)
     if args.sweep:
         kind, *numbers = args.sweep
-        if kind not in ("forward", "ntc", "train") or len(numbers) not in (2, 3) or not all(v.isdigit() and int(v) > 0 for v in numbers):
-            sys.exit("--sweep takes KIND ROWS WARPS [REGISTERS]: KIND forward, ntc or train, then positive whole numbers")
+        if kind not in ("forward", "trilinear", "ntc", "train") or len(numbers) not in (2, 3) or not all(v.isdigit() and int(v) > 0 for v in numbers):
+            sys.exit("--sweep takes KIND ROWS WARPS [REGISTERS]: KIND forward, trilinear, ntc or train, then positive whole numbers")
         if len(numbers) == 3:
             from neuralbake.kernels import fused as fused_module
 

@@ -306,35 +306,38 @@ def test_training_step_gradients_match_autograd(dtype: torch.dtype, loss: str, h
         assert fused_error <= 2.0 * torch_error + 1e-3 * float(truth.abs().max()), (name, fused_error, torch_error)
 
 
-@pytest.mark.parametrize(("carry", "hoist"), [(True, True), (True, False), (False, True)])
+@pytest.mark.parametrize("layers", [1, 3])
 @pytest.mark.parametrize("hidden", [32, 128])
-def test_gradients_carried_in_registers_or_added_to_the_slots_agree(monkeypatch: pytest.MonkeyPatch, carry: bool, hoist: bool, hidden: int) -> None:
-    """Both ways of keeping a program's running gradients (registers across its tiles, or its slot in memory), with the
-    weights loaded once or at every tile, give autograd's gradients, in the loss step and in FusedMLP's upstream mode; a
-    width too wide for registers never carries."""
-    monkeypatch.setattr(fused_module, "CARRY_GRADIENTS", carry)
-    monkeypatch.setattr(fused_module, "HOIST_WEIGHTS", hoist)
-    model = _mlp(10, hidden, 3, 3, "leaky_relu", "sigmoid", seed=7)
+def test_gradients_carried_in_registers_or_added_to_the_slots_agree(monkeypatch: pytest.MonkeyPatch, layers: int, hidden: int) -> None:
+    """fp16 training with a program's running gradients carried in registers across its tiles (weights loaded once or
+    at every tile) or added to its slot in memory: the loss step's and FusedMLP's gradients agree with one another and are
+    as close to the exact gradient as autograd's fp16 ones; a network whose gradients do not fit in registers never carries;
+    a network without hidden-to-hidden layers (layers=1) included."""
+    model = _mlp(10, hidden, layers, 3, "leaky_relu", "sigmoid", seed=7).half()
+    exact = _mlp(10, hidden, layers, 3, "leaky_relu", "sigmoid", seed=7).half().float()
     n = 500  # several tiles a program (64 rows a tile, 32 at width 128; three programs)
     g = torch.Generator().manual_seed(8)
-    batch = Batch(inputs=(torch.rand(n, 10, generator=g) * 2 - 1).to(DEVICE), targets=torch.rand(n, 3, generator=g).to(DEVICE))
-    params = dict(model.named_parameters())
-    ref_loss, ref_grads = AutogradForwardBackward(model, LOSSES["mse"])(params, batch, 1.0)
-    step = FusedForwardBackward(model, "mse", dtype=torch.float32, programs=3)
-    assert step.buffers.carry == (carry and hidden <= 64)
-    loss, grads = step(params, batch, torch.tensor(1.0, device=DEVICE))
-    _close(loss, ref_loss, torch.float32)
-    for expected, actual in zip(ref_grads, grads, strict=True):
-        _close(actual, expected, torch.float32)
-    runner = FusedMLP(model, programs=3)
+    batch = Batch(inputs=(torch.rand(n, 10, generator=g) * 2 - 1).to(DEVICE).half(), targets=torch.rand(n, 3, generator=g).to(DEVICE))
     upstream = torch.randn(n, 3, generator=g).to(DEVICE)
-    rows = batch.inputs.clone().requires_grad_()
-    (model(rows) * upstream).sum().backward()
+    params = dict(model.named_parameters())
+    _, half_grads = AutogradForwardBackward(model, LOSSES["mse"])(params, batch, 64.0)
+    _, exact_grads = AutogradForwardBackward(exact, LOSSES["mse"])(dict(exact.named_parameters()), Batch(batch.inputs.float(), batch.targets), 64.0)
     tensors = [layer.weight for layer in model.layers] + [layer.bias for layer in model.layers]
-    dx, weight_grads = runner.backward(batch.inputs, upstream, tensors)
-    _close(dx, rows.grad, torch.float32)
-    for tensor, actual in zip(tensors, weight_grads, strict=True):
-        _close(actual, tensor.grad, torch.float32)
+    results = []
+    for carry, hoist in ((False, False), (True, False), (True, True)):
+        monkeypatch.setattr(fused_module, "CARRY_GRADIENTS", carry)
+        monkeypatch.setattr(fused_module, "HOIST_WEIGHTS", hoist)
+        step = FusedForwardBackward(model, "mse", dtype=torch.float16, programs=3)
+        assert step.buffers.carry == (carry and not (hidden == 128 and layers == 3))  # 128 x 3: 8 K gradient values per warp of 2
+        _, grads = step(params, batch, torch.tensor(64.0, device=DEVICE))
+        for half_grad, actual, truth in zip(half_grads, grads, exact_grads, strict=True):
+            fused_error, torch_error = float((actual - truth).abs().max()), float((half_grad.float() - truth).abs().max())
+            assert fused_error <= 2.0 * torch_error + 1e-3 * float(truth.abs().max()), (carry, hoist, fused_error, torch_error)
+        dx, weight_grads = FusedMLP(model, programs=3).backward(batch.inputs, upstream, tensors)
+        results.append([*grads, dx, *weight_grads])
+    for other in results[1:]:
+        for expected, actual in zip(results[0], other, strict=True):
+            assert float((actual.float() - expected.float()).abs().max()) <= 1e-2 * max(1e-6, float(expected.float().abs().max()))
 
 
 @pytest.mark.parametrize("half", [True, False])
@@ -359,6 +362,30 @@ def test_fp16_training_with_either_activation_arithmetic_matches_autograd(monkey
         torch_error = float((half_grad.float() / 64.0 - truth).abs().max())
         assert fused_error <= 2.0 * torch_error + 1e-3 * float(truth.abs().max())
     _close(FusedMLP(model)(batch.inputs), model(batch.inputs), torch.float16)
+
+
+@pytest.mark.parametrize("hidden_act", ["relu", "leaky_relu"])
+def test_fp16_training_activations_are_pytorchs_bit_for_bit(hidden_act: str) -> None:
+    """Through identity layers the training pack's forward (FusedMLP's) and the training kernel's input gradient are the fp16
+    activation and its slope alone: bit for bit PyTorch's fp16 ``relu`` / ``leaky_relu`` and their backward."""
+    model = _mlp(16, 16, 1, 16, hidden_act, "none")
+    with torch.no_grad():
+        for layer in model.layers:
+            layer.weight.copy_(torch.eye(16))
+            layer.bias.zero_()
+    model = model.half()
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(200, 16, generator=g) * 4).to(DEVICE).half()
+    upstream = (torch.randn(200, 16, generator=g) * 4).to(DEVICE).half()
+    activation = torch.nn.functional.relu if hidden_act == "relu" else (lambda t: torch.nn.functional.leaky_relu(t, 0.01))
+    packed = PackedMLP.from_mlp(model, training=True)
+    assert packed.half_activations
+    assert torch.equal(mlp_forward(packed, x, out_dtype=torch.float16), activation(x))
+    rows = x.clone().requires_grad_()
+    activation(rows).backward(upstream)
+    tensors = [layer.weight for layer in model.layers] + [layer.bias for layer in model.layers]
+    dx, _ = FusedMLP(model, programs=2).backward(x, upstream.float(), tensors)
+    assert torch.equal(dx.half(), rows.grad)
 
 
 def test_training_step_of_a_coordinate_network_matches_autograd() -> None:

@@ -60,6 +60,8 @@ def _pad(n: int, dtype: torch.dtype, minimum: int | None = None) -> int:
 TILES: dict[str, tuple[int, int]] = {
     "forward": (128, 2),
     "forward_wide": (64, 2),
+    "trilinear": (128, 4),
+    "trilinear_wide": (64, 2),
     "ntc": (128, 4),
     "ntc_wide": (32, 1),
     "train": (64, 4),
@@ -74,7 +76,9 @@ in about half of the tile shapes tried with 4 or more warps (a fused MLP, the ne
 NTC decodes). The sizes are the fastest of sweeps on an H100 and H200s (bench/kernels.py --sweep;
 bench/kernels_parity.py checks them); with ``mma.sync`` at any warp count the NTC decode and the
 training step gained from 4 warps (2026-11-26, H200: 3.2 against 2.9 G texels/s, 485 against 321 M
-training samples/s at 2^18 rows).
+training samples/s at 2^18 rows). ``trilinear`` is the neural-material decode with a level per sample
+(two sets of bilinear taps): on an H100 (2026-11-26) it ran 11.4 G samples/s at 128 x 4 against 10.1
+at the bilinear decode's 128 x 2, where the bilinear decode runs 14.5 against 13.1.
 """
 
 
@@ -131,27 +135,39 @@ tile of the full input width.
 
 
 HALF_ACTIVATIONS = True
-"""Whether the training kernel of an fp16 network with ReLU or leaky ReLU hidden layers (:attr:`PackedMLP.half_activations`)
-rounds each hidden layer's fp32 sum to fp16 before the activation and runs the activation and its slope in packed fp16
-arithmetic, as PyTorch's fp16 layers round the linear output before the activation; False: both in fp32 on the unrounded
-sum, rounded after (the same values for ReLU; for leaky ReLU they differ in the last bit of some negative activations)."""
+"""Whether the training kernel of an fp16 network with ReLU or leaky ReLU hidden layers (:attr:`PackedMLP.half_activations`),
+and :class:`FusedMLP`'s forward that it differentiates, round each hidden layer's fp32 sum to fp16 before the activation
+and compute the activation and its slope on fp16 values, bit for bit as PyTorch's fp16 layers do (the linear output is
+rounded, then activated). False: the activation in fp32 on the unrounded sum, rounded after: the same values for ReLU;
+for leaky ReLU about a quarter of the negative activations then differ from PyTorch's in their last bit. A numerics
+choice more than a speed one (``bench/kernels.py --ab-train``). Read at every launch.
+"""
 
 HOIST_WEIGHTS = True
 """Whether the training kernel loads the weights once, before its tiles, where it carries the gradients in registers
-(:data:`CARRY_GRADIENTS`; the networks whose gradients fit fit their weights too), instead of at every tile."""
+(:data:`CARRY_GRADIENTS`), instead of at every tile. Read at every launch."""
 
 CARRY_GRADIENTS = True
 """Whether the training kernel keeps each program's running weight gradients in registers across its tiles
-(where they fit: :func:`_carries`) instead of adding every tile's gradients to the program's slot in memory."""
+(fp16 and bf16 networks whose gradients fit: :func:`_carries`) instead of adding every tile's gradients to the
+program's slot in memory. Read when a network's training buffers are built (:class:`FusedForwardBackward`, the first
+backward of a :class:`FusedMLP` in a dtype)."""
 
 CARRY_REGISTERS = 128
-"""The most registers per thread the carried gradients may take (fp32 values of every weight and bias gradient over the program's threads)."""
+"""The most registers a thread the weight and bias gradients may take by :func:`_carries`'s estimate (their fp32 values
+over the program's threads). The estimate leaves out the working registers, the hoisted weights and the bias
+accumulators' padding to 16 rows, so every carried kernel measured sits at the 255-register cap with some spills,
+and was still as fast as the slots or faster (see docs/benchmarks.md)."""
 
 
 def _carries(packed: PackedMLP) -> bool:
-    """Whether the training kernel carries ``packed``'s gradients in registers (:data:`CARRY_GRADIENTS`)."""
+    """Whether the training kernel carries ``packed``'s gradients in registers (:data:`CARRY_GRADIENTS`).
+
+    Not for fp32 networks: their products run at full precision and their weights take twice the registers; carried
+    and hoisted they trained at half the speed of the slots (H200, 2026-11-26, 12-32x3).
+    """
     threads = 32 * TILES[_tile_key("train", packed.hp)][1]
-    return CARRY_GRADIENTS and packed.slot_size <= CARRY_REGISTERS * threads
+    return CARRY_GRADIENTS and packed.dtype != torch.float32 and packed.slot_size <= CARRY_REGISTERS * threads
 
 
 def _tile_key(kind: str, hidden: int) -> str:
@@ -417,12 +433,13 @@ class FusedNeuralMaterial:
             return out
         uv, wi, wo = (t.float().contiguous() for t in (uv, wi, wo))
         lod_arg = uv if lod is None else lod.float().contiguous()
-        bm = self.packed.block_rows
+        kind = "forward" if lod is None else "trilinear"
+        bm = _block_rows(kind, self.packed.hp)
         with mma_sync():
             _neural_material_kernel[(triton.cdiv(n, bm),)](
                 uv, wi, wo, lod_arg, self.latents, self.level_offset, self.level_width, self.level_height, self.levels, out, n,
                 self.w_in, *self.packed.buffers()[1:], C=self.channels, FP=self.feature_columns, DIR0=self.directions[0], DIR1=self.directions[1], DIR2=self.directions[2],
-                TRILINEAR=lod is not None, BM=bm, WIDE=_wide(n * 3, self.latents.numel()), HALF_SUMS=self.packed.half_sums, **_launch_options("forward", self.packed.hp), **self.packed.constants(),
+                TRILINEAR=lod is not None, BM=bm, WIDE=_wide(n * 3, self.latents.numel()), HALF_SUMS=self.packed.half_sums, **_launch_options(kind, self.packed.hp), **self.packed.constants(),
             )  # fmt: skip
         return out
 
@@ -524,6 +541,36 @@ class _TrainingBuffers:
         self.losses = torch.zeros(programs, dtype=torch.float32, device=device)  # each program's loss sum (not written in upstream mode)
 
 
+def _train(
+    packed: PackedMLP,
+    buffers: _TrainingBuffers,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    n: int,
+    *,
+    loss: str,
+    scale: torch.Tensor | None = None,
+    floor: float = 0.0,
+    frequencies: int = 0,
+    dx: torch.Tensor | None = None,
+) -> int:
+    """Launch :func:`_mlp_train_kernel` on ``n`` rows; returns the number of programs (the gradient slots written).
+
+    ``loss`` ``"upstream"``: ``targets`` is the outputs' gradient and ``scale`` is not read; ``dx``: where the input
+    rows' gradient goes (upstream mode only).
+    """
+    grid = (min(buffers.programs, max(1, triton.cdiv(n, buffers.block_rows))),)
+    with mma_sync():
+        _mlp_train_kernel[grid](
+            inputs, targets, n, buffers.scratch, buffers.grads, buffers.losses, buffers.losses if scale is None else scale,
+            buffers.losses if dx is None else dx, *packed.buffers(), K=inputs.shape[1], O=packed.outputs, FREQ=frequencies,
+            OACT=ACTIVATION_CODES[packed.output_activation], LOSS=LOSS_CODES[loss], FLOOR=floor, BM=buffers.block_rows, DX=dx is not None,
+            CARRY=buffers.carry, HALF_ACT=packed.half_activations, HOIST=buffers.carry and HOIST_WEIGHTS, **_launch_options("train", packed.hp),
+            **packed.constants(),
+        )  # fmt: skip
+    return grid[0]
+
+
 class FusedForwardBackward:
     """The fused training step (:class:`~neuralbake.nn.trainer.ForwardBackward`) of an MLP or coordinate network.
 
@@ -579,14 +626,8 @@ class FusedForwardBackward:
         buffers = self.buffers
         if n == 0:  # no tile writes the slot
             buffers.grads[:1].zero_()
-        grid = (min(buffers.programs, max(1, triton.cdiv(n, buffers.block_rows))),)
-        with mma_sync():
-            _mlp_train_kernel[grid](
-                inputs, targets, n, buffers.scratch, buffers.grads, buffers.losses, scale.float().reshape(1), buffers.losses, *p.buffers(),
-                K=inputs.shape[1], O=p.outputs, FREQ=self.frequencies, OACT=ACTIVATION_CODES[p.output_activation], LOSS=LOSS_CODES[self.loss],
-                FLOOR=self.floor, BM=buffers.block_rows, DX=False, CARRY=buffers.carry, HALF_ACT=p.half_activations, HOIST=buffers.carry and HOIST_WEIGHTS, **_launch_options("train", p.hp), **p.constants(),
-            )  # fmt: skip
-        return grid[0], n
+        programs = _train(p, buffers, inputs, targets, n, loss=self.loss, scale=scale.float().reshape(1), floor=self.floor, frequencies=self.frequencies)
+        return programs, n
 
     # -- the whole optimizer step on the GPU -------------------------------------------------------
     fuses_update = True
@@ -824,15 +865,8 @@ class FusedMLP:
         dx = torch.empty(n if input_gradient else 0, packed.inputs, dtype=torch.float32, device=x.device)
         if n == 0:  # no tile writes the slot
             buffers.grads[:1].zero_()
-        grid = (min(buffers.programs, max(1, triton.cdiv(n, buffers.block_rows))),)
-        if n:
-            with mma_sync():
-                _mlp_train_kernel[grid](
-                    x, dy, n, buffers.scratch, buffers.grads, buffers.losses, buffers.losses, dx, *packed.buffers(),
-                    K=packed.inputs, O=packed.outputs, FREQ=0, OACT=ACTIVATION_CODES[packed.output_activation], LOSS=LOSS_CODES["upstream"],
-                    FLOOR=0.0, BM=buffers.block_rows, DX=input_gradient, CARRY=buffers.carry, HALF_ACT=packed.half_activations, HOIST=buffers.carry and HOIST_WEIGHTS, **_launch_options("train", packed.hp), **packed.constants(),
-                )  # fmt: skip
-        interleaved = _unpack_gradients(packed, buffers.grads[: grid[0]].sum(0))
+        programs = _train(packed, buffers, x, dy, n, loss="upstream", dx=dx if input_gradient else None) if n else 1
+        interleaved = _unpack_gradients(packed, buffers.grads[:programs].sum(0))
         grads = interleaved[0::2] + interleaved[1::2]
         return (dx if input_gradient else None), [g.to(t.dtype) for g, t in zip(grads, tensors, strict=True)]
 

@@ -101,15 +101,27 @@ def _activate_half(x, ACT: tl.constexpr, LEAK: tl.constexpr):
 
 
 @triton.jit
+def _activate_rounded(z, ACT: tl.constexpr, LEAK: tl.constexpr):
+    """ReLU or leaky ReLU of fp16 values ``z`` as PyTorch's fp16 ``relu`` / ``leaky_relu`` compute it, bit for bit: the
+    leak's product in fp32, rounded once (an fp16 leak, 0.01 -> 0.0100021, would round differently)."""
+    if ACT == 1:
+        a = tl.maximum(z, tl.zeros_like(z))
+    else:
+        a = tl.where(z > 0.0, z, (z.to(tl.float32) * LEAK).to(z.dtype))
+    return a
+
+
+@triton.jit
 def _times_slope(da, a, ACT: tl.constexpr, LEAK: tl.constexpr, HALF_ACT: tl.constexpr):
-    """``da * act'(z)`` in ``a``'s dtype, from the activation's output ``a``; with ``HALF_ACT`` (fp16, ReLU or leaky
-    ReLU with 0 <= LEAK <= 1), in packed fp16 arithmetic on ``da`` rounded to fp16, as PyTorch's fp16 backward sees it."""
+    """``da * act'(z)`` in ``a``'s dtype, from the activation's output ``a``. With ``HALF_ACT`` (fp16, ReLU or leaky
+    ReLU with 0 <= LEAK <= 1) as PyTorch's fp16 backward computes it: ``da`` rounded to fp16 (PyTorch's is the output
+    of an fp16 product), then for a negative ``a`` times the leak in fp32, rounded once."""
     if HALF_ACT:
         g = da.to(a.dtype)
         if ACT == 1:
             dz = tl.where(a > 0.0, g, tl.zeros_like(g))
         else:
-            dz = tl.where(a > 0.0, g, g * tl.full(g.shape, LEAK, g.dtype))
+            dz = tl.where(a > 0.0, g, (g.to(tl.float32) * LEAK).to(g.dtype))
     else:
         dz = (da * _activation_slope(a.to(tl.float32), ACT, LEAK)).to(a.dtype)
     return dz
@@ -121,15 +133,15 @@ def _layer(a, w, bias, ACT: tl.constexpr, LEAK: tl.constexpr, DOT: tl.constexpr,
 
     ``HALF_SUMS`` (fp16 only): the products summed in fp16 from the bias, on the tensor cores, and
     the activation in packed fp16, as tiny-cuda-nn's fully fused MLPs do; else fp32 sums. ``HALF_ACT``
-    (fp16, ReLU or leaky ReLU): fp32 sums rounded to fp16, then the activation in packed fp16, as the
-    training kernel computes its forward (and as PyTorch's fp16 layers do: the linear layer's output
-    is rounded before the activation).
+    (fp16, ReLU or leaky ReLU): fp32 sums rounded to fp16, then the activation on the fp16 values
+    (:func:`_activate_rounded`), as the training kernel computes its forward and as PyTorch's fp16
+    layers do: the linear layer's output is rounded before the activation.
     """
     if HALF_SUMS:
         start = tl.zeros((a.shape[0], w.shape[1]), tl.float16) + bias.to(tl.float16)[None, :]
         return _activate_half(tl.dot(a, w, acc=start, out_dtype=tl.float16), ACT, LEAK)
     elif HALF_ACT:
-        return _activate_half((tl.dot(a, w, input_precision=DOT) + bias[None, :]).to(a.dtype), ACT, LEAK)
+        return _activate_rounded((tl.dot(a, w, input_precision=DOT) + bias[None, :]).to(a.dtype), ACT, LEAK)
     else:
         return _activate(tl.dot(a, w, input_precision=DOT) + bias[None, :], ACT, LEAK).to(a.dtype)
 
@@ -613,8 +625,8 @@ def _mlp_train_kernel(
       widths whose gradients do not fit in registers).
     - ``HOIST``: the weights are loaded once, before the tiles.
     - ``HALF_ACT`` (fp16, ReLU or leaky ReLU): each hidden layer's fp32 sum is rounded to fp16
-      before the activation, and the activation and its slope run in packed fp16 (:func:`_layer`,
-      :func:`_times_slope`).
+      before the activation, and the activation and its slope run on fp16 values as PyTorch's fp16
+      layers compute them (:func:`_activate_rounded`, :func:`_times_slope`).
     """
     dtype = w_in.dtype.element_ty
     pid = tl.program_id(0)
@@ -636,7 +648,7 @@ def _mlp_train_kernel(
     else:
         scale = tl.load(scale_ptr).to(tl.float32) / (N * O)
     loss_sum = 0.0
-    if CARRY:  # the running gradients (dummies when not carried: a loop-carried value must exist either way)
+    if CARRY:  # the running gradients
         g_in = tl.zeros((KP, HP), tl.float32)
         g_hid = (tl.zeros((HP, HP), tl.float32),) * HIDDEN
         g_out = tl.zeros((HP, OP), tl.float32)
@@ -738,7 +750,7 @@ def _mlp_train_kernel(
             dx = tl.dot(dz, tl.trans(w), input_precision=DOT)
             tl.store(dx_ptr + rows[:, None] * K + k[None, :], dx, mask=rmask[:, None] & (k < K)[None, :])
         tl.debug_barrier()  # the next tile overwrites the scratch
-    if CARRY:  # every program has at least one tile (the grid is at most the tile count)
+    if CARRY:  # once, at the end (a program without tiles, for an empty batch, writes zeros)
         tl.store(slot + k[:, None] * HP + h[None, :], g_in)
         tl.store(slot + g_b_in + h, tl.sum(gb_in, axis=0))
         for layer in tl.static_range(HIDDEN):
