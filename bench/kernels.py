@@ -28,7 +28,7 @@ fraction of the GPU's dense fp16 tensor-core peak (989 TFLOP/s on an H100 SXM).
     python bench/kernels.py --profile-step   # kernels and GPU time per trainer step, PyTorch and fused
     python bench/kernels.py --decode-launches   # the decodes for Nsight Compute (see decode_launches)
     python bench/kernels.py --ab             # the decodes with and without fp16 sums, split feature tiles, narrow outputs
-    python bench/kernels.py --ab-train       # the training rows with each of the training kernel's speed choices off
+    python bench/kernels.py --ab-train       # the training rows with each of the training kernel's choices flipped
 """
 
 # ruff: noqa: B023  (the timed lambdas run at once, inside the loop that binds their variables)
@@ -504,23 +504,26 @@ def ab(device, repeats, peak) -> list[dict]:
 
 
 TRAIN_CHOICES = ("CARRY_GRADIENTS", "HOIST_WEIGHTS", "HALF_ACTIVATIONS")
-"""The training kernel's speed choices in ``kernels.fused`` that ``--ab-train`` turns off one at a time."""
+"""The training kernel's choices in ``kernels.fused`` that ``--ab-train`` flips one at a time."""
 
 
 def ab_train(device, sizes, steps) -> list[dict]:
     """The RTXNS training rows (whole graphed trainer steps) with the shipped kernel, each of :data:`TRAIN_CHOICES`
-    turned off alone, and all three off, beside the graphed autograd step, in one run; each with the loss it reaches.
+    flipped alone from its shipped value, and all three off, beside the graphed autograd step, in one run; each with
+    the loss it reaches.
 
     ``CARRY_GRADIENTS``: the running gradients in registers, not added to the program's slot in memory at every
     tile; ``HOIST_WEIGHTS``: the weights loaded once per program, not per tile (only with carried gradients);
-    ``HALF_ACTIVATIONS``: the hidden ReLUs and their slopes in packed fp16.
+    ``HALF_ACTIVATIONS`` (off when shipped): the hidden layers' sums rounded to fp16 before the activation, the
+    activations and their slopes bit for bit PyTorch's fp16 ones.
     """
     from neuralbake.kernels import fused as fused_module
 
     image = _image(device)
     widths = [12, 64, 64, 64, 64, 3]
     saved = {name: getattr(fused_module, name) for name in TRAIN_CHOICES}
-    variants = [("shipped", {})] + [(f"{name} off", {name: False}) for name in TRAIN_CHOICES] + [("all off", dict.fromkeys(TRAIN_CHOICES, False))]
+    flipped = [(f"{name} {'off' if saved[name] else 'on'}", {name: not saved[name]}) for name in TRAIN_CHOICES]
+    variants = [("shipped", {}), *flipped, ("all off", dict.fromkeys(TRAIN_CHOICES, False))]
     rows = []
     try:
         for n in sizes:
@@ -555,7 +558,7 @@ def main() -> None:
     parser.add_argument("--profile-step", action="store_true", help="only count the kernels and GPU time of a trainer step, PyTorch and fused")
     parser.add_argument("--decode-launches", action="store_true", help="only launch each decode twice (for ncu to profile; see decode_launches)")
     parser.add_argument("--ab", action="store_true", help="only the decodes with fp16 sums, split feature tiles and narrow outputs on and off (see ab)")
-    parser.add_argument("--ab-train", action="store_true", help="only the training rows with each of the training kernel's speed choices on and off (see ab_train)")
+    parser.add_argument("--ab-train", action="store_true", help="only the training rows with each of the training kernel's choices flipped (see ab_train)")
     parser.add_argument("--only", nargs="*", default=["mlp", "neural_material", "ntc", "train", "train_material"])
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON (an existing file keeps its rows of the parts not run)")
     args = parser.parse_args()

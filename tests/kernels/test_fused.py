@@ -343,7 +343,7 @@ def test_gradients_carried_in_registers_or_added_to_the_slots_agree(monkeypatch:
 @pytest.mark.parametrize("half", [True, False])
 @pytest.mark.parametrize("hidden_act", ["relu", "leaky_relu"])
 def test_fp16_training_with_either_activation_arithmetic_matches_autograd(monkeypatch: pytest.MonkeyPatch, half: bool, hidden_act: str) -> None:
-    """The fp16 training kernel's ReLUs in packed fp16 (kernels.fused.HALF_ACTIVATIONS) or in fp32: the loss and
+    """The fp16 training kernel's ReLUs on fp16-rounded sums (kernels.fused.HALF_ACTIVATIONS) or in fp32: the loss and
     FusedMLP's values as PyTorch's fp16 layers compute them, every gradient as close to the exact one as autograd's."""
     monkeypatch.setattr(fused_module, "HALF_ACTIVATIONS", half)
     model = _mlp(10, 32, 3, 3, hidden_act, "sigmoid", seed=7).half()
@@ -365,9 +365,11 @@ def test_fp16_training_with_either_activation_arithmetic_matches_autograd(monkey
 
 
 @pytest.mark.parametrize("hidden_act", ["relu", "leaky_relu"])
-def test_fp16_training_activations_are_pytorchs_bit_for_bit(hidden_act: str) -> None:
-    """Through identity layers the training pack's forward (FusedMLP's) and the training kernel's input gradient are the fp16
-    activation and its slope alone: bit for bit PyTorch's fp16 ``relu`` / ``leaky_relu`` and their backward."""
+def test_fp16_training_activations_are_pytorchs_bit_for_bit(monkeypatch: pytest.MonkeyPatch, hidden_act: str) -> None:
+    """With kernels.fused.HALF_ACTIVATIONS, through identity layers the training pack's forward (FusedMLP's) and the
+    training kernel's input gradient are the fp16 activation and its slope alone: bit for bit PyTorch's fp16 ``relu`` /
+    ``leaky_relu`` and their backward."""
+    monkeypatch.setattr(fused_module, "HALF_ACTIVATIONS", True)
     model = _mlp(16, 16, 1, 16, hidden_act, "none")
     with torch.no_grad():
         for layer in model.layers:

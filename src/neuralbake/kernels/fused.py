@@ -134,13 +134,14 @@ tile of the full input width.
 """
 
 
-HALF_ACTIVATIONS = True
+HALF_ACTIVATIONS = False
 """Whether the training kernel of an fp16 network with ReLU or leaky ReLU hidden layers (:attr:`PackedMLP.half_activations`),
 and :class:`FusedMLP`'s forward that it differentiates, round each hidden layer's fp32 sum to fp16 before the activation
 and compute the activation and its slope on fp16 values, bit for bit as PyTorch's fp16 layers do (the linear output is
-rounded, then activated). False: the activation in fp32 on the unrounded sum, rounded after: the same values for ReLU;
-for leaky ReLU about a quarter of the negative activations then differ from PyTorch's in their last bit. A numerics
-choice more than a speed one (``bench/kernels.py --ab-train``). Read at every launch.
+rounded, then activated). Off by default: it cost 15 % of the RTXNS network's training rate at 2^18 rows on an H100
+(``bench/kernels.py --ab-train``, 2026-11-26: 811 against 956 M rows/s; the leaky ReLU's product in fp32 and its
+conversions). Off, the activation runs in fp32 on the unrounded sum, rounded after: the same values for ReLU; for leaky
+ReLU about a quarter of the negative activations differ from PyTorch's in their last bit. Read at every launch.
 """
 
 HOIST_WEIGHTS = True
