@@ -1,18 +1,22 @@
-"""Static SASS of the neural-material decode for an H100 (sm_90), compiled on any machine, no GPU needed.
+"""Static SASS of the fused kernels for an H100 (sm_90), compiled on any machine, no GPU needed.
 
 Compiles :func:`neuralbake.kernels.triton_mlp._neural_material_kernel` at the copper tray's shape
 (8 latents, wi and wo: decoder 14 -> 64 x 3 -> 3, fp16, 128 rows x 2 warps, ``mma.sync``; pointers
 16-byte aligned as the launches are) with each of the decode's three speed choices
 (``kernels.fused.HALF_SUMS``, ``SPLIT_FEATURES``, ``NARROW_OUTPUTS``) added one after another, and
 counts the instructions per program with the CUDA tools Triton's wheel carries (``cuobjdump``,
-``nvdisasm``). ``--lines N`` also lists, for each, the N source lines of triton_mlp.py with the most
-instructions.
+``nvdisasm``). ``--train`` does the same for :func:`~neuralbake.kernels.triton_mlp._mlp_train_kernel`
+at the RTXNS network's shape (2 coordinates, 3 octaves: 12 -> 64 x 4 -> 3, leaky ReLU, sigmoid, MSE,
+fp16, 64 rows x 4 warps): gradients added to the slots, carried in registers, and carried with the
+weights loaded once (``kernels.fused.CARRY_GRADIENTS``, ``HOIST_WEIGHTS``), counting the loop body
+and the epilogue once and the barriers apart. ``--lines N`` also lists, for each, the N source lines
+of triton_mlp.py with the most instructions.
 
-    python bench/kernels_sass.py [--lines 12]
+    python bench/kernels_sass.py [--train] [--lines 12]
 
 The counts depend on the Triton version (docs/benchmarks.md quotes Triton 3.6.0:
 ``pip install triton==3.6.0`` into a separate ``--target`` folder and put it first on PYTHONPATH).
-The speed is measured by ``bench/kernels.py --ab`` on a GPU; this only shows where the instructions go.
+The speed is measured by ``bench/kernels.py --ab`` and ``--ab-train`` on a GPU; this only shows where the instructions go.
 """
 
 from __future__ import annotations
@@ -64,6 +68,28 @@ def compile_decode(choices: dict) -> bytes:
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 2}).asm["cubin"]
 
 
+TRAIN_SIGNATURE = {
+    "in_ptr": "*fp32", "target_ptr": "*fp32", "N": "i32", "scratch_ptr": "*fp16", "grad_ptr": "*fp32", "loss_ptr": "*fp32", "scale_ptr": "*fp32",
+    "dx_ptr": "*fp32", "w_in": "*fp16", "b_in": "*fp32", "w_hid": "*fp16", "b_hid": "*fp32", "w_out": "*fp16", "b_out": "*fp32",
+}  # fmt: skip
+
+TRAIN_STEPS = (
+    ("gradients added to the slots", {"CARRY": False, "HOIST": False}),
+    ("carried in registers", {"CARRY": True, "HOIST": False}),
+    ("+ weights loaded once (shipped)", {"CARRY": True, "HOIST": True}),
+)
+
+
+def compile_train(choices: dict) -> bytes:
+    constants = {"K": 2, "O": 3, "FREQ": 3, "KP": 16, "HP": 64, "OP": 16, "HIDDEN": 3, "HACT": 2, "OACT": 5, "LEAK": 0.01, "LOSS": 0,
+                 "FLOOR": 0.01, "DOT": "tf32", "BM": 64, "DX": False, "HALF_ACT": False}  # fmt: skip
+    constants.update(choices)
+    signature = dict(TRAIN_SIGNATURE) | {name: "constexpr" for name in constants}
+    aligned = {(i,): [["tt.divisibility", 16]] for i, (name, kind) in enumerate(TRAIN_SIGNATURE.items()) if kind.startswith("*") or name == "N"}
+    source = ASTSource(fn=triton_mlp._mlp_train_kernel, signature=signature, constexprs=constants, attrs=aligned)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["cubin"]
+
+
 def instructions(cubin: bytes) -> tuple[collections.Counter, collections.Counter, str]:
     """Opcode counts, instruction counts per source line of triton_mlp.py, and the resource line."""
     with tempfile.TemporaryDirectory() as folder:
@@ -88,16 +114,26 @@ def instructions(cubin: bytes) -> tuple[collections.Counter, collections.Counter
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--train", action="store_true", help="the training kernel instead of the decode")
     parser.add_argument("--lines", type=int, default=0, help="under each step, list this many source lines with the most instructions")
     args = parser.parse_args()
     if not (TOOLS / "nvdisasm").is_file():
         sys.exit(f"this Triton ({triton.__version__}) has no CUDA tools in {TOOLS}; install a Triton wheel with the NVIDIA backend.")
-    print(f"Triton {triton.__version__}, sm_90, neural-material decode 14 -> 64 x 3 -> 3 fp16, 128 rows x 2 warps", flush=True)
+    if args.train:
+        print(f"Triton {triton.__version__}, sm_90, training kernel of the RTXNS network 12 -> 64 x 4 -> 3 fp16, 64 rows x 4 warps", flush=True)
+        steps, build, per = TRAIN_STEPS, compile_train, "per 64-row tile and warp"
+    else:
+        print(f"Triton {triton.__version__}, sm_90, neural-material decode 14 -> 64 x 3 -> 3 fp16, 128 rows x 2 warps", flush=True)
+        steps, build, per = STEPS, compile_decode, None
     source = Path(triton_mlp.__file__).read_text().splitlines()
-    for label, choices in STEPS:
-        opcodes, lines, resources = instructions(compile_decode(choices))
+    for label, choices in steps:
+        opcodes, lines, resources = instructions(build(choices))
         total = sum(opcodes.values())
-        print(f"{label:50s} {total:6,d} instructions ({total * 2 / 128:5.1f} warp instructions per sample), {opcodes['HMMA']} HMMA; {resources}", flush=True)
+        if per:
+            spills = opcodes["LDL"] + opcodes["STL"]
+            print(f"{label:40s} {total:6,d} instructions {per}, {opcodes['BAR']} barriers, {opcodes['HMMA']} HMMA, {spills} spill loads/stores; {resources}", flush=True)
+        else:
+            print(f"{label:50s} {total:6,d} instructions ({total * 2 / 128:5.1f} warp instructions per sample), {opcodes['HMMA']} HMMA; {resources}", flush=True)
         for number, count in lines.most_common(args.lines):
             print(f"    {count:6d}  triton_mlp.py:{number}  {source[number - 1].strip()[:90]}")
 
