@@ -78,7 +78,8 @@ bench/kernels_parity.py checks them); with ``mma.sync`` at any warp count the NT
 training step gained from 4 warps (2026-11-26, H200: 3.2 against 2.9 G texels/s, 485 against 321 M
 training samples/s at 2^18 rows). ``trilinear`` is the neural-material decode with a level per sample
 (two sets of bilinear taps): on an H100 (2026-11-26) it ran 11.4 G samples/s at 128 x 4 against 10.1
-at the bilinear decode's 128 x 2, where the bilinear decode runs 14.5 against 13.1.
+at the bilinear decode's 128 x 2, where the bilinear decode runs 14.5 against 13.1. ``trilinear_wide`` is
+``forward_wide``'s tile, not swept (``--sweep trilinear`` sets the narrow key).
 """
 
 
@@ -150,7 +151,7 @@ HOIST_WEIGHTS = True
 
 CARRY_GRADIENTS = True
 """Whether the training kernel keeps each program's running weight gradients in registers across its tiles
-(fp16 and bf16 networks whose gradients fit: :func:`_carries`) instead of adding every tile's gradients to the
+(fp16 networks whose gradients fit: :func:`_carries`) instead of adding every tile's gradients to the
 program's slot in memory. Read when a network's training buffers are built (:class:`FusedForwardBackward`, the first
 backward of a :class:`FusedMLP` in a dtype)."""
 
@@ -164,11 +165,12 @@ and was still as fast as the slots or faster (see docs/benchmarks.md)."""
 def _carries(packed: PackedMLP) -> bool:
     """Whether the training kernel carries ``packed``'s gradients in registers (:data:`CARRY_GRADIENTS`).
 
-    Not for fp32 networks: their products run at full precision and their weights take twice the registers; carried
-    and hoisted they trained at half the speed of the slots (H200, 2026-11-26, 12-32x3).
+    fp16 networks only. fp32 ones: their products run at full precision and their weights take twice the registers;
+    carried and hoisted they trained at half the speed of the slots (H200, 2026-11-26, 12-32x3). bf16 ones: not yet
+    checked on a GPU (the CPU interpreter cannot run bf16 training; bench/kernels_parity.py runs fp16 and fp32).
     """
     threads = 32 * TILES[_tile_key("train", packed.hp)][1]
-    return CARRY_GRADIENTS and packed.dtype != torch.float32 and packed.slot_size <= CARRY_REGISTERS * threads
+    return CARRY_GRADIENTS and packed.dtype == torch.float16 and packed.slot_size <= CARRY_REGISTERS * threads
 
 
 def _tile_key(kind: str, hidden: int) -> str:
@@ -344,11 +346,10 @@ class PackedMLP:
 
     @property
     def half_activations(self) -> bool:
-        """Whether the training kernel, and :class:`FusedMLP`'s forward that it differentiates, run the hidden activations
-        in packed fp16 (:data:`HALF_ACTIVATIONS`): packed for training, fp16 weights, ReLU or leaky ReLU with a leak in [0, 1]."""
-        return (
-            HALF_ACTIVATIONS and self.training and self.dtype == torch.float16 and self.hidden_activation in ("relu", "leaky_relu") and 0.0 <= self.leak <= 1.0
-        )
+        """Whether the training kernel, and :class:`FusedMLP`'s forward that it differentiates, round each hidden sum to fp16
+        before the activation, bit for bit PyTorch's fp16 layers (:data:`HALF_ACTIVATIONS`): packed for training, fp16
+        weights, ReLU, or leaky ReLU with a leak >= 0 (the slope is read from the output's sign)."""
+        return HALF_ACTIVATIONS and self.training and self.dtype == torch.float16 and self.hidden_activation in ("relu", "leaky_relu") and self.leak >= 0.0
 
     @property
     def block_rows(self) -> int:
@@ -537,7 +538,7 @@ class _TrainingBuffers:
         self.programs = programs
         self.block_rows = _block_rows("train", p.hp)
         self.carry = _carries(p)
-        self.grads = torch.zeros(programs, p.slot_size, dtype=torch.float32, device=device)  # each program's slot, written by its first tile
+        self.grads = torch.zeros(programs, p.slot_size, dtype=torch.float32, device=device)  # each program's slot, written by the program
         self.scratch = torch.empty(programs * max(1, p.hidden) * self.block_rows * p.hp, dtype=p.dtype, device=device)
         self.losses = torch.zeros(programs, dtype=torch.float32, device=device)  # each program's loss sum (not written in upstream mode)
 
@@ -625,7 +626,7 @@ class FusedForwardBackward:
         inputs, targets = inputs.contiguous(), targets.float().contiguous()
         n = inputs.shape[0]
         buffers = self.buffers
-        if n == 0:  # no tile writes the slot
+        if n == 0:  # with the slots, no tile writes the slot
             buffers.grads[:1].zero_()
         programs = _train(p, buffers, inputs, targets, n, loss=self.loss, scale=scale.float().reshape(1), floor=self.floor, frequencies=self.frequencies)
         return programs, n
@@ -864,7 +865,7 @@ class FusedMLP:
         x = x.contiguous() if x.dtype == packed.dtype else x.float().contiguous()
         dy = dy.float().contiguous()
         dx = torch.empty(n if input_gradient else 0, packed.inputs, dtype=torch.float32, device=x.device)
-        if n == 0:  # no tile writes the slot
+        if n == 0:  # the kernel does not run
             buffers.grads[:1].zero_()
         programs = _train(packed, buffers, x, dy, n, loss="upstream", dx=dx if input_gradient else None) if n else 1
         interleaved = _unpack_gradients(packed, buffers.grads[:programs].sum(0))

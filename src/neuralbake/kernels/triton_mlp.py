@@ -104,6 +104,7 @@ def _activate_half(x, ACT: tl.constexpr, LEAK: tl.constexpr):
 def _activate_rounded(z, ACT: tl.constexpr, LEAK: tl.constexpr):
     """ReLU or leaky ReLU of fp16 values ``z`` as PyTorch's fp16 ``relu`` / ``leaky_relu`` compute it, bit for bit: the
     leak's product in fp32, rounded once (an fp16 leak, 0.01 -> 0.0100021, would round differently)."""
+    tl.static_assert(ACT == 1 or ACT == 2, "rounded activations are ReLU and leaky ReLU")
     if ACT == 1:
         a = tl.maximum(z, tl.zeros_like(z))
     else:
@@ -114,9 +115,10 @@ def _activate_rounded(z, ACT: tl.constexpr, LEAK: tl.constexpr):
 @triton.jit
 def _times_slope(da, a, ACT: tl.constexpr, LEAK: tl.constexpr, HALF_ACT: tl.constexpr):
     """``da * act'(z)`` in ``a``'s dtype, from the activation's output ``a``. With ``HALF_ACT`` (fp16, ReLU or leaky
-    ReLU with 0 <= LEAK <= 1) as PyTorch's fp16 backward computes it: ``da`` rounded to fp16 (PyTorch's is the output
+    ReLU with LEAK >= 0, so that ``a > 0`` where ``z > 0``) as PyTorch's fp16 backward computes it: ``da`` rounded to fp16 (PyTorch's is the output
     of an fp16 product), then for a negative ``a`` times the leak in fp32, rounded once."""
     if HALF_ACT:
+        tl.static_assert(ACT == 1 or ACT == 2, "rounded activations are ReLU and leaky ReLU")
         g = da.to(a.dtype)
         if ACT == 1:
             dz = tl.where(a > 0.0, g, tl.zeros_like(g))
@@ -613,16 +615,17 @@ def _mlp_train_kernel(
     respect to the input rows goes to ``dx_ptr`` ``[N, K]`` fp32 (not with ``FREQ``).
 
     Program ``p`` takes tiles ``p, p + P, ...`` (``P`` programs, at most one per tile). Its gradient slot at
-    ``grad_ptr + p * G`` (written by its first tile, so nothing needs zeroing; layout ``[w_in | b_in | w_hid | b_hid | w_out |
-    b_out]``, weights ``[in, out]`` padded) accumulates the weight gradients of its tiles; its loss
+    ``grad_ptr + p * G`` (layout ``[w_in | b_in | w_hid | b_hid | w_out | b_out]``, weights ``[in, out]`` padded; written
+    by the program itself, so nothing needs zeroing, see ``CARRY``) gets the weight gradients of its tiles; its loss
     sum goes to ``loss_ptr[p]``. Hidden activations pass from the forward to the backward through
     the program's own ``[HIDDEN, BM, HP]`` scratch block (the last stays in registers).
 
     - ``CARRY``: the running gradients stay in registers across the program's tiles (each weight
       gradient the accumulator of its ``tl.dot``; each bias gradient the product of a row of ones
       with the layer's ``dz``, which needs no reduction across warps per tile) and the slot is
-      written once at the end. Without, every tile adds its gradients to the slot in memory (for
-      widths whose gradients do not fit in registers).
+      written once at the end (zeros by a program without tiles). Without, the program's first tile
+      writes the slot and every later one adds its gradients to it in memory (networks whose
+      gradients do not fit in registers, fp32 and bf16 ones: ``kernels.fused._carries``).
     - ``HOIST``: the weights are loaded once, before the tiles.
     - ``HALF_ACT`` (fp16, ReLU or leaky ReLU): each hidden layer's fp32 sum is rounded to fp16
       before the activation, and the activation and its slope run on fp16 values as PyTorch's fp16
