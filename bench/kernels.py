@@ -27,6 +27,7 @@ fraction of the GPU's dense fp16 tensor-core peak (989 TFLOP/s on an H100 SXM).
     python bench/kernels.py --sweep ntc 128 4 [REGISTERS]   # one tile (and register cap) of one kernel kind
     python bench/kernels.py --profile-step   # kernels and GPU time per trainer step, PyTorch and fused
     python bench/kernels.py --decode-launches   # the decodes for Nsight Compute (see decode_launches)
+    python bench/kernels.py --train-launches    # fused training steps for Nsight Compute (see train_launches)
     python bench/kernels.py --ab             # the decodes with and without fp16 sums, split feature tiles, narrow outputs
     python bench/kernels.py --ab-train       # the training rows with each of the training kernel's choices flipped
 """
@@ -35,6 +36,7 @@ fraction of the GPU's dense fp16 tensor-core peak (989 TFLOP/s on an H100 SXM).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
@@ -117,6 +119,21 @@ def _try_time(fn, repeats: int) -> float | None:
     except Exception as exc:  # noqa: BLE001
         print(f"  (a path failed: {type(exc).__name__}: {str(exc)[:200]})", flush=True)
         return None
+
+
+@contextlib.contextmanager
+def _flags(**values):
+    """``kernels.fused``'s module switches (``HALF_SUMS``, ``CARRY_GRADIENTS``, ...) set to ``values`` inside, restored after."""
+    from neuralbake.kernels import fused as fused_module
+
+    saved = {name: getattr(fused_module, name) for name in values}
+    try:
+        for name, value in values.items():
+            setattr(fused_module, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(fused_module, name, value)
 
 
 def bench_mlp(device, sizes, repeats, peak) -> list[dict]:
@@ -381,15 +398,13 @@ def sweep(device, repeats, kind: str, tile: tuple[int, int]) -> None:
             auto = AutogradForwardBackward(half, torch.nn.functional.mse_loss)
             t_auto = _time(lambda: auto(params, sample, 1024.0), repeats)
             print(f"train step {batch}: autograd (eager, not graphed) {batch / t_auto / 1e6:8.1f} M/s", flush=True)
-            carried = fused_module.CARRY_GRADIENTS
             for carry, programs in itertools.product((False, True), (1, 2, 4)):
-                fused_module.CARRY_GRADIENTS = carry
+                fused_module.CARRY_GRADIENTS = carry  # one tile per process: nothing to restore
                 count = programs * torch.cuda.get_device_properties(device).multi_processor_count
                 step = FusedForwardBackward(net, "mse", dtype=torch.float16, programs=count)
                 t = _try_time(lambda: step(params, sample, scale), repeats)
                 where = "registers" if step.buffers.carry else "slots"
                 print(f"train step {batch} tile {tile} programs {programs}x SMs, gradients in {where}: {batch / t / 1e6 if t else 0:8.1f} M/s", flush=True)
-            fused_module.CARRY_GRADIENTS = carried
 
 
 def profile_step(device) -> None:
@@ -439,6 +454,23 @@ def decode_launches(device) -> None:
     torch.cuda.synchronize()
 
 
+def train_launches(device) -> None:
+    """Three fused training steps of the RTXNS network at 2^18 rows (the kernel and the step's other launches), for a
+    profiler to attach to:
+
+        ncu --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \\
+            --section InstructionStats -k regex:_mlp_train_kernel -s 1 -c 1 python bench/kernels.py --train-launches
+    """
+    image = _image(device)
+    net = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device)
+    half = cast_model(net, torch.float16)
+    sample = _ImageSampler(image, 1 << 18).sample(torch.Generator(device=device).manual_seed(0))
+    step = FusedForwardBackward(net, "mse", dtype=torch.float16)
+    for _ in range(3):
+        step(dict(half.named_parameters()), sample, torch.tensor(1024.0, device=device))
+    torch.cuda.synchronize()
+
+
 def ab(device, repeats, peak) -> list[dict]:
     """The decodes at 2^24 samples (NTC: the 4K frame) with each of three decode choices on and off, in one run.
 
@@ -448,8 +480,6 @@ def ab(device, repeats, peak) -> list[dict]:
     the same decode once, for the ratios. Each row's error is against the fp32 network on the first
     2^20 samples, relative to max(|v|, 1).
     """
-    from neuralbake.kernels import fused as fused_module
-
     n, m = 1 << 24, 1 << 20
     material = _material(device)
     exact = material.to(torch.float32)  # the same latents and decoder in fp32, on the PyTorch path
@@ -475,31 +505,28 @@ def ab(device, repeats, peak) -> list[dict]:
     fl = torch.zeros_like(fx)
     exact_ntc = decode_texels(container, fl[:m], fx[:m], fy[:m])
     rows = []
-    saved = fused_module.HALF_SUMS, fused_module.SPLIT_FEATURES, fused_module.NARROW_OUTPUTS
-    try:
-        # (fp16 sums, split feature tiles, narrow output layer): the shipped decode, each choice off alone, all off
-        for half, split, narrow in ((True, True, True), (True, True, False), (False, True, True), (True, False, True), (False, False, False)):
-            fused_module.HALF_SUMS, fused_module.SPLIT_FEATURES, fused_module.NARROW_OUTPUTS = half, split, narrow
-            label = f"{'fp16' if half else 'fp32'} sums, {'split' if split else 'one'} feature tile, {4 if narrow else 16} output columns"
+    # (fp16 sums, split feature tiles, narrow output layer): the shipped decode, each choice off alone, all off
+    for half, split, narrow in ((True, True, True), (True, True, False), (False, True, True), (True, False, True), (False, False, False)):
+        sums = f"{'fp16' if half else 'fp32'} sums"
+        label = f"{sums}, {'split' if split else 'one'} feature tile, {4 if narrow else 16} output columns"
+        first = len(rows)
+        with _flags(HALF_SUMS=half, SPLIT_FEATURES=split, NARROW_OUTPUTS=narrow):
             fused = NeuralMaterial(material.latents, material.decoder, material.direction_inputs)
             fused.kernels = "triton"
-            first = len(rows)
             for filtering, extra in (("bilinear", ()), ("trilinear", (lod,))):
                 t = _time(lambda: fused.decode(uv, wi, wo, *extra), repeats)
                 rows.append(_row(f"neural material {filtering}, {label}", n, {"compile": t_compile[filtering], "triton": t}, _macs([14, 64, 64, 64, 3]), peak))
                 rows[-1]["error"] = relative(fused.decode(uv[:m], wi[:m], wo[:m], *(e[:m] for e in extra)), expected[filtering])
             if split and narrow:  # the MLP (32 outputs) and NTC (11) decodes have no feature tiles to split and pad as before
                 packed = PackedMLP.from_mlp(mlp)
-                rows.append(_row(f"mlp 32-64x3-32, {label[:9]}", n, {"triton": _time(lambda: mlp_forward(packed, x, out_dtype=torch.float16), repeats)}, _macs([32, 64, 64, 64, 32]), peak))
+                rows.append(_row(f"mlp 32-64x3-32, {sums}", n, {"triton": _time(lambda: mlp_forward(packed, x, out_dtype=torch.float16), repeats)}, _macs([32, 64, 64, 64, 32]), peak))
                 rows[-1]["error"] = relative(mlp_forward(packed, x[:m]), exact_mlp(x[:m].float()))
                 ntc = FusedNTC(container)
-                rows.append(_row(f"ntc 4K frame, {label[:9]}", frame, {"triton": _time(lambda: ntc.texels(fl, fx, fy, out_dtype=torch.float16), repeats)}, _macs(container.layout.layer_widths), peak))
+                rows.append(_row(f"ntc 4K frame, {sums}", frame, {"triton": _time(lambda: ntc.texels(fl, fx, fy, out_dtype=torch.float16), repeats)}, _macs(container.layout.layer_widths), peak))
                 rows[-1]["ms_per_frame_triton"] = round(frame / rows[-1]["triton_per_s"] * 1e3, 3)
                 rows[-1]["error"] = float((ntc.texels(fl[:m], fx[:m], fy[:m]) - exact_ntc).abs().max())
-            for row in rows[first:]:
-                print(f"  {row['row']}: error {row['error']:.2e}" + (f", {row['ms_per_frame_triton']} ms" if "ms_per_frame_triton" in row else ""), flush=True)
-    finally:
-        fused_module.HALF_SUMS, fused_module.SPLIT_FEATURES, fused_module.NARROW_OUTPUTS = saved
+        for row in rows[first:]:
+            print(f"  {row['row']}: error {row['error']:.2e}" + (f", {row['ms_per_frame_triton']} ms" if "ms_per_frame_triton" in row else ""), flush=True)
     return rows
 
 
@@ -521,29 +548,24 @@ def ab_train(device, sizes, steps) -> list[dict]:
 
     image = _image(device)
     widths = [12, 64, 64, 64, 64, 3]
-    saved = {name: getattr(fused_module, name) for name in TRAIN_CHOICES}
-    flipped = [(f"{name} {'off' if saved[name] else 'on'}", {name: not saved[name]}) for name in TRAIN_CHOICES]
+    shipped = {name: getattr(fused_module, name) for name in TRAIN_CHOICES}
+    flipped = [(f"{name} {'off' if shipped[name] else 'on'}", {name: not shipped[name]}) for name in TRAIN_CHOICES]
     variants = [("shipped", {}), *flipped, ("all off", dict.fromkeys(TRAIN_CHOICES, False))]
     rows = []
-    try:
-        for n in sizes:
-            count = steps or min(4000, max(200, (1 << 24) // n))
-            _train(device, image, n, 8, False)
-            graph_rate, graph_loss = _train(device, image, n, count, False)
-            times, losses = {"graph autograd": n / graph_rate}, {"graph autograd": graph_loss}
-            for label, choices in variants:
-                for name in TRAIN_CHOICES:
-                    setattr(fused_module, name, choices.get(name, saved[name]))
+    for n in sizes:
+        count = steps or min(4000, max(200, (1 << 24) // n))
+        _train(device, image, n, 8, False)
+        graph_rate, graph_loss = _train(device, image, n, count, False)
+        times, losses = {"graph autograd": n / graph_rate}, {"graph autograd": graph_loss}
+        for label, choices in variants:
+            with _flags(**choices):
                 _train(device, image, n, 8, True)
                 rate, losses[label] = _train(device, image, n, count, True)
-                times[label] = n / rate
-            line = ", ".join(f"{label} {n / t / 1e6:.1f} M/s ({times['graph autograd'] / t:.1f}x, loss {losses[label]:.5f})" for label, t in times.items())
-            print(f"train {n} rows, {count} steps: {line}", flush=True)
-            rows.append({"row": "ab train RTXNS net", "samples": n, "steps": count, "seconds": times, "final_loss": losses,
-                         "tflops": {k: 3 * _macs(widths) * 2 * n / t / 1e12 for k, t in times.items()}})  # fmt: skip
-    finally:
-        for name, value in saved.items():
-            setattr(fused_module, name, value)
+            times[label] = n / rate
+        line = ", ".join(f"{label} {n / t / 1e6:.1f} M/s ({times['graph autograd'] / t:.1f}x, loss {losses[label]:.5f})" for label, t in times.items())
+        print(f"train {n} rows, {count} steps: {line}", flush=True)
+        rows.append({"row": "ab train RTXNS net", "samples": n, "steps": count, "seconds": times, "final_loss": losses,
+                     "tflops": {k: 3 * _macs(widths) * 2 * n / t / 1e12 for k, t in times.items()}})  # fmt: skip
     return rows
 
 
@@ -557,6 +579,7 @@ def main() -> None:
     )
     parser.add_argument("--profile-step", action="store_true", help="only count the kernels and GPU time of a trainer step, PyTorch and fused")
     parser.add_argument("--decode-launches", action="store_true", help="only launch each decode twice (for ncu to profile; see decode_launches)")
+    parser.add_argument("--train-launches", action="store_true", help="only three fused training steps (for ncu to profile; see train_launches)")
     parser.add_argument("--ab", action="store_true", help="only the decodes with fp16 sums, split feature tiles and narrow outputs on and off (see ab)")
     parser.add_argument("--ab-train", action="store_true", help="only the training rows with each of the training kernel's choices flipped (see ab_train)")
     parser.add_argument("--only", nargs="*", default=["mlp", "neural_material", "ntc", "train", "train_material"])
@@ -588,6 +611,9 @@ def main() -> None:
         return
     if args.decode_launches:
         decode_launches(device)
+        return
+    if args.train_launches:
+        train_launches(device)
         return
     if args.ab:
         args.only = ["ab"]

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from kernels import _material, _ntc_container
+from kernels import _flags, _material, _ntc_container
 
 from neuralbake.bakes.neural_material.model import NeuralMaterial, relative_l1
 from neuralbake.bakes.ntc.decode import decode_texels
@@ -155,10 +155,7 @@ def main() -> None:
         check(f"ntc int8 random access level {level_index}", fused_int8.texels(level, x, y), decode_texels_int8(container, calibration, level, x, y), torch.float16)
 
     # the fp16 decodes with fp32 sums (kernels.fused.HALF_SUMS off): the path every decode took before fp16 sums
-    from neuralbake.kernels import fused as fused_module
-
-    half_sums, fused_module.HALF_SUMS = fused_module.HALF_SUMS, False
-    try:
+    with _flags(HALF_SUMS=False):
         mlp = MLP(MLPConfig(inputs=12, hidden=64, layers=3, outputs=5, hidden_activation="relu", output_activation="none")).to(device).half()
         x = torch.rand(1 << 18, 12, device=device).half()
         check("mlp fp16 sums in fp32", mlp_forward(PackedMLP.from_mlp(mlp), x), mlp(x), torch.float16)
@@ -172,8 +169,6 @@ def main() -> None:
         x = torch.randint(0, 2048, (1 << 18,), device=device)
         level = torch.zeros_like(x)
         check("ntc fp16 sums in fp32", FusedNTC(container, torch.float16).texels(level, x, x), decode_texels(container, level, x, x), torch.float16)
-    finally:
-        fused_module.HALF_SUMS = half_sums
 
     # FusedMLP: an MLP's forward and backward inside autograd (the neural-material bake's encoder and decoder)
     torch.manual_seed(1)  # each block's data fixed, whatever checks come before it
@@ -184,10 +179,10 @@ def main() -> None:
             fused = MLP(reference.config).to(device).to(dtype)
             fused.load_state_dict(reference.state_dict())
             fused.kernels = "triton"
+            exact = cast_model(reference, torch.float32)  # the same network in fp32: what both fp16 paths approximate
             for n in (1000, 1 << 16):
                 x = (torch.rand(n, inputs, device=device) * 2 - 1).to(dtype)
                 upstream = torch.randn(n, outputs, device=device)
-                exact = cast_model(reference, torch.float32)  # the same network in fp32: what both fp16 paths approximate
                 results = []
                 for model, rows in ((reference, x), (fused, x), (exact, x.float())):
                     rows = rows.clone().requires_grad_()
@@ -204,7 +199,6 @@ def main() -> None:
     # the fp16 training activations with kernels.fused.HALF_ACTIVATIONS (off by default) through identity layers: bit for
     # bit PyTorch's
     torch.manual_seed(3)
-    half_activations, fused_module.HALF_ACTIVATIONS = fused_module.HALF_ACTIVATIONS, True
     for act in ("relu", "leaky_relu"):
         identity = MLP(MLPConfig(inputs=16, hidden=16, layers=1, outputs=16, hidden_activation=act, output_activation="none")).to(device)
         with torch.no_grad():
@@ -218,16 +212,15 @@ def main() -> None:
         rows = x.clone().requires_grad_()
         activation(rows).backward(upstream)
         tensors = [layer.weight for layer in identity.layers] + [layer.bias for layer in identity.layers]
-        values = mlp_forward(PackedMLP.from_mlp(identity, training=True), x, out_dtype=torch.float16)
-        dx, _ = FusedMLP(identity).backward(x, upstream.float(), tensors)
+        with _flags(HALF_ACTIVATIONS=True):
+            values = mlp_forward(PackedMLP.from_mlp(identity, training=True), x, out_dtype=torch.float16)
+            dx, _ = FusedMLP(identity).backward(x, upstream.float(), tensors)
         same = torch.equal(values, activation(x)) and torch.equal(dx.half(), rows.grad)
         print(f"{'ok  ' if same else 'FAIL'} fp16 training {act} values and slope bit for bit PyTorch's", flush=True)
         if not same:
             FAILURES.append(f"fp16 training {act} bit for bit")
-    fused_module.HALF_ACTIVATIONS = half_activations
 
     torch.manual_seed(2)
-    carried = fused_module.CARRY_GRADIENTS
     losses = {"mse": torch.nn.functional.mse_loss, "l1": torch.nn.functional.l1_loss, "relative_l1": relative_l1}
     for dtype in dtypes:
         for hidden, act, out_act, loss in ((64, "leaky_relu", "sigmoid", "mse"), (128, "relu", "none", "relative_l1"), (32, "tanh", "exp", "l1")):
@@ -235,23 +228,23 @@ def main() -> None:
             compute = CoordinateNetwork(model.config).to(device).to(dtype)
             compute.load_state_dict(model.state_dict())
             params = dict(compute.named_parameters())
+            # the running gradients carried in registers (where kernels.fused._carries takes them: fp16 networks whose
+            # gradients fit) and added to the slots, on the same batches
+            with _flags(CARRY_GRADIENTS=True):
+                carried = FusedForwardBackward(model, loss, dtype=dtype)
+            with _flags(CARRY_GRADIENTS=False):
+                slots = FusedForwardBackward(model, loss, dtype=dtype)
+            steps = [carried, slots] if carried.buffers.carry else [slots]
             for n in (1000, 1 << 16):
                 batch = Batch(inputs=torch.rand(n, 2, device=device), targets=torch.rand(n, 3, device=device))
                 scale = 256.0 if dtype == torch.float16 else 1.0
                 ref_loss, ref_grads = AutogradForwardBackward(compute, losses[loss])(params, batch, scale)
                 _, exact_grads = AutogradForwardBackward(model, losses[loss])(dict(model.named_parameters()), batch, scale)
-                # the same batch with the running gradients carried in registers (where kernels.fused._carries takes
-                # them: fp16 networks whose gradients fit) and added to the slots
-                for carry in (True, False):
-                    fused_module.CARRY_GRADIENTS = carry
-                    step = FusedForwardBackward(model, loss, dtype=dtype)
-                    if carry and not step.buffers.carry:
-                        continue  # this network keeps the slots: checked in the next pass
+                for step in steps:
                     where = "registers" if step.buffers.carry else "slots"
                     fused_loss, grads = step(params, batch, torch.tensor(scale, device=device))
                     check(f"train {dtype} {hidden} {act}/{out_act} {loss} {where} n={n} loss", fused_loss, ref_loss, dtype)
                     check_gradients(f"train {dtype} {hidden} {act}/{out_act} {loss} {where} n={n}", grads, ref_grads, exact_grads, dtype)
-            fused_module.CARRY_GRADIENTS = carried
     # The optimizer step on the kernels (gradient sum, unscale, Adam, loss scale) against PyTorch's fused Adam path, the
     # same fused forward/backward under both: masters and moments after 3 steps (before fp16 rounding flips compound: two
     # runs whose masters differ in the last bits drift apart by a few % in 50 steps however right both are), then 200

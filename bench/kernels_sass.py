@@ -42,6 +42,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from neuralbake.kernels import triton_mlp
+from neuralbake.kernels.fused import TILES
 
 TOOLS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
@@ -59,13 +60,20 @@ STEPS = (
 )
 
 
+def _compile(kernel, signature: dict, constants: dict, kind: str) -> bytes:
+    """``kernel`` compiled for sm_90 at the tile ``kernels.fused.TILES[kind]`` (its rows as ``BM``), pointers and ``N``
+    16-byte aligned as the launches are."""
+    rows, warps = TILES[kind]
+    constants = {**constants, "BM": rows}
+    types = dict(signature) | {name: "constexpr" for name in constants}
+    aligned = {(i,): [["tt.divisibility", 16]] for i, (name, kind) in enumerate(signature.items()) if kind.startswith("*") or name == "N"}
+    source = ASTSource(fn=kernel, signature=types, constexprs=constants, attrs=aligned)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}).asm["cubin"]
+
+
 def compile_decode(choices: dict) -> bytes:
-    constants = {"C": 8, "DIR0": 0, "DIR1": 1, "DIR2": -1, "TRILINEAR": False, "KP": 16, "HP": 64, "HIDDEN": 2, "HACT": 1, "LEAK": 0.01, "DOT": "tf32", "BM": 128, "WIDE": False}
-    constants.update(choices)
-    signature = dict(SIGNATURE) | {name: "constexpr" for name in constants}
-    aligned = {(i,): [["tt.divisibility", 16]] for i, (name, kind) in enumerate(SIGNATURE.items()) if kind.startswith("*") or name == "N"}
-    source = ASTSource(fn=triton_mlp._neural_material_kernel, signature=signature, constexprs=constants, attrs=aligned)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 2}).asm["cubin"]
+    constants = {"C": 8, "DIR0": 0, "DIR1": 1, "DIR2": -1, "TRILINEAR": False, "KP": 16, "HP": 64, "HIDDEN": 2, "HACT": 1, "LEAK": 0.01, "DOT": "tf32", "WIDE": False}
+    return _compile(triton_mlp._neural_material_kernel, SIGNATURE, constants | choices, "forward")
 
 
 TRAIN_SIGNATURE = {
@@ -82,12 +90,8 @@ TRAIN_STEPS = (
 
 def compile_train(choices: dict) -> bytes:
     constants = {"K": 2, "O": 3, "FREQ": 3, "KP": 16, "HP": 64, "OP": 16, "HIDDEN": 3, "HACT": 2, "OACT": 5, "LEAK": 0.01, "LOSS": 0,
-                 "FLOOR": 0.01, "DOT": "tf32", "BM": 64, "DX": False, "HALF_ACT": False}  # fmt: skip
-    constants.update(choices)
-    signature = dict(TRAIN_SIGNATURE) | {name: "constexpr" for name in constants}
-    aligned = {(i,): [["tt.divisibility", 16]] for i, (name, kind) in enumerate(TRAIN_SIGNATURE.items()) if kind.startswith("*") or name == "N"}
-    source = ASTSource(fn=triton_mlp._mlp_train_kernel, signature=signature, constexprs=constants, attrs=aligned)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["cubin"]
+                 "FLOOR": 0.01, "DOT": "tf32", "DX": False, "HALF_ACT": False}  # fmt: skip
+    return _compile(triton_mlp._mlp_train_kernel, TRAIN_SIGNATURE, constants | choices, "train")
 
 
 def instructions(cubin: bytes) -> tuple[collections.Counter, collections.Counter, str]:
@@ -120,10 +124,10 @@ def main() -> None:
     if not (TOOLS / "nvdisasm").is_file():
         sys.exit(f"this Triton ({triton.__version__}) has no CUDA tools in {TOOLS}; install a Triton wheel with the NVIDIA backend.")
     if args.train:
-        print(f"Triton {triton.__version__}, sm_90, training kernel of the RTXNS network 12 -> 64 x 4 -> 3 fp16, 64 rows x 4 warps", flush=True)
-        steps, build, per = TRAIN_STEPS, compile_train, "per 64-row tile and warp"
+        print(f"Triton {triton.__version__}, sm_90, training kernel of the RTXNS network 12 -> 64 x 4 -> 3 fp16, {TILES['train'][0]} rows x {TILES['train'][1]} warps", flush=True)
+        steps, build, per = TRAIN_STEPS, compile_train, f"per {TILES['train'][0]}-row tile and warp"
     else:
-        print(f"Triton {triton.__version__}, sm_90, neural-material decode 14 -> 64 x 3 -> 3 fp16, 128 rows x 2 warps", flush=True)
+        print(f"Triton {triton.__version__}, sm_90, neural-material decode 14 -> 64 x 3 -> 3 fp16, {TILES['forward'][0]} rows x {TILES['forward'][1]} warps", flush=True)
         steps, build, per = STEPS, compile_decode, None
     source = Path(triton_mlp.__file__).read_text().splitlines()
     for label, choices in steps:

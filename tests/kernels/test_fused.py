@@ -28,7 +28,7 @@ from neuralbake.kernels import fused as fused_module
 from neuralbake.kernels import interpreting, resolve_kernels, unsupported_reason
 from neuralbake.kernels.fused import FusedForwardBackward, FusedMLP, FusedNeuralMaterial, FusedNTC, PackedMLP, mlp_forward
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
-from neuralbake.nn.trainer import AutogradForwardBackward, Batch, Trainer, TrainerConfig
+from neuralbake.nn.trainer import AutogradForwardBackward, Batch, Trainer, TrainerConfig, cast_model
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 pytestmark = pytest.mark.skipif(DEVICE.type == "cpu" and not interpreting(), reason="needs a GPU or TRITON_INTERPRET=1")
@@ -40,6 +40,15 @@ def _close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> 
     tolerance = 1e-5 if dtype == torch.float32 else 2e-2
     error = float((actual.detach().float() - expected.detach().float()).abs().max())
     assert error <= tolerance * scale, f"max error {error:.3g} > {tolerance * scale:.3g}"
+
+
+def _as_close_as_autograd(actual: torch.Tensor, autograd: torch.Tensor, exact: torch.Tensor, scale: float = 1.0) -> None:
+    """An fp16 gradient summed over rows with cancelling signs carries fp16's rounding of each term, so it is judged
+    against the exact (fp32) gradient of the same fp16 weights: no further from it than PyTorch's own fp16 autograd
+    gradient is (twice that, plus 0.1 % of the tensor's scale). ``actual`` and ``autograd`` are scaled by ``scale``."""
+    fused_error = float((actual.float() / scale - exact).abs().max())
+    torch_error = float((autograd.float() / scale - exact).abs().max())
+    assert fused_error <= 2.0 * torch_error + 1e-3 * float(exact.abs().max()), (fused_error, torch_error)
 
 
 def _mlp(inputs: int, hidden: int, layers: int, outputs: int, hidden_act: str, output_act: str, seed: int = 0) -> MLP:
@@ -292,18 +301,12 @@ def test_training_step_gradients_match_autograd(dtype: torch.dtype, loss: str, h
             assert actual.shape == param.shape, name
             _close(actual, expected, dtype)
         return
-    # fp16: a gradient summed over rows with cancelling signs carries fp16's rounding of each term,
-    # so it is judged against the exact (fp32) gradient of the same fp16 weights, and must be no
-    # further from it than PyTorch's own fp16 autograd is (plus 0.1 % of the tensor's scale)
-    exact_model = _mlp(10, 32, 3, 3, hidden_act, output_act, seed=7).to(dtype).float()
-    exact_params = dict(exact_model.named_parameters())
+    exact_model = cast_model(model, torch.float32)
     exact = Batch(inputs=batch.inputs.float(), targets=batch.targets)
-    _, exact_grads = AutogradForwardBackward(exact_model, LOSSES[loss])(exact_params, exact, 1.0)
+    _, exact_grads = AutogradForwardBackward(exact_model, LOSSES[loss])(dict(exact_model.named_parameters()), exact, 1.0)
     for (name, param), half, actual, truth in zip(params.items(), ref_grads, fused_grads, exact_grads):
         assert actual.shape == param.shape, name
-        fused_error = float((actual.float() / scale - truth).abs().max())
-        torch_error = float((half.float() / scale - truth).abs().max())
-        assert fused_error <= 2.0 * torch_error + 1e-3 * float(truth.abs().max()), (name, fused_error, torch_error)
+        _as_close_as_autograd(actual, half, truth, scale)
 
 
 @pytest.mark.parametrize("layers", [1, 3])
@@ -314,7 +317,7 @@ def test_gradients_carried_in_registers_or_added_to_the_slots_agree(monkeypatch:
     as close to the exact gradient as autograd's fp16 ones; a network whose gradients do not fit in registers never carries;
     a network without hidden-to-hidden layers (layers=1) included."""
     model = _mlp(10, hidden, layers, 3, "leaky_relu", "sigmoid", seed=7).half()
-    exact = _mlp(10, hidden, layers, 3, "leaky_relu", "sigmoid", seed=7).half().float()
+    exact = cast_model(model, torch.float32)
     n = 500  # several tiles a program (64 rows a tile, 32 at width 128; three programs)
     g = torch.Generator().manual_seed(8)
     batch = Batch(inputs=(torch.rand(n, 10, generator=g) * 2 - 1).to(DEVICE).half(), targets=torch.rand(n, 3, generator=g).to(DEVICE))
@@ -332,8 +335,7 @@ def test_gradients_carried_in_registers_or_added_to_the_slots_agree(monkeypatch:
         assert step.buffers.carry == (carry and not (hidden == 128 and layers == 3))
         _, grads = step(params, batch, torch.tensor(64.0, device=DEVICE))
         for half_grad, actual, truth in zip(half_grads, grads, exact_grads, strict=True):
-            fused_error, torch_error = float((actual - truth).abs().max()), float((half_grad.float() - truth).abs().max())
-            assert fused_error <= 2.0 * torch_error + 1e-3 * float(truth.abs().max()), (carry, hoist, fused_error, torch_error)
+            _as_close_as_autograd(actual, half_grad, truth)
         dx, weight_grads = FusedMLP(model, programs=3).backward(batch.inputs, upstream, tensors)
         results.append([*grads, dx, *weight_grads])
     for other in results[1:]:
@@ -367,12 +369,10 @@ def test_fp16_training_with_either_activation_arithmetic_matches_autograd(monkey
     ref_loss, ref_grads = AutogradForwardBackward(model, LOSSES["mse"])(params, batch, 64.0)
     loss, grads = step(params, batch, torch.tensor(64.0, device=DEVICE))
     _close(loss, ref_loss, torch.float16)
-    exact_model = _mlp(10, 32, 3, 3, hidden_act, "sigmoid", seed=7).half().float()
+    exact_model = cast_model(model, torch.float32)
     _, exact_grads = AutogradForwardBackward(exact_model, LOSSES["mse"])(dict(exact_model.named_parameters()), Batch(batch.inputs.float(), batch.targets), 1.0)
     for half_grad, actual, truth in zip(ref_grads, grads, exact_grads, strict=True):
-        fused_error = float((actual.float() / 64.0 - truth).abs().max())
-        torch_error = float((half_grad.float() / 64.0 - truth).abs().max())
-        assert fused_error <= 2.0 * torch_error + 1e-3 * float(truth.abs().max())
+        _as_close_as_autograd(actual, half_grad, truth, 64.0)
     _close(FusedMLP(model)(batch.inputs), model(batch.inputs), torch.float16)
 
 

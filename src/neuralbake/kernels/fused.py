@@ -559,8 +559,12 @@ def _train(
     """Launch :func:`_mlp_train_kernel` on ``n`` rows; returns the number of programs (the gradient slots written).
 
     ``loss`` ``"upstream"``: ``targets`` is the outputs' gradient and ``scale`` is not read; ``dx``: where the input
-    rows' gradient goes (upstream mode only).
+    rows' gradient goes (upstream mode only). An empty batch has one slot of zeros (and, with a loss, a loss sum of 0).
     """
+    if n == 0:
+        buffers.grads[:1].zero_()  # with the slots, no tile writes it
+        if loss == "upstream":
+            return 1
     grid = (min(buffers.programs, max(1, triton.cdiv(n, buffers.block_rows))),)
     with mma_sync():
         _mlp_train_kernel[grid](
@@ -625,10 +629,7 @@ class FusedForwardBackward:
             inputs = inputs.float()
         inputs, targets = inputs.contiguous(), targets.float().contiguous()
         n = inputs.shape[0]
-        buffers = self.buffers
-        if n == 0:  # with the slots, no tile writes the slot
-            buffers.grads[:1].zero_()
-        programs = _train(p, buffers, inputs, targets, n, loss=self.loss, scale=scale.float().reshape(1), floor=self.floor, frequencies=self.frequencies)
+        programs = _train(p, self.buffers, inputs, targets, n, loss=self.loss, scale=scale.float().reshape(1), floor=self.floor, frequencies=self.frequencies)
         return programs, n
 
     # -- the whole optimizer step on the GPU -------------------------------------------------------
@@ -864,13 +865,11 @@ class FusedMLP:
         n = x.shape[0]
         x = x.contiguous() if x.dtype == packed.dtype else x.float().contiguous()
         dy = dy.float().contiguous()
-        dx = torch.empty(n if input_gradient else 0, packed.inputs, dtype=torch.float32, device=x.device)
-        if n == 0:  # the kernel does not run
-            buffers.grads[:1].zero_()
-        programs = _train(packed, buffers, x, dy, n, loss="upstream", dx=dx if input_gradient else None) if n else 1
+        dx = torch.empty(n, packed.inputs, dtype=torch.float32, device=x.device) if input_gradient else None
+        programs = _train(packed, buffers, x, dy, n, loss="upstream", dx=dx)
         interleaved = _unpack_gradients(packed, buffers.grads[:programs].sum(0))
         grads = interleaved[0::2] + interleaved[1::2]
-        return (dx if input_gradient else None), [g.to(t.dtype) for g, t in zip(grads, tensors, strict=True)]
+        return dx, [g.to(t.dtype) for g, t in zip(grads, tensors, strict=True)]
 
 
 class _FusedMLPFunction(torch.autograd.Function):
