@@ -77,8 +77,8 @@ NTC decodes). The sizes are the fastest of sweeps on an H100 and H200s (bench/ke
 bench/kernels_parity.py checks them); with ``mma.sync`` at any warp count the NTC decode and the
 training step gained from 4 warps (2026-11-26, H200: 3.2 against 2.9 G texels/s, 485 against 321 M
 training samples/s at 2^18 rows). ``trilinear`` is the neural-material decode with a level per sample
-(two sets of bilinear taps): on an H100 (2026-11-26) it ran 11.4 G samples/s at 128 x 4 against 10.1
-at the bilinear decode's 128 x 2, where the bilinear decode runs 14.5 against 13.1. ``trilinear_wide`` is
+(two sets of bilinear taps): on an H100 (2026-11-26, ``--sweep trilinear``, 2^22 samples) it ran 10.2 G samples/s
+at 128 x 4 against 8.5 at the bilinear decode's 128 x 2. ``trilinear_wide`` is
 ``forward_wide``'s tile, not swept (``--sweep trilinear`` sets the narrow key).
 """
 
@@ -142,7 +142,7 @@ and compute the activation and its slope on fp16 values, bit for bit as PyTorch'
 rounded, then activated). Off by default: it cost 15 % of the RTXNS network's training rate at 2^18 rows on an H100
 (``bench/kernels.py --ab-train``, 2026-11-26: 811 against 956 M rows/s; the leaky ReLU's product in fp32 and its
 conversions). Off, the activation runs in fp32 on the unrounded sum, rounded after: the same values for ReLU; for leaky
-ReLU about a quarter of the negative activations differ from PyTorch's in their last bit. Read at every launch.
+ReLU some of the negative activations differ from PyTorch's in their last bit. Read at every launch.
 """
 
 HOIST_WEIGHTS = True
@@ -166,7 +166,7 @@ def _carries(packed: PackedMLP) -> bool:
     """Whether the training kernel carries ``packed``'s gradients in registers (:data:`CARRY_GRADIENTS`).
 
     fp16 networks only. fp32 ones: their products run at full precision and their weights take twice the registers;
-    carried and hoisted they trained at half the speed of the slots (H200, 2026-11-26, 12-32x3). bf16 ones: not yet
+    carried and hoisted they trained slower than with the slots (a reviewer's timing, H200, 12-32x3). bf16 ones: not yet
     checked on a GPU (the CPU interpreter cannot run bf16 training; bench/kernels_parity.py runs fp16 and fp32).
     """
     threads = 32 * TILES[_tile_key("train", packed.hp)][1]
