@@ -14,6 +14,7 @@ Rows (fp16 weights; samples/s best of ``--repeats``, CUDA-synchronised):
   the fused step (since 2026-11-26 the fused path is the whole step on the kernels: the pack, the
   training kernel, the gradient sum, Adam and the loss scale, five launches), samples per step 2^10
   to 2^18; and the loss both reach after the same steps;
+- ``train_bf16``: the same in bf16 (the trainer's ``precision="bf16"``), 2^14 to 2^18 samples per step;
 - ``train_material``: the neural-material bake's step (encoder + decoder, relative L1 on a fixed
   random teacher, fp16, CUDA graph), autograd against each MLP's forward and backward as a fused
   kernel inside autograd (``MLP.kernels = "triton"``), 2^12 to 2^18 samples per step.
@@ -58,6 +59,7 @@ from neuralbake.bakes.ntc.texture_set import ChannelGroup
 from neuralbake.core.device import describe_device
 from neuralbake.kernels.fused import FusedForwardBackward, FusedNTC, PackedMLP, mlp_forward
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
+from neuralbake.nn.precision import compute_dtype
 from neuralbake.nn.trainer import Batch, Trainer, TrainerConfig, cast_model
 
 PEAK_FP16 = {"H100": 989e12, "H200": 989e12}
@@ -268,27 +270,28 @@ def _image(device) -> torch.Tensor:
     return torch.stack((0.5 + 0.5 * torch.sin(40 * u * v), 0.5 + 0.5 * torch.cos(25 * u + 7 * v * v), (u + v) / 2), dim=-1)
 
 
-def _train(device, image, batch, steps, fused: bool) -> tuple[float, float]:
+def _train(device, image, batch, steps, fused: bool, precision: str = "fp16") -> tuple[float, float]:
     torch.manual_seed(4)
     net = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device)
-    config = TrainerConfig(steps=steps, learning_rate=0.01, precision="fp16", log_every=steps, eval_every=0, checkpoint_every=0, checkpoint_seconds=0)
-    step = FusedForwardBackward(net, "mse", dtype=torch.float16) if fused else None
+    config = TrainerConfig(steps=steps, learning_rate=0.01, precision=precision, log_every=steps, eval_every=0, checkpoint_every=0, checkpoint_seconds=0)
+    step = FusedForwardBackward(net, "mse", dtype=compute_dtype(precision)) if fused else None
     trainer = Trainer(net, _ImageSampler(image, batch), torch.nn.functional.mse_loss, config, device=device, forward_backward=step)
     result = trainer.fit()
     return result.samples_seen / result.train_seconds, result.final_loss
 
 
-def bench_train(device, sizes, steps, peak) -> list[dict]:
+def bench_train(device, sizes, steps, peak, precision: str = "fp16") -> list[dict]:
     image = _image(device)
     widths = [12, 64, 64, 64, 64, 3]
     rows = []
     for n in sizes:
         count = steps or min(4000, max(200, (1 << 24) // n))
         for fused in (False, True):
-            _train(device, image, n, 8, fused)  # compiles the kernels, warms the allocator
-        graph_rate, graph_loss = _train(device, image, n, count, False)
-        fused_rate, fused_loss = _train(device, image, n, count, True)
-        row = _row("train RTXNS net (fwd+bwd)", n, {"graph": n / graph_rate, "triton": n / fused_rate}, 3 * _macs(widths), peak)
+            _train(device, image, n, 8, fused, precision)  # compiles the kernels, warms the allocator
+        graph_rate, graph_loss = _train(device, image, n, count, False, precision)
+        fused_rate, fused_loss = _train(device, image, n, count, True, precision)
+        name = "train RTXNS net (fwd+bwd)" if precision == "fp16" else f"train RTXNS net {precision} (fwd+bwd)"
+        row = _row(name, n, {"graph": n / graph_rate, "triton": n / fused_rate}, 3 * _macs(widths), peak)
         row.update(graph_final_loss=graph_loss, triton_final_loss=fused_loss, steps=count)
         print(f"  final loss after {count} steps: graph {graph_loss:.5f}  fused {fused_loss:.5f}", flush=True)
         rows.append(row)
@@ -432,6 +435,11 @@ def profile_step(device) -> None:
             events = [e for e in prof.events() if e.device_type.name == "CUDA"]
             gpu_us = sum(e.device_time for e in events) / 10
             print(f"{'fused' if fused else 'pytorch'} step, {n} rows: {len(events) / 10:.0f} kernels a step, {gpu_us:.1f} us of GPU time a step", flush=True)
+            per_kernel: dict[str, list[float]] = {}
+            for e in events:
+                per_kernel.setdefault(e.name, []).append(e.device_time)
+            for name, times in sorted(per_kernel.items(), key=lambda item: -sum(item[1])):
+                print(f"    {sum(times) / 10:8.1f} us  {len(times) / 10:4.1f}x  {name[:90]}", flush=True)
 
 
 def decode_launches(device) -> None:
@@ -582,7 +590,7 @@ def main() -> None:
     parser.add_argument("--train-launches", action="store_true", help="only three fused training steps (for ncu to profile; see train_launches)")
     parser.add_argument("--ab", action="store_true", help="only the decodes with fp16 sums, split feature tiles and narrow outputs on and off (see ab)")
     parser.add_argument("--ab-train", action="store_true", help="only the training rows with each of the training kernel's choices flipped (see ab_train)")
-    parser.add_argument("--only", nargs="*", default=["mlp", "neural_material", "ntc", "train", "train_material"])
+    parser.add_argument("--only", nargs="*", default=["mlp", "neural_material", "ntc", "train", "train_bf16", "train_material"])
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON (an existing file keeps its rows of the parts not run)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -629,6 +637,8 @@ def main() -> None:
         result["rows"] += bench_ntc(device, args.repeats, peak)
     if "train" in args.only:
         result["rows"] += bench_train(device, train_sizes, args.steps, peak)
+    if "train_bf16" in args.only:
+        result["rows"] += bench_train(device, train_sizes[2:], args.steps, peak, "bf16")
     if "train_material" in args.only:
         result["rows"] += bench_train_material(device, train_sizes[1:], args.steps, peak)
     if args.out:

@@ -344,14 +344,15 @@ def test_gradients_carried_in_registers_or_added_to_the_slots_agree(monkeypatch:
 
 
 def test_which_networks_carry_their_gradients_in_registers() -> None:
-    """fp16 networks whose gradients fit the register estimate carry them; wider or deeper ones, fp32 and bf16 ones keep the slots."""
+    """fp16 and bf16 networks whose gradients fit the register estimate carry them; wider or deeper ones and fp32 ones keep the slots."""
 
     def carries(inputs: int, hidden: int, layers: int, dtype: torch.dtype = torch.float16) -> bool:
         return fused_module._carries(PackedMLP.from_mlp(_mlp(inputs, hidden, layers, 3, "leaky_relu", "sigmoid"), dtype, training=True))
 
     assert carries(12, 64, 4) and carries(12, 128, 1) and carries(24, 64, 2)  # the RTXNS network, the neural material's encoder
     assert not carries(12, 64, 5) and not carries(12, 128, 2) and not carries(64, 64, 4)
-    assert not carries(12, 64, 4, torch.float32) and not carries(12, 64, 4, torch.bfloat16)
+    assert carries(12, 64, 4, torch.bfloat16) and not carries(12, 64, 5, torch.bfloat16)
+    assert not carries(12, 64, 4, torch.float32)
 
 
 @pytest.mark.parametrize("half", [True, False])

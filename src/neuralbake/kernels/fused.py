@@ -151,7 +151,7 @@ HOIST_WEIGHTS = True
 
 CARRY_GRADIENTS = True
 """Whether the training kernel keeps each program's running weight gradients in registers across its tiles
-(fp16 networks whose gradients fit: :func:`_carries`) instead of adding every tile's gradients to the
+(fp16 and bf16 networks whose gradients fit: :func:`_carries`) instead of adding every tile's gradients to the
 program's slot in memory. Read when a network's training buffers are built (:class:`FusedForwardBackward`, the first
 backward of a :class:`FusedMLP` in a dtype)."""
 
@@ -165,12 +165,12 @@ and was still as fast as the slots or faster (see docs/benchmarks.md)."""
 def _carries(packed: PackedMLP) -> bool:
     """Whether the training kernel carries ``packed``'s gradients in registers (:data:`CARRY_GRADIENTS`).
 
-    fp16 networks only. fp32 ones: their products run at full precision and their weights take twice the registers;
-    carried and hoisted they trained slower than with the slots (a reviewer's timing, H200, 12-32x3). bf16 ones: not yet
-    checked on a GPU (the CPU interpreter cannot run bf16 training; bench/kernels_parity.py runs fp16 and fp32).
+    fp16 and bf16 networks. fp32 ones keep the slots: their products run at full precision and their weights take
+    twice the registers; carried and hoisted they trained slower than with the slots (a reviewer's timing, H200,
+    12-32x3). bf16 is checked on the GPU only (bench/kernels_parity.py; the CPU interpreter cannot run bf16 products).
     """
     threads = 32 * TILES[_tile_key("train", packed.hp)][1]
-    return CARRY_GRADIENTS and packed.dtype == torch.float16 and packed.slot_size <= CARRY_REGISTERS * threads
+    return CARRY_GRADIENTS and packed.dtype in (torch.float16, torch.bfloat16) and packed.slot_size <= CARRY_REGISTERS * threads
 
 
 def _tile_key(kind: str, hidden: int) -> str:

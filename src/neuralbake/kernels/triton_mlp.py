@@ -625,7 +625,7 @@ def _mlp_train_kernel(
       with the layer's ``dz``, which needs no reduction across warps per tile) and the slot is
       written once at the end (zeros by a program without tiles). Without, the program's first tile
       writes the slot and every later one adds its gradients to it in memory (networks whose
-      gradients do not fit in registers, fp32 and bf16 ones: ``kernels.fused._carries``).
+      gradients do not fit in registers, and fp32 ones: ``kernels.fused._carries``).
     - ``HOIST``: the weights are loaded once, before the tiles.
     - ``HALF_ACT`` (fp16, ReLU or leaky ReLU): each hidden layer's fp32 sum is rounded to fp16
       before the activation, and the activation and its slope run on fp16 values as PyTorch's fp16
