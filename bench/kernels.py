@@ -30,7 +30,8 @@ fraction of the GPU's dense fp16 tensor-core peak (989 TFLOP/s on an H100 SXM).
     python bench/kernels.py --decode-launches   # the decodes for Nsight Compute (see decode_launches)
     python bench/kernels.py --train-launches    # fused training steps for Nsight Compute (see train_launches)
     python bench/kernels.py --ab             # the decodes with and without fp16 sums, split feature tiles, narrow outputs
-    python bench/kernels.py --ab-train       # the training rows with each of the training kernel's choices flipped
+    python bench/kernels.py --ab-train [--precision bf16]   # the training rows with each of the kernel's choices flipped
+    python bench/kernels.py --ab-tiles       # two tiles of the bilinear decode and of the training step, one process
 """
 
 # ruff: noqa: B023  (the timed lambdas run at once, inside the loop that binds their variables)
@@ -542,7 +543,7 @@ TRAIN_CHOICES = ("CARRY_GRADIENTS", "HOIST_WEIGHTS", "HALF_ACTIVATIONS")
 """The training kernel's choices in ``kernels.fused`` that ``--ab-train`` flips one at a time."""
 
 
-def ab_train(device, sizes, steps) -> list[dict]:
+def ab_train(device, sizes, steps, precision: str = "fp16") -> list[dict]:
     """The RTXNS training rows (whole graphed trainer steps) with the shipped kernel, each of :data:`TRAIN_CHOICES`
     flipped alone from its shipped value, and all three off, beside the graphed autograd step, in one run; each with
     the loss it reaches.
@@ -550,7 +551,8 @@ def ab_train(device, sizes, steps) -> list[dict]:
     ``CARRY_GRADIENTS``: the running gradients in registers, not added to the program's slot in memory at every
     tile; ``HOIST_WEIGHTS``: the weights loaded once per program, not per tile (only with carried gradients);
     ``HALF_ACTIVATIONS`` (off when shipped): the hidden layers' sums rounded to fp16 before the activation, the
-    activations and their slopes bit for bit PyTorch's fp16 ones.
+    activations and their slopes bit for bit PyTorch's fp16 ones (fp16 only: in bf16 that variant is the shipped one).
+    ``precision``: the trainer's, fp16 or bf16.
     """
     from neuralbake.kernels import fused as fused_module
 
@@ -562,19 +564,67 @@ def ab_train(device, sizes, steps) -> list[dict]:
     rows = []
     for n in sizes:
         count = steps or min(4000, max(200, (1 << 24) // n))
-        _train(device, image, n, 8, False)
-        graph_rate, graph_loss = _train(device, image, n, count, False)
+        _train(device, image, n, 8, False, precision)
+        graph_rate, graph_loss = _train(device, image, n, count, False, precision)
         times, losses = {"graph autograd": n / graph_rate}, {"graph autograd": graph_loss}
         for label, choices in variants:
             with _flags(**choices):
-                _train(device, image, n, 8, True)
-                rate, losses[label] = _train(device, image, n, count, True)
+                _train(device, image, n, 8, True, precision)
+                rate, losses[label] = _train(device, image, n, count, True, precision)
             times[label] = n / rate
         line = ", ".join(f"{label} {n / t / 1e6:.1f} M/s ({times['graph autograd'] / t:.1f}x, loss {losses[label]:.5f})" for label, t in times.items())
-        print(f"train {n} rows, {count} steps: {line}", flush=True)
-        rows.append({"row": "ab train RTXNS net", "samples": n, "steps": count, "seconds": times, "final_loss": losses,
+        print(f"train {precision} {n} rows, {count} steps: {line}", flush=True)
+        rows.append({"row": f"ab train RTXNS net {precision}", "samples": n, "steps": count, "seconds": times, "final_loss": losses,
                      "tflops": {k: 3 * _macs(widths) * 2 * n / t / 1e12 for k, t in times.items()}})  # fmt: skip
     return rows
+
+
+def ab_tiles(device, repeats) -> list[dict]:
+    """Two tiles of a kernel kind timed in one process, alternating, so that the machine's drift falls on both: the
+    bilinear neural-material decode (``TILES["forward"]``) at 128 x 2 and 128 x 4, 2^22 and 2^24 samples, three rounds;
+    the graphed fp16 RTXNS training step (``TILES["train"]``) at 64 x 4 and 32 x 4, 2^14 to 2^18 rows, two rounds."""
+
+    rows = []
+    material = _material(device)
+    material.kernels = "triton"
+    for n in (1 << 22, 1 << 24):
+        g = torch.Generator(device=device).manual_seed(2)
+        uv = torch.rand(n, 2, device=device, generator=g)
+        wi = torch.nn.functional.normalize(torch.rand(n, 3, device=device, generator=g) * 2 - 1, dim=1).abs()
+        rates: dict[str, list[float]] = {}
+        for _ in range(3):
+            for tile in ((128, 2), (128, 4)):
+                with _tile("forward", tile):
+                    rates.setdefault(f"{tile[0]}x{tile[1]}", []).append(n / _time(lambda: material.decode(uv, wi, wi), repeats))
+        print(f"bilinear decode {n} samples: " + ", ".join(f"{k} " + " / ".join(f"{r / 1e9:.2f}" for r in v) + " G/s" for k, v in rates.items()), flush=True)
+        rows.append({"row": "ab tiles neural material bilinear", "samples": n, "per_s": rates})
+    image = _image(device)
+    for n in (1 << 14, 1 << 16, 1 << 18):
+        count = min(4000, max(200, (1 << 24) // n))
+        for tile in ((64, 4), (32, 4)):
+            with _tile("train", tile):
+                _train(device, image, n, 8, True)
+        rates = {}
+        for _ in range(2):
+            for tile in ((64, 4), (32, 4)):
+                with _tile("train", tile):
+                    rates.setdefault(f"{tile[0]}x{tile[1]}", []).append(_train(device, image, n, count, True)[0])
+        print(f"train {n} rows, {count} steps: " + ", ".join(f"{k} " + " / ".join(f"{r / 1e6:.1f}" for r in v) + " M/s" for k, v in rates.items()), flush=True)
+        rows.append({"row": "ab tiles train RTXNS net", "samples": n, "steps": count, "per_s": rates})
+    return rows
+
+
+@contextlib.contextmanager
+def _tile(kind: str, tile: tuple[int, int]):
+    """``kernels.fused.TILES[kind]`` set to ``tile`` inside, restored after."""
+    from neuralbake.kernels import fused as fused_module
+
+    saved = fused_module.TILES[kind]
+    fused_module.TILES[kind] = tile
+    try:
+        yield
+    finally:
+        fused_module.TILES[kind] = saved
 
 
 def main() -> None:
@@ -590,6 +640,8 @@ def main() -> None:
     parser.add_argument("--train-launches", action="store_true", help="only three fused training steps (for ncu to profile; see train_launches)")
     parser.add_argument("--ab", action="store_true", help="only the decodes with fp16 sums, split feature tiles and narrow outputs on and off (see ab)")
     parser.add_argument("--ab-train", action="store_true", help="only the training rows with each of the training kernel's choices flipped (see ab_train)")
+    parser.add_argument("--precision", choices=("fp16", "bf16"), default="fp16", help="the trainer's precision for --ab-train")
+    parser.add_argument("--ab-tiles", action="store_true", help="only two tiles each of the bilinear decode and the training step, alternating (see ab_tiles)")
     parser.add_argument("--only", nargs="*", default=["mlp", "neural_material", "ntc", "train", "train_bf16", "train_material"])
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON (an existing file keeps its rows of the parts not run)")
     args = parser.parse_args()
@@ -628,7 +680,10 @@ def main() -> None:
         result["rows"] += ab(device, args.repeats, peak)
     if args.ab_train:
         args.only = ["ab_train"]
-        result["rows"] += ab_train(device, train_sizes, args.steps)
+        result["rows"] += ab_train(device, train_sizes, args.steps, args.precision)
+    if args.ab_tiles:
+        args.only = ["ab_tiles"]
+        result["rows"] += ab_tiles(device, args.repeats)
     if "mlp" in args.only:
         result["rows"] += bench_mlp(device, decode_sizes, args.repeats, peak)
     if "neural_material" in args.only:
