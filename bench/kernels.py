@@ -26,7 +26,7 @@ fraction of the GPU's dense fp16 tensor-core peak (989 TFLOP/s on an H100 SXM).
     python bench/kernels.py --out docs/results/kernels_h100.json
     python bench/kernels.py --quick          # fewer sizes, for a smoke run
     python bench/kernels.py --sweep ntc 128 4 [REGISTERS]   # one tile (and register cap) of one kernel kind
-    python bench/kernels.py --profile-step   # kernels and GPU time per trainer step, PyTorch and fused
+    python bench/kernels.py --profile-step [ADAM_BLOCK REDUCE_ROWS]   # kernels and GPU time per graphed trainer step
     python bench/kernels.py --decode-launches   # the decodes for Nsight Compute (see decode_launches)
     python bench/kernels.py --train-launches    # fused training steps for Nsight Compute (see train_launches)
     python bench/kernels.py --ab             # the decodes with and without fp16 sums, split feature tiles, narrow outputs
@@ -411,36 +411,58 @@ def sweep(device, repeats, kind: str, tile: tuple[int, int]) -> None:
                 print(f"train step {batch} tile {tile} programs {programs}x SMs, gradients in {where}: {batch / t / 1e6 if t else 0:8.1f} M/s", flush=True)
 
 
-def profile_step(device) -> None:
-    """Kernels and GPU time per trainer step (torch.profiler over 10 eager steps after 5 warm-up ones), the RTXNS
-    network at 2^14 and 2^18 rows, the PyTorch step (autograd + fused Adam) and the fused one (``update_step``)."""
+def profile_step(device, blocks: tuple[int, int] | None = None) -> None:
+    """Kernels and GPU time per trainer step, as the trainer runs it: the step captured in a CUDA graph, torch.profiler
+    over 20 replays after 6 steps, and the wall time per replay over 200 more (50 at 2^18 rows). The RTXNS network at
+    2^10, 2^14 and 2^18 rows, the PyTorch step (autograd + fused Adam) and the fused one (``update_step``).
+
+    ``blocks``: ``(Adam block, slots summed at once)`` for the fused step's optimizer kernels instead of
+    ``FusedForwardBackward``'s (``_adam_block``, ``_reduce_rows``), to compare settings.
+    """
     from torch.profiler import ProfilerActivity, profile
 
     image = _image(device)
-    for fused in (False, True):
-        for n in (1 << 14, 1 << 18):
-            torch.manual_seed(4)
-            net = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device)
-            config = TrainerConfig(
-                steps=100, learning_rate=0.01, precision="fp16", log_every=100, eval_every=0, checkpoint_every=0, checkpoint_seconds=0, cuda_graph=False
-            )
-            step = FusedForwardBackward(net, "mse", dtype=torch.float16) if fused else None
-            trainer = Trainer(net, _ImageSampler(image, n), torch.nn.functional.mse_loss, config, device=device, forward_backward=step)
-            for _ in range(5):
-                trainer.train_step()
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(10):
-                    trainer.train_step()
+    saved = (FusedForwardBackward._adam_block, FusedForwardBackward._reduce_rows)
+    if blocks:
+        FusedForwardBackward._adam_block, FusedForwardBackward._reduce_rows = blocks
+    print(f"fused step's Adam block {FusedForwardBackward._adam_block}, slots summed {FusedForwardBackward._reduce_rows} at once", flush=True)
+    try:
+        for fused in (False, True):
+            for n in (1 << 10, 1 << 14, 1 << 18):
+                torch.manual_seed(4)
+                net = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device)
+                config = TrainerConfig(steps=10**6, learning_rate=0.01, precision="fp16", log_every=10**6, eval_every=0, checkpoint_every=0, checkpoint_seconds=0)
+                step = FusedForwardBackward(net, "mse", dtype=torch.float16) if fused else None
+                trainer = Trainer(net, _ImageSampler(image, n), torch.nn.functional.mse_loss, config, device=device, forward_backward=step)
+                for _ in range(6):
+                    trainer._graphed_step()
+                graph = trainer._graph
+                assert graph is not None
                 torch.cuda.synchronize()
-            events = [e for e in prof.events() if e.device_type.name == "CUDA"]
-            gpu_us = sum(e.device_time for e in events) / 10
-            print(f"{'fused' if fused else 'pytorch'} step, {n} rows: {len(events) / 10:.0f} kernels a step, {gpu_us:.1f} us of GPU time a step", flush=True)
-            per_kernel: dict[str, list[float]] = {}
-            for e in events:
-                per_kernel.setdefault(e.name, []).append(e.device_time)
-            for name, times in sorted(per_kernel.items(), key=lambda item: -sum(item[1])):
-                print(f"    {sum(times) / 10:8.1f} us  {len(times) / 10:4.1f}x  {name[:90]}", flush=True)
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(20):
+                        graph.replay()
+                    torch.cuda.synchronize()
+                replays = 50 if n >= 1 << 18 else 200
+                start = time.perf_counter()
+                for _ in range(replays):
+                    graph.replay()
+                torch.cuda.synchronize()
+                wall_us = (time.perf_counter() - start) / replays * 1e6
+                events = [e for e in prof.events() if e.device_type.name == "CUDA"]
+                gpu_us = sum(e.device_time for e in events) / 20
+                print(
+                    f"{'fused' if fused else 'pytorch'} step, {n} rows: {len(events) / 20:.0f} kernels a step, {gpu_us:.1f} us of GPU time, "
+                    f"{wall_us:.1f} us a replay",
+                    flush=True,
+                )
+                per_kernel: dict[str, list[float]] = {}
+                for e in events:
+                    per_kernel.setdefault(e.name, []).append(e.device_time)
+                for name, times in sorted(per_kernel.items(), key=lambda item: -sum(item[1])):
+                    print(f"    {sum(times) / 20:8.1f} us  {len(times) / 20:4.1f}x  {name[:90]}", flush=True)
+    finally:
+        FusedForwardBackward._adam_block, FusedForwardBackward._reduce_rows = saved
 
 
 def decode_launches(device) -> None:
@@ -635,7 +657,10 @@ def main() -> None:
     parser.add_argument(
         "--sweep", nargs="+", metavar="KIND ROWS WARPS [REGISTERS]", help="only time the forward, trilinear, ntc or train kernels at one tile (and register cap)"
     )
-    parser.add_argument("--profile-step", action="store_true", help="only count the kernels and GPU time of a trainer step, PyTorch and fused")
+    parser.add_argument(
+        "--profile-step", nargs="*", type=int, metavar="ADAM_BLOCK REDUCE_ROWS",
+        help="only the kernels and GPU time of a graphed trainer step, PyTorch and fused (optionally the fused step's Adam block and slots summed at once)",
+    )  # fmt: skip
     parser.add_argument("--decode-launches", action="store_true", help="only launch each decode twice (for ncu to profile; see decode_launches)")
     parser.add_argument("--train-launches", action="store_true", help="only three fused training steps (for ncu to profile; see train_launches)")
     parser.add_argument("--ab", action="store_true", help="only the decodes with fp16 sums, split feature tiles and narrow outputs on and off (see ab)")
@@ -666,8 +691,10 @@ def main() -> None:
             fused_module.REGISTERS[kind] = int(numbers[2])
         sweep(device, args.repeats, kind, (int(numbers[0]), int(numbers[1])))
         return
-    if args.profile_step:
-        profile_step(device)
+    if args.profile_step is not None:
+        if len(args.profile_step) not in (0, 2) or any(v < 1 or v & (v - 1) for v in args.profile_step):
+            sys.exit("--profile-step takes nothing, or an Adam block and a count of slots summed at once, both powers of two")
+        profile_step(device, tuple(args.profile_step) or None)
         return
     if args.decode_launches:
         decode_launches(device)
