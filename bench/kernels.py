@@ -12,8 +12,9 @@ Rows (fp16 weights; samples/s best of ``--repeats``, CUDA-synchronised):
 - ``train``: the RTXNS neural texture network (12 -> 64 x 4 -> 3, leaky ReLU, sigmoid) trained on
   a 1024x1024 image, the whole trainer step (Adam, loss scaling) in a CUDA graph, autograd versus
   the fused step (since 2026-11-26 the fused path is the whole step on the kernels: the pack, the
-  training kernel, the gradient sum, Adam and the loss scale, five launches), samples per step 2^10
-  to 2^18; and the loss both reach after the same steps;
+  training kernel, which draws the batch itself (uniform uv, nearest texels: the sampler says so with
+  ``texel_draws``), the gradient sum, Adam and the loss scale, five launches; the autograd step draws
+  with the PyTorch sampler), samples per step 2^10 to 2^18; and the loss both reach after the same steps;
 - ``train_bf16``: the same in bf16 (the trainer's ``precision="bf16"``), 2^14 to 2^18 samples per step;
 - ``train_material``: the neural-material bake's step (encoder + decoder, relative L1 on a fixed
   random teacher, fp16, CUDA graph), autograd against each MLP's forward and backward as a fused
@@ -32,6 +33,7 @@ fraction of the GPU's dense fp16 tensor-core peak (989 TFLOP/s on an H100 SXM).
     python bench/kernels.py --ab             # the decodes with and without fp16 sums, split feature tiles, narrow outputs
     python bench/kernels.py --ab-train [--precision bf16]   # the training rows with each of the kernel's choices flipped
     python bench/kernels.py --ab-tiles       # two tiles of the bilinear decode and of the training step, one process
+    python bench/kernels.py --seed-spread    # final loss and PSNR over 12 seeds, autograd against the fused step
 """
 
 # ruff: noqa: B023  (the timed lambdas run at once, inside the loop that binds their variables)
@@ -61,7 +63,7 @@ from neuralbake.core.device import describe_device
 from neuralbake.kernels.fused import FusedForwardBackward, FusedNTC, PackedMLP, mlp_forward
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
 from neuralbake.nn.precision import compute_dtype
-from neuralbake.nn.trainer import Batch, Trainer, TrainerConfig, cast_model
+from neuralbake.nn.trainer import Batch, TexelDraws, Trainer, TrainerConfig, cast_model
 
 PEAK_FP16 = {"H100": 989e12, "H200": 989e12}
 """Dense fp16 tensor-core peak FLOP/s by GPU name fragment (SXM parts)."""
@@ -264,6 +266,10 @@ class _ImageSampler:
         i = (uv[:, 1] * h).long().clamp(max=h - 1)
         j = (uv[:, 0] * w).long().clamp(max=w - 1)
         return Batch(inputs=uv, targets=self.image[i, j])
+
+    def texel_draws(self) -> TexelDraws:
+        """What :meth:`sample` draws (the neural texture bake's sampler without a transform): the fused step draws it itself."""
+        return TexelDraws(image=self.image, transform="identity", batch_size=self.batch_size)
 
 
 def _image(device) -> torch.Tensor:
@@ -561,17 +567,18 @@ def ab(device, repeats, peak) -> list[dict]:
     return rows
 
 
-TRAIN_CHOICES = ("CARRY_GRADIENTS", "HOIST_WEIGHTS", "HALF_ACTIVATIONS")
+TRAIN_CHOICES = ("CARRY_GRADIENTS", "HOIST_WEIGHTS", "HALF_ACTIVATIONS", "DRAW_BATCHES")
 """The training kernel's choices in ``kernels.fused`` that ``--ab-train`` flips one at a time."""
 
 
 def ab_train(device, sizes, steps, precision: str = "fp16") -> list[dict]:
     """The RTXNS training rows (whole graphed trainer steps) with the shipped kernel, each of :data:`TRAIN_CHOICES`
-    flipped alone from its shipped value, and all three off, beside the graphed autograd step, in one run; each with
+    flipped alone from its shipped value, and all of them off, beside the graphed autograd step, in one run; each with
     the loss it reaches.
 
     ``CARRY_GRADIENTS``: the running gradients in registers, not added to the program's slot in memory at every
     tile; ``HOIST_WEIGHTS``: the weights loaded once per program, not per tile (only with carried gradients);
+    ``DRAW_BATCHES``: the batches drawn in the training kernel, not by the sampler (PyTorch, about ten launches);
     ``HALF_ACTIVATIONS`` (off when shipped): the hidden layers' sums rounded to fp16 before the activation, the
     activations and their slopes bit for bit PyTorch's fp16 ones (fp16 only: in bf16 that variant is the shipped one).
     ``precision``: the trainer's, fp16 or bf16.
@@ -598,6 +605,36 @@ def ab_train(device, sizes, steps, precision: str = "fp16") -> list[dict]:
         print(f"train {precision} {n} rows, {count} steps: {line}", flush=True)
         rows.append({"row": f"ab train RTXNS net {precision}", "samples": n, "steps": count, "seconds": times, "final_loss": losses,
                      "tflops": {k: 3 * _macs(widths) * 2 * n / t / 1e12 for k, t in times.items()}})  # fmt: skip
+    return rows
+
+
+def seed_spread(device, seeds: int = 12) -> list[dict]:
+    """The RTXNS network trained at 2^14 rows a step for 1024 steps with ``seeds`` trainer seeds, the graphed autograd step
+    (the PyTorch sampler's batches) against the fused one (batches drawn in the kernel): the mean and spread of the final
+    training loss, and of the PSNR of the trained network on a 512x512 grid of texel centres. Two paths that draw different
+    random batches can only be compared through such spreads."""
+    image = _image(device)
+    centres = (torch.arange(512, device=device) + 0.5) / 512
+    v, u = torch.meshgrid(centres, centres, indexing="ij")
+    grid = torch.stack((u, v), dim=-1).reshape(-1, 2)
+    reference = image[(grid[:, 1] * 1024).long(), (grid[:, 0] * 1024).long()]
+    rows = []
+    for path in ("autograd", "fused"):
+        losses, psnrs = [], []
+        for seed in range(seeds):
+            torch.manual_seed(4)
+            net = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device)
+            config = TrainerConfig(steps=1024, learning_rate=0.01, precision="fp16", log_every=1024, eval_every=0, checkpoint_every=0, checkpoint_seconds=0, seed=seed)
+            step = FusedForwardBackward(net, "mse", dtype=torch.float16) if path == "fused" else None
+            trainer = Trainer(net, _ImageSampler(image, 1 << 14), torch.nn.functional.mse_loss, config, device=device, forward_backward=step)
+            losses.append(trainer.fit().final_loss)
+            assert path == "autograd" or trainer._fused_draws is not None
+            with torch.no_grad():
+                psnrs.append(float(-10 * torch.log10(torch.nn.functional.mse_loss(net(grid).float(), reference))))
+        loss, psnr = torch.tensor(losses), torch.tensor(psnrs)
+        print(f"{path:9s} final training loss mean {loss.mean():.5f} sd {loss.std():.5f}; PSNR on a 512^2 grid mean {psnr.mean():.2f} dB "
+              f"sd {psnr.std():.2f} ({seeds} seeds)", flush=True)  # fmt: skip
+        rows.append({"row": f"seed spread RTXNS net {path}", "samples": 1 << 14, "steps": 1024, "final_loss": losses, "psnr_db": psnrs})
     return rows
 
 
@@ -667,6 +704,7 @@ def main() -> None:
     parser.add_argument("--ab-train", action="store_true", help="only the training rows with each of the training kernel's choices flipped (see ab_train)")
     parser.add_argument("--precision", choices=("fp16", "bf16"), default="fp16", help="the trainer's precision for --ab-train")
     parser.add_argument("--ab-tiles", action="store_true", help="only two tiles each of the bilinear decode and the training step, alternating (see ab_tiles)")
+    parser.add_argument("--seed-spread", action="store_true", help="only the final loss and PSNR over 12 seeds, autograd against the fused step (see seed_spread)")
     parser.add_argument("--only", nargs="*", default=["mlp", "neural_material", "ntc", "train", "train_bf16", "train_material"])
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON (an existing file keeps its rows of the parts not run)")
     args = parser.parse_args()
@@ -711,6 +749,9 @@ def main() -> None:
     if args.ab_tiles:
         args.only = ["ab_tiles"]
         result["rows"] += ab_tiles(device, args.repeats)
+    if args.seed_spread:
+        args.only = ["seed_spread"]
+        result["rows"] += seed_spread(device)
     if "mlp" in args.only:
         result["rows"] += bench_mlp(device, decode_sizes, args.repeats, peak)
     if "neural_material" in args.only:

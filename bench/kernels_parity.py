@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from kernels import _flags, _material, _ntc_container
+from kernels import _flags, _image, _material, _ntc_container
 
 from neuralbake.bakes.neural_material.model import NeuralMaterial, relative_l1
 from neuralbake.bakes.ntc.decode import decode_texels
@@ -139,6 +139,30 @@ def kernel_arithmetic_gradients(network: CoordinateNetwork, batch: Batch, loss_f
         if i:
             dz = (dz @ weights[i] * slope(activations[i])).to(dtype).float()
     return gradients
+
+
+def check_training(name: str, dtype: torch.dtype, fused, autograd, exact, compute: CoordinateNetwork, batch: Batch, loss_fn, scale: float) -> None:
+    """A fused training step's ``(loss, gradients)`` against autograd's in the same precision and the fp32 network's
+    (``exact``): the loss by :func:`check`, fp16 and fp32 gradients by :func:`check_gradients`, bf16 ones against the
+    kernel's own arithmetic in PyTorch (:func:`kernel_arithmetic_gradients`), each gradient's relative RMS within 2e-3 (a
+    rounding flip here and there; one bf16 rounding is 2^-9 = 2e-3 of a value), with the distances of the kernel's and
+    autograd's bf16 gradients from the fp32 ones printed for scale."""
+    (fused_loss, grads), (ref_loss, ref_grads), (exact_loss, exact_grads) = fused, autograd, exact
+    check(f"{name} loss", fused_loss, ref_loss, dtype, exact_loss)
+    if dtype != torch.bfloat16:
+        check_gradients(name, grads, ref_grads, exact_grads, dtype)
+        return
+    reference = kernel_arithmetic_gradients(compute, batch, loss_fn, scale)
+    errors = [_relative_rms(ours, theirs) for ours, theirs in zip(grads, reference)]
+    ok = max(errors) <= 2e-3
+    ours, theirs = max(map(_relative_rms, grads, exact_grads)), max(map(_relative_rms, ref_grads, exact_grads))
+    print(
+        f"{'ok  ' if ok else 'FAIL'} {name + ' gradients':60s} against the kernel arithmetic: worst RMS {max(errors):.2e} "
+        f"(tolerance 2e-03); against fp32: worst RMS {ours:.2e} (autograd bf16 {theirs:.2e})",
+        flush=True,
+    )
+    if not ok:
+        FAILURES.append(name)
 
 
 def main() -> None:
@@ -306,21 +330,35 @@ def main() -> None:
                     where = "registers" if step.buffers.carry else "slots"
                     fused_loss, grads = step(params, batch, torch.tensor(scale, device=device))
                     name = f"train {dtype} {hidden} {act}/{out_act} {loss} {where} n={n}"
-                    check(f"{name} loss", fused_loss, ref_loss, dtype, exact_loss)
-                    if dtype != torch.bfloat16:
-                        check_gradients(name, grads, ref_grads, exact_grads, dtype)
-                        continue
-                    # bf16: against the kernel's own arithmetic in PyTorch, each gradient's relative RMS within 2e-3 (a
-                    # rounding flip here and there; one bf16 rounding is 2^-9 = 2e-3 of a value); against autograd's
-                    # bf16 gradients and the fp32 ones, printed for scale
-                    reference = kernel_arithmetic_gradients(compute, batch, losses[loss], scale)
-                    errors = [_relative_rms(ours, theirs) for ours, theirs in zip(grads, reference)]
-                    ok = max(errors) <= 2e-3
-                    ours, theirs = max(map(_relative_rms, grads, exact_grads)), max(map(_relative_rms, ref_grads, exact_grads))
-                    print(f"{'ok  ' if ok else 'FAIL'} {name + ' gradients':60s} against the kernel arithmetic: worst RMS {max(errors):.2e} "
-                          f"(tolerance 2e-03); against fp32: worst RMS {ours:.2e} (autograd bf16 {theirs:.2e})", flush=True)
-                    if not ok:
-                        FAILURES.append(name)
+                    check_training(name, dtype, (fused_loss, grads), (ref_loss, ref_grads), (exact_loss, exact_grads), compute, batch, losses[loss], scale)
+    # batches the training kernel draws itself (TexelDraws: uniform uv, an image's nearest texels), the RTXNS network on the
+    # bench's 1024x1024 image, each uv transform: the targets against the sampler's texel lookup, bit for bit, and the
+    # step against autograd on the batch the kernel drew (FusedForwardBackward.drawn_batch)
+    from neuralbake.bakes.neural_texture import ImageSampler, texel_lookup, transform_uv
+
+    image = _image(device)
+    torch.manual_seed(4)
+    for dtype in dtypes:
+        model = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device)
+        compute = cast_model(model, dtype)
+        exact_model = cast_model(compute, torch.float32)
+        params = dict(compute.named_parameters())
+        step = FusedForwardBackward(model, "mse", dtype=dtype)
+        scale = 256.0 if dtype == torch.float16 else 1.0
+        for transform in ("identity", "flip", "zoom"):
+            for n in (1000, 1 << 16):
+                draws = step.draws_from(ImageSampler(image, transform, n))
+                assert draws is not None
+                step.seek_draws(123457)
+                batch = step.drawn_batch(draws, seed=11)
+                name = f"drawn batch {dtype} {transform} n={n}"
+                same = torch.equal(batch.targets, texel_lookup(image, transform_uv(batch.inputs, transform)))
+                inside = 0.0 <= float(batch.inputs.min()) and float(batch.inputs.max()) < 1.0
+                print(f"{'ok  ' if same and inside else 'FAIL'} {name + ' targets':60s} the sampler's texels at the drawn uv, uv in [0, 1)", flush=True)
+                if not (same and inside):
+                    FAILURES.append(f"{name} targets")
+                references = [AutogradForwardBackward(network, losses["mse"])(dict(network.named_parameters()), batch, scale) for network in (compute, exact_model)]
+                check_training(name, dtype, step.drawn(params, draws, 11, scale), *references, compute, batch, losses["mse"], scale)
     # The optimizer step on the kernels (gradient sum, unscale, Adam, loss scale) against PyTorch's fused Adam path, the
     # same fused forward/backward under both: masters and moments after 3 steps (before fp16 rounding flips compound: two
     # runs whose masters differ in the last bits drift apart by a few % in 50 steps however right both are), then 200

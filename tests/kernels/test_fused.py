@@ -725,3 +725,82 @@ def test_try_kernels_falls_back_only_under_auto() -> None:
     assert try_kernels("auto", "torch", broken, notes.append) == "torch" and len(notes) == 1  # no trial on the PyTorch path
     with pytest.raises(ConfigError, match="ptxas fatal"):
         try_kernels("triton", "triton", broken, notes.append)
+
+
+@pytest.mark.parametrize("transform", ["identity", "flip", "zoom"])
+def test_the_training_kernel_draws_its_own_texel_batch_and_trains_on_it(transform: str) -> None:
+    """A step that draws its batch in the kernel (``draws``): uv uniform in [0, 1), a new batch per draw and the same one for
+    the same (seed, draw), the targets the sampler's nearest texels at the transformed uv, and the loss and gradients
+    those of autograd on that batch (fp32: 1e-5)."""
+    from neuralbake.bakes.neural_texture import ImageSampler, texel_lookup, transform_uv
+
+    torch.manual_seed(21)
+    net = CoordinateNetwork(CoordinateNetworkConfig(hidden=16, layers=2, outputs=3)).to(DEVICE)
+    step = FusedForwardBackward(net, "mse", dtype=torch.float32, programs=2)
+    image = torch.rand(9, 13, 3, device=DEVICE)  # not square: u and v scale differently
+    draws = step.draws_from(ImageSampler(image, transform, 300))
+    assert draws is not None and draws.transform == transform
+    step.seek_draws(5)
+    batch = step.drawn_batch(draws, seed=7)
+    assert batch.inputs.shape == (300, 2) and float(batch.inputs.min()) >= 0.0 and float(batch.inputs.max()) < 1.0
+    assert abs(float(batch.inputs.mean()) - 0.5) < 0.05
+    assert torch.equal(batch.targets, texel_lookup(image, transform_uv(batch.inputs, transform)))
+    assert torch.equal(step.drawn_batch(draws, seed=7).inputs, batch.inputs)
+    assert not torch.equal(step.drawn_batch(draws, seed=8).inputs, batch.inputs)
+    step.seek_draws(6)
+    assert not torch.equal(step.drawn_batch(draws, seed=7).inputs, batch.inputs)
+    step.seek_draws(5)
+    params = dict(net.named_parameters())
+    expected_loss, expected = AutogradForwardBackward(net, LOSSES["mse"])(params, batch, 8.0)
+    loss, gradients = step.drawn(params, draws, 7, 8.0)
+    assert math.isclose(float(loss), float(expected_loss), rel_tol=1e-5) and int(step.draw_counter) == 5
+    for ours, theirs in zip(gradients, expected, strict=True):
+        _close(ours, theirs, torch.float32)
+
+
+def test_a_trainer_lets_the_kernel_draw_the_batches_and_resumes_the_draws(tmp_path) -> None:
+    """With an image sampler the fused step draws each batch in the kernel (the sampler is never called): the loss falls,
+    the draw counter follows the step count, two runs with one seed end bit for bit alike, a run resumed from a checkpoint
+    ends where the unbroken one ends, and with ``DRAW_BATCHES`` off the sampler draws again."""
+    from neuralbake.bakes.neural_texture import ImageSampler
+
+    v, u = torch.meshgrid(torch.linspace(0, 1, 24, device=DEVICE), torch.linspace(0, 1, 32, device=DEVICE), indexing="ij")
+    image = torch.stack((0.5 + 0.4 * torch.sin(6 * u), v * v, 0.5 * (u + v)), dim=-1)
+
+    class Counting(ImageSampler):
+        calls = 0
+
+        def sample(self, generator: torch.Generator) -> Batch:
+            Counting.calls += 1
+            return super().sample(generator)
+
+    config = TrainerConfig(steps=8, learning_rate=0.02, precision="fp16", log_every=1, eval_every=0, checkpoint_every=4, checkpoint_seconds=0)
+    finals = []
+    for run in ("plain", "again", "resumed"):
+        net, step = _small_net(23)
+        path = tmp_path / f"{run}.ckpt"
+        trainer = Trainer(net, Counting(image, "flip", 128), LOSSES["mse"], config, device=DEVICE, forward_backward=step, checkpoint_path=path)
+        assert trainer._fused_draws is not None
+        if run == "resumed":
+            for _ in range(4):
+                trainer.train_step()
+            trainer._save_checkpoint()
+            for _ in range(2):  # steps the checkpoint does not have: the resumed run draws from step 4 again
+                trainer.train_step()
+            result = trainer.fit(resume=True)
+        else:
+            result = trainer.fit()
+            losses = [event["loss"] for event in result.history if event["event"] == "train"]
+            assert losses[-1] < losses[0], losses
+        assert int(step.draw_counter) == 8 and step.drew
+        finals.append([p.detach().clone() for p in net.parameters()])
+    assert Counting.calls == 0
+    for a, b, c in zip(*finals, strict=True):
+        assert torch.equal(a, b) and torch.equal(a, c)
+    net, step = _small_net(23)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fused_module, "DRAW_BATCHES", False)
+        trainer = Trainer(net, Counting(image, "flip", 128), LOSSES["mse"], config, device=DEVICE, forward_backward=step)
+    assert trainer._fused_draws is None
+    trainer.train_step()
+    assert Counting.calls == 1 and not step.drew

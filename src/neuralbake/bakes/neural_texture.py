@@ -39,7 +39,7 @@ from neuralbake.kernels import KERNEL_MODES, resolve_kernels, try_kernels, unsup
 from neuralbake.nn.mlp import CoordinateNetwork, CoordinateNetworkConfig
 from neuralbake.nn.precision import compute_dtype
 from neuralbake.nn.serialize import load_coordinate_network, save_coordinate_network
-from neuralbake.nn.trainer import Batch, TrainerConfig, TrainResult, cast_model
+from neuralbake.nn.trainer import Batch, TexelDraws, TrainerConfig, TrainResult, cast_model
 from neuralbake.render.pictures import preview_strip
 
 __all__ = [
@@ -175,6 +175,10 @@ class ImageSampler:
         uv = torch.rand(self.batch_size, 2, generator=generator, device=self.image.device)
         return Batch(inputs=uv, targets=texel_lookup(self.image, transform_uv(uv, self.transform)))
 
+    def texel_draws(self) -> TexelDraws:
+        """What :meth:`sample` draws, for a fused training step that draws it in its kernel."""
+        return TexelDraws(image=self.image, transform=self.transform, batch_size=self.batch_size)
+
     def reference(self, width: int, height: int) -> torch.Tensor:
         """The transformed reference at texel centres of a ``width x height`` grid, ``[H, W, C]``."""
         uv = uv_grid(width, height, self.image.device)
@@ -275,13 +279,20 @@ def _bake_body(run: BakeRun) -> BakeOutcome:
         dtype = compute_dtype(config.train.precision)
         fused = FusedForwardBackward(network, "mse", dtype=dtype)
         trial_batch = sampler.sample(torch.Generator(device=run.device).manual_seed(0))  # its own generator: training's draws stay as they are
-        # the whole fused step once (its five kernels, the run's loss-scale mode) on copies: what the trainer will run
-        kernels = try_kernels(config.kernels, kernels, lambda: fused.rehearse(trial_batch, config.train.loss_scale), run.note)
+        # the whole fused step once (its five kernels, the run's loss-scale mode, the batch drawn in the kernel where it
+        # can be) on copies: what the trainer will run
+        draws = fused.draws_from(sampler)
+        kernels = try_kernels(config.kernels, kernels, lambda: fused.rehearse(trial_batch, config.train.loss_scale, draws), run.note)
         fused = fused if kernels == "triton" else None
     result = run.train(network, sampler, mse_loss, config.train, evaluate=evaluate, compatibility=compatibility, forward_backward=fused)
     outcome = _write_outputs(run.stage, config, network, result, image, target, info)
-    # which path ran the forward/backward, and whether the optimizer step (unscale, Adam, loss scale) ran in the kernels too
-    outcome.fields["kernels"] = {"train": kernels, "optimizer_step": "triton" if fused is not None and fused.updated else "torch"}
+    # which path ran the forward/backward, and whether the optimizer step (unscale, Adam, loss scale) and the batches'
+    # draws ran in the kernels too
+    outcome.fields["kernels"] = {
+        "train": kernels,
+        "optimizer_step": "triton" if fused is not None and fused.updated else "torch",
+        "batches": "triton" if fused is not None and fused.drew else "torch",
+    }
     return outcome
 
 

@@ -29,6 +29,7 @@ from neuralbake.errors import ConfigError
 from neuralbake.kernels import ACTIVATION_CODES, DIRECTION_CODES, LOSS_CODES, unsupported_reason
 from neuralbake.kernels.triton_mlp import (
     _adam_kernel,
+    _draw_uv_kernel,
     _finish_step_kernel,
     _mlp_kernel,
     _mlp_train_kernel,
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from neuralbake.bakes.ntc.container import NTCContainer
     from neuralbake.bakes.ntc.int8 import Int8Calibration
     from neuralbake.nn.precision import LossScaler
-    from neuralbake.nn.trainer import Batch
+    from neuralbake.nn.trainer import Batch, TexelDraws
 
 __all__ = ["FusedForwardBackward", "FusedMLP", "FusedNTC", "FusedNeuralMaterial", "PackedMLP", "mlp_forward"]
 
@@ -154,6 +155,11 @@ CARRY_GRADIENTS = True
 (fp16 and bf16 networks whose gradients fit: :func:`_carries`) instead of adding every tile's gradients to the
 program's slot in memory. Read when a network's training buffers are built (:class:`FusedForwardBackward`, the first
 backward of a :class:`FusedMLP` in a dtype)."""
+
+DRAW_BATCHES = True
+"""Whether :class:`FusedForwardBackward` draws a sampler's batches in the training kernel where the sampler says what
+they are (:class:`~neuralbake.nn.trainer.TexelDraws`: uniform uv, nearest texels), instead of the trainer calling the
+sampler (about ten small launches a step). Read when a trainer is built."""
 
 CARRY_REGISTERS = 128
 """The most registers a thread the weight and bias gradients may take by :func:`_carries`'s estimate (their fp32 values
@@ -555,11 +561,14 @@ def _train(
     floor: float = 0.0,
     frequencies: int = 0,
     dx: torch.Tensor | None = None,
+    draw: tuple[int, int, int, int] | None = None,
 ) -> int:
     """Launch :func:`_mlp_train_kernel` on ``n`` rows; returns the number of programs (the gradient slots written).
 
     ``loss`` ``"upstream"``: ``targets`` is the outputs' gradient and ``scale`` is not read; ``dx``: where the input
     rows' gradient goes (upstream mode only). An empty batch has one slot of zeros (and, with a loss, a loss sum of 0).
+    ``draw``: ``(seed, transform code, image width, image height)``: the kernel draws its ``n`` rows itself,
+    ``inputs`` being the draw counter and ``targets`` the image (see ``SAMPLE`` in :func:`_mlp_train_kernel`).
     """
     if n == 0:
         buffers.grads[:1].zero_()  # with the slots, no tile writes it
@@ -569,10 +578,10 @@ def _train(
     with mma_sync():
         _mlp_train_kernel[grid](
             inputs, targets, n, buffers.scratch, buffers.grads, buffers.losses, buffers.losses if scale is None else scale,
-            buffers.losses if dx is None else dx, *packed.buffers(), K=inputs.shape[1], O=packed.outputs, FREQ=frequencies,
+            buffers.losses if dx is None else dx, *packed.buffers(), K=2 if draw else inputs.shape[1], O=packed.outputs, FREQ=frequencies,
             OACT=ACTIVATION_CODES[packed.output_activation], LOSS=LOSS_CODES[loss], FLOOR=floor, BM=buffers.block_rows, DX=dx is not None,
             CARRY=buffers.carry, HALF_ACT=packed.half_activations, HOIST=buffers.carry and HOIST_WEIGHTS, **_launch_options("train", packed.hp),
-            **packed.constants(),
+            **packed.constants(), **({} if draw is None else {"SEED": draw[0], "TRANSFORM": draw[1], "IMG_W": draw[2], "IMG_H": draw[3], "SAMPLE": True}),
         )  # fmt: skip
     return grid[0]
 
@@ -604,12 +613,22 @@ class FusedForwardBackward:
         self.loss, self.floor = loss, float(floor)
         self.device = mlp.layers[0].weight.device
         self.buffers = _TrainingBuffers(self.packed, programs)
+        self.draw_counter = torch.zeros((), dtype=torch.int64, device=self.device)
+        """Steps taken (int64, on the device; advanced by every :meth:`update_step`): the batch a kernel that draws its own draws next."""
 
     def __call__(self, params: dict[str, torch.Tensor], batch: Batch, loss_scale: float | torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        return self._loss_and_gradients(params, lambda scale: self._launch(batch, scale), loss_scale)
+
+    def drawn(self, params: dict[str, torch.Tensor], draws: TexelDraws, seed: int, loss_scale: float | torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """:meth:`__call__` on the batch the kernel draws itself at the draw counter (:meth:`drawn_batch`'s; the counter
+        is not advanced: only :meth:`update_step` does)."""
+        return self._loss_and_gradients(params, lambda scale: self._launch_drawn(draws, seed, scale), loss_scale)
+
+    def _loss_and_gradients(self, params: dict[str, torch.Tensor], launch: Any, loss_scale: float | torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         p = self.packed
         weights = [params[name] for name in self.names[0::2]]
         p.refresh(weights, [params[name] for name in self.names[1::2]])
-        programs, n = self._launch(batch, loss_scale if isinstance(loss_scale, torch.Tensor) else torch.tensor(float(loss_scale), device=self.device))
+        programs, n = launch(loss_scale if isinstance(loss_scale, torch.Tensor) else torch.tensor(float(loss_scale), device=self.device))
         buffers = self.buffers
         total = buffers.grads[:programs].sum(0)
         loss = buffers.losses[:programs].sum() / (n * p.outputs)
@@ -630,6 +649,53 @@ class FusedForwardBackward:
         inputs, targets = inputs.contiguous(), targets.float().contiguous()
         n = inputs.shape[0]
         programs = _train(p, self.buffers, inputs, targets, n, loss=self.loss, scale=scale.float().reshape(1), floor=self.floor, frequencies=self.frequencies)
+        return programs, n
+
+    # -- batches drawn in the kernel -------------------------------------------------------------
+    def draws_from(self, sampler: Any) -> TexelDraws | None:
+        """What ``sampler`` draws, where this step can draw it in its kernel instead (None: the trainer calls the sampler).
+
+        The sampler must say (``texel_draws()``, :class:`~neuralbake.nn.trainer.TexelDraws`), the network must take the
+        two coordinates (frequency-encoded or not) and give the image's channels, and :data:`DRAW_BATCHES` be on.
+        """
+        describe = getattr(sampler, "texel_draws", None)
+        if not DRAW_BATCHES or describe is None:
+            return None
+        draws = describe()
+        p = self.packed
+        columns = 2 * 2 * self.frequencies if self.frequencies else 2
+        image = draws.image
+        if (
+            draws.transform not in draws.TRANSFORMS or image.dim() != 3 or image.shape[2] != p.outputs or columns != p.inputs
+            or image.device != self.device or draws.batch_size < 1
+        ):  # fmt: skip
+            return None
+        return type(draws)(image=image.float().contiguous(), transform=draws.transform, batch_size=draws.batch_size)
+
+    def seek_draws(self, step: int) -> None:
+        """Set the draw counter: the next step draws the batch of step ``step`` (the trainer's step count)."""
+        self.draw_counter.fill_(int(step))
+
+    def drawn_batch(self, draws: TexelDraws, seed: int) -> Batch:
+        """The batch the next step will draw (the counter as it stands): the uv and the targets, for checks."""
+        from neuralbake.nn.trainer import Batch
+
+        n, (height, width, channels) = draws.batch_size, draws.image.shape
+        uv = torch.empty(n, 2, device=self.device)
+        texels = torch.empty(n, dtype=torch.int64, device=self.device)
+        code = draws.TRANSFORMS.index(draws.transform)
+        _draw_uv_kernel[(triton.cdiv(n, 128),)](uv, texels, self.draw_counter, n, int(seed), width, height, TRANSFORM=code, BM=128)
+        return Batch(inputs=uv, targets=draws.image.reshape(-1, channels)[texels])
+
+    def _launch_drawn(self, draws: TexelDraws, seed: int, scale: torch.Tensor) -> tuple[int, int]:
+        """The training kernel on a batch it draws itself (:meth:`drawn_batch`'s); returns (programs, rows)."""
+        height, width, _ = draws.image.shape
+        draw = (int(seed), draws.TRANSFORMS.index(draws.transform), width, height)
+        n = draws.batch_size
+        programs = _train(
+            self.packed, self.buffers, self.draw_counter, draws.image, n, loss=self.loss, scale=scale.float().reshape(1), floor=self.floor,
+            frequencies=self.frequencies, draw=draw,
+        )  # fmt: skip
         return programs, n
 
     # -- the whole optimizer step on the GPU -------------------------------------------------------
@@ -655,16 +721,20 @@ class FusedForwardBackward:
     updated = False
     """Whether :meth:`update_step` has run (the trainer took the fused optimizer step)."""
 
+    drew = False
+    """Whether the last :meth:`update_step` drew its batch in the kernel."""
+
     _flat: _FlatState | None = None
 
-    def rehearse(self, batch: Batch, loss_scale: str = "dynamic") -> None:
+    def rehearse(self, batch: Batch, loss_scale: str = "dynamic", draws: TexelDraws | None = None) -> None:
         """Run :meth:`update_step` once on copies of the weights with a scratch optimizer and a ``loss_scale`` scaler.
 
         Compiles and runs every kernel of the fused step as the run will (``loss_scale``: the run's
         mode, whose update kernel differs), so a bake can try them before training
         (``kernels.try_kernels``) and fall back to PyTorch when this machine cannot run them. It
         works on buffers of its own: the model and a trainer's masters and moments are untouched,
-        and every step packs its own weights.
+        and every step packs its own weights. With ``draws`` (:meth:`draws_from`'s), the kernel draws the batch, as
+        the run will; the draw counter is left as it was.
         """
         from neuralbake.nn.precision import LossScaler
 
@@ -672,12 +742,13 @@ class FusedForwardBackward:
         copies = {name: nn.Parameter(own[name].detach().float().clone()) for name in self.names}
         optimizer = torch.optim.Adam(list(copies.values()), lr=torch.tensor(1e-3, device=self.device))
         counters = [torch.zeros((), device=self.device) for _ in range(5)]
-        saved, updated = self._flat, self.updated
+        saved, updated, drew, drawn = self._flat, self.updated, self.drew, self.draw_counter.clone()
         self._flat = None
         try:
-            self.update_step(batch, copies, optimizer, LossScaler(loss_scale, device=self.device), counters[0], counters[1:])
+            self.update_step(batch, copies, optimizer, LossScaler(loss_scale, device=self.device), counters[0], counters[1:], draws=draws)
         finally:
-            self._flat, self.updated = saved, updated
+            self._flat, self.updated, self.drew = saved, updated, drew
+            self.draw_counter.copy_(drawn)
 
     def _attach(self, master: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
         """Make the masters and Adam's moments views of this object's flat buffers (copying their values in); returns the masters.
@@ -707,6 +778,9 @@ class FusedForwardBackward:
         scaler: LossScaler,
         found_inf: torch.Tensor,
         counters: Sequence[torch.Tensor],
+        *,
+        draws: TexelDraws | None = None,
+        seed: int = 0,
     ) -> None:
         """One whole training step on the GPU, the trainer's :meth:`~neuralbake.nn.trainer.Trainer._device_step` in five launches.
 
@@ -718,7 +792,9 @@ class FusedForwardBackward:
         batch, whose loss is 0/0); the step counts, the loss scale and the trainer's ``counters``
         (loss sum, clean-step count, skipped steps, the run of non-finite steps); ``found_inf`` is
         set to 1.0 for a skipped step. After the first call nothing syncs with the host, so the
-        step can be captured in a graph.
+        step can be captured in a graph. With ``draws`` (:meth:`draws_from`'s; ``batch`` is then not read) the training
+        kernel draws the step's batch itself, from Philox keyed by ``seed`` at the draw counter, which the step
+        advances (:meth:`seek_draws`, :meth:`drawn_batch`).
         """
         params = self._attach(master, optimizer)
         flat = self._flat
@@ -727,7 +803,8 @@ class FusedForwardBackward:
         self.updated = True
         adam_grid = (triton.cdiv(p.slot_size, self._adam_block),)
         _pack_kernel[adam_grid](flat.index, flat.master, p.flat_w, p.flat_b, p.slot_size, BLOCK=self._adam_block)
-        programs, n = self._launch(batch, scaler.scale_tensor)
+        self.drew = draws is not None
+        programs, n = self._launch(batch, scaler.scale_tensor) if draws is None else self._launch_drawn(draws, seed, scaler.scale_tensor)
         group = optimizer.param_groups[0]
         beta1, beta2 = group["betas"]
         flags_p = triton.next_power_of_2(flat.blocks)
@@ -742,7 +819,7 @@ class FusedForwardBackward:
         )  # fmt: skip
         _finish_step_kernel[(1,)](
             flat.flags, flat.blocks, flat.loss, flat.steps, scaler.scale_tensor, scaler.clean_steps_tensor, scaler.overflows_tensor,
-            loss_sum, loss_count, skipped, nonfinite_run, found_inf, len(params), float(scaler.growth_factor), float(scaler.backoff_factor),
+            loss_sum, loss_count, skipped, nonfinite_run, found_inf, self.draw_counter, len(params), float(scaler.growth_factor), float(scaler.backoff_factor),
             int(scaler.growth_interval), DYNAMIC=scaler.mode == "dynamic", FP=flags_p, SP=triton.next_power_of_2(len(params)),
         )  # fmt: skip
 

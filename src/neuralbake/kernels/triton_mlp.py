@@ -245,10 +245,48 @@ def _frequency_tile(coords_ptr, rows, rmask, D: tl.constexpr, FREQ: tl.constexpr
     cols = tl.arange(0, KP)
     used = cols < D * 2 * FREQ
     coord = tl.minimum(cols // (2 * FREQ), D - 1)
-    octave = (cols % (2 * FREQ)) // 2
     value = tl.load(coords_ptr + rows[:, None] * D + coord[None, :], mask=rmask[:, None] & used[None, :], other=0.0)
+    return _encode_columns(value, D, FREQ, KP)
+
+
+@triton.jit
+def _encode_columns(value, D: tl.constexpr, FREQ: tl.constexpr, KP: tl.constexpr):
+    """:func:`_frequency_tile` of ``value`` ``[BM, KP]``, column ``j`` holding its coordinate ``j // (2 FREQ)``."""
+    cols = tl.arange(0, KP)
+    used = cols < D * 2 * FREQ
+    octave = (cols % (2 * FREQ)) // 2
     encoded = _sin_cos_turns(value * tl.exp2(octave.to(tl.float32))[None, :], (cols % 2 == 1)[None, :])
     return tl.where(used[None, :], encoded, 0.0)
+
+
+@triton.jit
+def _draw_uv(SEED, rows, draw, TRANSFORM: tl.constexpr, IMG_W, IMG_H):
+    """The training kernel's own batch (``SAMPLE``): uniform ``(u, v)`` in [0, 1) per row from Philox (key ``SEED``,
+    counter ``(row, draw)``: a new batch each step), and the row-major index of the nearest texel of an ``IMG_H x IMG_W``
+    image at the transformed ``(u, v)`` (``TRANSFORM`` 0 identity, 1 flip: u and v swapped, 2 zoom: the centre
+    half), as :class:`neuralbake.bakes.neural_texture.ImageSampler` draws with ``texel_lookup``."""
+    u, v, _, _ = tl.rand4x(SEED, rows.to(tl.int64) + (draw << 32))
+    if TRANSFORM == 1:
+        tu, tv = v, u
+    elif TRANSFORM == 2:
+        tu, tv = u * 0.5 + 0.25, v * 0.5 + 0.25
+    else:
+        tu, tv = u, v
+    px = tl.minimum((tu * IMG_W).to(tl.int32), IMG_W - 1)  # u >= 0: truncation is the floor
+    py = tl.minimum((tv * IMG_H).to(tl.int32), IMG_H - 1)
+    return u, v, py.to(tl.int64) * IMG_W + px
+
+
+@triton.jit
+def _draw_uv_kernel(uv_ptr, texel_ptr, draws_ptr, N, SEED, IMG_W, IMG_H, TRANSFORM: tl.constexpr, BM: tl.constexpr):
+    """The batch :func:`_mlp_train_kernel` draws with ``SAMPLE`` at the draw counter's value: ``uv`` ``[N, 2]`` and the
+    texel indices ``[N]`` (for checks and tests: training never needs them)."""
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    u, v, texel = _draw_uv(SEED, rows, tl.load(draws_ptr), TRANSFORM, IMG_W, IMG_H)
+    mask = rows < N
+    tl.store(uv_ptr + rows * 2, u, mask=mask)
+    tl.store(uv_ptr + rows * 2 + 1, v, mask=mask)
+    tl.store(texel_ptr + rows, texel, mask=mask)
 
 
 @triton.jit
@@ -606,6 +644,11 @@ def _mlp_train_kernel(
     CARRY: tl.constexpr,
     HALF_ACT: tl.constexpr,
     HOIST: tl.constexpr,
+    SEED=0,
+    IMG_W=1,
+    IMG_H=1,
+    SAMPLE: tl.constexpr = False,
+    TRANSFORM: tl.constexpr = 0,
 ):
     """Forward, loss and backward of ``N`` training rows; gradients of ``loss * scale`` (see the module docstring).
 
@@ -630,6 +673,9 @@ def _mlp_train_kernel(
     - ``HALF_ACT`` (fp16, ReLU or leaky ReLU): each hidden layer's fp32 sum is rounded to fp16
       before the activation, and the activation and its slope run on fp16 values as PyTorch's fp16
       layers compute them (:func:`_activate_rounded`, :func:`_times_slope`).
+    - ``SAMPLE``: the kernel draws its own batch (:func:`_draw_uv`): ``in_ptr`` is the int64 draw counter (read, not
+      written: the step's last kernel advances it), ``target_ptr`` the ``[IMG_H, IMG_W, O]`` fp32 image whose
+      nearest texels are the targets; the inputs are the two coordinates ``(u, v)`` (``K == 2``).
     """
     dtype = w_in.dtype.element_ty
     pid = tl.program_id(0)
@@ -651,6 +697,8 @@ def _mlp_train_kernel(
     else:
         scale = tl.load(scale_ptr).to(tl.float32) / (N * O)
     loss_sum = 0.0
+    if SAMPLE:
+        draw = tl.load(in_ptr)
     if CARRY:  # the running gradients
         g_in = tl.zeros((KP, HP), tl.float32)
         g_hid = (tl.zeros((HP, HP), tl.float32),) * HIDDEN
@@ -671,7 +719,16 @@ def _mlp_train_kernel(
         first = (tile == pid).to(tl.int32)
         rows = m.to(tl.int64) + tile * BM  # int64: rows x width can pass 2^31
         rmask = rows < N
-        if FREQ > 0:
+        if SAMPLE:
+            tl.static_assert(K == 2, "a drawn batch has two input coordinates")
+            u, v, texel = _draw_uv(SEED, rows, draw, TRANSFORM, IMG_W, IMG_H)
+            if FREQ > 0:
+                value = tl.where((k < 2 * FREQ)[None, :], u[:, None], v[:, None])
+                x = _encode_columns(value, K, FREQ, KP)
+            else:
+                x = tl.where((k == 0)[None, :], u[:, None], tl.where((k == 1)[None, :], v[:, None], 0.0))
+            x = tl.where(rmask[:, None], x, 0.0).to(dtype)
+        elif FREQ > 0:
             x = _frequency_tile(in_ptr, rows, rmask, K, FREQ, KP).to(dtype)
         else:
             x = tl.load(in_ptr + rows[:, None] * K + k[None, :], mask=rmask[:, None] & (k < K)[None, :], other=0.0).to(dtype)
@@ -695,7 +752,10 @@ def _mlp_train_kernel(
         y = _activate(tl.dot(a, w, input_precision=DOT) + tl.load(b_out + o)[None, :], OACT, LEAK)
         # the loss and its gradient
         valid = rmask[:, None] & (o < O)[None, :]
-        target = tl.load(target_ptr + rows[:, None] * O + o[None, :], mask=valid, other=0.0).to(tl.float32)
+        if SAMPLE:
+            target = tl.load(target_ptr + texel[:, None] * O + o[None, :], mask=valid, other=0.0).to(tl.float32)
+        else:
+            target = tl.load(target_ptr + rows[:, None] * O + o[None, :], mask=valid, other=0.0).to(tl.float32)
         diff = y - target
         sign = tl.where(diff > 0.0, 1.0, tl.where(diff < 0.0, -1.0, 0.0))
         if LOSS == 3:
@@ -868,6 +928,7 @@ def _finish_step_kernel(
     skipped_ptr,
     nonfinite_run_ptr,
     found_ptr,
+    draws_ptr,
     NSTEPS,
     GROWTH,
     BACKOFF,
@@ -878,7 +939,8 @@ def _finish_step_kernel(
 ):
     """The optimizer step's last kernel (one program): Adam's step counts (``NSTEPS``, one per
     parameter, all equal), the loss scaler's update (``torch._amp_update_scale_``'s rule) and the
-    trainer's running sums, as the PyTorch step does."""
+    trainer's running sums, as the PyTorch step does; and the draw counter of a training kernel that draws its own
+    batches (int64, advanced every step, skipped or not)."""
     found = _found(flags_ptr, NFLAGS, FP)
     each = tl.arange(0, SP)
     tl.store(step_ptr + each, tl.load(step_ptr) + 1.0 - found + each * 0.0, mask=each < NSTEPS)  # every parameter's own count
@@ -901,3 +963,4 @@ def _finish_step_kernel(
     tl.store(skipped_ptr, tl.load(skipped_ptr) + found)
     tl.store(nonfinite_run_ptr, tl.load(nonfinite_run_ptr) * found + found)
     tl.store(found_ptr, found)
+    tl.store(draws_ptr, tl.load(draws_ptr) + 1)

@@ -33,6 +33,7 @@ __all__ = [
     "Batch",
     "ForwardBackward",
     "Sampler",
+    "TexelDraws",
     "TrainResult",
     "Trainer",
     "TrainerConfig",
@@ -119,12 +120,35 @@ class Batch:
 
 
 class Sampler(Protocol):
-    """Draws training batches from the reference."""
+    """Draws training batches from the reference.
+
+    A sampler whose batches are uniform random uv and nearest texels of an image may also say so
+    (``texel_draws() -> TexelDraws``): a fused training step that can draw such batches itself then
+    does, and :meth:`sample` is not called (see :class:`TexelDraws`).
+    """
 
     batch_size: int
     """Samples per batch (counted into ``samples_seen``)."""
 
     def sample(self, generator: torch.Generator) -> Batch: ...
+
+
+@dataclass(frozen=True)
+class TexelDraws:
+    """What a sampler's batches are, for a fused step that draws them in its kernel: ``batch_size`` rows of uniform
+    random ``(u, v)`` in [0, 1)^2 (the inputs) and the nearest texel of ``image`` (``[H, W, C]`` fp32, on the training
+    device) at ``(u, v)`` mapped by ``transform`` (the targets): ``identity``, ``flip`` (u and v swapped) or ``zoom``
+    (``uv * 0.5 + 0.25``), as :func:`neuralbake.bakes.neural_texture.transform_uv` and ``texel_lookup`` do.
+
+    The kernel draws from its own counter-based generator (Philox keyed by the run's seed, one counter per step), so
+    its batches follow the same distribution as the sampler's but are not the same numbers.
+    """
+
+    image: torch.Tensor
+    transform: str
+    batch_size: int
+
+    TRANSFORMS = ("identity", "flip", "zoom")
 
 
 class ForwardBackward(Protocol):
@@ -298,6 +322,10 @@ class Trainer:
         # unscaled and checked, Adam, the loss scale: a handful of launches) takes the whole step.
         fuses = getattr(self.forward_backward, "fuses_update", False)
         self._fused_update = self.forward_backward if fuses and self.forward_backward.can_update(self.optimizer) is None else None
+        # ... and may draw the batches in its kernel too, when the sampler's are uniform uv and nearest texels
+        self._fused_draws = self._fused_update.draws_from(sampler) if self._fused_update is not None and hasattr(self._fused_update, "draws_from") else None
+        if self._fused_draws is not None:
+            self._fused_update.seek_draws(0)
         # On CUDA the default generator is used: CUDA graphs capture its Philox offsets.
         self.generator = torch.cuda.default_generators[device.index or 0] if device.type == "cuda" else torch.Generator()
         self.generator.manual_seed(config.seed)
@@ -346,11 +374,15 @@ class Trainer:
 
     def _device_step(self) -> None:
         """One step with every decision on the device (no host sync), so it can be graph-captured."""
-        batch = self.sampler.sample(self.generator)
         if self._fused_update is not None:
             counters = (self._loss_sum, self._loss_count, self._skipped, self._nonfinite_run)
-            self._fused_update.update_step(batch, self.master, self.optimizer, self.scaler, self._found_inf, counters)
+            if self._fused_draws is not None:  # the kernel draws the step's batch (its own counter, the run's seed)
+                self._fused_update.update_step(None, self.master, self.optimizer, self.scaler, self._found_inf, counters, draws=self._fused_draws, seed=self.config.seed)
+            else:
+                batch = self.sampler.sample(self.generator)
+                self._fused_update.update_step(batch, self.master, self.optimizer, self.scaler, self._found_inf, counters)
             return
+        batch = self.sampler.sample(self.generator)
         if self.compute_model is not self.model:
             with torch.no_grad():
                 torch._foreach_copy_(list(self.compute_params.values()), list(self.master.values()))
@@ -410,6 +442,8 @@ class Trainer:
             # Re-seed here too: on CUDA the generator is the device's shared default one, which
             # another trainer built since this one may have advanced.
             self.generator.manual_seed(self.config.seed)
+        if self._fused_draws is not None:  # the kernel's batches follow the step count, so a resumed run draws on as before
+            self._fused_update.seek_draws(self.step)
         self.started_at = self.step  # where this fit began (a resumed one: the checkpoint's step)
         self.events.emit("start", step=self.step, total_steps=self.config.steps, resumed=resume)
         if not resume and self.evaluate is not None:
