@@ -111,42 +111,43 @@ _SLOPES = {"relu": lambda a: (a > 0).float(), "leaky_relu": lambda a: torch.wher
 
 
 def kernel_arithmetic_gradients(network: CoordinateNetwork, batch: Batch, loss_fn, scale: float) -> list[torch.Tensor]:
-    """The training kernel's weight gradients computed in PyTorch with the kernel's own rounding (bf16 or fp16 network,
-    fp32 master arithmetic): products of ``network.dtype`` operands summed in fp32, each hidden activation and each
-    ``dz`` rounded to ``network.dtype``, the output activation, the loss and its slope in fp32.
+    """The training kernel's weight gradients computed in PyTorch with the kernel's own rounding (bf16 or fp16 network):
+    products of ``network.dtype`` operands summed in high precision (fp64 here, fp32 in the kernel), each hidden
+    activation and each ``dz`` rounded to ``network.dtype``, the output activation, the loss and its slope unrounded,
+    the frequency encoding in fp64 (the kernel's range reduction is exact; PyTorch's fp32 sine is not at high octaves).
 
     Autograd in bf16 rounds elsewhere too (each linear layer's output, the output activation, ``da``), so its gradients
     and the kernel's differ by bf16 roundings that can add up to a few % of a gradient; against this reference the
     kernel's must agree to a fraction of one bf16 rounding.
     """
-    torch.backends.cuda.matmul.allow_tf32 = False
     dtype = network.mlp.layers[0].weight.dtype
     layers = network.mlp.layers
-    weights = [layer.weight.detach().float() for layer in layers]
-    biases = [layer.bias.detach().float() for layer in layers]
+    weights = [layer.weight.detach().double() for layer in layers]
+    biases = [layer.bias.detach().double() for layer in layers]
     slope, act = _SLOPES[network.mlp.config.hidden_activation], activation_fn(network.mlp.config.hidden_activation)
-    a = network.encoding(batch.inputs).to(dtype).float()
+    a = network.encoding(batch.inputs.double()).to(dtype).double()
     activations = [a]
     for weight, bias in zip(weights[:-1], biases[:-1]):
-        a = act(a @ weight.t() + bias).to(dtype).float()
+        a = act(a @ weight.t() + bias).to(dtype).double()
         activations.append(a)
     z = (a @ weights[-1].t() + biases[-1]).requires_grad_()
-    (dz,) = torch.autograd.grad(loss_fn(activation_fn(network.mlp.config.output_activation)(z), batch.targets) * scale, z)
-    dz = dz.to(dtype).float()
+    (dz,) = torch.autograd.grad(loss_fn(activation_fn(network.mlp.config.output_activation)(z), batch.targets.double()) * scale, z)
+    dz = dz.to(dtype).double()
     gradients: list[torch.Tensor] = []
     for i in range(len(layers) - 1, -1, -1):
         gradients = [dz.t() @ activations[i], dz.sum(0)] + gradients
         if i:
-            dz = (dz @ weights[i] * slope(activations[i])).to(dtype).float()
-    return gradients
+            dz = (dz @ weights[i] * slope(activations[i])).to(dtype).double()
+    return [gradient.float() for gradient in gradients]
 
 
 def check_training(name: str, dtype: torch.dtype, fused, autograd, exact, compute: CoordinateNetwork, batch: Batch, loss_fn, scale: float) -> None:
     """A fused training step's ``(loss, gradients)`` against autograd's in the same precision and the fp32 network's
     (``exact``): the loss by :func:`check`, fp16 and fp32 gradients by :func:`check_gradients`, bf16 ones against the
-    kernel's own arithmetic in PyTorch (:func:`kernel_arithmetic_gradients`), each gradient's relative RMS within 2e-3 (a
-    rounding flip here and there; one bf16 rounding is 2^-9 = 2e-3 of a value), with the distances of the kernel's and
-    autograd's bf16 gradients from the fp32 ones printed for scale."""
+    kernel's own arithmetic in PyTorch (:func:`kernel_arithmetic_gradients`), each gradient's relative RMS within 5e-3,
+    with the distances of the kernel's and autograd's bf16 gradients from the fp32 ones printed for scale. The two sum
+    in different orders, so now and then a value rounds to the other side of a bf16 step (2^-8 of it); autograd's bf16
+    gradients lie 1e-2 to 6e-2 from the fp32 ones."""
     (fused_loss, grads), (ref_loss, ref_grads), (exact_loss, exact_grads) = fused, autograd, exact
     check(f"{name} loss", fused_loss, ref_loss, dtype, exact_loss)
     if dtype != torch.bfloat16:
@@ -154,11 +155,11 @@ def check_training(name: str, dtype: torch.dtype, fused, autograd, exact, comput
         return
     reference = kernel_arithmetic_gradients(compute, batch, loss_fn, scale)
     errors = [_relative_rms(ours, theirs) for ours, theirs in zip(grads, reference)]
-    ok = max(errors) <= 2e-3
+    ok = max(errors) <= 5e-3
     ours, theirs = max(map(_relative_rms, grads, exact_grads)), max(map(_relative_rms, ref_grads, exact_grads))
     print(
         f"{'ok  ' if ok else 'FAIL'} {name + ' gradients':60s} against the kernel arithmetic: worst RMS {max(errors):.2e} "
-        f"(tolerance 2e-03); against fp32: worst RMS {ours:.2e} (autograd bf16 {theirs:.2e})",
+        f"(tolerance 5e-03); against fp32: worst RMS {ours:.2e} (autograd bf16 {theirs:.2e})",
         flush=True,
     )
     if not ok:
@@ -359,6 +360,37 @@ def main() -> None:
                     FAILURES.append(f"{name} targets")
                 references = [AutogradForwardBackward(network, losses["mse"])(dict(network.named_parameters()), batch, scale) for network in (compute, exact_model)]
                 check_training(name, dtype, step.drawn(params, draws, 11, scale), *references, compute, batch, losses["mse"], scale)
+    # drawn batches in the trainer's CUDA graph: the counter follows the steps, the loss falls, and a run stopped at step
+    # 100 and resumed from its checkpoint ends bit for bit where the unbroken 200-step run ends
+    import tempfile
+
+    from neuralbake.nn.trainer import Trainer, TrainerConfig
+
+    with tempfile.TemporaryDirectory() as folder:
+        finals = []
+        for resumed in (False, True):
+            config = TrainerConfig(steps=200, learning_rate=0.01, precision="fp16", log_every=20, eval_every=0, checkpoint_every=100, checkpoint_seconds=0)
+            runs = []
+            for attempt in ((100, False), (200, True)) if resumed else ((200, False),):
+                torch.manual_seed(5)
+                net = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device)
+                config.steps = attempt[0]
+                trainer = Trainer(net, ImageSampler(image, "zoom", 1 << 16), losses["mse"], config, device=device,
+                                  forward_backward=FusedForwardBackward(net, "mse", dtype=torch.float16), checkpoint_path=Path(folder) / f"run{int(resumed)}.ckpt")  # fmt: skip
+                runs.append(trainer.fit(resume=attempt[1]))
+            drew = trainer._fused_draws is not None and trainer._graph is not None and int(trainer.forward_backward.draw_counter) == trainer.step == 200
+            curve = [event["loss"] for event in runs[0].history if event["event"] == "train"]
+            ok = drew and curve[-1] < curve[0]
+            label = "resumed at step 100" if resumed else "unbroken"
+            print(f"{'ok  ' if ok else 'FAIL'} {'drawn batches, graphed trainer, ' + label:60s} counter {int(trainer.forward_backward.draw_counter)} at step "
+                  f"{trainer.step}, loss {curve[0]:.5f} -> {curve[-1]:.5f}", flush=True)  # fmt: skip
+            if not ok:
+                FAILURES.append(f"drawn batches graphed {label}")
+            finals.append([p.detach().clone() for p in net.parameters()])
+        same = all(torch.equal(a, b) for a, b in zip(*finals, strict=True))
+        print(f"{'ok  ' if same else 'FAIL'} {'drawn batches, graphed trainer, resumed = unbroken':60s} weights bit for bit", flush=True)
+        if not same:
+            FAILURES.append("drawn batches graphed resume")
     # The optimizer step on the kernels (gradient sum, unscale, Adam, loss scale) against PyTorch's fused Adam path, the
     # same fused forward/backward under both: masters and moments after 3 steps (before fp16 rounding flips compound: two
     # runs whose masters differ in the last bits drift apart by a few % in 50 steps however right both are), then 200

@@ -608,6 +608,7 @@ def test_the_fused_optimizer_step_skips_overflows_and_backs_the_scale_off() -> N
         torch_step.train_step()
     assert 0 < fused.skipped_steps < 21 and fused.skipped_steps == torch_step.skipped_steps
     _same_state(fused, torch_step, 2e-3)
+    assert int(fused.forward_backward.draw_counter) == 21  # every step advances the draw counter, skipped or not
 
 
 @pytest.mark.parametrize("same_trainer", [False, True])
@@ -727,15 +728,19 @@ def test_try_kernels_falls_back_only_under_auto() -> None:
         try_kernels("triton", "triton", broken, notes.append)
 
 
-@pytest.mark.parametrize("transform", ["identity", "flip", "zoom"])
-def test_the_training_kernel_draws_its_own_texel_batch_and_trains_on_it(transform: str) -> None:
-    """A step that draws its batch in the kernel (``draws``): uv uniform in [0, 1), a new batch per draw and the same one for
-    the same (seed, draw), the targets the sampler's nearest texels at the transformed uv, and the loss and gradients
-    those of autograd on that batch (fp32: 1e-5)."""
+@pytest.mark.parametrize(("transform", "encoded"), [("identity", True), ("flip", True), ("zoom", True), ("flip", False)])
+def test_the_training_kernel_draws_its_own_texel_batch_and_trains_on_it(transform: str, encoded: bool) -> None:
+    """A step that draws its batch in the kernel (``draws``): uv uniform in [0, 1), a new batch per draw (not the last
+    one shifted) and the same one for the same (seed, draw), the targets the sampler's nearest texels at the transformed
+    uv, and the loss and gradients those of autograd on that batch (fp32: 1e-5), for a coordinate network and for a
+    plain MLP on the two coordinates; a rehearsal leaves the draw counter alone."""
     from neuralbake.bakes.neural_texture import ImageSampler, texel_lookup, transform_uv
 
     torch.manual_seed(21)
-    net = CoordinateNetwork(CoordinateNetworkConfig(hidden=16, layers=2, outputs=3)).to(DEVICE)
+    if encoded:
+        net = CoordinateNetwork(CoordinateNetworkConfig(hidden=16, layers=2, outputs=3)).to(DEVICE)
+    else:
+        net = _mlp(2, 16, 2, 3, "leaky_relu", "sigmoid", seed=21)
     step = FusedForwardBackward(net, "mse", dtype=torch.float32, programs=2)
     image = torch.rand(9, 13, 3, device=DEVICE)  # not square: u and v scale differently
     draws = step.draws_from(ImageSampler(image, transform, 300))
@@ -748,7 +753,8 @@ def test_the_training_kernel_draws_its_own_texel_batch_and_trains_on_it(transfor
     assert torch.equal(step.drawn_batch(draws, seed=7).inputs, batch.inputs)
     assert not torch.equal(step.drawn_batch(draws, seed=8).inputs, batch.inputs)
     step.seek_draws(6)
-    assert not torch.equal(step.drawn_batch(draws, seed=7).inputs, batch.inputs)
+    following = step.drawn_batch(draws, seed=7).inputs
+    assert not torch.equal(following, batch.inputs) and not torch.equal(following[:-1], batch.inputs[1:])
     step.seek_draws(5)
     params = dict(net.named_parameters())
     expected_loss, expected = AutogradForwardBackward(net, LOSSES["mse"])(params, batch, 8.0)
@@ -756,6 +762,30 @@ def test_the_training_kernel_draws_its_own_texel_batch_and_trains_on_it(transfor
     assert math.isclose(float(loss), float(expected_loss), rel_tol=1e-5) and int(step.draw_counter) == 5
     for ours, theirs in zip(gradients, expected, strict=True):
         _close(ours, theirs, torch.float32)
+    step.rehearse(batch, draws=draws, seed=7)
+    assert int(step.draw_counter) == 5 and not step.updated
+
+
+def test_only_samplers_that_say_what_they_draw_and_fit_the_network_are_drawn_in_the_kernel() -> None:
+    """``draws_from`` is None for an image whose channels are not the outputs, an unknown transform, an empty batch, a
+    network on other inputs, and a sampler subclass that overrides ``sample`` without ``texel_draws``."""
+    from neuralbake.bakes.neural_texture import ImageSampler
+
+    image = torch.rand(8, 8, 3, device=DEVICE)
+    _, step = _small_net(24)
+    assert step is not None and step.draws_from(ImageSampler(image, "zoom", 64)) is not None
+    assert step.draws_from(ImageSampler(torch.rand(8, 8, 4, device=DEVICE), "zoom", 64)) is None
+    assert step.draws_from(ImageSampler(image, "mirror", 64)) is None
+    assert step.draws_from(ImageSampler(image, "zoom", 0)) is None
+    three = FusedForwardBackward(_mlp(3, 16, 1, 3, "relu", "none"), "mse", dtype=torch.float32, programs=2)
+    assert three.draws_from(ImageSampler(image, "zoom", 64)) is None
+
+    class Jittered(ImageSampler):
+        def sample(self, generator: torch.Generator) -> Batch:
+            batch = super().sample(generator)
+            return Batch(inputs=batch.inputs + 0.001, targets=batch.targets)
+
+    assert step.draws_from(Jittered(image, "zoom", 64)) is None
 
 
 def test_a_trainer_lets_the_kernel_draw_the_batches_and_resumes_the_draws(tmp_path) -> None:
@@ -773,6 +803,9 @@ def test_a_trainer_lets_the_kernel_draw_the_batches_and_resumes_the_draws(tmp_pa
         def sample(self, generator: torch.Generator) -> Batch:
             Counting.calls += 1
             return super().sample(generator)
+
+        def texel_draws(self):  # its batches are still uniform uv and nearest texels
+            return super().texel_draws()
 
     config = TrainerConfig(steps=8, learning_rate=0.02, precision="fp16", log_every=1, eval_every=0, checkpoint_every=4, checkpoint_seconds=0)
     finals = []

@@ -282,7 +282,7 @@ def _bake_body(run: BakeRun) -> BakeOutcome:
         # the whole fused step once (its five kernels, the run's loss-scale mode, the batch drawn in the kernel where it
         # can be) on copies: what the trainer will run
         draws = fused.draws_from(sampler)
-        kernels = try_kernels(config.kernels, kernels, lambda: fused.rehearse(trial_batch, config.train.loss_scale, draws), run.note)
+        kernels = try_kernels(config.kernels, kernels, lambda: fused.rehearse(trial_batch, config.train.loss_scale, draws, config.train.seed), run.note)
         fused = fused if kernels == "triton" else None
     result = run.train(network, sampler, mse_loss, config.train, evaluate=evaluate, compatibility=compatibility, forward_backward=fused)
     outcome = _write_outputs(run.stage, config, network, result, image, target, info)

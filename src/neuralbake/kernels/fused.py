@@ -639,7 +639,7 @@ class FusedForwardBackward:
         """The training kernel on ``batch`` with the packed weights as they are; returns (programs, rows)."""
         p = self.packed
         inputs, targets = batch.inputs, batch.targets
-        columns = inputs.shape[1] * 2 * self.frequencies if self.frequencies else inputs.shape[1]
+        columns = self._columns(inputs.shape[1])
         if inputs.dim() != 2 or targets.dim() != 2 or columns != p.inputs or targets.shape != (inputs.shape[0], p.outputs):
             raise ValueError(
                 f"the fused step of a {p.inputs}-input, {p.outputs}-output network got inputs {tuple(inputs.shape)} and targets {tuple(targets.shape)}"
@@ -651,6 +651,10 @@ class FusedForwardBackward:
         programs = _train(p, self.buffers, inputs, targets, n, loss=self.loss, scale=scale.float().reshape(1), floor=self.floor, frequencies=self.frequencies)
         return programs, n
 
+    def _columns(self, coordinates: int) -> int:
+        """The network's input columns for rows of ``coordinates`` values (frequency-encoded or not)."""
+        return coordinates * 2 * self.frequencies if self.frequencies else coordinates
+
     # -- batches drawn in the kernel -------------------------------------------------------------
     def draws_from(self, sampler: Any) -> TexelDraws | None:
         """What ``sampler`` draws, where this step can draw it in its kernel instead (None: the trainer calls the sampler).
@@ -659,11 +663,11 @@ class FusedForwardBackward:
         two coordinates (frequency-encoded or not) and give the image's channels, and :data:`DRAW_BATCHES` be on.
         """
         describe = getattr(sampler, "texel_draws", None)
-        if not DRAW_BATCHES or describe is None:
+        if not DRAW_BATCHES or describe is None or not _declared_together(type(sampler), "sample", "texel_draws"):
             return None
         draws = describe()
         p = self.packed
-        columns = 2 * 2 * self.frequencies if self.frequencies else 2
+        columns = self._columns(2)
         image = draws.image
         if (
             draws.transform not in draws.TRANSFORMS or image.dim() != 3 or image.shape[2] != p.outputs or columns != p.inputs
@@ -680,17 +684,15 @@ class FusedForwardBackward:
         """The batch the next step will draw (the counter as it stands): the uv and the targets, for checks."""
         from neuralbake.nn.trainer import Batch
 
-        n, (height, width, channels) = draws.batch_size, draws.image.shape
+        n, (seed, code, width, height) = draws.batch_size, _draw_arguments(draws, seed)
         uv = torch.empty(n, 2, device=self.device)
         texels = torch.empty(n, dtype=torch.int64, device=self.device)
-        code = draws.TRANSFORMS.index(draws.transform)
-        _draw_uv_kernel[(triton.cdiv(n, 128),)](uv, texels, self.draw_counter, n, int(seed), width, height, TRANSFORM=code, BM=128)
-        return Batch(inputs=uv, targets=draws.image.reshape(-1, channels)[texels])
+        _draw_uv_kernel[(triton.cdiv(n, 128),)](uv, texels, self.draw_counter, n, seed, width, height, TRANSFORM=code, BM=128)
+        return Batch(inputs=uv, targets=draws.image.reshape(-1, draws.image.shape[2])[texels])
 
     def _launch_drawn(self, draws: TexelDraws, seed: int, scale: torch.Tensor) -> tuple[int, int]:
         """The training kernel on a batch it draws itself (:meth:`drawn_batch`'s); returns (programs, rows)."""
-        height, width, _ = draws.image.shape
-        draw = (int(seed), draws.TRANSFORMS.index(draws.transform), width, height)
+        draw = _draw_arguments(draws, seed)
         n = draws.batch_size
         programs = _train(
             self.packed, self.buffers, self.draw_counter, draws.image, n, loss=self.loss, scale=scale.float().reshape(1), floor=self.floor,
@@ -704,8 +706,8 @@ class FusedForwardBackward:
 
     _reduce_block, _reduce_rows, _adam_block = 128, 64, 128
     """Slot columns per program of the gradient sum (and slots summed at once), master values per program of Adam (and
-    of the pack). Small Adam programs and wide sums: in a graphed RTXNS step on an H100 Adam took 2.6 µs at 128 values
-    a program against 7.2 at 1024, and the sum of 256 slots 4.8 µs at 64 at once against 9.0 at 16
+    of the pack). Small Adam programs and wide sums: in a graphed RTXNS step at 2^14 rows on an H100 Adam took 3.0 µs at
+    128 values a program against 8.4 at 1024, and the sum of 256 slots 4.9 µs at 64 at once against 8.9 at 16
     (``bench/kernels.py --profile-step``, and ``--profile-step 1024 16`` for the earlier setting)."""
 
     @staticmethod
@@ -726,15 +728,15 @@ class FusedForwardBackward:
 
     _flat: _FlatState | None = None
 
-    def rehearse(self, batch: Batch, loss_scale: str = "dynamic", draws: TexelDraws | None = None) -> None:
+    def rehearse(self, batch: Batch, loss_scale: str = "dynamic", draws: TexelDraws | None = None, seed: int = 0) -> None:
         """Run :meth:`update_step` once on copies of the weights with a scratch optimizer and a ``loss_scale`` scaler.
 
         Compiles and runs every kernel of the fused step as the run will (``loss_scale``: the run's
         mode, whose update kernel differs), so a bake can try them before training
         (``kernels.try_kernels``) and fall back to PyTorch when this machine cannot run them. It
         works on buffers of its own: the model and a trainer's masters and moments are untouched,
-        and every step packs its own weights. With ``draws`` (:meth:`draws_from`'s), the kernel draws the batch, as
-        the run will; the draw counter is left as it was.
+        and every step packs its own weights. With ``draws`` (:meth:`draws_from`'s) and the run's ``seed``, the kernel
+        draws the batch, as the run will; the draw counter is left as it was.
         """
         from neuralbake.nn.precision import LossScaler
 
@@ -745,7 +747,7 @@ class FusedForwardBackward:
         saved, updated, drew, drawn = self._flat, self.updated, self.drew, self.draw_counter.clone()
         self._flat = None
         try:
-            self.update_step(batch, copies, optimizer, LossScaler(loss_scale, device=self.device), counters[0], counters[1:], draws=draws)
+            self.update_step(batch, copies, optimizer, LossScaler(loss_scale, device=self.device), counters[0], counters[1:], draws=draws, seed=seed)
         finally:
             self._flat, self.updated, self.drew = saved, updated, drew
             self.draw_counter.copy_(drawn)
@@ -772,7 +774,7 @@ class FusedForwardBackward:
 
     def update_step(
         self,
-        batch: Batch,
+        batch: Batch | None,
         master: dict[str, torch.Tensor],
         optimizer: torch.optim.Optimizer,
         scaler: LossScaler,
@@ -875,6 +877,19 @@ class _FlatState:
                 self.steps[i] = float(state["step"]) if "step" in state else 0.0
                 optimizer.state[param] = {"step": self.steps[i], "exp_avg": m, "exp_avg_sq": v}
                 self.views.append((view, m))
+
+
+def _declared_together(cls: type, *names: str) -> bool:
+    """Whether the class in ``cls``'s MRO that defines each of ``names`` is the same one (a subclass that overrides
+    ``sample`` but inherits ``texel_draws`` has batches its ``texel_draws`` does not describe)."""
+    owners = {next((klass for klass in cls.__mro__ if name in vars(klass)), None) for name in names}
+    return len(owners) == 1 and None not in owners
+
+
+def _draw_arguments(draws: TexelDraws, seed: int) -> tuple[int, int, int, int]:
+    """``(seed, transform code, image width, image height)`` of a batch drawn in a kernel (:func:`_train`'s ``draw``)."""
+    height, width, _ = draws.image.shape
+    return int(seed), draws.TRANSFORMS.index(draws.transform), width, height
 
 
 def _master_index(p: PackedMLP, sizes: Sequence[int]) -> torch.Tensor:

@@ -610,7 +610,7 @@ def _replaced(values, index: tl.constexpr, value, COUNT: tl.constexpr):
     return out
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["SEED"])  # one compiled kernel whatever the run's seed
 def _mlp_train_kernel(
     in_ptr,
     target_ptr,
@@ -720,7 +720,7 @@ def _mlp_train_kernel(
         rows = m.to(tl.int64) + tile * BM  # int64: rows x width can pass 2^31
         rmask = rows < N
         if SAMPLE:
-            tl.static_assert(K == 2, "a drawn batch has two input coordinates")
+            tl.static_assert(K == 2 and not DX and LOSS != 3, "a drawn batch has two input coordinates and a loss")
             u, v, texel = _draw_uv(SEED, rows, draw, TRANSFORM, IMG_W, IMG_H)
             if FREQ > 0:
                 value = tl.where((k < 2 * FREQ)[None, :], u[:, None], v[:, None])

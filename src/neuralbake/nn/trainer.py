@@ -167,6 +167,9 @@ class ForwardBackward(Protocol):
     scaler, found_inf, counters)`` in place of the forward/backward, unscale, Adam, loss-scale and
     bookkeeping below, and it must leave the masters, ``optimizer.state``, the scaler and the
     counters as that sequence would (see :class:`neuralbake.kernels.fused.FusedForwardBackward`).
+    Such a step may also draw the batches itself: where its ``draws_from(sampler)`` returns a
+    :class:`TexelDraws`, the trainer sets its draw counter with ``seek_draws(step)`` at the start of
+    each fit and calls ``update_step(None, ..., draws=draws, seed=config.seed)`` without sampling.
     """
 
     def __call__(self, params: dict[str, torch.Tensor], batch: Batch, loss_scale: float) -> tuple[torch.Tensor, list[torch.Tensor]]: ...
@@ -442,8 +445,8 @@ class Trainer:
             # Re-seed here too: on CUDA the generator is the device's shared default one, which
             # another trainer built since this one may have advanced.
             self.generator.manual_seed(self.config.seed)
-        if self._fused_draws is not None:  # the kernel's batches follow the step count, so a resumed run draws on as before
-            self._fused_update.seek_draws(self.step)
+        if self._fused_update is not None and self._fused_draws is not None:  # the kernel's batches follow the step count,
+            self._fused_update.seek_draws(self.step)  # so a resumed run draws on as before
         self.started_at = self.step  # where this fit began (a resumed one: the checkpoint's step)
         self.events.emit("start", step=self.step, total_steps=self.config.steps, resumed=resume)
         if not resume and self.evaluate is not None:
