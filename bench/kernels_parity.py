@@ -11,6 +11,7 @@ where that misses, to PyTorch's own bf16 error: the kernel's error against the f
     python bench/kernels_parity.py
     python bench/kernels_parity.py --half-only     # fp16 and bf16, what `auto` runs; fp32 kernels compile slowly
     python bench/kernels_parity.py --fp16-only     # fp16 alone (--bf16-only: bf16 alone)
+    python bench/kernels_parity.py --drawn-graph-only   # the graphed trainer drawing its batches, resumed or not
 """
 
 from __future__ import annotations
@@ -166,6 +167,45 @@ def check_training(name: str, dtype: torch.dtype, fused, autograd, exact, comput
         FAILURES.append(name)
 
 
+def check_drawn_graph(device: torch.device, image: torch.Tensor) -> None:
+    """Drawn batches in the trainer's CUDA graph: the draw counter follows the steps, the loss falls, and a run stopped at
+    step 100 (``request_stop``) and resumed from its checkpoint ends bit for bit where the unbroken 200-step run ends."""
+    import tempfile
+
+    from neuralbake.bakes.neural_texture import ImageSampler
+    from neuralbake.nn.trainer import Trainer, TrainerConfig, TrainingInterrupted
+
+    def trainer(path: Path, on_step=None) -> Trainer:
+        torch.manual_seed(5)
+        net = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device)
+        config = TrainerConfig(steps=200, learning_rate=0.01, precision="fp16", log_every=20, eval_every=0, checkpoint_every=0, checkpoint_seconds=0)
+        return Trainer(net, ImageSampler(image, "zoom", 1 << 16), torch.nn.functional.mse_loss, config, device=device,
+                       forward_backward=FusedForwardBackward(net, "mse", dtype=torch.float16), checkpoint_path=path, on_step=on_step)  # fmt: skip
+
+    with tempfile.TemporaryDirectory() as folder:
+        unbroken = trainer(Path(folder) / "unbroken.ckpt")
+        unbroken.fit()
+        stopped = trainer(Path(folder) / "stopped.ckpt", on_step=lambda run, step: run.request_stop() if step == 100 else None)
+        try:
+            stopped.fit()
+        except TrainingInterrupted:
+            pass
+        resumed = trainer(Path(folder) / "stopped.ckpt")
+        resumed.fit(resume=True)
+        for label, run in (("unbroken", unbroken), ("resumed at step 100", resumed)):
+            counter = int(run.forward_backward.draw_counter)
+            curve = [event["loss"] for event in run.history if event["event"] == "train"]
+            ok = run._fused_draws is not None and run._graph is not None and counter == run.step == 200 and curve[-1] < curve[0]
+            print(f"{'ok  ' if ok else 'FAIL'} {'drawn batches, graphed trainer, ' + label:60s} counter {counter} at step {run.step}, "
+                  f"loss {curve[0]:.5f} -> {curve[-1]:.5f}", flush=True)  # fmt: skip
+            if not ok:
+                FAILURES.append(f"drawn batches graphed {label}")
+        same = all(torch.equal(a, b) for a, b in zip(unbroken.master.values(), resumed.master.values(), strict=True))
+        print(f"{'ok  ' if same else 'FAIL'} {'drawn batches, graphed trainer, resumed = unbroken':60s} masters bit for bit", flush=True)
+        if not same:
+            FAILURES.append("drawn batches graphed resume")
+
+
 def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("bench/kernels_parity.py checks the compiled kernels; run it on a machine with an NVIDIA GPU.")
@@ -175,6 +215,10 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}, triton {triton.__version__}", flush=True)
     torch.manual_seed(0)
     arguments = sys.argv[1:]
+    if "--drawn-graph-only" in arguments:  # the graphed trainer with drawn batches alone
+        check_drawn_graph(device, _image(device))
+        print(f"\n{len(FAILURES)} failed" if FAILURES else "\nall checks passed")
+        sys.exit(1 if FAILURES else 0)
     if "--fp16-only" in arguments:
         dtypes: tuple[torch.dtype, ...] = (torch.float16,)
     elif "--bf16-only" in arguments:
@@ -360,37 +404,7 @@ def main() -> None:
                     FAILURES.append(f"{name} targets")
                 references = [AutogradForwardBackward(network, losses["mse"])(dict(network.named_parameters()), batch, scale) for network in (compute, exact_model)]
                 check_training(name, dtype, step.drawn(params, draws, 11, scale), *references, compute, batch, losses["mse"], scale)
-    # drawn batches in the trainer's CUDA graph: the counter follows the steps, the loss falls, and a run stopped at step
-    # 100 and resumed from its checkpoint ends bit for bit where the unbroken 200-step run ends
-    import tempfile
-
-    from neuralbake.nn.trainer import Trainer, TrainerConfig
-
-    with tempfile.TemporaryDirectory() as folder:
-        finals = []
-        for resumed in (False, True):
-            config = TrainerConfig(steps=200, learning_rate=0.01, precision="fp16", log_every=20, eval_every=0, checkpoint_every=100, checkpoint_seconds=0)
-            runs = []
-            for attempt in ((100, False), (200, True)) if resumed else ((200, False),):
-                torch.manual_seed(5)
-                net = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device)
-                config.steps = attempt[0]
-                trainer = Trainer(net, ImageSampler(image, "zoom", 1 << 16), losses["mse"], config, device=device,
-                                  forward_backward=FusedForwardBackward(net, "mse", dtype=torch.float16), checkpoint_path=Path(folder) / f"run{int(resumed)}.ckpt")  # fmt: skip
-                runs.append(trainer.fit(resume=attempt[1]))
-            drew = trainer._fused_draws is not None and trainer._graph is not None and int(trainer.forward_backward.draw_counter) == trainer.step == 200
-            curve = [event["loss"] for event in runs[0].history if event["event"] == "train"]
-            ok = drew and curve[-1] < curve[0]
-            label = "resumed at step 100" if resumed else "unbroken"
-            print(f"{'ok  ' if ok else 'FAIL'} {'drawn batches, graphed trainer, ' + label:60s} counter {int(trainer.forward_backward.draw_counter)} at step "
-                  f"{trainer.step}, loss {curve[0]:.5f} -> {curve[-1]:.5f}", flush=True)  # fmt: skip
-            if not ok:
-                FAILURES.append(f"drawn batches graphed {label}")
-            finals.append([p.detach().clone() for p in net.parameters()])
-        same = all(torch.equal(a, b) for a, b in zip(*finals, strict=True))
-        print(f"{'ok  ' if same else 'FAIL'} {'drawn batches, graphed trainer, resumed = unbroken':60s} weights bit for bit", flush=True)
-        if not same:
-            FAILURES.append("drawn batches graphed resume")
+    check_drawn_graph(device, image)
     # The optimizer step on the kernels (gradient sum, unscale, Adam, loss scale) against PyTorch's fused Adam path, the
     # same fused forward/backward under both: masters and moments after 3 steps (before fp16 rounding flips compound: two
     # runs whose masters differ in the last bits drift apart by a few % in 50 steps however right both are), then 200
