@@ -47,6 +47,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -54,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from neuralbake.bakes.neural_material.model import NeuralMaterial
+from neuralbake.bakes.neural_texture import ImageSampler
 from neuralbake.bakes.ntc.container import pack_container, read_container
 from neuralbake.bakes.ntc.decode import decode_texels
 from neuralbake.bakes.ntc.layout import LatentShape, NTCLayout
@@ -63,7 +65,7 @@ from neuralbake.core.device import describe_device
 from neuralbake.kernels.fused import FusedForwardBackward, FusedNTC, PackedMLP, mlp_forward
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
 from neuralbake.nn.precision import compute_dtype
-from neuralbake.nn.trainer import Batch, TexelDraws, Trainer, TrainerConfig, cast_model
+from neuralbake.nn.trainer import Batch, Trainer, TrainerConfig, cast_model
 
 PEAK_FP16 = {"H100": 989e12, "H200": 989e12}
 """Dense fp16 tensor-core peak FLOP/s by GPU name fragment (SXM parts)."""
@@ -131,14 +133,8 @@ def _flags(**values):
     """``kernels.fused``'s module switches (``HALF_SUMS``, ``CARRY_GRADIENTS``, ...) set to ``values`` inside, restored after."""
     from neuralbake.kernels import fused as fused_module
 
-    saved = {name: getattr(fused_module, name) for name in values}
-    try:
-        for name, value in values.items():
-            setattr(fused_module, name, value)
+    with mock.patch.multiple(fused_module, **values):
         yield
-    finally:
-        for name, value in saved.items():
-            setattr(fused_module, name, value)
 
 
 def bench_mlp(device, sizes, repeats, peak) -> list[dict]:
@@ -254,36 +250,22 @@ def bench_ntc(device, repeats, peak) -> list[dict]:
     return rows
 
 
-class _ImageSampler:
-    capturable = True
-
-    def __init__(self, image: torch.Tensor, batch_size: int) -> None:
-        self.image, self.batch_size = image, batch_size
-
-    def sample(self, generator: torch.Generator) -> Batch:
-        uv = torch.rand(self.batch_size, 2, generator=generator, device=self.image.device)
-        h, w, _ = self.image.shape
-        i = (uv[:, 1] * h).long().clamp(max=h - 1)
-        j = (uv[:, 0] * w).long().clamp(max=w - 1)
-        return Batch(inputs=uv, targets=self.image[i, j])
-
-    def texel_draws(self) -> TexelDraws:
-        """What :meth:`sample` draws (the neural texture bake's sampler without a transform): the fused step draws it itself."""
-        return TexelDraws(image=self.image, transform="identity", batch_size=self.batch_size)
-
-
 def _image(device) -> torch.Tensor:
     v, u = torch.meshgrid(torch.linspace(0, 1, 1024, device=device), torch.linspace(0, 1, 1024, device=device), indexing="ij")
     return torch.stack((0.5 + 0.5 * torch.sin(40 * u * v), 0.5 + 0.5 * torch.cos(25 * u + 7 * v * v), (u + v) / 2), dim=-1)
 
 
-def _train(device, image, batch, steps, fused: bool, precision: str = "fp16") -> tuple[float, float]:
+def _trainer(device, image, batch, steps, fused: bool, precision: str = "fp16", seed: int = 0) -> Trainer:
+    """The benches' RTXNS trainer: the network (seed 4) trained on ``image`` at ``batch`` rows a step, graphed, autograd or fused."""
     torch.manual_seed(4)
     net = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device)
-    config = TrainerConfig(steps=steps, learning_rate=0.01, precision=precision, log_every=steps, eval_every=0, checkpoint_every=0, checkpoint_seconds=0)
+    config = TrainerConfig(steps=steps, learning_rate=0.01, precision=precision, log_every=steps, eval_every=0, checkpoint_every=0, checkpoint_seconds=0, seed=seed)
     step = FusedForwardBackward(net, "mse", dtype=compute_dtype(precision)) if fused else None
-    trainer = Trainer(net, _ImageSampler(image, batch), torch.nn.functional.mse_loss, config, device=device, forward_backward=step)
-    result = trainer.fit()
+    return Trainer(net, ImageSampler(image, "identity", batch), torch.nn.functional.mse_loss, config, device=device, forward_backward=step)
+
+
+def _train(device, image, batch, steps, fused: bool, precision: str = "fp16") -> tuple[float, float]:
+    result = _trainer(device, image, batch, steps, fused, precision).fit()
     return result.samples_seen / result.train_seconds, result.final_loss
 
 
@@ -404,7 +386,7 @@ def sweep(device, repeats, kind: str, tile: tuple[int, int]) -> None:
         params = dict(half.named_parameters())
         scale = torch.tensor(1024.0, device=device)
         for batch in (1 << 14, 1 << 18):
-            sample = _ImageSampler(image, batch).sample(torch.Generator(device=device).manual_seed(0))
+            sample = ImageSampler(image, "identity", batch).sample(torch.Generator(device=device).manual_seed(0))
             auto = AutogradForwardBackward(half, torch.nn.functional.mse_loss)
             t_auto = _time(lambda: auto(params, sample, 1024.0), repeats)
             print(f"train step {batch}: autograd (eager, not graphed) {batch / t_auto / 1e6:8.1f} M/s", flush=True)
@@ -428,18 +410,12 @@ def profile_step(device, blocks: tuple[int, int] | None = None) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     image = _image(device)
-    saved = (FusedForwardBackward._adam_block, FusedForwardBackward._reduce_rows)
-    if blocks:
-        FusedForwardBackward._adam_block, FusedForwardBackward._reduce_rows = blocks
-    print(f"fused step's Adam block {FusedForwardBackward._adam_block}, slots summed {FusedForwardBackward._reduce_rows} at once", flush=True)
-    try:
+    settings = mock.patch.multiple(FusedForwardBackward, _adam_block=blocks[0], _reduce_rows=blocks[1]) if blocks else contextlib.nullcontext()
+    with settings:
+        print(f"fused step's Adam block {FusedForwardBackward._adam_block}, slots summed {FusedForwardBackward._reduce_rows} at once", flush=True)
         for fused in (False, True):
             for n in (1 << 10, 1 << 14, 1 << 18):
-                torch.manual_seed(4)
-                net = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device)
-                config = TrainerConfig(steps=10**6, learning_rate=0.01, precision="fp16", log_every=10**6, eval_every=0, checkpoint_every=0, checkpoint_seconds=0)
-                step = FusedForwardBackward(net, "mse", dtype=torch.float16) if fused else None
-                trainer = Trainer(net, _ImageSampler(image, n), torch.nn.functional.mse_loss, config, device=device, forward_backward=step)
+                trainer = _trainer(device, image, n, 10**6, fused)
                 for _ in range(6):
                     trainer._graphed_step()
                 graph = trainer._graph
@@ -467,8 +443,6 @@ def profile_step(device, blocks: tuple[int, int] | None = None) -> None:
                     per_kernel.setdefault(e.name, []).append(e.device_time)
                 for name, times in sorted(per_kernel.items(), key=lambda item: -sum(item[1])):
                     print(f"    {sum(times) / 20:8.1f} us  {len(times) / 20:4.1f}x  {name[:90]}", flush=True)
-    finally:
-        FusedForwardBackward._adam_block, FusedForwardBackward._reduce_rows = saved
 
 
 def decode_launches(device) -> None:
@@ -501,7 +475,7 @@ def train_launches(device) -> None:
     image = _image(device)
     net = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device)
     half = cast_model(net, torch.float16)
-    sample = _ImageSampler(image, 1 << 18).sample(torch.Generator(device=device).manual_seed(0))
+    sample = ImageSampler(image, "identity", 1 << 18).sample(torch.Generator(device=device).manual_seed(0))
     step = FusedForwardBackward(net, "mse", dtype=torch.float16)
     for _ in range(3):
         step(dict(half.named_parameters()), sample, torch.tensor(1024.0, device=device))
@@ -622,11 +596,8 @@ def seed_spread(device, seeds: int = 12) -> list[dict]:
     for path in ("autograd", "fused"):
         losses, psnrs = [], []
         for seed in range(seeds):
-            torch.manual_seed(4)
-            net = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device)
-            config = TrainerConfig(steps=1024, learning_rate=0.01, precision="fp16", log_every=1024, eval_every=0, checkpoint_every=0, checkpoint_seconds=0, seed=seed)
-            step = FusedForwardBackward(net, "mse", dtype=torch.float16) if path == "fused" else None
-            trainer = Trainer(net, _ImageSampler(image, 1 << 14), torch.nn.functional.mse_loss, config, device=device, forward_backward=step)
+            trainer = _trainer(device, image, 1 << 14, 1024, path == "fused", seed=seed)
+            net = trainer.model
             losses.append(trainer.fit().final_loss)
             assert path == "autograd" or trainer._fused_draws is not None
             with torch.no_grad():
@@ -678,12 +649,8 @@ def _tile(kind: str, tile: tuple[int, int]):
     """``kernels.fused.TILES[kind]`` set to ``tile`` inside, restored after."""
     from neuralbake.kernels import fused as fused_module
 
-    saved = fused_module.TILES[kind]
-    fused_module.TILES[kind] = tile
-    try:
+    with mock.patch.dict(fused_module.TILES, {kind: tile}):
         yield
-    finally:
-        fused_module.TILES[kind] = saved
 
 
 def main() -> None:

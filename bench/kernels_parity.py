@@ -32,6 +32,7 @@ from neuralbake.bakes.ntc.decode import decode_texels
 from neuralbake.kernels.fused import FusedForwardBackward, FusedMLP, FusedNTC, PackedMLP, _unpack_gradients, mlp_forward
 from neuralbake.nn.activations import activation_fn
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
+from neuralbake.nn.precision import PRECISIONS
 from neuralbake.nn.trainer import AutogradForwardBackward, Batch, cast_model
 
 FAILURES: list[str] = []
@@ -336,7 +337,7 @@ def main() -> None:
                 layer.weight.copy_(torch.eye(16, device=device))
                 layer.bias.zero_()
         identity = identity.half()
-        activation = torch.nn.functional.relu if act == "relu" else (lambda t: torch.nn.functional.leaky_relu(t, 0.01))
+        activation = activation_fn(act)
         x = (torch.randn(1 << 16, 16, device=device) * 4).half()
         upstream = (torch.randn(1 << 16, 16, device=device) * 4).half()
         rows = x.clone().requires_grad_()
@@ -403,7 +404,7 @@ def main() -> None:
                 if not (same and inside):
                     FAILURES.append(f"{name} targets")
                 references = [AutogradForwardBackward(network, losses["mse"])(dict(network.named_parameters()), batch, scale) for network in (compute, exact_model)]
-                check_training(name, dtype, step.drawn(params, draws, 11, scale), *references, compute, batch, losses["mse"], scale)
+                check_training(name, dtype, step(params, None, scale, draws=draws, seed=11), *references, compute, batch, losses["mse"], scale)
     check_drawn_graph(device, image)
     # The optimizer step on the kernels (gradient sum, unscale, Adam, loss scale) against PyTorch's fused Adam path, the
     # same fused forward/backward under both: masters and moments after 3 steps (before fp16 rounding flips compound: two
@@ -431,7 +432,7 @@ def main() -> None:
             trainers.append(trainer)
         return trainers
 
-    names = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+    names = {dtype: name for name, dtype in PRECISIONS.items()}
     for dtype, precision in ((dtype, names[dtype]) for dtype in sorted(dtypes, key=lambda d: d == torch.float32)):
         # Each of 3 steps checked on its own: the kernels' gradient sum against PyTorch's sum of the same slots, then
         # Adam from the same state on that gradient (comparing whole runs instead says little: with Adam's small eps a

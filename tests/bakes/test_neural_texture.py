@@ -248,7 +248,6 @@ def test_auto_falls_back_to_pytorch_when_the_kernels_fail_here(tiny_png, tmp_pat
 
     monkeypatch.setattr(neural_texture, "resolve_kernels", lambda mode, device, reason, **options: "triton")  # as on a GPU
     monkeypatch.setattr(fused.FusedForwardBackward, "_launch", broken)  # the training kernel, under both the step and the call
-    monkeypatch.setattr(fused.FusedForwardBackward, "_launch_drawn", broken)  # and where it draws its own batches
     config = tiny_config(tiny_png, steps=20)
     report = bake_neural_texture(config, tmp_path / "auto", progress=False)
     assert report["kernels"] == {"train": "torch", "optimizer_step": "torch", "batches": "torch"} and report["steps"] == 20

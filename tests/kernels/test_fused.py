@@ -27,6 +27,7 @@ from neuralbake.errors import ConfigError
 from neuralbake.kernels import fused as fused_module
 from neuralbake.kernels import interpreting, resolve_kernels, unsupported_reason
 from neuralbake.kernels.fused import FusedForwardBackward, FusedMLP, FusedNeuralMaterial, FusedNTC, PackedMLP, mlp_forward
+from neuralbake.nn.activations import activation_fn
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
 from neuralbake.nn.trainer import AutogradForwardBackward, Batch, Trainer, TrainerConfig, cast_model
 
@@ -392,7 +393,7 @@ def test_fp16_training_activations_are_pytorchs_bit_for_bit(monkeypatch: pytest.
     g = torch.Generator().manual_seed(3)
     x = (torch.randn(200, 16, generator=g) * 4).to(DEVICE).half()
     upstream = (torch.randn(200, 16, generator=g) * 4).to(DEVICE).half()
-    activation = torch.nn.functional.relu if hidden_act == "relu" else (lambda t: torch.nn.functional.leaky_relu(t, 0.01))
+    activation = activation_fn(hidden_act)
     packed = PackedMLP.from_mlp(model, training=True)
     assert packed.half_activations
     assert torch.equal(mlp_forward(packed, x, out_dtype=torch.float16), activation(x))
@@ -758,7 +759,7 @@ def test_the_training_kernel_draws_its_own_texel_batch_and_trains_on_it(transfor
     step.seek_draws(5)
     params = dict(net.named_parameters())
     expected_loss, expected = AutogradForwardBackward(net, LOSSES["mse"])(params, batch, 8.0)
-    loss, gradients = step.drawn(params, draws, 7, 8.0)
+    loss, gradients = step(params, None, 8.0, draws=draws, seed=7)
     assert math.isclose(float(loss), float(expected_loss), rel_tol=1e-5) and int(step.draw_counter) == 5
     for ours, theirs in zip(gradients, expected, strict=True):
         _close(ours, theirs, torch.float32)
@@ -797,22 +798,21 @@ def test_a_trainer_lets_the_kernel_draw_the_batches_and_resumes_the_draws(tmp_pa
     v, u = torch.meshgrid(torch.linspace(0, 1, 24, device=DEVICE), torch.linspace(0, 1, 32, device=DEVICE), indexing="ij")
     image = torch.stack((0.5 + 0.4 * torch.sin(6 * u), v * v, 0.5 * (u + v)), dim=-1)
 
-    class Counting(ImageSampler):
-        calls = 0
+    calls = []
 
-        def sample(self, generator: torch.Generator) -> Batch:
-            Counting.calls += 1
-            return super().sample(generator)
-
-        def texel_draws(self):  # its batches are still uniform uv and nearest texels
-            return super().texel_draws()
+    def counting(transform: str, rows: int) -> ImageSampler:
+        """An image sampler that counts its ``sample`` calls (on the instance: its class still draws as ImageSampler)."""
+        sampler = ImageSampler(image, transform, rows)
+        draw = sampler.sample
+        sampler.sample = lambda generator: calls.append(1) or draw(generator)  # type: ignore[method-assign]
+        return sampler
 
     config = TrainerConfig(steps=8, learning_rate=0.02, precision="fp16", log_every=1, eval_every=0, checkpoint_every=4, checkpoint_seconds=0)
     finals = []
     for run in ("plain", "again", "resumed"):
         net, step = _small_net(23)
         path = tmp_path / f"{run}.ckpt"
-        trainer = Trainer(net, Counting(image, "flip", 128), LOSSES["mse"], config, device=DEVICE, forward_backward=step, checkpoint_path=path)
+        trainer = Trainer(net, counting("flip", 128), LOSSES["mse"], config, device=DEVICE, forward_backward=step, checkpoint_path=path)
         assert trainer._fused_draws is not None
         if run == "resumed":
             for _ in range(4):
@@ -825,15 +825,15 @@ def test_a_trainer_lets_the_kernel_draw_the_batches_and_resumes_the_draws(tmp_pa
             result = trainer.fit()
             losses = [event["loss"] for event in result.history if event["event"] == "train"]
             assert losses[-1] < losses[0], losses
-        assert int(step.draw_counter) == 8 and step.drew
+        assert int(step.draw_counter) == 8 and step.updated
         finals.append([p.detach().clone() for p in net.parameters()])
-    assert Counting.calls == 0
+    assert not calls
     for a, b, c in zip(*finals, strict=True):
         assert torch.equal(a, b) and torch.equal(a, c)
     net, step = _small_net(23)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(fused_module, "DRAW_BATCHES", False)
-        trainer = Trainer(net, Counting(image, "flip", 128), LOSSES["mse"], config, device=DEVICE, forward_backward=step)
+        trainer = Trainer(net, counting("flip", 128), LOSSES["mse"], config, device=DEVICE, forward_backward=step)
     assert trainer._fused_draws is None
     trainer.train_step()
-    assert Counting.calls == 1 and not step.drew
+    assert len(calls) == 1 and trainer._fused_draws is None

@@ -54,7 +54,7 @@ __all__ = [
     "uv_grid",
 ]
 
-TRANSFORMS = ("identity", "flip", "zoom")
+TRANSFORMS = TexelDraws.TRANSFORMS  # also the transform codes of the training kernel's own draws
 MAX_RENDER_SIDE = 16384
 
 MAX_BAKE_PIXELS = 4096 * 4096
@@ -175,8 +175,11 @@ class ImageSampler:
         uv = torch.rand(self.batch_size, 2, generator=generator, device=self.image.device)
         return Batch(inputs=uv, targets=texel_lookup(self.image, transform_uv(uv, self.transform)))
 
-    def texel_draws(self) -> TexelDraws:
-        """What :meth:`sample` draws, for a fused training step that draws it in its kernel."""
+    def texel_draws(self) -> TexelDraws | None:
+        """What :meth:`sample` draws, for a fused training step that draws it in its kernel (None from a subclass that
+        draws otherwise: one that overrides :meth:`sample`)."""
+        if type(self).sample is not ImageSampler.sample:
+            return None
         return TexelDraws(image=self.image, transform=self.transform, batch_size=self.batch_size)
 
     def reference(self, width: int, height: int) -> torch.Tensor:
@@ -272,16 +275,17 @@ def _bake_body(run: BakeRun) -> BakeOutcome:
         "network": asdict(config.network),
     }
     kernels = resolve_kernels(config.kernels, run.device, fused_training_reason(config.network), dtype=compute_dtype(config.train.precision))
-    fused = None
+    fused, draws = None, None
     if kernels == "triton":
         from neuralbake.kernels.fused import FusedForwardBackward  # imports Triton
 
         dtype = compute_dtype(config.train.precision)
         fused = FusedForwardBackward(network, "mse", dtype=dtype)
-        trial_batch = sampler.sample(torch.Generator(device=run.device).manual_seed(0))  # its own generator: training's draws stay as they are
         # the whole fused step once (its five kernels, the run's loss-scale mode, the batch drawn in the kernel where it
         # can be) on copies: what the trainer will run
         draws = fused.draws_from(sampler)
+        # (a sampled batch only where the kernel will not draw; its own generator: training's draws stay as they are)
+        trial_batch = None if draws is not None else sampler.sample(torch.Generator(device=run.device).manual_seed(0))
         kernels = try_kernels(config.kernels, kernels, lambda: fused.rehearse(trial_batch, config.train.loss_scale, draws, config.train.seed), run.note)
         fused = fused if kernels == "triton" else None
     result = run.train(network, sampler, mse_loss, config.train, evaluate=evaluate, compatibility=compatibility, forward_backward=fused)
@@ -291,7 +295,7 @@ def _bake_body(run: BakeRun) -> BakeOutcome:
     outcome.fields["kernels"] = {
         "train": kernels,
         "optimizer_step": "triton" if fused is not None and fused.updated else "torch",
-        "batches": "triton" if fused is not None and fused.drew else "torch",
+        "batches": "triton" if fused is not None and fused.updated and draws is not None else "torch",
     }
     return outcome
 

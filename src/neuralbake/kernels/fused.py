@@ -616,28 +616,34 @@ class FusedForwardBackward:
         self.draw_counter = torch.zeros((), dtype=torch.int64, device=self.device)
         """Steps taken (int64, on the device; advanced by every :meth:`update_step`): the batch a kernel that draws its own draws next."""
 
-    def __call__(self, params: dict[str, torch.Tensor], batch: Batch, loss_scale: float | torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        return self._loss_and_gradients(params, lambda scale: self._launch(batch, scale), loss_scale)
-
-    def drawn(self, params: dict[str, torch.Tensor], draws: TexelDraws, seed: int, loss_scale: float | torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """:meth:`__call__` on the batch the kernel draws itself at the draw counter (:meth:`drawn_batch`'s; the counter
-        is not advanced: only :meth:`update_step` does)."""
-        return self._loss_and_gradients(params, lambda scale: self._launch_drawn(draws, seed, scale), loss_scale)
-
-    def _loss_and_gradients(self, params: dict[str, torch.Tensor], launch: Any, loss_scale: float | torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def __call__(
+        self, params: dict[str, torch.Tensor], batch: Batch | None, loss_scale: float | torch.Tensor, *, draws: TexelDraws | None = None, seed: int = 0
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Loss and gradients on ``batch``, or with ``draws`` on the batch the kernel draws itself at the draw counter
+        (:meth:`drawn_batch`'s; the counter is not advanced: only :meth:`update_step` does)."""
         p = self.packed
         weights = [params[name] for name in self.names[0::2]]
         p.refresh(weights, [params[name] for name in self.names[1::2]])
-        programs, n = launch(loss_scale if isinstance(loss_scale, torch.Tensor) else torch.tensor(float(loss_scale), device=self.device))
+        scale = loss_scale if isinstance(loss_scale, torch.Tensor) else torch.tensor(float(loss_scale), device=self.device)
+        programs, n = self._launch(batch, scale, draws, seed)
         buffers = self.buffers
         total = buffers.grads[:programs].sum(0)
         loss = buffers.losses[:programs].sum() / (n * p.outputs)
         by_name = dict(zip(self.names, _unpack_gradients(p, total)))
         return loss, [by_name[name] for name in params]
 
-    def _launch(self, batch: Batch, scale: torch.Tensor) -> tuple[int, int]:
-        """The training kernel on ``batch`` with the packed weights as they are; returns (programs, rows)."""
+    def _launch(self, batch: Batch | None, scale: torch.Tensor, draws: TexelDraws | None = None, seed: int = 0) -> tuple[int, int]:
+        """The training kernel on ``batch`` (or, with ``draws``, on a batch it draws itself: :meth:`drawn_batch`'s) with
+        the packed weights as they are; returns (programs, rows)."""
         p = self.packed
+        if draws is not None:
+            n = draws.batch_size
+            programs = _train(
+                p, self.buffers, self.draw_counter, draws.image, n, loss=self.loss, scale=scale.float().reshape(1), floor=self.floor,
+                frequencies=self.frequencies, draw=_draw_arguments(draws, seed),
+            )  # fmt: skip
+            return programs, n
+        assert batch is not None
         inputs, targets = batch.inputs, batch.targets
         columns = self._columns(inputs.shape[1])
         if inputs.dim() != 2 or targets.dim() != 2 or columns != p.inputs or targets.shape != (inputs.shape[0], p.outputs):
@@ -663,9 +669,9 @@ class FusedForwardBackward:
         two coordinates (frequency-encoded or not) and give the image's channels, and :data:`DRAW_BATCHES` be on.
         """
         describe = getattr(sampler, "texel_draws", None)
-        if not DRAW_BATCHES or describe is None or not _declared_together(type(sampler), "sample", "texel_draws"):
+        draws = describe() if DRAW_BATCHES and describe is not None else None
+        if draws is None:
             return None
-        draws = describe()
         p = self.packed
         columns = self._columns(2)
         image = draws.image
@@ -690,16 +696,6 @@ class FusedForwardBackward:
         _draw_uv_kernel[(triton.cdiv(n, 128),)](uv, texels, self.draw_counter, n, seed, width, height, TRANSFORM=code, BM=128)
         return Batch(inputs=uv, targets=draws.image.reshape(-1, draws.image.shape[2])[texels])
 
-    def _launch_drawn(self, draws: TexelDraws, seed: int, scale: torch.Tensor) -> tuple[int, int]:
-        """The training kernel on a batch it draws itself (:meth:`drawn_batch`'s); returns (programs, rows)."""
-        draw = _draw_arguments(draws, seed)
-        n = draws.batch_size
-        programs = _train(
-            self.packed, self.buffers, self.draw_counter, draws.image, n, loss=self.loss, scale=scale.float().reshape(1), floor=self.floor,
-            frequencies=self.frequencies, draw=draw,
-        )  # fmt: skip
-        return programs, n
-
     # -- the whole optimizer step on the GPU -------------------------------------------------------
     fuses_update = True
     """The trainer may hand this object its whole step (:meth:`update_step`) instead of running Adam itself."""
@@ -723,12 +719,10 @@ class FusedForwardBackward:
     updated = False
     """Whether :meth:`update_step` has run (the trainer took the fused optimizer step)."""
 
-    drew = False
-    """Whether the last :meth:`update_step` drew its batch in the kernel."""
 
     _flat: _FlatState | None = None
 
-    def rehearse(self, batch: Batch, loss_scale: str = "dynamic", draws: TexelDraws | None = None, seed: int = 0) -> None:
+    def rehearse(self, batch: Batch | None, loss_scale: str = "dynamic", draws: TexelDraws | None = None, seed: int = 0) -> None:
         """Run :meth:`update_step` once on copies of the weights with a scratch optimizer and a ``loss_scale`` scaler.
 
         Compiles and runs every kernel of the fused step as the run will (``loss_scale``: the run's
@@ -744,12 +738,12 @@ class FusedForwardBackward:
         copies = {name: nn.Parameter(own[name].detach().float().clone()) for name in self.names}
         optimizer = torch.optim.Adam(list(copies.values()), lr=torch.tensor(1e-3, device=self.device))
         counters = [torch.zeros((), device=self.device) for _ in range(5)]
-        saved, updated, drew, drawn = self._flat, self.updated, self.drew, self.draw_counter.clone()
+        saved, updated, drawn = self._flat, self.updated, self.draw_counter.clone()
         self._flat = None
         try:
             self.update_step(batch, copies, optimizer, LossScaler(loss_scale, device=self.device), counters[0], counters[1:], draws=draws, seed=seed)
         finally:
-            self._flat, self.updated, self.drew = saved, updated, drew
+            self._flat, self.updated = saved, updated
             self.draw_counter.copy_(drawn)
 
     def _attach(self, master: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -805,8 +799,7 @@ class FusedForwardBackward:
         self.updated = True
         adam_grid = (triton.cdiv(p.slot_size, self._adam_block),)
         _pack_kernel[adam_grid](flat.index, flat.master, p.flat_w, p.flat_b, p.slot_size, BLOCK=self._adam_block)
-        self.drew = draws is not None
-        programs, n = self._launch(batch, scaler.scale_tensor) if draws is None else self._launch_drawn(draws, seed, scaler.scale_tensor)
+        programs, n = self._launch(batch, scaler.scale_tensor, draws, seed)
         group = optimizer.param_groups[0]
         beta1, beta2 = group["betas"]
         flags_p = triton.next_power_of_2(flat.blocks)
@@ -877,13 +870,6 @@ class _FlatState:
                 self.steps[i] = float(state["step"]) if "step" in state else 0.0
                 optimizer.state[param] = {"step": self.steps[i], "exp_avg": m, "exp_avg_sq": v}
                 self.views.append((view, m))
-
-
-def _declared_together(cls: type, *names: str) -> bool:
-    """Whether the class in ``cls``'s MRO that defines each of ``names`` is the same one (a subclass that overrides
-    ``sample`` but inherits ``texel_draws`` has batches its ``texel_draws`` does not describe)."""
-    owners = {next((klass for klass in cls.__mro__ if name in vars(klass)), None) for name in names}
-    return len(owners) == 1 and None not in owners
 
 
 def _draw_arguments(draws: TexelDraws, seed: int) -> tuple[int, int, int, int]:

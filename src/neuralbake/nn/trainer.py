@@ -445,8 +445,8 @@ class Trainer:
             # Re-seed here too: on CUDA the generator is the device's shared default one, which
             # another trainer built since this one may have advanced.
             self.generator.manual_seed(self.config.seed)
-        if self._fused_update is not None and self._fused_draws is not None:  # the kernel's batches follow the step count,
-            self._fused_update.seek_draws(self.step)  # so a resumed run draws on as before
+        if self._fused_draws is not None:  # the kernel's batches follow the step count, so a resumed run draws on as before
+            self._fused_update.seek_draws(self.step)
         self.started_at = self.step  # where this fit began (a resumed one: the checkpoint's step)
         self.events.emit("start", step=self.step, total_steps=self.config.steps, resumed=resume)
         if not resume and self.evaluate is not None:
