@@ -149,7 +149,7 @@ def check_training(name: str, dtype: torch.dtype, fused, autograd, exact, comput
     kernel's own arithmetic in PyTorch (:func:`kernel_arithmetic_gradients`), each gradient's relative RMS within 5e-3,
     with the distances of the kernel's and autograd's bf16 gradients from the fp32 ones printed for scale. The two sum
     in different orders, so now and then a value rounds to the other side of a bf16 step (2^-8 of it); autograd's bf16
-    gradients lie 1e-2 to 6e-2 from the fp32 ones."""
+    gradients lay 2e-3 to 6e-2 from the fp32 ones in the H100 run of 2026-11-26."""
     (fused_loss, grads), (ref_loss, ref_grads), (exact_loss, exact_grads) = fused, autograd, exact
     check(f"{name} loss", fused_loss, ref_loss, dtype, exact_loss)
     if dtype != torch.bfloat16:
