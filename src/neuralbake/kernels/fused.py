@@ -30,7 +30,6 @@ from neuralbake.kernels import ACTIVATION_CODES, DIRECTION_CODES, LOSS_CODES, un
 from neuralbake.kernels.triton_mlp import (
     _adam_kernel,
     _draw_uv_kernel,
-    _finish_step_kernel,
     _mlp_kernel,
     _mlp_train_kernel,
     _neural_material_kernel,
@@ -778,14 +777,14 @@ class FusedForwardBackward:
         draws: TexelDraws | None = None,
         seed: int = 0,
     ) -> None:
-        """One whole training step on the GPU, the trainer's :meth:`~neuralbake.nn.trainer.Trainer._device_step` in five launches.
+        """One whole training step on the GPU, the trainer's :meth:`~neuralbake.nn.trainer.Trainer._device_step` in four launches.
 
         The fp32 masters packed into the compute weights (every step, so whatever changed them
         between steps, a projection in an ``on_step`` hook or a loaded checkpoint, is what trains;
         in a CUDA graph, edits in place: a parameter whose storage is replaced is not seen by a
         replay, as on the PyTorch graph path); the training kernel (forward, loss, backward); the gradients summed,
         unscaled and checked for inf/NaN; Adam on the masters (skipped on inf/NaN, as for an empty
-        batch, whose loss is 0/0); the step counts, the loss scale and the trainer's ``counters``
+        batch, whose loss is 0/0) and, in the same launch, the step counts, the loss scale and the trainer's ``counters``
         (loss sum, clean-step count, skipped steps, the run of non-finite steps); ``found_inf`` is
         set to 1.0 for a skipped step. After the first call nothing syncs with the host, so the
         step can be captured in a graph. With ``draws`` (:meth:`draws_from`'s; ``batch`` is then not read) the training
@@ -810,12 +809,10 @@ class FusedForwardBackward:
         )  # fmt: skip
         _adam_kernel[adam_grid](
             flat.grad, flat.index, flat.master, flat.m, flat.v, flat.flags, flat.blocks, flat.steps, group["lr"],
-            float(beta1), float(beta2), float(group["eps"]), p.slot_size, BLOCK=self._adam_block, FP=flags_p,
-        )  # fmt: skip
-        _finish_step_kernel[(1,)](
-            flat.flags, flat.blocks, flat.loss, flat.steps, scaler.scale_tensor, scaler.clean_steps_tensor, scaler.overflows_tensor,
-            loss_sum, loss_count, skipped, nonfinite_run, found_inf, self.draw_counter, len(params), float(scaler.growth_factor), float(scaler.backoff_factor),
-            int(scaler.growth_interval), DYNAMIC=scaler.mode == "dynamic", FP=flags_p, SP=triton.next_power_of_2(len(params)),
+            float(beta1), float(beta2), float(group["eps"]), p.slot_size, flat.ticket, flat.loss, scaler.scale_tensor, scaler.clean_steps_tensor,
+            scaler.overflows_tensor, loss_sum, loss_count, skipped, nonfinite_run, found_inf, self.draw_counter, len(params), float(scaler.growth_factor),
+            float(scaler.backoff_factor), int(scaler.growth_interval), DYNAMIC=scaler.mode == "dynamic", BLOCK=self._adam_block, FP=flags_p,
+            SP=triton.next_power_of_2(len(params)),
         )  # fmt: skip
 
 
@@ -833,6 +830,7 @@ class _FlatState:
         self.blocks = triton.cdiv(packed.slot_size, block)  # one inf/NaN flag per block of the gradient sum
         self.flags = torch.zeros(self.blocks, device=device)
         self.loss = torch.zeros((), device=device)
+        self.ticket = torch.zeros((), dtype=torch.int32, device=device)  # Adam's programs count themselves out (0 between steps)
         self.index = _master_index(packed, sizes).to(device)
         self.views: list[tuple[torch.Tensor, torch.Tensor]] = []
 

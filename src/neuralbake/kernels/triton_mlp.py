@@ -17,10 +17,11 @@ Four kernels share one network body (:func:`_network`):
   gradient fused; each program keeps a running weight gradient (in registers across its tiles
   where it fits, else in its slot in memory) and writes it to its own slot (no atomics, so the
   result is deterministic); one sum over the slots finishes the reduction;
-- the rest of a training step around it in four launches (:func:`_pack_kernel`: the masters into
+- the rest of a training step around it in three launches (:func:`_pack_kernel`: the masters into
   the packed compute weights; :func:`_reduce_slots_kernel`: the slots' sum, unscaled and checked
-  for inf/NaN; :func:`_adam_kernel`: Adam on the fp32 masters; :func:`_finish_step_kernel`: step
-  count, loss scale and the trainer's sums), where PyTorch takes about fifty small launches.
+  for inf/NaN; :func:`_adam_kernel`: Adam on the fp32 masters, its last program closing the step with
+  :func:`_finish_step`: step count, loss scale and the trainer's sums), where PyTorch takes about
+  fifty small launches.
 
 The decodes of fp16 networks sum their hidden layers in fp16 on the tensor cores (``HALF_SUMS``,
 :func:`_layer`; :data:`neuralbake.kernels.fused.HALF_SUMS`), the output layer in fp32; the
@@ -875,19 +876,40 @@ def _adam_kernel(
     BETA2,
     EPS,
     G,
+    ticket_ptr,
+    loss_ptr,
+    scale_ptr,
+    clean_ptr,
+    overflows_ptr,
+    loss_sum_ptr,
+    loss_count_ptr,
+    skipped_ptr,
+    nonfinite_run_ptr,
+    found_ptr,
+    draws_ptr,
+    NSTEPS,
+    GROWTH,
+    BACKOFF,
+    INTERVAL,
+    DYNAMIC: tl.constexpr,
     BLOCK: tl.constexpr,
     FP: tl.constexpr,
+    SP: tl.constexpr,
 ):
     """The optimizer step's Adam: on the fp32 masters (``torch.optim.Adam``'s fused arithmetic:
     ``m = b1 m + (1 - b1) g``, ``v = b2 v + (1 - b2) g^2``, ``p -= lr / (1 - b1^t) m / (sqrt(v) /
     sqrt(1 - b2^t) + eps)``), skipped everywhere when any flag is set. Slot position ``q`` holds
-    master value ``index[q]`` (-1: padding, never touched). ``step_ptr`` is read, not written
-    (:func:`_finish_step_kernel` counts)."""
+    master value ``index[q]`` (-1: padding, never touched).
+
+    The last program to finish (a ticket drawn from ``ticket_ptr``, an int32 that is 0 between steps) then closes the
+    step (:func:`_finish_step`): which program that is varies, what it writes does not. Every program reads the step
+    count before it draws its ticket, and only the last one writes it."""
     b = tl.program_id(0)
     q = b * BLOCK + tl.arange(0, BLOCK)
     e = tl.load(index_ptr + q, mask=q < G, other=-1)
     live = e >= 0
-    if _found(flags_ptr, NFLAGS, FP) == 0.0:
+    found = _found(flags_ptr, NFLAGS, FP)
+    if found == 0.0:
         t = tl.load(step_ptr) + 1.0
         g = tl.load(grad_ptr + q, mask=live, other=0.0)
         m = BETA1 * tl.load(m_ptr + e, mask=live, other=0.0) + (1.0 - BETA1) * g
@@ -898,6 +920,13 @@ def _adam_kernel(
         tl.store(m_ptr + e, m, mask=live)
         tl.store(v_ptr + e, v, mask=live)
         tl.store(master_ptr + e, w, mask=live)
+    tl.debug_barrier()  # every thread of this program has read the step count before the ticket is drawn
+    if tl.atomic_add(ticket_ptr, 1) == tl.num_programs(0) - 1:
+        tl.store(ticket_ptr, 0)
+        _finish_step(
+            found, loss_ptr, step_ptr, scale_ptr, clean_ptr, overflows_ptr, loss_sum_ptr, loss_count_ptr, skipped_ptr,
+            nonfinite_run_ptr, found_ptr, draws_ptr, NSTEPS, GROWTH, BACKOFF, INTERVAL, DYNAMIC, SP,
+        )  # fmt: skip
 
 
 @triton.jit
@@ -915,9 +944,8 @@ def _pack_kernel(index_ptr, master_ptr, packed_w_ptr, packed_b_ptr, G, BLOCK: tl
 
 
 @triton.jit
-def _finish_step_kernel(
-    flags_ptr,
-    NFLAGS,
+def _finish_step(
+    found,
     loss_ptr,
     step_ptr,
     scale_ptr,
@@ -934,20 +962,28 @@ def _finish_step_kernel(
     BACKOFF,
     INTERVAL,
     DYNAMIC: tl.constexpr,
-    FP: tl.constexpr,
     SP: tl.constexpr,
 ):
-    """The optimizer step's last kernel (one program): Adam's step counts (``NSTEPS``, one per
-    parameter, all equal), the loss scaler's update (``torch._amp_update_scale_``'s rule) and the
-    trainer's running sums, as the PyTorch step does; and the draw counter of a training kernel that draws its own
-    batches (int64, advanced every step, skipped or not)."""
-    found = _found(flags_ptr, NFLAGS, FP)
+    """The end of an optimizer step (the last program of :func:`_adam_kernel`): Adam's step counts (``NSTEPS``, one per
+    parameter, all equal), the loss scaler's update (``torch._amp_update_scale_``'s rule) and the trainer's running
+    sums, as the PyTorch step does; and the draw counter of a training kernel that draws its own batches (int64,
+    advanced every step, skipped or not). ``found``: 1.0 for a skipped step. Every value is read before any is
+    written (one round trip to memory, not one per counter)."""
     each = tl.arange(0, SP)
-    tl.store(step_ptr + each, tl.load(step_ptr) + 1.0 - found + each * 0.0, mask=each < NSTEPS)  # every parameter's own count
-    tl.store(overflows_ptr, tl.load(overflows_ptr) + found)
+    step = tl.load(step_ptr)
+    overflows = tl.load(overflows_ptr)
+    loss = tl.load(loss_ptr)
+    loss_sum = tl.load(loss_sum_ptr)
+    loss_count = tl.load(loss_count_ptr)
+    skipped = tl.load(skipped_ptr)
+    nonfinite_run = tl.load(nonfinite_run_ptr)
+    draws = tl.load(draws_ptr)
     if DYNAMIC:
         scale = tl.load(scale_ptr)
         clean = tl.load(clean_ptr)
+    tl.store(step_ptr + each, step + 1.0 - found + each * 0.0, mask=each < NSTEPS)  # every parameter's own count
+    tl.store(overflows_ptr, overflows + found)
+    if DYNAMIC:
         if found > 0.0:
             tl.store(scale_ptr, scale * BACKOFF)
             tl.store(clean_ptr, clean * 0)
@@ -957,10 +993,9 @@ def _finish_step_kernel(
             tl.store(clean_ptr, clean * 0)
         else:
             tl.store(clean_ptr, clean + 1)
-    loss = tl.load(loss_ptr)
-    tl.store(loss_sum_ptr, tl.load(loss_sum_ptr) + tl.where(found > 0.0, 0.0, loss))
-    tl.store(loss_count_ptr, tl.load(loss_count_ptr) + 1.0 - found)
-    tl.store(skipped_ptr, tl.load(skipped_ptr) + found)
-    tl.store(nonfinite_run_ptr, tl.load(nonfinite_run_ptr) * found + found)
+    tl.store(loss_sum_ptr, loss_sum + tl.where(found > 0.0, 0.0, loss))
+    tl.store(loss_count_ptr, loss_count + 1.0 - found)
+    tl.store(skipped_ptr, skipped + found)
+    tl.store(nonfinite_run_ptr, nonfinite_run * found + found)
     tl.store(found_ptr, found)
-    tl.store(draws_ptr, tl.load(draws_ptr) + 1)
+    tl.store(draws_ptr, draws + 1)
