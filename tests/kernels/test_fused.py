@@ -10,7 +10,9 @@ networks sum their hidden layers in fp16, as tiny-cuda-nn does: kernels.fused.HA
 
 from __future__ import annotations
 
+import contextlib
 import math
+from unittest import mock
 
 import pytest
 import torch
@@ -508,10 +510,11 @@ def _pair(
         net = CoordinateNetwork(CoordinateNetworkConfig(hidden=hidden, layers=layers, outputs=3)).to(DEVICE)
         dtype = torch.float16 if precision == "fp16" else torch.float32
         step = FusedForwardBackward(net, "mse", dtype=dtype, programs=2)
-        trainer = Trainer(net, _Sampler(rows), LOSSES["mse"], config, device=DEVICE, forward_backward=step, on_step=on_step)
-        assert trainer._fused_update is not None
-        if not fused_update:
-            trainer._fused_update = None
+        # the PyTorch step's trainer is told the kernels cannot stand in for its optimizer, so it runs Adam itself
+        refuse = mock.patch.object(FusedForwardBackward, "can_update", staticmethod(lambda optimizer: "the test's PyTorch step"))
+        with contextlib.nullcontext() if fused_update else refuse:
+            trainer = Trainer(net, _Sampler(rows), LOSSES["mse"], config, device=DEVICE, forward_backward=step, on_step=on_step)
+        assert (trainer._fused_update is not None) == fused_update
         trainers.append(trainer)
     return trainers
 
@@ -837,3 +840,22 @@ def test_a_trainer_lets_the_kernel_draw_the_batches_and_resumes_the_draws(tmp_pa
     assert trainer._fused_draws is None
     trainer.train_step()
     assert len(calls) == 1 and trainer._fused_draws is None
+
+
+def test_only_a_trainer_whose_step_needs_them_keeps_fp16_compute_weights() -> None:
+    """The fused optimizer step trains from its own packed weights: its trainer holds no fp16 copy of the model. The
+    autograd step, and a fused forward/backward whose optimizer step runs in PyTorch, get one."""
+    config = TrainerConfig(steps=2, precision="fp16", log_every=2, eval_every=0, checkpoint_every=0, checkpoint_seconds=0)
+    net, step = _small_net(3)
+    fused = Trainer(net, _Sampler(64), LOSSES["mse"], config, device=DEVICE, forward_backward=step)
+    assert fused._fused_update is not None and fused.compute_model is net
+    autograd = Trainer(_small_net(3, fused=False)[0], _Sampler(64), LOSSES["mse"], config, device=DEVICE)
+    assert autograd.compute_model is not autograd.model
+    assert {p.dtype for p in autograd.compute_params.values()} == {torch.float16}
+    net, step = _small_net(3)
+    with mock.patch.object(FusedForwardBackward, "can_update", staticmethod(lambda optimizer: "refused")):
+        torch_step = Trainer(net, _Sampler(64), LOSSES["mse"], config, device=DEVICE, forward_backward=step)
+    assert torch_step._fused_update is None and torch_step.compute_model is not net
+    assert {p.dtype for p in torch_step.compute_params.values()} == {torch.float16}
+    torch_step.fit()
+    fused.fit()

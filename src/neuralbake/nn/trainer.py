@@ -294,18 +294,10 @@ class Trainer:
             if param.dtype != torch.float32:
                 raise TrainingError(f"master weight {name} is {param.dtype}; masters must be float32.", field=name)
         # The compute copy lives for the whole run and is refreshed from the masters each step
-        # (one fused copy), as RTXNS keeps an fp16 parameter buffer beside the fp32 one.
-        self.compute_model = model if self.dtype == torch.float32 else cast_model(model, self.dtype)
-        self.compute_params = dict(self.compute_model.named_parameters())
+        # (one fused copy), as RTXNS keeps an fp16 parameter buffer beside the fp32 one. A fused step that
+        # also runs the optimizer keeps its own packed compute weights, so it gets none (see below).
+        self.compute_model: nn.Module = model if self.dtype == torch.float32 or forward_backward is not None else cast_model(model, self.dtype)
         self.forward_backward: ForwardBackward = forward_backward or AutogradForwardBackward(self.compute_model, loss_fn)
-        # A custom forward/backward joins the graph when it says it can be captured (a fused kernel
-        # that reads the loss scale on the device does).
-        self.use_cuda_graph = (
-            config.cuda_graph
-            and device.type == "cuda"
-            and (forward_backward is None or getattr(forward_backward, "capturable", False))
-            and getattr(sampler, "capturable", False)
-        )
         # Fused Adam takes the learning rate as a device tensor and skips the update on device
         # when `found_inf` is set, so a step needs no host round trip.
         groups = parameter_groups(self.master, lr_scales or {})
@@ -329,10 +321,21 @@ class Trainer:
         self._fused_draws = self._fused_update.draws_from(sampler) if self._fused_update is not None and hasattr(self._fused_update, "draws_from") else None
         if self._fused_draws is not None:
             self._fused_update.seek_draws(0)
+        if self._fused_update is None and self.compute_model is model and self.dtype != torch.float32:
+            self.compute_model = cast_model(model, self.dtype)
+        self.compute_params = dict(self.compute_model.named_parameters())
+        # A custom forward/backward joins the graph when it says it can be captured (a fused kernel
+        # that reads the loss scale on the device does); the sampler too, unless the kernel draws the batches itself.
+        self.use_cuda_graph = (
+            config.cuda_graph
+            and device.type == "cuda"
+            and (forward_backward is None or getattr(forward_backward, "capturable", False))
+            and (self._fused_draws is not None or getattr(sampler, "capturable", False))
+        )
         # On CUDA the default generator is used: CUDA graphs capture its Philox offsets.
         self.generator = torch.cuda.default_generators[device.index or 0] if device.type == "cuda" else torch.Generator()
         self.generator.manual_seed(config.seed)
-        zeros = lambda: torch.zeros((), device=device)  # noqa: E731
+        zeros = lambda: torch.zeros((), device=device)
         self._found_inf, self._loss_sum, self._loss_count, self._skipped, self._nonfinite_run = (zeros() for _ in range(5))
         self._graph: torch.cuda.CUDAGraph | None = None
         self.step = 0
