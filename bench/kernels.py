@@ -13,7 +13,7 @@ Rows (fp16 weights; samples/s best of ``--repeats``, CUDA-synchronised):
   a 1024x1024 image, the whole trainer step (Adam, loss scaling) in a CUDA graph, autograd versus
   the fused step (since 2026-11-26 the fused path is the whole step on the kernels: the pack, the
   training kernel, which draws the batch itself (uniform uv, nearest texels: the sampler says so with
-  ``texel_draws``), the gradient sum, Adam and the loss scale, five launches; the autograd step draws
+  ``texel_draws``), the gradient sum, and Adam with the loss scale, four launches; the autograd step draws
   with the PyTorch sampler), samples per step 2^10 to 2^18; and the loss both reach after the same steps;
 - ``train_bf16``: the same in bf16 (the trainer's ``precision="bf16"``), 2^14 to 2^18 samples per step;
 - ``train_material``: the neural-material bake's step (encoder + decoder, relative L1 on a fixed
@@ -255,13 +255,32 @@ def _image(device) -> torch.Tensor:
     return torch.stack((0.5 + 0.5 * torch.sin(40 * u * v), 0.5 + 0.5 * torch.cos(25 * u + 7 * v * v), (u + v) / 2), dim=-1)
 
 
-def _trainer(device, image, batch, steps, fused: bool, precision: str = "fp16", seed: int = 0) -> Trainer:
-    """The benches' RTXNS trainer: the network (seed 4) trained on ``image`` at ``batch`` rows a step, graphed, autograd or fused."""
+def _trainer(device, image, batch, steps, fused: bool, precision: str = "fp16", seed: int = 0, programs: int | None = None) -> Trainer:
+    """The benches' RTXNS trainer: the network (seed 4) trained on ``image`` at ``batch`` rows a step, graphed, autograd or
+    fused (``programs``: the training kernel's, by default FusedForwardBackward's)."""
     torch.manual_seed(4)
     net = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device)
     config = TrainerConfig(steps=steps, learning_rate=0.01, precision=precision, log_every=steps, eval_every=0, checkpoint_every=0, checkpoint_seconds=0, seed=seed)
-    step = FusedForwardBackward(net, "mse", dtype=compute_dtype(precision)) if fused else None
+    step = FusedForwardBackward(net, "mse", dtype=compute_dtype(precision), programs=programs) if fused else None
     return Trainer(net, ImageSampler(image, "identity", batch), torch.nn.functional.mse_loss, config, device=device, forward_backward=step)
+
+
+def _replay_us(trainer: Trainer, replays: int, rounds: int = 1) -> float:
+    """Microseconds per replay of ``trainer``'s captured step (captured after six steps), the best of ``rounds`` timings of
+    ``replays`` replays."""
+    for _ in range(6):
+        trainer._graphed_step()
+    graph = trainer._graph
+    assert graph is not None
+    best = math.inf
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(replays):
+            graph.replay()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - start) / replays * 1e6)
+    return best
 
 
 def _train(device, image, batch, steps, fused: bool, precision: str = "fp16") -> tuple[float, float]:
@@ -349,10 +368,12 @@ def sweep(device, repeats, kind: str, tile: tuple[int, int]) -> None:
     """Time the kernels of one kind (forward, trilinear, ntc or train) at one (rows per program, warps) tile.
 
     The fastest tile that bench/kernels_parity.py passes goes into ``kernels.fused.TILES``. One
-    tile per process: a tile the compiler gets wrong can take the CUDA context down with it.
+    tile per process: a tile the compiler gets wrong can take the CUDA context down with it. ``train`` times the
+    trainer's graphed step (replays, as ``--profile-step``) at 2^14 and 2^18 rows, the autograd one and the fused one
+    with 1-4 training programs per SM, the gradients carried in registers (where ``_carries`` allows) or in the slots:
+    with a register cap (``REGISTERS``) more programs fit on an SM.
     """
     from neuralbake.kernels import fused as fused_module
-    from neuralbake.nn.trainer import AutogradForwardBackward
 
     fused_module.TILES[kind] = tile
     n = 1 << 22
@@ -381,27 +402,27 @@ def sweep(device, repeats, kind: str, tile: tuple[int, int]) -> None:
         print(f"ntc tile {tile}: {show(_try_time(lambda: ntc.texels(torch.zeros_like(x), x, x, out_dtype=torch.float16), repeats))}", flush=True)
     else:
         image = _image(device)
-        net = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device)
-        half = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device).half()
-        params = dict(half.named_parameters())
-        scale = torch.tensor(1024.0, device=device)
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
         for batch in (1 << 14, 1 << 18):
-            sample = ImageSampler(image, "identity", batch).sample(torch.Generator(device=device).manual_seed(0))
-            auto = AutogradForwardBackward(half, torch.nn.functional.mse_loss)
-            t_auto = _time(lambda: auto(params, sample, 1024.0), repeats)
-            print(f"train step {batch}: autograd (eager, not graphed) {batch / t_auto / 1e6:8.1f} M/s", flush=True)
-            for carry, programs in itertools.product((False, True), (1, 2, 4)):
+            replays = 50 if batch >= 1 << 18 else 300
+            t_auto = _replay_us(_trainer(device, image, batch, 10**6, False), replays, 3)
+            print(f"train step {batch}: autograd {batch / t_auto:8.1f} M/s ({t_auto:.1f} us a graphed step)", flush=True)
+            for carry, per_sm in itertools.product((False, True), (1, 2, 3, 4)):
                 fused_module.CARRY_GRADIENTS = carry  # one tile per process: nothing to restore
-                count = programs * torch.cuda.get_device_properties(device).multi_processor_count
-                step = FusedForwardBackward(net, "mse", dtype=torch.float16, programs=count)
-                t = _try_time(lambda: step(params, sample, scale), repeats)
-                where = "registers" if step.buffers.carry else "slots"
-                print(f"train step {batch} tile {tile} programs {programs}x SMs, gradients in {where}: {batch / t / 1e6 if t else 0:8.1f} M/s", flush=True)
+                trainer = _trainer(device, image, batch, 10**6, True, programs=per_sm * sms)
+                try:
+                    t = _replay_us(trainer, replays, 3)
+                except Exception as exc:  # noqa: BLE001  (a tile the compiler gets wrong is a failed line)
+                    print(f"train step {batch} tile {tile} programs {per_sm}x SMs: failed ({type(exc).__name__}: {str(exc)[:160]})", flush=True)
+                    continue
+                assert trainer._fused_update is not None
+                where = "registers" if trainer._fused_update.buffers.carry else "slots"
+                print(f"train step {batch} tile {tile} programs {per_sm}x SMs, gradients in {where}: {batch / t:8.1f} M/s ({t:.1f} us)", flush=True)
 
 
 def profile_step(device, blocks: tuple[int, int] | None = None) -> None:
-    """Kernels and GPU time per trainer step, as the trainer runs it: the step captured in a CUDA graph, torch.profiler
-    over 20 replays after 6 steps, and the wall time per replay over 200 more (50 at 2^18 rows). The RTXNS network at
+    """Kernels and GPU time per trainer step, as the trainer runs it: the step captured in a CUDA graph, the wall time
+    per replay over 200 replays after 6 steps (50 at 2^18 rows), and torch.profiler over 20 more. The RTXNS network at
     2^10, 2^14 and 2^18 rows, the PyTorch step (autograd + fused Adam) and the fused one (``update_step``).
 
     ``blocks``: ``(Adam block, slots summed at once)`` for the fused step's optimizer kernels instead of
@@ -416,21 +437,13 @@ def profile_step(device, blocks: tuple[int, int] | None = None) -> None:
         for fused in (False, True):
             for n in (1 << 10, 1 << 14, 1 << 18):
                 trainer = _trainer(device, image, n, 10**6, fused)
-                for _ in range(6):
-                    trainer._graphed_step()
+                wall_us = _replay_us(trainer, 50 if n >= 1 << 18 else 200)
                 graph = trainer._graph
                 assert graph is not None
-                torch.cuda.synchronize()
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
                     for _ in range(20):
                         graph.replay()
                     torch.cuda.synchronize()
-                replays = 50 if n >= 1 << 18 else 200
-                start = time.perf_counter()
-                for _ in range(replays):
-                    graph.replay()
-                torch.cuda.synchronize()
-                wall_us = (time.perf_counter() - start) / replays * 1e6
                 events = [e for e in prof.events() if e.device_type.name == "CUDA"]
                 gpu_us = sum(e.device_time for e in events) / 20
                 print(
