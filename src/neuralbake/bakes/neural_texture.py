@@ -281,7 +281,7 @@ def _bake_body(run: BakeRun) -> BakeOutcome:
 
         dtype = compute_dtype(config.train.precision)
         fused = FusedForwardBackward(network, "mse", dtype=dtype)
-        # the whole fused step once (its five kernels, the run's loss-scale mode, the batch drawn in the kernel where it
+        # the whole fused step once (its four kernels, the run's loss-scale mode, the batch drawn in the kernel where it
         # can be) on copies: what the trainer will run
         draws = fused.draws_from(sampler)
         # (a sampled batch only where the kernel will not draw; its own generator: training's draws stay as they are)
