@@ -859,3 +859,17 @@ def test_only_a_trainer_whose_step_needs_them_keeps_fp16_compute_weights() -> No
     assert {p.dtype for p in torch_step.compute_params.values()} == {torch.float16}
     torch_step.fit()
     fused.fit()
+
+
+def test_a_ticket_left_by_an_interrupted_step_does_not_change_the_next_steps() -> None:
+    """Adam's programs elect the one that closes the step by a ticket counter; a count left behind by a step stopped among
+    them (an exception in the interpreter) is reset by the next step's gradient sum, so the steps after it are exact."""
+    fused, torch_step = _pair("fp16")
+    assert fused.train_step() and torch_step.train_step()
+    flat = fused.forward_backward._flat
+    assert flat is not None and int(flat.ticket) == 0
+    flat.ticket.fill_(5)
+    for _ in range(3):
+        assert fused.train_step() and torch_step.train_step()
+    _same_state(fused, torch_step, 1e-4)
+    assert int(flat.ticket) == 0

@@ -805,7 +805,7 @@ class FusedForwardBackward:
         loss_sum, loss_count, skipped, nonfinite_run = counters
         _reduce_slots_kernel[(flat.blocks,)](
             self.buffers.grads, programs, p.slot_size, self.buffers.losses, float(n * p.outputs), scaler.scale_tensor, flat.grad,
-            flat.flags, flat.loss, BLOCK=self._reduce_block, PB=self._reduce_rows, PP=triton.next_power_of_2(programs),
+            flat.flags, flat.loss, flat.ticket, BLOCK=self._reduce_block, PB=self._reduce_rows, PP=triton.next_power_of_2(programs),
         )  # fmt: skip
         _adam_kernel[adam_grid](
             flat.grad, flat.index, flat.master, flat.m, flat.v, flat.flags, flat.blocks, flat.steps, group["lr"],
@@ -830,7 +830,7 @@ class _FlatState:
         self.blocks = triton.cdiv(packed.slot_size, block)  # one inf/NaN flag per block of the gradient sum
         self.flags = torch.zeros(self.blocks, device=device)
         self.loss = torch.zeros((), device=device)
-        self.ticket = torch.zeros((), dtype=torch.int32, device=device)  # Adam's programs count themselves out (0 between steps)
+        self.ticket = torch.zeros((), dtype=torch.int32, device=device)  # Adam's programs count themselves out (zeroed by the gradient sum)
         self.index = _master_index(packed, sizes).to(device)
         self.views: list[tuple[torch.Tensor, torch.Tensor]] = []
 

@@ -828,13 +828,26 @@ def _mlp_train_kernel(
 
 @triton.jit
 def _reduce_slots_kernel(
-    slots_ptr, PROGRAMS, G, losses_ptr, LOSS_DIVISOR, scale_ptr, grad_ptr, flags_ptr, loss_ptr, BLOCK: tl.constexpr, PB: tl.constexpr, PP: tl.constexpr
+    slots_ptr,
+    PROGRAMS,
+    G,
+    losses_ptr,
+    LOSS_DIVISOR,
+    scale_ptr,
+    grad_ptr,
+    flags_ptr,
+    loss_ptr,
+    ticket_ptr,
+    BLOCK: tl.constexpr,
+    PB: tl.constexpr,
+    PP: tl.constexpr,
 ):
     """The optimizer step's gradient sum: ``grad[q] = sum_p slots[p, q] / scale`` over the training
     kernel's ``PROGRAMS`` gradient slots (``G`` values each), as :meth:`LossScaler.unscale_` does;
     ``flags[b]`` = 1.0 when block ``b`` holds an inf/NaN gradient (block 0 also when the loss,
     ``sum(losses) / LOSS_DIVISOR``, written to ``loss_ptr``, is not finite), else 0.0. Each
-    program sums its ``BLOCK`` columns ``PB`` slots at a time (independent loads, not a chain)."""
+    program sums its ``BLOCK`` columns ``PB`` slots at a time (independent loads, not a chain). Program 0 also sets
+    :func:`_adam_kernel`'s ticket counter to 0 for the launch that follows (whatever an interrupted step left there)."""
     b = tl.program_id(0)
     q = b * BLOCK + tl.arange(0, BLOCK)
     mask = q < G
@@ -851,6 +864,7 @@ def _reduce_slots_kernel(
         loss = tl.sum(tl.load(losses_ptr + pp, mask=pp < PROGRAMS, other=0.0), axis=0) / LOSS_DIVISOR
         tl.store(loss_ptr, loss)
         bad = tl.maximum(bad, tl.where(tl.abs(loss) < float("inf"), 0.0, 1.0))
+        tl.store(ticket_ptr, 0)
     tl.store(flags_ptr + b, bad)
 
 
@@ -901,9 +915,10 @@ def _adam_kernel(
     sqrt(1 - b2^t) + eps)``), skipped everywhere when any flag is set. Slot position ``q`` holds
     master value ``index[q]`` (-1: padding, never touched).
 
-    The last program to finish (a ticket drawn from ``ticket_ptr``, an int32 that is 0 between steps) then closes the
-    step (:func:`_finish_step`): which program that is varies, what it writes does not. Every program reads the step
-    count before it draws its ticket, and only the last one writes it."""
+    The last program to finish (a ticket drawn from ``ticket_ptr``, an int32 that the closing program sets back to 0,
+    and :func:`_reduce_slots_kernel` too before each launch, whatever an interrupted step left) then closes the step (:func:`_finish_step`): which program that is varies, what it writes
+    does not. Every thread of a program has read the step count before the program draws its ticket (a barrier, then
+    one atomic with acquire-release order at GPU scope), and only the closing program writes it."""
     b = tl.program_id(0)
     q = b * BLOCK + tl.arange(0, BLOCK)
     e = tl.load(index_ptr + q, mask=q < G, other=-1)
@@ -921,7 +936,7 @@ def _adam_kernel(
         tl.store(v_ptr + e, v, mask=live)
         tl.store(master_ptr + e, w, mask=live)
     tl.debug_barrier()  # every thread of this program has read the step count before the ticket is drawn
-    if tl.atomic_add(ticket_ptr, 1) == tl.num_programs(0) - 1:
+    if tl.atomic_add(ticket_ptr, 1, sem="acq_rel", scope="gpu") == tl.num_programs(0) - 1:
         tl.store(ticket_ptr, 0)
         _finish_step(
             found, loss_ptr, step_ptr, scale_ptr, clean_ptr, overflows_ptr, loss_sum_ptr, loss_count_ptr, skipped_ptr,
