@@ -7,8 +7,9 @@ Compiles :func:`neuralbake.kernels.triton_mlp._neural_material_kernel` at the co
 counts the instructions per program with the CUDA tools Triton's wheel carries (``cuobjdump``,
 ``nvdisasm``). ``--train`` does the same for :func:`~neuralbake.kernels.triton_mlp._mlp_train_kernel`
 at the RTXNS network's shape (2 coordinates, 3 octaves: 12 -> 64 x 4 -> 3, leaky ReLU, sigmoid, MSE,
-fp16, 64 rows x 4 warps): gradients added to the slots, carried in registers, and carried with the
-weights loaded once (``kernels.fused.CARRY_GRADIENTS``, ``HOIST_WEIGHTS``), counting the loop body
+fp16, 64 rows x 4 warps): gradients added to the slots, carried in registers, carried with the
+weights loaded once (``kernels.fused.CARRY_GRADIENTS``, ``HOIST_WEIGHTS``), and that with the batch drawn in the
+kernel (``SAMPLE``, as the neural texture bake's trainer runs it), counting the loop body
 and the epilogue once and the barriers apart. ``--lines N`` also lists, for each, the N source lines
 of triton_mlp.py with the most instructions.
 
@@ -79,19 +80,22 @@ def compile_decode(choices: dict) -> bytes:
 TRAIN_SIGNATURE = {
     "in_ptr": "*fp32", "target_ptr": "*fp32", "N": "i32", "scratch_ptr": "*fp16", "grad_ptr": "*fp32", "loss_ptr": "*fp32", "scale_ptr": "*fp32",
     "dx_ptr": "*fp32", "w_in": "*fp16", "b_in": "*fp32", "w_hid": "*fp16", "b_hid": "*fp32", "w_out": "*fp16", "b_out": "*fp32",
+    "SEED": "i32", "IMG_W": "i32", "IMG_H": "i32",
 }  # fmt: skip
 
 TRAIN_STEPS = (
     ("gradients added to the slots", {"CARRY": False, "HOIST": False}),
     ("carried in registers", {"CARRY": True, "HOIST": False}),
-    ("+ weights loaded once (shipped)", {"CARRY": True, "HOIST": True}),
+    ("+ weights loaded once", {"CARRY": True, "HOIST": True}),
+    ("+ the batch drawn in the kernel (shipped)", {"CARRY": True, "HOIST": True, "SAMPLE": True, "TRANSFORM": 0}),
 )
 
 
 def compile_train(choices: dict) -> bytes:
     constants = {"K": 2, "O": 3, "FREQ": 3, "KP": 16, "HP": 64, "OP": 16, "HIDDEN": 3, "HACT": 2, "OACT": 5, "LEAK": 0.01, "LOSS": 0,
-                 "FLOOR": 0.01, "DOT": "tf32", "DX": False, "HALF_ACT": False}  # fmt: skip
-    return _compile(triton_mlp._mlp_train_kernel, TRAIN_SIGNATURE, constants | choices, "train")
+                 "FLOOR": 0.01, "DOT": "tf32", "DX": False, "HALF_ACT": False, "SAMPLE": False, "TRANSFORM": 0}  # fmt: skip
+    signature = TRAIN_SIGNATURE | ({"in_ptr": "*i64"} if choices.get("SAMPLE") else {})  # a drawn batch: the step counter, then the image
+    return _compile(triton_mlp._mlp_train_kernel, signature, constants | choices, "train")
 
 
 def instructions(cubin: bytes) -> tuple[collections.Counter, collections.Counter, str]:
