@@ -87,7 +87,7 @@ TRAIN_STEPS = (
     ("gradients added to the slots", {"CARRY": False, "HOIST": False}),
     ("carried in registers", {"CARRY": True, "HOIST": False}),
     ("+ weights loaded once", {"CARRY": True, "HOIST": True}),
-    ("+ the batch drawn in the kernel (shipped)", {"CARRY": True, "HOIST": True, "SAMPLE": True, "TRANSFORM": 0}),
+    ("+ batch drawn in the kernel (shipped)", {"CARRY": True, "HOIST": True, "SAMPLE": True, "TRANSFORM": 0}),
 )
 
 

@@ -61,9 +61,9 @@ def run_kernel(device, source: str, weights: bytes, inputs: np.ndarray, outputs:
     return output_buffer.to_numpy().view(np.float32).reshape(inputs.shape[0], outputs)
 
 
-def small_coordinate_network(seed: int = 0) -> CoordinateNetwork:
+def small_coordinate_network(seed: int = 0, frequencies: int = 3) -> CoordinateNetwork:
     torch.manual_seed(seed)
-    config = CoordinateNetworkConfig(coordinates=2, frequencies=3, hidden=16, layers=2, outputs=3)
+    config = CoordinateNetworkConfig(coordinates=2, frequencies=frequencies, hidden=16, layers=2, outputs=3)
     return CoordinateNetwork(config).eval()
 
 
@@ -84,6 +84,27 @@ def test_coordinate_network_bundle_matches_pytorch(tmp_path, slang_device, preci
     coords = torch.rand(200, 2, generator=torch.Generator().manual_seed(1)) * 1.2 - 0.1
     if precision == "fp16":
         network = rounded_to_fp16(network)
+    with torch.no_grad():
+        expected = network(coords).numpy()
+    actual = run_kernel(slang_device, written.slang.read_text(), written.weights.read_bytes(), coords.numpy(), outputs=3)
+    assert np.abs(actual - expected).max() < FP32_TOLERANCE
+
+
+@needs_slangpy
+def test_the_shaders_encoding_stays_exact_at_high_octaves(tmp_path, slang_device):
+    """12 octaves (phases up to 2^11 pi x): the shader reduces the phase in half-turns as frequency_encode does, so the
+    two agree (taking sin(2^11 pi x) directly in float32 is off by up to 8e-4 in each encoded value)."""
+    torch.manual_seed(0)
+    network = CoordinateNetwork(CoordinateNetworkConfig(coordinates=2, frequencies=12, hidden=16, layers=0, outputs=3, output_activation="none"))
+    with torch.no_grad():  # the outputs are the encoding's three highest-octave values of u: its error, not a network's
+        layer = network.mlp.layers[0]
+        layer.weight.zero_()
+        layer.bias.zero_()
+        for row, column in enumerate((21, 22, 23)):
+            layer.weight[row, column] = 1.0
+    save_coordinate_network(tmp_path / "bundle", network.eval(), training_precision="fp32")
+    written = export_bundle_shader(tmp_path / "bundle", tmp_path / "shader", precision="fp32")
+    coords = torch.rand(300, 2, generator=torch.Generator().manual_seed(2)) * 1.2 - 0.1
     with torch.no_grad():
         expected = network(coords).numpy()
     actual = run_kernel(slang_device, written.slang.read_text(), written.weights.read_bytes(), coords.numpy(), outputs=3)

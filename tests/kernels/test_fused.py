@@ -108,12 +108,16 @@ def _sines(t_ptr, cosine_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 def test_the_kernels_sine_of_half_turns_is_as_accurate_as_fp32_allows() -> None:
     """``_sin_cos_turns`` (the encodings' sine: a Taylor series on the phase's remainder after its nearest half-turn)
-    against float64 over phases of many turns, both signs, and the half- and quarter-turns themselves: within 6e-7,
+    against float64 over phases of many turns, both signs, the half- and quarter-turns themselves and phases a few ulps
+    below whole turns: within 6e-7,
     about what the fp32 product pi u leaves (a series one term shorter is off by 4e-6)."""
     generator = torch.Generator().manual_seed(21)
     quarters = torch.arange(-16, 17, dtype=torch.float32) / 4
-    t = torch.cat([quarters, quarters, (torch.rand(20000, generator=generator, dtype=torch.float64) * 4096 - 2048).float()])
-    cosine = torch.cat([torch.zeros(33), torch.ones(33), (torch.rand(20000, generator=generator) < 0.5).float()]).to(torch.int32)
+    # just below whole turns, where the reduced phase (a cosine's, plus half a turn) rounds up to 2.5 half-turns
+    edges = torch.tensor([-1e-8, -(2.0**-24), -(2.0**-23), 2 - 2.0**-23, 2 - 2.0**-22, 4 - 2.0**-21, -2 - 2.0**-22, 1 - 2.0**-24, 3.0, -3.0])
+    fixed = torch.cat([quarters, edges])
+    t = torch.cat([fixed, fixed, (torch.rand(20000, generator=generator, dtype=torch.float64) * 4096 - 2048).float()])
+    cosine = torch.cat([torch.zeros(len(fixed)), torch.ones(len(fixed)), (torch.rand(20000, generator=generator) < 0.5).float()]).to(torch.int32)
     out = torch.empty_like(t)
     t, cosine, out = t.to(DEVICE), cosine.to(DEVICE), out.to(DEVICE)
     _sines[(triton.cdiv(t.numel(), 1024),)](t, cosine, out, t.numel(), BLOCK=1024)

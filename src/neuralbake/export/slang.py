@@ -25,7 +25,6 @@ shader model 6.2, and which slangpy's CPU device runs too. Arithmetic is fp32 in
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -155,7 +154,7 @@ def _generate(
         f"static const uint {const}_ELEMENT_BYTES = {element};",
     ]
     if frequencies:
-        scales = ", ".join(_float_literal(math.pi * 2.0**k) for k in range(frequencies))
+        scales = ", ".join(_float_literal(2.0**k) for k in range(frequencies))  # octaves in half-turns: exact products
         lines += [f"static const uint {const}_FREQUENCIES = {frequencies};", f"static const float {const}_FREQUENCY_SCALES[{frequencies}] = {{ {scales} }};"]
     for index, layer in enumerate(layers):
         for key in ("inputs", "outputs", "weight_offset", "bias_offset"):
@@ -195,7 +194,8 @@ def _body(layers: Sequence[Mapping[str, Any]], fn: str, const: str, frequencies:
             f"    for (uint c = 0; c < {const}_INPUTS; ++c)",
             f"        for (uint k = 0; k < {const}_FREQUENCIES; ++k)",
             "        {",
-            f"            float phase = inputs[c] * {const}_FREQUENCY_SCALES[k];",
+            f"            float turns = inputs[c] * {const}_FREQUENCY_SCALES[k];",
+            "            float phase = 3.14159265358979f * (turns - 2.0f * floor(0.5f * turns));  // reduced exactly, as frequency_encode",
             f"            x0[(c * {const}_FREQUENCIES + k) * 2] = sin(phase);",
             f"            x0[(c * {const}_FREQUENCIES + k) * 2 + 1] = cos(phase);",
             "        }",

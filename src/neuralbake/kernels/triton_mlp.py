@@ -233,10 +233,11 @@ def _sin_cos_turns(t, cosine):
     ``t = x 2^k``, exact too, so the phase is as accurate at high octaves as at low ones (more than
     PyTorch's ``sin(x * pi 2^k)``), at half the transcendental work of a sine and a cosine.
 
-    The sine itself: the phase, in [0, 2.5) half-turns, less its nearest whole half-turn ``k`` leaves ``u`` in
-    [-1/2, 1/2], and ``sin(pi t) = (-1)^k sin(pi u)``, the latter by its Taylor series to the 11th power (at most
-    4e-8 from the sine on that range, below fp32's rounding of the result): a dozen multiply-adds and no branch,
-    where the library's sine reduces its argument again and carries a slow path for huge ones."""
+    The sine itself: the phase, in [0, 2.5] half-turns (2.5 where fp32 rounds a cosine's just below it up), less its
+    nearest whole half-turn ``k`` (0 to 3) leaves ``u`` in [-1/2, 1/2], and ``sin(pi t) = (-1)^k sin(pi u)``, the
+    latter by its Taylor series to the 11th power (the first term left out is under 6e-8 on that range, below fp32's
+    rounding of the result): a dozen multiply-adds and no branch, where the library's sine reduces its argument again
+    and carries a slow path for huge ones."""
     r = t - 2.0 * tl.floor(0.5 * t) + tl.where(cosine, 0.5, 0.0)
     k = tl.floor(r + 0.5)
     x = 3.141592653589793 * (r - k)
@@ -246,7 +247,7 @@ def _sin_cos_turns(t, cosine):
     p = p * x2 + 8.333333333333333e-03
     p = p * x2 - 1.666666666666667e-01
     s = x + x * x2 * p
-    return tl.where(k == 1.0, -s, s)
+    return tl.where(k - 2.0 * tl.floor(0.5 * k) == 1.0, -s, s)  # odd k
 
 
 @triton.jit
