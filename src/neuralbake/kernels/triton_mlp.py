@@ -930,9 +930,10 @@ def _adam_kernel(
     master value ``index[q]`` (-1: padding, never touched).
 
     The last program to finish (a ticket drawn from ``ticket_ptr``, an int32 that the closing program sets back to 0,
-    and :func:`_reduce_slots_kernel` too before each launch, whatever an interrupted step left) then closes the step (:func:`_finish_step`): which program that is varies, what it writes
-    does not. Every thread of a program has read the step count before the program draws its ticket (a barrier, then
-    one atomic with acquire-release order at GPU scope), and only the closing program writes it."""
+    and :func:`_reduce_slots_kernel` too before each launch, whatever an interrupted step left) then closes the step
+    (:func:`_finish_step`): which program that is varies, what it writes does not. Every thread of a program has read
+    the step count before the program draws its ticket (a barrier, then one atomic with acquire-release order at GPU
+    scope), and only the closing program writes it."""
     b = tl.program_id(0)
     q = b * BLOCK + tl.arange(0, BLOCK)
     e = tl.load(index_ptr + q, mask=q < G, other=-1)

@@ -293,11 +293,6 @@ class Trainer:
         for name, param in self.master.items():
             if param.dtype != torch.float32:
                 raise TrainingError(f"master weight {name} is {param.dtype}; masters must be float32.", field=name)
-        # The compute copy lives for the whole run and is refreshed from the masters each step
-        # (one fused copy), as RTXNS keeps an fp16 parameter buffer beside the fp32 one. A fused step that
-        # also runs the optimizer keeps its own packed compute weights, so it gets none (see below).
-        self.compute_model: nn.Module = model if self.dtype == torch.float32 or forward_backward is not None else cast_model(model, self.dtype)
-        self.forward_backward: ForwardBackward = forward_backward or AutogradForwardBackward(self.compute_model, loss_fn)
         # Fused Adam takes the learning rate as a device tensor and skips the update on device
         # when `found_inf` is set, so a step needs no host round trip.
         groups = parameter_groups(self.master, lr_scales or {})
@@ -315,15 +310,18 @@ class Trainer:
         )
         # A fused kernel that can also run the optimizer step on the GPU (gradients reduced,
         # unscaled and checked, Adam, the loss scale: a handful of launches) takes the whole step.
-        fuses = getattr(self.forward_backward, "fuses_update", False)
-        self._fused_update = self.forward_backward if fuses and self.forward_backward.can_update(self.optimizer) is None else None
+        fuses = getattr(forward_backward, "fuses_update", False) and forward_backward.can_update(self.optimizer) is None
+        # The compute copy lives for the whole run and is refreshed from the masters each step
+        # (one fused copy), as RTXNS keeps an fp16 parameter buffer beside the fp32 one. A fused step that
+        # also runs the optimizer trains from its own packed compute weights, so it gets none.
+        self.compute_model: nn.Module = model if self.dtype == torch.float32 or fuses else cast_model(model, self.dtype)
+        self.compute_params = dict(self.compute_model.named_parameters())
+        self.forward_backward: ForwardBackward = forward_backward or AutogradForwardBackward(self.compute_model, loss_fn)
+        self._fused_update = self.forward_backward if fuses else None
         # ... and may draw the batches in its kernel too, when the sampler's are uniform uv and nearest texels
         self._fused_draws = self._fused_update.draws_from(sampler) if self._fused_update is not None and hasattr(self._fused_update, "draws_from") else None
         if self._fused_draws is not None:
             self._fused_update.seek_draws(0)
-        if self._fused_update is None and self.compute_model is model and self.dtype != torch.float32:
-            self.compute_model = cast_model(model, self.dtype)
-        self.compute_params = dict(self.compute_model.named_parameters())
         # A custom forward/backward joins the graph when it says it can be captured (a fused kernel
         # that reads the loss scale on the device does); the sampler too, unless the kernel draws the batches itself.
         self.use_cuda_graph = (
