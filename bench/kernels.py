@@ -55,13 +55,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from neuralbake.bakes.neural_material.model import NeuralMaterial
-from neuralbake.bakes.neural_texture import ImageSampler
+from neuralbake.bakes.neural_texture import ImageSampler, texel_lookup, uv_grid
 from neuralbake.bakes.ntc.container import pack_container, read_container
 from neuralbake.bakes.ntc.decode import decode_texels
 from neuralbake.bakes.ntc.layout import LatentShape, NTCLayout
 from neuralbake.bakes.ntc.model import NTCModel
 from neuralbake.bakes.ntc.texture_set import ChannelGroup
 from neuralbake.core.device import describe_device
+from neuralbake.core.metrics import psnr
 from neuralbake.kernels.fused import FusedForwardBackward, FusedNTC, PackedMLP, mlp_forward
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
 from neuralbake.nn.precision import compute_dtype
@@ -601,10 +602,8 @@ def seed_spread(device, seeds: int = 12) -> list[dict]:
     training loss, and of the PSNR of the trained network on a 512x512 grid of texel centres. Two paths that draw different
     random batches can only be compared through such spreads."""
     image = _image(device)
-    centres = (torch.arange(512, device=device) + 0.5) / 512
-    v, u = torch.meshgrid(centres, centres, indexing="ij")
-    grid = torch.stack((u, v), dim=-1).reshape(-1, 2)
-    reference = image[(grid[:, 1] * 1024).long(), (grid[:, 0] * 1024).long()]
+    grid = uv_grid(512, 512, device)
+    reference = texel_lookup(image, grid)
     rows = []
     for path in ("autograd", "fused"):
         losses, psnrs = [], []
@@ -614,10 +613,10 @@ def seed_spread(device, seeds: int = 12) -> list[dict]:
             losses.append(trainer.fit().final_loss)
             assert path == "autograd" or trainer._fused_draws is not None
             with torch.no_grad():
-                psnrs.append(float(-10 * torch.log10(torch.nn.functional.mse_loss(net(grid).float(), reference))))
-        loss, psnr = torch.tensor(losses), torch.tensor(psnrs)
-        print(f"{path:9s} final training loss mean {loss.mean():.5f} sd {loss.std():.5f}; PSNR on a 512^2 grid mean {psnr.mean():.2f} dB "
-              f"sd {psnr.std():.2f} ({seeds} seeds)", flush=True)  # fmt: skip
+                psnrs.append(psnr(net(grid).float(), reference))
+        loss, quality = torch.tensor(losses), torch.tensor(psnrs)
+        print(f"{path:9s} final training loss mean {loss.mean():.5f} sd {loss.std():.5f}; PSNR on a 512^2 grid mean {quality.mean():.2f} dB "
+              f"sd {quality.std():.2f} ({seeds} seeds)", flush=True)  # fmt: skip
         rows.append({"row": f"seed spread RTXNS net {path}", "samples": 1 << 14, "steps": 1024, "final_loss": losses, "psnr_db": psnrs})
     return rows
 
