@@ -118,7 +118,7 @@ def kernel_arithmetic_gradients(network: CoordinateNetwork, batch: Batch, loss_f
     """The training kernel's weight gradients computed in PyTorch with the kernel's own rounding (bf16 or fp16 network):
     products of ``network.dtype`` operands summed in high precision (fp64 here, fp32 in the kernel), each hidden
     activation and each ``dz`` rounded to ``network.dtype``, the output activation, the loss and its slope unrounded,
-    the frequency encoding in fp64 (the kernel's range reduction is exact; PyTorch's fp32 sine is not at high octaves).
+    the frequency encoding in fp64 (as exact as the kernel's range reduction).
 
     Autograd in bf16 rounds elsewhere too (each linear layer's output, the output activation, ``da``), so its gradients
     and the kernel's differ by bf16 roundings that can add up to a few % of a gradient; against this reference the
