@@ -20,15 +20,17 @@ Rows (fp16 weights; samples/s best of ``--repeats``, CUDA-synchronised):
   random teacher, fp16, CUDA graph), autograd against each MLP's forward and backward as a fused
   kernel inside autograd (``MLP.kernels = "triton"``), 2^12 to 2^18 samples per step.
 
-Each decode row: eager PyTorch, ``torch.compile`` of the same function, the Triton kernel, the
-kernel's ratio to compile, and its TFLOP/s (multiply-adds of the real layer widths x 2) as a
+Each decode row: eager PyTorch, ``torch.compile`` of the same function, the shipped kernel ("triton": for the
+neural-material decode on a GPU that is the Gluon kernel of ``kernels.gluon_decode``, and the row also times the
+Triton ``tl.dot`` decode as "tl_dot"), the shipped kernel's ratio to compile, and its TFLOP/s (multiply-adds of the real layer widths x 2) as a
 fraction of the GPU's dense fp16 tensor-core peak (989 TFLOP/s on an H100 SXM).
 
     python bench/kernels.py --out docs/results/kernels_h100.json
     python bench/kernels.py --quick          # fewer sizes, for a smoke run
     python bench/kernels.py --sweep ntc 128 4 [REGISTERS]   # one tile (and register cap) of one kernel kind
+                                                           # (--sweep, --ab and --ab-tiles run the Triton decode, Gluon off)
     python bench/kernels.py --profile-step [ADAM_BLOCK REDUCE_ROWS]   # kernels and GPU time per graphed trainer step
-    python bench/kernels.py --decode-launches   # the decodes for Nsight Compute (see decode_launches)
+    python bench/kernels.py --decode-launches [--no-gluon]   # the decodes for Nsight Compute (see decode_launches)
     python bench/kernels.py --train-launches    # fused training steps for Nsight Compute (see train_launches)
     python bench/kernels.py --ab             # the decodes with and without fp16 sums, split feature tiles, narrow outputs
     python bench/kernels.py --ab-train [--precision bf16]   # the training rows with each of the kernel's choices flipped
@@ -63,7 +65,8 @@ from neuralbake.bakes.ntc.model import NTCModel
 from neuralbake.bakes.ntc.texture_set import ChannelGroup
 from neuralbake.core.device import describe_device
 from neuralbake.core.metrics import psnr
-from neuralbake.kernels.fused import FusedForwardBackward, FusedNTC, PackedMLP, mlp_forward
+from neuralbake.kernels import gluon_decode
+from neuralbake.kernels.fused import FusedForwardBackward, FusedNeuralMaterial, FusedNTC, PackedMLP, mlp_forward
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
 from neuralbake.nn.precision import compute_dtype
 from neuralbake.nn.trainer import Batch, Trainer, TrainerConfig, cast_model
@@ -172,6 +175,11 @@ def bench_neural_material(device, sizes, repeats, peak) -> list[dict]:
     reference = NeuralMaterial(material.latents, material.decoder, material.direction_inputs)
     fused = NeuralMaterial(material.latents, material.decoder, material.direction_inputs)
     fused.kernels = "triton"
+    fused.decode(*(torch.zeros(1, k, device=device) for k in (2, 3, 3)))  # builds the fused decode
+    kernel = fused._fused.kernel
+    with mock.patch.object(gluon_decode, "GLUON_DECODE", False):
+        plain = FusedNeuralMaterial(material)  # the Triton (tl.dot) decode, timed beside the shipped one where that is Gluon
+    print(f"  the neural-material decode runs the {kernel} kernel" + (f" ({fused._fused.gluon_reason})" if kernel != "gluon" else ""), flush=True)
     compiled = _compiled(lambda uv, wi, wo: reference.decode(uv, wi, wo))
     compiled_lod = _compiled(lambda uv, wi, wo, lod: reference.decode(uv, wi, wo, lod))
     widths = [14, 64, 64, 64, 3]
@@ -187,13 +195,17 @@ def bench_neural_material(device, sizes, repeats, peak) -> list[dict]:
             "compile": _try_time(None if compiled is None else (lambda: compiled(uv, wi, wo)), repeats),
             "triton": _time(lambda: fused.decode(uv, wi, wo), repeats),
         }
-        rows.append(_row("neural material bilinear", n, times, _macs(widths), peak))
+        if kernel == "gluon":
+            times["tl_dot"] = _time(lambda: plain(uv, wi, wo), repeats)
+        rows.append(_row("neural material bilinear", n, times, _macs(widths), peak) | {"kernel": kernel})
         times = {
             "eager": _try_time(lambda: reference.decode(uv, wi, wo, lod), repeats) if n <= 1 << 22 else None,
             "compile": _try_time(None if compiled_lod is None else (lambda: compiled_lod(uv, wi, wo, lod)), repeats),
             "triton": _time(lambda: fused.decode(uv, wi, wo, lod), repeats),
         }
-        rows.append(_row("neural material trilinear", n, times, _macs(widths), peak))
+        if kernel == "gluon":
+            times["tl_dot"] = _time(lambda: plain(uv, wi, wo, lod), repeats)
+        rows.append(_row("neural material trilinear", n, times, _macs(widths), peak) | {"kernel": kernel})
     diff = (fused.decode(uv, wi, wo) - reference.decode(uv, wi, wo)).abs().max().item()
     print(f"  parity at {n:,}: max |triton - torch| = {diff:.3g}", flush=True)
     return rows
@@ -684,6 +696,7 @@ def main() -> None:
     parser.add_argument("--precision", choices=("fp16", "bf16"), default="fp16", help="the trainer's precision for --ab-train")
     parser.add_argument("--ab-tiles", action="store_true", help="only two tiles each of the bilinear decode and the training step, alternating (see ab_tiles)")
     parser.add_argument("--seed-spread", action="store_true", help="only the final loss and PSNR over 12 seeds, autograd against the fused step (see seed_spread)")
+    parser.add_argument("--no-gluon", action="store_true", help="the neural-material decode through the Triton (tl.dot) kernel only (kernels.gluon_decode.GLUON_DECODE off)")
     parser.add_argument("--only", nargs="*", default=["mlp", "neural_material", "ntc", "train", "train_bf16", "train_material"])
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON (an existing file keeps its rows of the parts not run)")
     args = parser.parse_args()
@@ -698,6 +711,9 @@ def main() -> None:
 
     result["triton"] = triton.__version__
     print(f"{torch.cuda.get_device_name(device)}  torch {torch.__version__}  triton {triton.__version__}", flush=True)
+    if args.sweep or args.ab or args.ab_tiles or args.no_gluon:
+        # these tune the Triton (tl.dot) decode's tiles and choices, so its decodes leave the Gluon kernel off
+        gluon_decode.GLUON_DECODE = False
     if args.sweep:
         kind, *numbers = args.sweep
         if kind not in ("forward", "trilinear", "ntc", "train") or len(numbers) not in (2, 3) or not all(v.isdigit() and int(v) > 0 for v in numbers):

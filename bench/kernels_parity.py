@@ -12,6 +12,7 @@ where that misses, to PyTorch's own bf16 error: the kernel's error against the f
     python bench/kernels_parity.py --half-only     # fp16 and bf16, what `auto` runs; fp32 kernels compile slowly
     python bench/kernels_parity.py --fp16-only     # fp16 alone (--bf16-only: bf16 alone)
     python bench/kernels_parity.py --drawn-graph-only   # the graphed trainer drawing its batches, resumed or not
+    python bench/kernels_parity.py --gluon-only   # the Gluon neural-material decode alone (against PyTorch and the Triton decode)
 """
 
 from __future__ import annotations
@@ -31,7 +32,15 @@ from kernels import _flags, _image, _material, _ntc_container
 
 from neuralbake.bakes.neural_material.model import NeuralMaterial, relative_l1
 from neuralbake.bakes.ntc.decode import decode_texels
-from neuralbake.kernels.fused import FusedForwardBackward, FusedMLP, FusedNTC, PackedMLP, _unpack_gradients, mlp_forward
+from neuralbake.kernels.fused import (
+    FusedForwardBackward,
+    FusedMLP,
+    FusedNeuralMaterial,
+    FusedNTC,
+    PackedMLP,
+    _unpack_gradients,
+    mlp_forward,
+)
 from neuralbake.nn.activations import activation_fn
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
 from neuralbake.nn.precision import PRECISIONS
@@ -209,6 +218,58 @@ def check_drawn_graph(device: torch.device, image: torch.Tensor) -> None:
             FAILURES.append("drawn batches graphed resume")
 
 
+GLUON_TOLERANCE = 5e-3
+"""The Gluon decode against the Triton decode, relative to the output's scale: four times tighter than either against
+PyTorch. The two run the same operations in the same precisions (the same PTX divisions, square roots and count of
+fused multiply-adds). Where they differ, something ran in another order (the half vector's norm sums its three
+squares in another order), an fp16 feature or hidden value rounded the other way, and the output moved by about as
+much as the fp16 decodes differ from PyTorch's; each line says how many values differ."""
+
+
+def check_gluon_decode(device: torch.device, sizes: list[tuple[int, int]]) -> None:
+    """The Gluon neural-material decode (kernels.gluon_decode) against PyTorch, and against the Triton decode
+    (:data:`GLUON_TOLERANCE`), at each shape it runs: latent channels, direction features, hidden width and layers,
+    activation; bilinear and trilinear; a row count that is not a multiple of its tile and one that spreads over every
+    persistent program."""
+    from neuralbake.kernels import gluon_decode
+
+    shapes = (
+        (8, ("wi", "wo"), 64, 3, "relu"),  # the copper tray's (the bench's) shape
+        (8, ("half", "wo", "wi"), 64, 3, "relu"),  # 17 inputs: two 16-column feature tiles
+        (8, ("wi", "wo"), 32, 2, "leaky_relu"),
+        (4, ("half",), 16, 1, "relu"),  # no hidden-to-hidden layer
+        (16, ("wi", "wo", "half"), 64, 4, "leaky_relu"),  # three hidden-to-hidden layers (a 4-row buffer)
+    )
+    for channels, directions, hidden, layers, act in shapes:
+        latents = [torch.randn(h, w, channels, device=device).half() for w, h in sizes]
+        decoder = MLP(MLPConfig(inputs=channels + 3 * len(directions), hidden=hidden, layers=layers, outputs=3, hidden_activation=act, output_activation="none"))
+        neural = NeuralMaterial(latents, decoder.to(device).half(), directions)
+        fast = FusedNeuralMaterial(neural)
+        with mock.patch.object(gluon_decode, "GLUON_DECODE", False):
+            plain = FusedNeuralMaterial(neural)
+        name = f"gluon decode {channels} ch {directions} {hidden}x{layers} {act}"
+        if fast.kernel != "gluon" or plain.kernel != "triton":
+            print(f"FAIL {name:60s} kernels {fast.kernel} / {plain.kernel}: {fast.gluon_reason}", flush=True)
+            FAILURES.append(name)
+            continue
+        for n in (333, 1 << 20):
+            uv = torch.rand(n, 2, device=device) * 4 - 2
+            wi = torch.nn.functional.normalize(torch.randn(n, 3, device=device), dim=1)
+            wo = torch.nn.functional.normalize(torch.randn(n, 3, device=device), dim=1)
+            lod = torch.rand(n, device=device) * 12 - 1
+            for filtering, extra in (("bilinear", ()), ("trilinear", (lod,))):
+                ours = fast(uv, wi, wo, *extra)
+                check(f"{name} {filtering} n={n}", ours, neural.decode(uv, wi, wo, *extra), torch.float16)
+                theirs = plain(uv, wi, wo, *extra)
+                differ = float((ours != theirs).float().mean())
+                error = _error(ours, theirs)
+                ok = error <= GLUON_TOLERANCE
+                label = f"{name} {filtering} n={n} vs triton"
+                print(f"{'ok  ' if ok else 'FAIL'} {label:60s} {'the same bits' if differ == 0 else f'{differ:.1e} of the values differ, relative error {error:.2e} (tolerance {GLUON_TOLERANCE:.0e})'}", flush=True)
+                if not ok:
+                    FAILURES.append(label)
+
+
 def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("bench/kernels_parity.py checks the compiled kernels; run it on a machine with an NVIDIA GPU.")
@@ -220,6 +281,10 @@ def main() -> None:
     arguments = sys.argv[1:]
     if "--drawn-graph-only" in arguments:  # the graphed trainer with drawn batches alone
         check_drawn_graph(device, _image(device))
+        print(f"\n{len(FAILURES)} failed" if FAILURES else "\nall checks passed")
+        sys.exit(1 if FAILURES else 0)
+    if "--gluon-only" in arguments:
+        check_gluon_decode(device, [(int(level.shape[1]), int(level.shape[0])) for level in _material(device).latents])
         print(f"\n{len(FAILURES)} failed" if FAILURES else "\nall checks passed")
         sys.exit(1 if FAILURES else 0)
     if "--fp16-only" in arguments:
@@ -258,6 +323,8 @@ def main() -> None:
             lod = torch.rand(n, device=device) * 12 - 1
             check(f"neural material {channels} ch {directions} bilinear n={n}", fused.decode(uv, wi, wo), neural.decode(uv, wi, wo), torch.float16)
             check(f"neural material {channels} ch {directions} trilinear n={n}", fused.decode(uv, wi, wo, lod), neural.decode(uv, wi, wo, lod), torch.float16)
+
+    check_gluon_decode(device, [(int(level.shape[1]), int(level.shape[0])) for level in material.latents])
 
     container = _ntc_container(device)
     for dtype in (torch.float16,):

@@ -5,7 +5,8 @@ Compiles :func:`neuralbake.kernels.triton_mlp._neural_material_kernel` at the co
 16-byte aligned as the launches are) with each of the decode's three speed choices
 (``kernels.fused.HALF_SUMS``, ``SPLIT_FEATURES``, ``NARROW_OUTPUTS``) added one after another, and
 counts the instructions per program with the CUDA tools Triton's wheel carries (``cuobjdump``,
-``nvdisasm``). ``--train`` does the same for :func:`~neuralbake.kernels.triton_mlp._mlp_train_kernel`
+``nvdisasm``). ``--gluon`` compiles the Gluon decode of :mod:`neuralbake.kernels.gluon_decode` at its parity
+shapes and counts its persistent tile loop apart from what comes before it (the weights' stores). ``--train`` does the same for :func:`~neuralbake.kernels.triton_mlp._mlp_train_kernel`
 at the RTXNS network's shape (2 coordinates, 3 octaves: 12 -> 64 x 4 -> 3, leaky ReLU, sigmoid, MSE,
 fp16, 64 rows x 4 warps): gradients added to the slots, carried in registers, carried with the
 weights loaded once (``kernels.fused.CARRY_GRADIENTS``, ``HOIST_WEIGHTS``), and that with the batch drawn in the
@@ -14,6 +15,7 @@ and the epilogue once and the barriers apart. ``--lines N`` also lists, for each
 of triton_mlp.py with the most instructions.
 
     python bench/kernels_sass.py [--train] [--lines 12]
+    python bench/kernels_sass.py --gluon [--json]
 
 The counts depend on the Triton version (docs/benchmarks.md quotes Triton 3.6.0:
 ``pip install triton==3.6.0`` into a separate ``--target`` folder and put it first on PYTHONPATH).
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import re
 import subprocess
@@ -120,13 +123,83 @@ def instructions(cubin: bytes) -> tuple[collections.Counter, collections.Counter
     return opcodes, lines, resources
 
 
+GLUON_SHAPES = (
+    (8, (0, 1, -1), 16, 64, 2, 1),
+    (8, (2, 1, 0), 32, 64, 2, 1),
+    (8, (0, 1, -1), 16, 32, 1, 2),
+    (4, (2, -1, -1), 16, 16, 0, 1),
+    (16, (0, 1, 2), 32, 64, 3, 2),
+)
+"""The Gluon decode's shapes (latent channels, direction codes, inputs, hidden width, hidden-to-hidden layers,
+activation code): those bench/kernels_parity.py checks on the GPU, the copper tray's first."""
+
+
+def compile_gluon(shape: tuple, trilinear: bool) -> bytes:
+    """:func:`neuralbake.kernels.gluon_decode._neural_material_gluon_kernel` compiled for sm_90 at ``shape``."""
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from neuralbake.kernels import gluon_decode
+
+    channels, (d0, d1, d2), kp, hp, hidden, act = shape
+    rows, warps = gluon_decode.TILE
+    constants = {
+        "C": channels, "FP": kp // 2, "DIR0": d0, "DIR1": d1, "DIR2": d2, "TRILINEAR": trilinear, "KP": kp, "HP": hp, "OP": 4,
+        "HIDDEN": hidden, "HACT": act, "LEAK": 0.01, "BM": rows, "W": warps, **gluon_decode.launch_constants(kp, hp, 4, hidden),
+    }  # fmt: skip
+    signature = SIGNATURE | {"EACH": "i32"}  # then the tiles per program
+    types = signature | {name: "constexpr" for name in constants}
+    aligned = {(i,): [["tt.divisibility", 16]] for i, (name, kind) in enumerate(signature.items()) if kind.startswith("*") or name == "N"}
+    source = GluonASTSource(fn=gluon_decode._neural_material_gluon_kernel, signature=types, constexprs=constants, attrs=aligned)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}).asm["cubin"]
+
+
+def loop_counts(cubin: bytes) -> dict:
+    """Opcode counts of a persistent kernel before its tile loop and inside it (the last backward branch's range),
+    its registers and its local (spill) memory."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "kernel.cubin"
+        path.write_bytes(cubin)
+        listing = subprocess.run([TOOLS / "cuobjdump", "-sass", str(path)], capture_output=True, text=True, check=True).stdout
+        usage = subprocess.run([TOOLS / "cuobjdump", "-res-usage", str(path)], capture_output=True, text=True, check=True).stdout
+    code = [(int(at, 16), op, rest) for at, op, rest in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);", listing)]
+    back = [(at, int(target[0], 16)) for at, op, rest in code if op.startswith("BRA") and (target := re.findall(r"0x([0-9a-f]+)", rest)) and int(target[0], 16) < at]
+    end, start = max(back) if back else (-1, -1)
+    before = collections.Counter(op.split(".")[0] for at, op, _ in code if at < start)
+    body = collections.Counter(op.split(".")[0] for at, op, _ in code if start <= at <= end)
+    number = lambda key: int(m.group(1)) if (m := re.search(rf"{key}:(\d+)", usage)) else None
+    return {"before": dict(before), "loop": dict(body), "registers": number("REG"), "local": number("LOCAL")}
+
+
+def gluon_main(as_json: bool) -> None:
+    results = []
+    for shape in GLUON_SHAPES:
+        for trilinear in (False, True):
+            counts = loop_counts(compile_gluon(shape, trilinear)) | {"shape": shape, "trilinear": trilinear}
+            results.append(counts)
+            if not as_json:
+                loop = counts["loop"]
+                print(
+                    f"{shape!s:34s} {'trilinear' if trilinear else 'bilinear ':9s} {counts['registers']} registers, local {counts['local']} B; "
+                    f"tile loop {sum(loop.values()):5d} instructions, {loop.get('HMMA', 0)} HMMA, {loop.get('LDSM', 0)} LDSM, {loop.get('STS', 0)} STS, "
+                    f"{loop.get('BAR', 0)} BAR; before it {counts['before'].get('STS', 0)} STS",
+                    flush=True,
+                )
+    if as_json:
+        print(json.dumps(results))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--train", action="store_true", help="the training kernel instead of the decode")
+    parser.add_argument("--gluon", action="store_true", help="the Gluon neural-material decode (kernels.gluon_decode) at its parity shapes: its tile loop's instructions")
+    parser.add_argument("--json", action="store_true", help="with --gluon: the counts as JSON (tests/kernels/test_gluon_decode.py reads them)")
     parser.add_argument("--lines", type=int, default=0, help="under each step, list this many source lines with the most instructions")
     args = parser.parse_args()
     if not (TOOLS / "nvdisasm").is_file():
         sys.exit(f"this Triton ({triton.__version__}) has no CUDA tools in {TOOLS}; install a Triton wheel with the NVIDIA backend.")
+    if args.gluon:
+        gluon_main(args.json)
+        return
     if args.train:
         print(f"Triton {triton.__version__}, sm_90, training kernel of the RTXNS network 12 -> 64 x 4 -> 3 fp16, {TILES['train'][0]} rows x {TILES['train'][1]} warps", flush=True)
         steps, build, per = TRAIN_STEPS, compile_train, f"per {TILES['train'][0]}-row tile and warp"

@@ -324,8 +324,8 @@ def test_fused_training_and_decode_bake_like_pytorch_and_the_report_says_so(tmp_
         config = tiny(steps=20)
         config.kernels = kernels
         reports[kernels] = bake_neural_material(config, tmp_path / kernels, progress=False)
-    assert reports["torch"]["kernels"] == {"train": "torch", "decode": "torch"}
-    assert reports["triton"]["kernels"] == {"train": "triton", "decode": "triton"}
+    assert reports["torch"]["kernels"] == {"train": "torch", "decode": "torch", "decode_kernel": "torch"}
+    assert reports["triton"]["kernels"] == {"train": "triton", "decode": "triton", "decode_kernel": "triton"}  # the interpreter runs no Gluon
     assert reports["triton"]["throughput"]["neural_kernels"] == "triton"
     assert abs(reports["triton"]["psnr_db"] - reports["torch"]["psnr_db"]) < 0.05
     assert reports["triton"]["final_loss"] == pytest.approx(reports["torch"]["final_loss"], rel=1e-3)

@@ -26,7 +26,7 @@ import triton
 from torch import nn
 
 from neuralbake.errors import ConfigError
-from neuralbake.kernels import ACTIVATION_CODES, DIRECTION_CODES, LOSS_CODES, unsupported_reason
+from neuralbake.kernels import ACTIVATION_CODES, DIRECTION_CODES, LOSS_CODES, gluon_decode, unsupported_reason
 from neuralbake.kernels.triton_mlp import (
     _adam_kernel,
     _draw_uv_kernel,
@@ -395,6 +395,9 @@ class FusedNeuralMaterial:
     width where the latents and the direction features each fit in half (:data:`SPLIT_FEATURES`;
     the input layer's weight rows are then laid out to match, in ``w_in``), else the whole width.
     Like the latents, the weights are a snapshot taken here.
+
+    On a CUDA GPU the decode runs the Gluon kernel of :mod:`neuralbake.kernels.gluon_decode` where it supports the
+    shape (:attr:`kernel`, :attr:`gluon_reason`), else the Triton kernel; the two give the same bits.
     """
 
     def __init__(self, material: NeuralMaterial) -> None:
@@ -432,6 +435,20 @@ class FusedNeuralMaterial:
             self.w_in = torch.zeros_like(self.packed.w_in)
             self.w_in[: self.channels] = self.packed.w_in[: self.channels]
             self.w_in[self.feature_columns : self.feature_columns + directions] = self.packed.w_in[self.channels : self.channels + directions]
+        p = self.packed
+        self.gluon_reason = gluon_decode.gluon_reason(
+            device_capability=torch.cuda.get_device_capability(device) if device.type == "cuda" else None,
+            hidden_activation=p.hidden_activation, leak=p.leak, half_sums=p.half_sums, kp=p.kp, hp=p.hp, op=p.op, hidden=p.hidden,
+            feature_columns=self.feature_columns, wide=_wide(self.latents.numel()),
+        )  # fmt: skip
+        self.kernel = "gluon" if self.gluon_reason is None else "triton"
+        """Which kernel decodes: ``gluon`` (:mod:`neuralbake.kernels.gluon_decode`, the weights resident in shared
+        memory) where :attr:`gluon_reason` is None, else ``triton`` (``triton_mlp._neural_material_kernel``)."""
+        self._gluon_constants = {
+            "C": self.channels, "FP": self.feature_columns, "DIR0": self.directions[0], "DIR1": self.directions[1], "DIR2": self.directions[2],
+            "KP": p.kp, "HP": p.hp, "OP": p.op, "HIDDEN": p.hidden, "HACT": ACTIVATION_CODES[p.hidden_activation], "LEAK": p.leak,
+            **gluon_decode.launch_constants(p.kp, p.hp, p.op, p.hidden),
+        }  # fmt: skip
 
     def __call__(self, uv: torch.Tensor, wi: torch.Tensor, wo: torch.Tensor, lod: torch.Tensor | None = None) -> torch.Tensor:
         n = uv.shape[0]
@@ -440,6 +457,14 @@ class FusedNeuralMaterial:
             return out
         uv, wi, wo = (t.float().contiguous() for t in (uv, wi, wo))
         lod_arg = uv if lod is None else lod.float().contiguous()
+        if self.kernel == "gluon" and not _wide(n * 3):
+            rows = gluon_decode.TILE[0]
+            gluon_decode.launch(
+                triton.cdiv(n, rows), torch.cuda.get_device_properties(uv.device).multi_processor_count,
+                (uv, wi, wo, lod_arg, self.latents, self.level_offset, self.level_width, self.level_height, self.levels, out, n, self.w_in, *self.packed.buffers()[1:]),
+                {**self._gluon_constants, "TRILINEAR": lod is not None},
+            )  # fmt: skip
+            return out
         kind = "forward" if lod is None else "trilinear"
         bm = _block_rows(kind, self.packed.hp)
         with mma_sync():

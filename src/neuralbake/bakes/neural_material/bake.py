@@ -236,7 +236,7 @@ def _finish(
         **scores,
         "throughput": throughput(material, neural, normal),
         "sampling": sampling,
-        "kernels": {"train": training_kernels, "decode": neural.kernels},
+        "kernels": {"train": training_kernels, "decode": neural.kernels, "decode_kernel": neural.decode_kernel},
         "steps": result.steps,
         "samples_seen": result.samples_seen,
         "seconds": round(result.train_seconds, 3),

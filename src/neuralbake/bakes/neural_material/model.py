@@ -261,6 +261,15 @@ class NeuralMaterial:
     """Which decode runs: ``torch`` (this class, the reference) or ``triton`` (the fused kernel of
     :class:`neuralbake.kernels.fused.FusedNeuralMaterial`); set from a bake's resolved ``--kernels``."""
 
+    @property
+    def decode_kernel(self) -> str:
+        """Which kernel has decoded: ``torch``, or the fused decode's ``triton`` or ``gluon``
+        (:attr:`neuralbake.kernels.fused.FusedNeuralMaterial.kernel`; ``triton`` until its first decode)."""
+        if self.kernels != "triton":
+            return "torch"
+        fused = getattr(self, "_fused", None)
+        return "triton" if fused is None else fused.kernel
+
     def latent_at(self, uv: torch.Tensor, level: int = 0) -> torch.Tensor:
         """Bilinear (repeat-wrapped) latent lookup at ``uv`` from mip ``level``: ``[N, latent]``."""
         return sample_texture(self.latents[level], uv, wrap="repeat")

@@ -1,0 +1,120 @@
+"""The Gluon neural-material decode on the CPU: which decodes it takes, and that it compiles for an H100.
+
+Triton's interpreter does not run Gluon, so its values are checked on a GPU by ``bench/kernels_parity.py``
+(against PyTorch, and against the Triton decode that tests/kernels/test_fused.py checks here).
+These tests compile it for sm_90 with the CUDA tools in Triton's wheel (no GPU needed): at every shape the
+parity script runs, it must compile with no spilled registers, read each layer's weights from shared memory
+inside its tile loop, and never stage them there again.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from neuralbake.kernels import gluon_decode
+from neuralbake.kernels.fused import FusedNeuralMaterial
+from neuralbake.nn.mlp import MLP, MLPConfig
+
+SUPPORTED = {
+    "device_capability": (9, 0),
+    "hidden_activation": "relu",
+    "leak": 0.01,
+    "half_sums": True,
+    "kp": 16,
+    "hp": 64,
+    "op": 4,
+    "hidden": 2,
+    "feature_columns": 8,
+    "wide": False,
+}
+
+
+def test_the_gluon_decode_takes_fp16_relu_decoders_of_split_features_on_an_ampere_or_later_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gluon_decode, "interpreting", lambda: False)
+    if not gluon_decode._AVAILABLE:
+        pytest.skip("this Triton has no Gluon")
+    assert gluon_decode.gluon_reason(**SUPPORTED) is None
+    assert gluon_decode.gluon_reason(**(SUPPORTED | {"hidden_activation": "leaky_relu", "hp": 32, "kp": 32, "feature_columns": 16, "hidden": 3})) is None
+    refused = [
+        ("device_capability", None),  # no CUDA GPU
+        ("device_capability", (7, 5)),  # before Ampere
+        ("half_sums", False),
+        ("hidden_activation", "tanh"),
+        ("leak", 1.5),
+        ("feature_columns", 16),  # one tile of the whole input width
+        ("hp", 128),
+        ("op", 16),
+        ("hidden", 4),
+        ("wide", True),
+    ]
+    for field, value in refused:
+        assert gluon_decode.gluon_reason(**(SUPPORTED | {field: value})) is not None, field
+    monkeypatch.setattr(gluon_decode, "GLUON_DECODE", False)
+    assert "GLUON_DECODE" in gluon_decode.gluon_reason(**SUPPORTED)
+
+
+def test_under_the_interpreter_and_on_the_cpu_the_decode_is_the_triton_kernel() -> None:
+    latents = [torch.randn(8, 8, 8).half(), torch.randn(4, 4, 8).half()]
+    decoder = MLP(MLPConfig(inputs=14, hidden=64, layers=3, outputs=3, hidden_activation="relu", output_activation="none")).half()
+    from neuralbake.bakes.neural_material.model import NeuralMaterial
+
+    fused = FusedNeuralMaterial(NeuralMaterial(latents, decoder, ("wi", "wo")))
+    assert fused.kernel == "triton"
+    assert fused.gluon_reason is not None
+
+
+def test_launch_constants_swizzle_whole_bank_rows_and_pad_the_hidden_buffer_to_a_power_of_two() -> None:
+    constants = gluon_decode.launch_constants(16, 64, 4, 3)
+    assert constants["OPM"] == 8 and constants["HR"] == 4 * 64
+    assert (constants["PW"], constants["MW"]) == (1, 8)  # 128-byte rows: 8 phases
+    assert (constants["PX"], constants["MX"]) == (4, 2)  # 32-byte rows: 4 rows a phase
+    assert (constants["PO"], constants["MO"]) == (8, 1)
+    assert gluon_decode.launch_constants(32, 16, 8, 0)["HR"] == 16
+
+
+def test_a_program_takes_up_to_16_tiles_but_leaves_at_least_8_programs_an_sm() -> None:
+    assert gluon_decode.tiles_per_program(131072, 132) == gluon_decode.TILES_PER_PROGRAM == 16  # 2^24 samples on an H100
+    assert gluon_decode.tiles_per_program(8192, 132) == 7  # 2^20: 1,171 programs, 8.9 an SM
+    assert gluon_decode.tiles_per_program(512, 132) == 1  # 2^16: a tile each
+    assert gluon_decode.tiles_per_program(0, 132) == 1
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def compiled() -> list[dict]:
+    """``bench/kernels_sass.py --gluon --json``: the kernel compiled for sm_90 at the parity shapes, counted. In a
+    process of its own: with ``TRITON_INTERPRET=1`` (set for these tests) Gluon cannot compile its helpers."""
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "kernels_sass.py"), "--gluon", "--json"], check=False, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _tools_present() -> bool:
+    spec = importlib.util.find_spec("triton")
+    return spec is not None and spec.origin is not None and (Path(spec.origin).parent / "backends" / "nvidia" / "bin" / "cuobjdump").is_file()
+
+
+@pytest.mark.skipif(not gluon_decode._AVAILABLE or not _tools_present(), reason="needs Triton with Gluon and its CUDA tools")
+def test_the_gluon_decode_compiles_for_sm90_without_spills_and_keeps_its_weights_in_shared_memory(compiled: list[dict]) -> None:
+    rows, warps = gluon_decode.TILE
+    rows_per_thread = rows // (32 * warps)
+    assert len(compiled) == 10  # five shapes, bilinear and trilinear
+    for counts in compiled:
+        shape, loop, before = counts["shape"], counts["loop"], counts["before"]
+        feature_columns = shape[2] // 2
+        assert counts["local"] == 0, shape  # no spills
+        assert loop.get("HMMA", 0) > 0 and loop.get("LDSM", 0) > 0, shape  # products on weight fragments read from shared memory in the loop
+        assert before.get("STS", 0) > 0, shape  # the weights are stored there before it
+        # in the loop, stores only stage the two feature tiles (16 bytes a store), never the weights again
+        assert loop.get("STS", 0) <= 2 * rows_per_thread * feature_columns // 8, (shape, loop.get("STS"))
