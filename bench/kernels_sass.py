@@ -129,6 +129,7 @@ GLUON_SHAPES = (
     (8, (0, 1, -1), 16, 32, 1, 2),
     (4, (2, -1, -1), 16, 16, 0, 1),
     (16, (0, 1, 2), 32, 64, 3, 2),
+    (16, (0, 1, -1), 32, 64, 2, 1),
 )
 """The Gluon decode's shapes (latent channels, direction codes, inputs, hidden width, hidden-to-hidden layers,
 activation code): those bench/kernels_parity.py checks on the GPU, the copper tray's first."""

@@ -10,15 +10,20 @@ inside its tile loop, and never stage them there again.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 import torch
 
+pytest.importorskip("triton")
+
+from neuralbake.bakes.neural_material.model import NeuralMaterial
 from neuralbake.kernels import gluon_decode
 from neuralbake.kernels.fused import FusedNeuralMaterial
 from neuralbake.nn.mlp import MLP, MLPConfig
@@ -64,8 +69,6 @@ def test_the_gluon_decode_takes_fp16_relu_decoders_of_split_features_on_an_amper
 def test_under_the_interpreter_and_on_the_cpu_the_decode_is_the_triton_kernel() -> None:
     latents = [torch.randn(8, 8, 8).half(), torch.randn(4, 4, 8).half()]
     decoder = MLP(MLPConfig(inputs=14, hidden=64, layers=3, outputs=3, hidden_activation="relu", output_activation="none")).half()
-    from neuralbake.bakes.neural_material.model import NeuralMaterial
-
     fused = FusedNeuralMaterial(NeuralMaterial(latents, decoder, ("wi", "wo")))
     assert fused.kernel == "triton"
     assert fused.gluon_reason is not None
@@ -101,15 +104,19 @@ def compiled() -> list[dict]:
 
 
 def _tools_present() -> bool:
+    """Whether Triton's wheel carries the CUDA tools bench/kernels_sass.py compiles and reads SASS with."""
     spec = importlib.util.find_spec("triton")
-    return spec is not None and spec.origin is not None and (Path(spec.origin).parent / "backends" / "nvidia" / "bin" / "cuobjdump").is_file()
+    if spec is None or spec.origin is None:
+        return False
+    tools = Path(spec.origin).parent / "backends" / "nvidia" / "bin"
+    return all((tools / name).is_file() for name in ("ptxas", "cuobjdump", "nvdisasm"))
 
 
 @pytest.mark.skipif(not gluon_decode._AVAILABLE or not _tools_present(), reason="needs Triton with Gluon and its CUDA tools")
 def test_the_gluon_decode_compiles_for_sm90_without_spills_and_keeps_its_weights_in_shared_memory(compiled: list[dict]) -> None:
     rows, warps = gluon_decode.TILE
     rows_per_thread = rows // (32 * warps)
-    assert len(compiled) == 10  # five shapes, bilinear and trilinear
+    assert len(compiled) == 12  # six shapes, bilinear and trilinear
     for counts in compiled:
         shape, loop, before = counts["shape"], counts["loop"], counts["before"]
         feature_columns = shape[2] // 2
@@ -118,3 +125,60 @@ def test_the_gluon_decode_compiles_for_sm90_without_spills_and_keeps_its_weights
         assert before.get("STS", 0) > 0, shape  # the weights are stored there before it
         # in the loop, stores only stage the two feature tiles (16 bytes a store), never the weights again
         assert loop.get("STS", 0) <= 2 * rows_per_thread * feature_columns // 8, (shape, loop.get("STS"))
+
+
+def _material(channels: int, directions: tuple[str, ...]) -> NeuralMaterial:
+    torch.manual_seed(3)
+    latents = [torch.randn(8, 8, channels).half(), torch.randn(4, 4, channels).half()]
+    inputs = channels + 3 * len(directions)
+    decoder = MLP(MLPConfig(inputs=inputs, hidden=32, layers=2, outputs=3, hidden_activation="leaky_relu", output_activation="none")).half()
+    return NeuralMaterial(latents, decoder, directions)
+
+
+@pytest.mark.parametrize("filtered", [False, True])
+def test_the_decode_launches_the_gluon_kernel_with_each_argument_in_its_place(monkeypatch: pytest.MonkeyPatch, filtered: bool) -> None:
+    """The launch FusedNeuralMaterial makes where gluon_reason allows, bound by name to the kernel's parameters (its
+    values run on a GPU only)."""
+    calls = []
+    monkeypatch.setattr(gluon_decode, "gluon_reason", lambda **_: None)
+    monkeypatch.setattr(gluon_decode, "launch", lambda tiles, sms, args, constants: calls.append((tiles, sms, args, constants)))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(multi_processor_count=132))
+    material = _material(5, ("half", "wi"))  # 11 inputs: 5 latents and 6 direction features in two 8-column tiles
+    fused = FusedNeuralMaterial(material)
+    assert fused.kernel == "gluon" and fused.feature_columns == 8
+    n = 300
+    uv, wi, wo, lod = torch.rand(n, 2), torch.rand(n, 3), torch.rand(n, 3), torch.rand(n) * 3
+    fused(uv, wi, wo, lod if filtered else None)
+    ((tiles, sms, args, constants),) = calls
+    assert tiles == -(-n // gluon_decode.TILE[0]) and sms == 132
+    rows, warps = gluon_decode.TILE
+    kernel = gluon_decode._neural_material_gluon_kernel
+    bound = inspect.signature(kernel.fn).bind(*args, 1, BM=rows, W=warps, **constants).arguments
+    assert bound["N"] == n and bound["TRILINEAR"] is filtered and bound["LEVELS"] == 2
+    assert torch.equal(bound["uv_ptr"], uv) and torch.equal(bound["wi_ptr"], wi) and torch.equal(bound["wo_ptr"], wo)
+    assert bound["lod_ptr"] is not None and (not filtered or torch.equal(bound["lod_ptr"], lod))
+    assert bound["lat_ptr"] is fused.latents and bound["w_in"] is fused.w_in
+    p = fused.packed
+    assert bound["b_in"] is p.b_in and bound["w_hid"] is p.w_hid and bound["b_hid"] is p.b_hid and bound["w_out"] is p.w_out and bound["b_out"] is p.b_out
+    assert (bound["C"], bound["FP"], bound["KP"], bound["HP"], bound["OP"], bound["HIDDEN"]) == (5, 8, 16, 32, 4, 1)
+    assert (bound["DIR0"], bound["DIR1"], bound["DIR2"]) == (2, 0, -1) and bound["HACT"] == 2 and bound["LEAK"] == pytest.approx(0.01)
+    # the input layer's rows as the kernel reads them: latents from row 0, directions from row FP (the split tiles)
+    assert torch.equal(fused.w_in[:5], p.w_in[:5]) and torch.equal(fused.w_in[8:14], p.w_in[5:11])
+    assert not fused.w_in[5:8].any() and not fused.w_in[14:].any()
+
+
+def test_a_gluon_kernel_that_fails_here_leaves_the_triton_decode_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gluon_decode, "gluon_reason", lambda **_: None)
+
+    def failing(*_):
+        raise RuntimeError("PTX assembly failed\n(details)")
+
+    monkeypatch.setattr(gluon_decode, "launch", failing)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(multi_processor_count=132))
+    material = _material(8, ("wi", "wo"))
+    fused = FusedNeuralMaterial(material)
+    uv, wi = torch.rand(40, 2), torch.nn.functional.normalize(torch.rand(40, 3), dim=1)
+    with pytest.warns(RuntimeWarning, match=r"PTX assembly failed\); using the Triton decode"):
+        out = fused(uv, wi, wi)
+    assert fused.kernel == "triton" and "RuntimeError: PTX assembly failed" in fused.gluon_reason
+    assert torch.allclose(out, material.decode(uv, wi, wi), atol=2e-2)  # the Triton decode's value (the interpreter)

@@ -18,6 +18,7 @@ import contextlib
 import math
 import os
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -397,7 +398,8 @@ class FusedNeuralMaterial:
     Like the latents, the weights are a snapshot taken here.
 
     On a CUDA GPU the decode runs the Gluon kernel of :mod:`neuralbake.kernels.gluon_decode` where it supports the
-    shape (:attr:`kernel`, :attr:`gluon_reason`), else the Triton kernel; the two give the same bits.
+    shape (:attr:`kernel`, :attr:`gluon_reason`), else the Triton kernel; the two give the same values within fp16
+    rounding. If the Gluon kernel fails to compile or launch here, the decode warns and takes the Triton kernel from then on.
     """
 
     def __init__(self, material: NeuralMaterial) -> None:
@@ -437,13 +439,14 @@ class FusedNeuralMaterial:
             self.w_in[self.feature_columns : self.feature_columns + directions] = self.packed.w_in[self.channels : self.channels + directions]
         p = self.packed
         self.gluon_reason = gluon_decode.gluon_reason(
-            device_capability=torch.cuda.get_device_capability(device) if device.type == "cuda" else None,
+            device_capability=torch.cuda.get_device_capability(device) if device.type == "cuda" and torch.version.hip is None else None,
             hidden_activation=p.hidden_activation, leak=p.leak, half_sums=p.half_sums, kp=p.kp, hp=p.hp, op=p.op, hidden=p.hidden,
             feature_columns=self.feature_columns, wide=_wide(self.latents.numel()),
         )  # fmt: skip
         self.kernel = "gluon" if self.gluon_reason is None else "triton"
         """Which kernel decodes: ``gluon`` (:mod:`neuralbake.kernels.gluon_decode`, the weights resident in shared
-        memory) where :attr:`gluon_reason` is None, else ``triton`` (``triton_mlp._neural_material_kernel``)."""
+        memory) where :attr:`gluon_reason` is None, else ``triton`` (``triton_mlp._neural_material_kernel``). A call
+        of 2^31 / 3 samples or more takes the Triton kernel either way (int64 addresses)."""
         self._gluon_constants = {
             "C": self.channels, "FP": self.feature_columns, "DIR0": self.directions[0], "DIR1": self.directions[1], "DIR2": self.directions[2],
             "KP": p.kp, "HP": p.hp, "OP": p.op, "HIDDEN": p.hidden, "HACT": ACTIVATION_CODES[p.hidden_activation], "LEAK": p.leak,
@@ -459,12 +462,17 @@ class FusedNeuralMaterial:
         lod_arg = uv if lod is None else lod.float().contiguous()
         if self.kernel == "gluon" and not _wide(n * 3):
             rows = gluon_decode.TILE[0]
-            gluon_decode.launch(
-                triton.cdiv(n, rows), torch.cuda.get_device_properties(uv.device).multi_processor_count,
-                (uv, wi, wo, lod_arg, self.latents, self.level_offset, self.level_width, self.level_height, self.levels, out, n, self.w_in, *self.packed.buffers()[1:]),
-                {**self._gluon_constants, "TRILINEAR": lod is not None},
-            )  # fmt: skip
-            return out
+            try:
+                gluon_decode.launch(
+                    triton.cdiv(n, rows), torch.cuda.get_device_properties(uv.device).multi_processor_count,
+                    (uv, wi, wo, lod_arg, self.latents, self.level_offset, self.level_width, self.level_height, self.levels, out, n, self.w_in, *self.packed.buffers()[1:]),
+                    {**self._gluon_constants, "TRILINEAR": lod is not None},
+                )  # fmt: skip
+                return out
+            except Exception as exc:  # noqa: BLE001  (a Triton that cannot compile or launch it here: the Triton decode computes the same)
+                first_line = str(exc).splitlines()[0][:200] if str(exc) else ""
+                self.kernel, self.gluon_reason = "triton", f"the Gluon kernel failed here ({type(exc).__name__}: {first_line})"
+                warnings.warn(f"neural-material decode: {self.gluon_reason}; using the Triton decode", RuntimeWarning, stacklevel=2)
         kind = "forward" if lod is None else "trilinear"
         bm = _block_rows(kind, self.packed.hp)
         with mma_sync():

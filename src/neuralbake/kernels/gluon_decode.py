@@ -1,28 +1,29 @@
 """The neural-material decode in Gluon, Triton's lower-level dialect: the weights stay in shared memory.
 
 :func:`neuralbake.kernels.triton_mlp._neural_material_kernel` gives ``tl.dot`` its operands in
-registers, so each 128-sample program loads the decoder's weights from global memory and stages
-them through shared memory again before its products can read them. On an H100 (Nsight Compute,
-2026-11-27) that staging is most of the decode's shared-memory traffic, and the L1 / shared-memory
-pipe is the busiest unit. ``tl.dot`` offers no way to keep an operand in shared memory across
-tiles. Gluon does (explicit layouts, shared-memory buffers and ``mma_v2``), so this kernel is
-persistent: each program stores the weights in shared memory once, then loops over several tiles
-of samples and reads each layer's operand fragments from there.
+registers, so each 128-sample program loads the decoder's weights (18.5 KB at the copper tray's
+shape) from global memory and stores them into shared memory again before its products can read
+them. On an H100 (Nsight Compute, 2026-11-27) the L1 / shared-memory pipe was that decode's busiest
+unit. ``tl.dot`` offers no way to keep an operand in shared memory across tiles. Gluon does
+(explicit layouts, shared-memory buffers and ``mma_v2``): each program of this kernel stores the
+weights in shared memory once, then decodes up to :data:`TILES_PER_PROGRAM` tiles of samples and
+reads each layer's operand fragments from there.
 
 The arithmetic is the Triton decode's with fp16 sums (:attr:`PackedMLP.half_sums`): the same
 latent blend in fp32, hidden layers summed in fp16 from their bias, the output layer in fp32 from its
-bias (where Triton's compiler moves the Triton decode's bias). On the GPU the two give the same bits (``bench/kernels_parity.py``
-checks every supported shape against the Triton decode and against PyTorch).
+bias (where Triton's compiler moves the Triton decode's bias). On the GPU the two give the same
+values within fp16 rounding: the same bits for bilinear decodes of 16 inputs, and rare or small
+differences elsewhere (``bench/kernels_parity.py`` checks every supported shape against the Triton
+decode and against PyTorch, and says how many values differ).
 
 Triton's CPU interpreter does not run Gluon. The CPU tests compile this kernel for sm_90 at the
-supported shapes (``tests/kernels/test_gluon_decode.py``) and test the Triton decode's values; the
-values of this one are checked on a GPU only. :func:`gluon_reason` says which decodes it runs; the
-others, and every decode under ``TRITON_INTERPRET=1``, take the Triton kernel.
+parity shapes and check its structure (``tests/kernels/test_gluon_decode.py``), and the arguments
+:class:`~neuralbake.kernels.fused.FusedNeuralMaterial` launches it with; its values are checked on
+a GPU only. :func:`gluon_reason` says which decodes it runs; the others, and every decode under
+``TRITON_INTERPRET=1``, take the Triton kernel.
 """
 
 from __future__ import annotations
-
-import importlib.util
 
 import triton
 
@@ -42,13 +43,15 @@ SPREAD = 8
 TILE = (128, 2)
 """``(rows per tile, warps per program)``."""
 
-_AVAILABLE = importlib.util.find_spec("triton.experimental.gluon") is not None
-if _AVAILABLE:
+try:  # Gluon with mma_v2: Triton 3.6 or later (3.5 has Gluon, but not this API)
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import mma_v2
-else:  # pragma: no cover - Triton < 3.5
+
+    _AVAILABLE = True
+except ImportError:  # pragma: no cover - older Triton
     gluon = gl = mma_v2 = None
+    _AVAILABLE = False
 
 
 def gluon_reason(*, device_capability: tuple[int, int] | None, hidden_activation: str, leak: float, half_sums: bool, kp: int, hp: int, op: int, hidden: int, feature_columns: int, wide: bool) -> str | None:
@@ -56,11 +59,11 @@ def gluon_reason(*, device_capability: tuple[int, int] | None, hidden_activation
     if not GLUON_DECODE:
         return "kernels.gluon_decode.GLUON_DECODE is off"
     if not _AVAILABLE:
-        return "this Triton has no Gluon (Triton 3.5 or later)"
+        return "this Triton has no Gluon with mma_v2 (Triton 3.6 or later)"
     if interpreting():
         return "Triton's CPU interpreter does not run Gluon"
     if device_capability is None or device_capability < (8, 0):
-        return "Gluon's mma_v2 needs a CUDA GPU of compute capability 8.0 or later"
+        return "Gluon's mma_v2 needs an NVIDIA GPU of compute capability 8.0 or later"
     if not half_sums:
         return "only fp16 decoders with fp16 sums"
     if hidden_activation not in ("relu", "leaky_relu") or not 0.0 <= leak <= 1.0:

@@ -133,7 +133,8 @@ def throughput(reference: Any, neural: NeuralMaterial, normal: torch.Tensor, sam
         "samples": samples,
         "neural_precision": "fp16" if device.type == "cuda" else "fp32",
         "neural_kernels": shipped.kernels,
-        "method": "best of several runs on the bake's device (the neural path on neural_kernels: eager PyTorch or the fused Triton decode); bench/kernels.py for large batches and torch.compile",
+        "neural_kernel": shipped.decode_kernel,
+        "method": "best of several runs on the bake's device (the neural path on neural_kernels: eager PyTorch or the fused decode, whose kernel neural_kernel names: triton or gluon); bench/kernels.py for large batches and torch.compile",
     }
 
 
