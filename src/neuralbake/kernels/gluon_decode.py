@@ -196,11 +196,23 @@ if _AVAILABLE:
         cols = gl.arange(0, FP, gl.SliceLayout(0, FL))
         ar = gl.arange(0, BM, RL)
         first = gl.program_id(0) * EACH
-        for tile in range(first, gl.minimum(first + EACH, gl.cdiv(N, BM))):
+        last = gl.minimum(first + EACH, gl.cdiv(N, BM))
+        # The bilinear decode loads each tile's uv one tile ahead, so that its latency leaves the chain uv -> taps ->
+        # products (the trilinear decode, whose lod would ride along, was slower that way).
+        rows = first * BM + ar
+        u = gl.load(uv_ptr + rows * 2, mask=rows < N, other=0.0)
+        v = gl.load(uv_ptr + rows * 2 + 1, mask=rows < N, other=0.0)
+        for tile in range(first, last):
             rows = tile * BM + ar
             rmask = rows < N
-            u = gl.load(uv_ptr + rows * 2, mask=rmask, other=0.0)
-            v = gl.load(uv_ptr + rows * 2 + 1, mask=rmask, other=0.0)
+            if TRILINEAR:
+                u = gl.load(uv_ptr + rows * 2, mask=rmask, other=0.0)
+                v = gl.load(uv_ptr + rows * 2 + 1, mask=rmask, other=0.0)
+            else:
+                ahead = rows + BM
+                ahead_mask = (ahead < N) & (tile + 1 < last)
+                next_u = gl.load(uv_ptr + ahead * 2, mask=ahead_mask, other=0.0)
+                next_v = gl.load(uv_ptr + ahead * 2 + 1, mask=ahead_mask, other=0.0)
             cmask = gl.expand_dims(rmask, 1) & gl.expand_dims(cols < C, 0)
             if TRILINEAR:
                 lod = gl.load(lod_ptr + rows, mask=rmask, other=0.0)
@@ -216,6 +228,9 @@ if _AVAILABLE:
             x_s.slice(0, FP, dim=1).store(x.to(dtype))
             x_s.slice(FP, FP, dim=1).store(_directions(wi_ptr, wo_ptr, rows, rmask, cols, BM, FP, FL, DIR0, DIR1, DIR2).to(dtype))
             _network_tile(x_s, w_in_s, w_hid_s, w_out_s, bias_in, bias_out, b_hid, hb, mo, tile * BM, N, wi_ptr, wo_ptr, out_ptr, HP, OPM, HIDDEN, HACT, LEAK, BM, MMA, DA, DB)
+            if not TRILINEAR:
+                u = next_u
+                v = next_v
 
     @gluon.jit
     def _network_tile(
