@@ -176,7 +176,7 @@ def bench_neural_material(device, sizes, repeats, peak) -> list[dict]:
     fused = NeuralMaterial(material.latents, material.decoder, material.direction_inputs)
     fused.kernels = "triton"
     fused.decode(*(torch.zeros(1, k, device=device) for k in (2, 3, 3)))  # builds the fused decode
-    kernel = fused._fused.kernel
+    kernel = fused.decode_kernel
     with mock.patch.object(gluon_decode, "GLUON_DECODE", False):
         plain = FusedNeuralMaterial(material)  # the Triton (tl.dot) decode, timed beside the shipped one where that is Gluon
     print(f"  the neural-material decode runs the {kernel} kernel" + (f" ({fused._fused.gluon_reason})" if kernel != "gluon" else ""), flush=True)

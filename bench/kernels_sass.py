@@ -64,20 +64,20 @@ STEPS = (
 )
 
 
-def _compile(kernel, signature: dict, constants: dict, kind: str) -> bytes:
-    """``kernel`` compiled for sm_90 at the tile ``kernels.fused.TILES[kind]`` (its rows as ``BM``), pointers and ``N``
-    16-byte aligned as the launches are."""
-    rows, warps = TILES[kind]
+def _compile(kernel, signature: dict, constants: dict, tile: tuple[int, int], source_type: type = ASTSource) -> bytes:
+    """``kernel`` compiled for sm_90 at ``tile`` (rows per program as ``BM``, warps), pointers and ``N`` 16-byte aligned
+    as the launches are. ``source_type``: Triton's ``ASTSource``, or Gluon's for a Gluon kernel."""
+    rows, warps = tile
     constants = {**constants, "BM": rows}
     types = dict(signature) | {name: "constexpr" for name in constants}
     aligned = {(i,): [["tt.divisibility", 16]] for i, (name, kind) in enumerate(signature.items()) if kind.startswith("*") or name == "N"}
-    source = ASTSource(fn=kernel, signature=types, constexprs=constants, attrs=aligned)
+    source = source_type(fn=kernel, signature=types, constexprs=constants, attrs=aligned)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}).asm["cubin"]
 
 
 def compile_decode(choices: dict) -> bytes:
     constants = {"C": 8, "DIR0": 0, "DIR1": 1, "DIR2": -1, "TRILINEAR": False, "KP": 16, "HP": 64, "HIDDEN": 2, "HACT": 1, "LEAK": 0.01, "DOT": "tf32", "WIDE": False}
-    return _compile(triton_mlp._neural_material_kernel, SIGNATURE, constants | choices, "forward")
+    return _compile(triton_mlp._neural_material_kernel, SIGNATURE, constants | choices, TILES["forward"])
 
 
 TRAIN_SIGNATURE = {
@@ -98,7 +98,7 @@ def compile_train(choices: dict) -> bytes:
     constants = {"K": 2, "O": 3, "FREQ": 3, "KP": 16, "HP": 64, "OP": 16, "HIDDEN": 3, "HACT": 2, "OACT": 5, "LEAK": 0.01, "LOSS": 0,
                  "FLOOR": 0.01, "DOT": "tf32", "DX": False, "HALF_ACT": False, "SAMPLE": False, "TRANSFORM": 0}  # fmt: skip
     signature = TRAIN_SIGNATURE | ({"in_ptr": "*i64"} if choices.get("SAMPLE") else {})  # a drawn batch: the step counter, then the image
-    return _compile(triton_mlp._mlp_train_kernel, signature, constants | choices, "train")
+    return _compile(triton_mlp._mlp_train_kernel, signature, constants | choices, TILES["train"])
 
 
 def instructions(cubin: bytes) -> tuple[collections.Counter, collections.Counter, str]:
@@ -142,16 +142,12 @@ def compile_gluon(shape: tuple, trilinear: bool) -> bytes:
     from neuralbake.kernels import gluon_decode
 
     channels, (d0, d1, d2), kp, hp, hidden, act = shape
-    rows, warps = gluon_decode.TILE
     constants = {
         "C": channels, "FP": kp // 2, "DIR0": d0, "DIR1": d1, "DIR2": d2, "TRILINEAR": trilinear, "KP": kp, "HP": hp, "OP": 4,
-        "HIDDEN": hidden, "HACT": act, "LEAK": 0.01, "BM": rows, "W": warps, **gluon_decode.launch_constants(kp, hp, 4, hidden),
+        "HIDDEN": hidden, "HACT": act, "LEAK": 0.01, "W": gluon_decode.TILE[1], **gluon_decode.launch_constants(kp, hp, 4, hidden),
     }  # fmt: skip
     signature = SIGNATURE | {"EACH": "i32"}  # then the tiles per program
-    types = signature | {name: "constexpr" for name in constants}
-    aligned = {(i,): [["tt.divisibility", 16]] for i, (name, kind) in enumerate(signature.items()) if kind.startswith("*") or name == "N"}
-    source = GluonASTSource(fn=gluon_decode._neural_material_gluon_kernel, signature=types, constexprs=constants, attrs=aligned)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}).asm["cubin"]
+    return _compile(gluon_decode._neural_material_gluon_kernel, signature, constants, gluon_decode.TILE, GluonASTSource)
 
 
 def loop_counts(cubin: bytes) -> dict:

@@ -447,6 +447,7 @@ class FusedNeuralMaterial:
         """Which kernel decodes: ``gluon`` (:mod:`neuralbake.kernels.gluon_decode`, the weights resident in shared
         memory) where :attr:`gluon_reason` is None, else ``triton`` (``triton_mlp._neural_material_kernel``). A call
         of 2^31 / 3 samples or more takes the Triton kernel either way (int64 addresses)."""
+        self._sms = torch.cuda.get_device_properties(device).multi_processor_count if self.kernel == "gluon" else 0
         self._gluon_constants = {
             "C": self.channels, "FP": self.feature_columns, "DIR0": self.directions[0], "DIR1": self.directions[1], "DIR2": self.directions[2],
             "KP": p.kp, "HP": p.hp, "OP": p.op, "HIDDEN": p.hidden, "HACT": ACTIVATION_CODES[p.hidden_activation], "LEAK": p.leak,
@@ -464,7 +465,7 @@ class FusedNeuralMaterial:
             rows = gluon_decode.TILE[0]
             try:
                 gluon_decode.launch(
-                    triton.cdiv(n, rows), torch.cuda.get_device_properties(uv.device).multi_processor_count,
+                    triton.cdiv(n, rows), self._sms,
                     (uv, wi, wo, lod_arg, self.latents, self.level_offset, self.level_width, self.level_height, self.levels, out, n, self.w_in, *self.packed.buffers()[1:]),
                     {**self._gluon_constants, "TRILINEAR": lod is not None},
                 )  # fmt: skip

@@ -16,6 +16,11 @@ values within fp16 rounding: the same bits for bilinear decodes of 16 inputs, an
 differences elsewhere (``bench/kernels_parity.py`` checks every supported shape against the Triton
 decode and against PyTorch, and says how many values differ).
 
+The latent fetch and the direction features are the Triton decode's own helpers
+(``triton_mlp._bilinear_repeat``, ``_direction_tile``), called from Gluon: they take their layouts from their
+arguments. Only what needs an explicit layout (the activation's constants, the tiles, shared memory, the products) is
+written here.
+
 Triton's CPU interpreter does not run Gluon. The CPU tests compile this kernel for sm_90 at the
 parity shapes and check its structure (``tests/kernels/test_gluon_decode.py``), and the arguments
 :class:`~neuralbake.kernels.fused.FusedNeuralMaterial` launches it with; its values are checked on
@@ -28,6 +33,7 @@ from __future__ import annotations
 import triton
 
 from neuralbake.kernels import interpreting
+from neuralbake.kernels.triton_mlp import _bilinear_repeat, _direction_tile
 
 GLUON_DECODE = True
 """Whether :class:`~neuralbake.kernels.fused.FusedNeuralMaterial` runs this kernel where :func:`gluon_reason` allows
@@ -94,58 +100,16 @@ def launch_constants(kp: int, hp: int, op: int, hidden: int) -> dict[str, int]:
 if _AVAILABLE:
 
     @gluon.jit
-    def _taps(lat_ptr, offset, width, height, u, v, cols, cmask, C: gl.constexpr):
-        """Bilinear taps (repeat wrap) of an ``[height, width, C]`` level at ``offset``: as ``triton_mlp._bilinear_repeat``."""
-        fw = width.to(gl.float32)
-        fh = height.to(gl.float32)
-        x = u * fw - 0.5
-        y = v * fh - 0.5
-        xf = gl.floor(x)
-        yf = gl.floor(y)
-        tx = gl.expand_dims(x - xf, 1)
-        ty = gl.expand_dims(y - yf, 1)
-        x0 = gl.minimum(gl.maximum((xf - fw * gl.floor(xf / fw)).to(gl.int32), 0), width - 1)
-        y0 = gl.minimum(gl.maximum((yf - fh * gl.floor(yf / fh)).to(gl.int32), 0), height - 1)
-        x1 = gl.where(x0 + 1 == width, 0, x0 + 1)
-        y1 = gl.where(y0 + 1 == height, 0, y0 + 1)
-        c = gl.expand_dims(cols, 0)
-        t00 = gl.load(lat_ptr + gl.expand_dims((offset + y0 * width + x0) * C, 1) + c, mask=cmask, other=0.0).to(gl.float32)
-        t01 = gl.load(lat_ptr + gl.expand_dims((offset + y0 * width + x1) * C, 1) + c, mask=cmask, other=0.0).to(gl.float32)
-        t10 = gl.load(lat_ptr + gl.expand_dims((offset + y1 * width + x0) * C, 1) + c, mask=cmask, other=0.0).to(gl.float32)
-        t11 = gl.load(lat_ptr + gl.expand_dims((offset + y1 * width + x1) * C, 1) + c, mask=cmask, other=0.0).to(gl.float32)
-        top = t00 * (1.0 - tx) + t01 * tx
-        bottom = t10 * (1.0 - tx) + t11 * tx
-        return top * (1.0 - ty) + bottom * ty
-
-    @gluon.jit
     def _directions(wi_ptr, wo_ptr, rows, rmask, cols, BM: gl.constexpr, FP: gl.constexpr, FL: gl.constexpr, DIR0: gl.constexpr, DIR1: gl.constexpr, DIR2: gl.constexpr):
-        """The direction features' tile ``[BM, FP]`` fp32, from column 0."""
+        """The direction features' tile ``[BM, FP]`` fp32, from column 0 (``triton_mlp._direction_tile`` each)."""
         d = gl.zeros([BM, FP], gl.float32, FL)
         if DIR0 >= 0:
-            d += _direction(wi_ptr, wo_ptr, rows, rmask, cols, 0, DIR0)
+            d += _direction_tile(wi_ptr, wo_ptr, rows, rmask, cols, 0, DIR0)
         if DIR1 >= 0:
-            d += _direction(wi_ptr, wo_ptr, rows, rmask, cols, 3, DIR1)
+            d += _direction_tile(wi_ptr, wo_ptr, rows, rmask, cols, 3, DIR1)
         if DIR2 >= 0:
-            d += _direction(wi_ptr, wo_ptr, rows, rmask, cols, 6, DIR2)
+            d += _direction_tile(wi_ptr, wo_ptr, rows, rmask, cols, 6, DIR2)
         return d
-
-    @gluon.jit
-    def _direction(wi_ptr, wo_ptr, rows, rmask, cols, FIRST: gl.constexpr, CODE: gl.constexpr):
-        """One direction feature in columns ``FIRST .. FIRST + 2``: as ``triton_mlp._direction_tile``."""
-        inside = (cols >= FIRST) & (cols < FIRST + 3)
-        comp = gl.expand_dims(gl.where(inside, cols - FIRST, 0), 0)
-        at = gl.expand_dims(rows * 3, 1)
-        mask = gl.expand_dims(rmask, 1) & gl.expand_dims(inside, 0)
-        if CODE == 0:
-            value = gl.load(wi_ptr + at + comp, mask=mask, other=0.0)
-        elif CODE == 1:
-            value = gl.load(wo_ptr + at + comp, mask=mask, other=0.0)
-        else:
-            half = gl.load(wi_ptr + at + comp, mask=mask, other=0.0)
-            half += gl.load(wo_ptr + at + comp, mask=mask, other=0.0)
-            norm = gl.sqrt(gl.sum(half * half, axis=1))
-            value = half / gl.expand_dims(gl.maximum(norm, 1e-8), 1)
-        return value
 
     @gluon.jit
     def _activate(acc, HACT: gl.constexpr, LEAK: gl.constexpr):
@@ -220,11 +184,11 @@ if _AVAILABLE:
                 lower = gl.minimum(gl.floor(lod).to(gl.int32), LEVELS - 1)
                 upper = gl.minimum(lower + 1, LEVELS - 1)
                 t = gl.expand_dims(lod - lower.to(gl.float32), 1)
-                a = _taps(lat_ptr, gl.load(level_offset + lower), gl.load(level_width + lower), gl.load(level_height + lower), u, v, cols, cmask, C)
-                b = _taps(lat_ptr, gl.load(level_offset + upper), gl.load(level_width + upper), gl.load(level_height + upper), u, v, cols, cmask, C)
+                a = _bilinear_repeat(lat_ptr, gl.load(level_offset + lower), gl.load(level_width + lower), gl.load(level_height + lower), u, v, cols, cmask, C, False)
+                b = _bilinear_repeat(lat_ptr, gl.load(level_offset + upper), gl.load(level_width + upper), gl.load(level_height + upper), u, v, cols, cmask, C, False)
                 x = a * (1.0 - t) + b * t
             else:
-                x = _taps(lat_ptr, 0, gl.load(level_width), gl.load(level_height), u, v, cols, cmask, C)
+                x = _bilinear_repeat(lat_ptr, 0, gl.load(level_width), gl.load(level_height), u, v, cols, cmask, C, False)
             x_s.slice(0, FP, dim=1).store(x.to(dtype))
             x_s.slice(FP, FP, dim=1).store(_directions(wi_ptr, wo_ptr, rows, rmask, cols, BM, FP, FL, DIR0, DIR1, DIR2).to(dtype))
             _network_tile(x_s, w_in_s, w_hid_s, w_out_s, bias_in, bias_out, b_hid, hb, mo, tile * BM, N, wi_ptr, wo_ptr, out_ptr, HP, OPM, HIDDEN, HACT, LEAK, BM, MMA, DA, DB)
