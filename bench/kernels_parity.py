@@ -13,6 +13,7 @@ where that misses, to PyTorch's own bf16 error: the kernel's error against the f
     python bench/kernels_parity.py --fp16-only     # fp16 alone (--bf16-only: bf16 alone)
     python bench/kernels_parity.py --drawn-graph-only   # the graphed trainer drawing its batches, resumed or not
     python bench/kernels_parity.py --gluon-only   # the Gluon neural-material decode alone (against PyTorch and the Triton decode)
+    python bench/kernels_parity.py --gluon-train-only   # the Gluon training kernel alone (against autograd and the Triton kernel)
 """
 
 from __future__ import annotations
@@ -270,6 +271,59 @@ def check_gluon_decode(device: torch.device, sizes: list[tuple[int, int]]) -> No
                     FAILURES.append(label)
 
 
+GLUON_TRAIN_TOLERANCE = 1e-2
+"""The Gluon training kernel's loss and gradients against the Triton kernel's, relative to each one's largest value. Both
+round the same values to fp16 in the same places, but sum their products in another order: a hidden value now and
+then rounds to the other fp16 neighbour, and a ReLU or a leak flips with it."""
+
+
+def check_gluon_train(device: torch.device, image: torch.Tensor) -> None:
+    """The Gluon training kernel (kernels.gluon_train) at every kind of step it runs: hidden-to-hidden layers 1-3, ReLU and
+    leaky ReLU, each loss and output activation, given and drawn batches, 1000 rows (one tile a program) to 2^18 (eight):
+    against autograd (:func:`check_training`, as the Triton kernel is checked) and against the Triton kernel on the same
+    batch (:data:`GLUON_TRAIN_TOLERANCE`)."""
+    from neuralbake.bakes.neural_texture import ImageSampler
+    from neuralbake.kernels import gluon_train
+
+    losses = {"mse": torch.nn.functional.mse_loss, "l1": torch.nn.functional.l1_loss, "relative_l1": relative_l1}
+    torch.manual_seed(6)
+    # the last with kernels.fused.HALF_ACTIVATIONS: hidden sums rounded to fp16 before a ReLU
+    shapes = ((4, "leaky_relu", "sigmoid", "mse", False), (3, "relu", "none", "relative_l1", False), (2, "leaky_relu", "exp", "l1", False),
+              (3, "tanh", "none", "mse", False), (4, "relu", "sigmoid", "l1", True))  # fmt: skip
+    for layers, act, out_act, loss, half in shapes:
+        model = CoordinateNetwork(CoordinateNetworkConfig(hidden=64, layers=layers, outputs=3, hidden_activation=act, output_activation=out_act)).to(device)
+        compute = cast_model(model, torch.float16)
+        exact_model = cast_model(compute, torch.float32)
+        params = dict(compute.named_parameters())
+        step = FusedForwardBackward(model, loss, dtype=torch.float16)
+        name = f"gluon train 64x{layers} {act}/{out_act} {loss}{' fp16 activations' if half else ''}"
+        batches = [(f"n={n}", Batch(inputs=torch.rand(n, 2, device=device), targets=torch.rand(n, 3, device=device)), None) for n in (1000, 1 << 16, 1 << 18)]
+        if loss == "mse":
+            for transform in ("identity", "zoom"):
+                draws = step.draws_from(ImageSampler(image, transform, 1 << 16))
+                step.seek_draws(4321)
+                batches.append((f"drawn {transform}", step.drawn_batch(draws, seed=7), draws))
+        for label, batch, draws in batches:
+            scale = 256.0
+            run = lambda: step(params, None if draws else batch, torch.tensor(scale, device=device), draws=draws, seed=7)
+            with _flags(HALF_ACTIVATIONS=half):
+                fast = run()
+                kernel = step.buffers.kernel
+                with mock.patch.object(gluon_train, "GLUON_TRAIN", False):
+                    plain = run()
+            if kernel != "gluon" or step.buffers.kernel != "triton":
+                print(f"FAIL {name + ' ' + label:60s} kernels {kernel} / {step.buffers.kernel}: {step.buffers.gluon_reason(step.packed, loss, False, 1, 2)}", flush=True)
+                FAILURES.append(f"{name} {label} dispatch")
+                continue
+            references = [AutogradForwardBackward(network, losses[loss])(dict(network.named_parameters()), batch, scale) for network in (compute, exact_model)]
+            check_training(f"{name} {label}", torch.float16, fast, *references, compute, batch, losses[loss], scale)
+            errors = [_error(fast[0], plain[0])] + [_error(a, b) for a, b in zip(fast[1], plain[1])]
+            ok = max(errors) <= GLUON_TRAIN_TOLERANCE
+            print(f"{'ok  ' if ok else 'FAIL'} {name + ' ' + label + ' vs triton':60s} loss {errors[0]:.1e}, worst gradient {max(errors[1:]):.1e} (tolerance {GLUON_TRAIN_TOLERANCE:.0e})", flush=True)
+            if not ok:
+                FAILURES.append(f"{name} {label} vs triton")
+
+
 def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("bench/kernels_parity.py checks the compiled kernels; run it on a machine with an NVIDIA GPU.")
@@ -281,6 +335,10 @@ def main() -> None:
     arguments = sys.argv[1:]
     if "--drawn-graph-only" in arguments:  # the graphed trainer with drawn batches alone
         check_drawn_graph(device, _image(device))
+        print(f"\n{len(FAILURES)} failed" if FAILURES else "\nall checks passed")
+        sys.exit(1 if FAILURES else 0)
+    if "--gluon-train-only" in arguments:
+        check_gluon_train(device, _image(device))
         print(f"\n{len(FAILURES)} failed" if FAILURES else "\nall checks passed")
         sys.exit(1 if FAILURES else 0)
     if "--gluon-only" in arguments:

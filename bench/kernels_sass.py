@@ -6,7 +6,8 @@ Compiles :func:`neuralbake.kernels.triton_mlp._neural_material_kernel` at the co
 (``kernels.fused.HALF_SUMS``, ``SPLIT_FEATURES``, ``NARROW_OUTPUTS``) added one after another, and
 counts the instructions per program with the CUDA tools Triton's wheel carries (``cuobjdump``,
 ``nvdisasm``). ``--gluon`` compiles the Gluon decode of :mod:`neuralbake.kernels.gluon_decode` at its parity
-shapes and counts its persistent tile loop apart from what comes before it (the weights' stores). ``--train`` does the same for :func:`~neuralbake.kernels.triton_mlp._mlp_train_kernel`
+shapes and counts its persistent tile loop apart from what comes before it (the weights' stores); ``--gluon-train`` the
+same for the Gluon training kernel of :mod:`neuralbake.kernels.gluon_train`. ``--train`` does the same for :func:`~neuralbake.kernels.triton_mlp._mlp_train_kernel`
 at the RTXNS network's shape (2 coordinates, 3 octaves: 12 -> 64 x 4 -> 3, leaky ReLU, sigmoid, MSE,
 fp16, 64 rows x 4 warps): gradients added to the slots, carried in registers, carried with the
 weights loaded once (``kernels.fused.CARRY_GRADIENTS``, ``HOIST_WEIGHTS``), and that with the batch drawn in the
@@ -16,6 +17,7 @@ of triton_mlp.py with the most instructions.
 
     python bench/kernels_sass.py [--train] [--lines 12]
     python bench/kernels_sass.py --gluon [--json]
+    python bench/kernels_sass.py --gluon-train [--json]
 
 The counts depend on the Triton version (docs/benchmarks.md quotes Triton 3.6.0:
 ``pip install triton==3.6.0`` into a separate ``--target`` folder and put it first on PYTHONPATH).
@@ -167,6 +169,53 @@ def loop_counts(cubin: bytes) -> dict:
     return {"before": dict(before), "loop": dict(body), "registers": number("REG"), "local": number("LOCAL")}
 
 
+GLUON_TRAIN_SIGNATURE = {
+    "in_ptr": "*fp32", "target_ptr": "*fp32", "N": "i32", "grad_ptr": "*fp32", "loss_ptr": "*fp32", "scale_ptr": "*fp32",
+    "w_in": "*fp16", "b_in": "*fp32", "w_hid": "*fp16", "b_hid": "*fp32", "w_out": "*fp16", "b_out": "*fp32", "SEED": "i32", "IMG_W": "i32", "IMG_H": "i32",
+}  # fmt: skip
+
+GLUON_TRAIN_SHAPES = (
+    {"K": 2, "FREQ": 3, "KP": 16, "HIDDEN": 3, "HACT": 2, "OACT": 5, "LOSS": 0, "SAMPLE": True},
+    {"K": 2, "FREQ": 3, "KP": 16, "HIDDEN": 3, "HACT": 2, "OACT": 5, "LOSS": 0, "SAMPLE": False},
+    {"K": 2, "FREQ": 3, "KP": 16, "HIDDEN": 2, "HACT": 1, "OACT": 0, "LOSS": 2, "SAMPLE": False},
+    {"K": 2, "FREQ": 3, "KP": 16, "HIDDEN": 1, "HACT": 2, "OACT": 4, "LOSS": 1, "SAMPLE": False},
+    {"K": 2, "FREQ": 3, "KP": 16, "HIDDEN": 2, "HACT": 3, "OACT": 0, "LOSS": 0, "SAMPLE": True},
+    {"K": 2, "FREQ": 3, "KP": 16, "HIDDEN": 3, "HACT": 1, "OACT": 5, "LOSS": 1, "SAMPLE": False, "HALF_ACT": True},
+    {"K": 5, "FREQ": 0, "KP": 16, "HIDDEN": 3, "HACT": 2, "OACT": 0, "LOSS": 0, "SAMPLE": False},
+    {"K": 2, "FREQ": 8, "KP": 32, "HIDDEN": 3, "HACT": 2, "OACT": 5, "LOSS": 0, "SAMPLE": True},
+)
+"""The Gluon training kernel's variants: the RTXNS network's drawn step first (12 -> 64 x 4 -> 3, leaky ReLU, sigmoid,
+MSE), then those bench/kernels_parity.py --gluon-train-only checks on the GPU, plain inputs and 32 encoded inputs."""
+
+
+def compile_gluon_train(shape: dict) -> bytes:
+    """:func:`neuralbake.kernels.gluon_train._mlp_train_gluon_kernel` compiled for sm_90 with ``shape``'s constants."""
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from neuralbake.kernels import gluon_train
+
+    constants = {"O": 3, "HP": 64, "OP": 16, "LEAK": 0.01, "FLOOR": 0.01, "HALF_ACT": False, "TRANSFORM": 0, "W": gluon_train.TILE[1]} | shape
+    signature = GLUON_TRAIN_SIGNATURE | ({"in_ptr": "*i64"} if shape["SAMPLE"] else {})  # a drawn batch: the draw counter
+    return _compile(gluon_train._mlp_train_gluon_kernel, signature, constants, gluon_train.TILE, GluonASTSource)
+
+
+def gluon_train_main(as_json: bool) -> None:
+    results = []
+    for shape in GLUON_TRAIN_SHAPES:
+        counts = loop_counts(compile_gluon_train(shape)) | {"shape": shape}
+        results.append(counts)
+        if not as_json:
+            loop = counts["loop"]
+            print(
+                f"{' '.join(f'{k}={v}' for k, v in shape.items()):64s} {counts['registers']} registers; tile loop {sum(loop.values()):5d} "
+                f"instructions, {loop.get('HGMMA', 0)} HGMMA, {loop.get('LDL', 0)} spill loads, {loop.get('STS', 0)} STS, {loop.get('BAR', 0)} BAR; "
+                f"before it {counts['before'].get('STS', 0)} STS",
+                flush=True,
+            )
+    if as_json:
+        print(json.dumps(results))
+
+
 def gluon_main(as_json: bool) -> None:
     results = []
     for shape in GLUON_SHAPES:
@@ -189,13 +238,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--train", action="store_true", help="the training kernel instead of the decode")
     parser.add_argument("--gluon", action="store_true", help="the Gluon neural-material decode (kernels.gluon_decode) at its parity shapes: its tile loop's instructions")
-    parser.add_argument("--json", action="store_true", help="with --gluon: the counts as JSON (tests/kernels/test_gluon_decode.py reads them)")
+    parser.add_argument("--gluon-train", action="store_true", help="the Gluon training kernel (kernels.gluon_train) at its variants: its tile loop's instructions")
+    parser.add_argument("--json", action="store_true", help="with --gluon or --gluon-train: the counts as JSON (tests/kernels/test_gluon_*.py read them)")
     parser.add_argument("--lines", type=int, default=0, help="under each step, list this many source lines with the most instructions")
     args = parser.parse_args()
     if not (TOOLS / "nvdisasm").is_file():
         sys.exit(f"this Triton ({triton.__version__}) has no CUDA tools in {TOOLS}; install a Triton wheel with the NVIDIA backend.")
     if args.gluon:
         gluon_main(args.json)
+        return
+    if args.gluon_train:
+        gluon_train_main(args.json)
         return
     if args.train:
         print(f"Triton {triton.__version__}, sm_90, training kernel of the RTXNS network 12 -> 64 x 4 -> 3 fp16, {TILES['train'][0]} rows x {TILES['train'][1]} warps", flush=True)

@@ -225,12 +225,12 @@ def test_fused_training_kernel_bakes_and_the_report_says_so(tiny_png, tmp_path):
     result = runner.invoke(app, ["texture", str(tiny_png), "--out", str(tmp_path / "fused"), "--kernels", "triton", *common])
     assert result.exit_code == 0, result.output
     fused = json.loads((tmp_path / "fused" / "report.json").read_text())
-    assert fused["kernels"] == {"train": "triton", "optimizer_step": "triton", "batches": "triton"}
+    assert fused["kernels"] == {"train": "triton", "optimizer_step": "triton", "batches": "triton", "train_kernel": "triton"}
     assert fused["psnr_curve"][-1][1] > fused["psnr_curve"][0][1] + 3.0, fused["psnr_curve"]
     result = runner.invoke(app, ["texture", str(tiny_png), "--out", str(tmp_path / "torch"), *common])
     assert result.exit_code == 0, result.output
     reference = json.loads((tmp_path / "torch" / "report.json").read_text())
-    assert reference["kernels"] == {"train": "torch", "optimizer_step": "torch", "batches": "torch"}
+    assert reference["kernels"] == {"train": "torch", "optimizer_step": "torch", "batches": "torch", "train_kernel": "torch"}
     # same seed, batches of the same distribution (the kernel draws its own), same fp16 scheme: the two runs end close
     assert abs(fused["psnr_db"] - reference["psnr_db"]) < 0.5, (fused["psnr_db"], reference["psnr_db"])
     result = runner.invoke(app, ["texture", str(tiny_png), "--out", str(tmp_path / "bad"), "--kernels", "triton", "--hidden", "256", "--device", "cpu"])
@@ -250,7 +250,7 @@ def test_auto_falls_back_to_pytorch_when_the_kernels_fail_here(tiny_png, tmp_pat
     monkeypatch.setattr(fused.FusedForwardBackward, "_launch", broken)  # the training kernel, under both the step and the call
     config = tiny_config(tiny_png, steps=20)
     report = bake_neural_texture(config, tmp_path / "auto", progress=False)
-    assert report["kernels"] == {"train": "torch", "optimizer_step": "torch", "batches": "torch"} and report["steps"] == 20
+    assert report["kernels"] == {"train": "torch", "optimizer_step": "torch", "batches": "torch", "train_kernel": "torch"} and report["steps"] == 20
     config = tiny_config(tiny_png, steps=20)
     config.kernels = "triton"
     with pytest.raises(ConfigError, match="PassManager") as info:

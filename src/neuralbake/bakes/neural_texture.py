@@ -296,6 +296,8 @@ def _bake_body(run: BakeRun) -> BakeOutcome:
         "train": kernels,
         "optimizer_step": "triton" if fused is not None and fused.updated else "torch",
         "batches": "triton" if fused is not None and fused.updated and draws is not None else "torch",
+        # the training kernel the last step ran: gluon (kernels.gluon_train, Hopper) or triton
+        "train_kernel": fused.buffers.kernel if fused is not None else "torch",
     }
     return outcome
 

@@ -27,7 +27,7 @@ import triton
 from torch import nn
 
 from neuralbake.errors import ConfigError
-from neuralbake.kernels import ACTIVATION_CODES, DIRECTION_CODES, LOSS_CODES, gluon_decode, unsupported_reason
+from neuralbake.kernels import ACTIVATION_CODES, DIRECTION_CODES, LOSS_CODES, gluon_decode, gluon_train, unsupported_reason
 from neuralbake.kernels.triton_mlp import (
     _adam_kernel,
     _draw_uv_kernel,
@@ -580,6 +580,20 @@ class _TrainingBuffers:
         self.grads = torch.zeros(programs, p.slot_size, dtype=torch.float32, device=device)  # each program's slot, written by the program
         self.scratch = torch.empty(programs * max(1, p.hidden) * self.block_rows * p.hp, dtype=p.dtype, device=device)
         self.losses = torch.zeros(programs, dtype=torch.float32, device=device)  # each program's loss sum (not written in upstream mode)
+        self.capability = torch.cuda.get_device_capability(device) if device.type == "cuda" and torch.version.hip is None else None
+        self.gluon_failure: str | None = None
+        """Why the Gluon training kernel stopped being used (it failed to compile or launch here), or None."""
+        self.kernel = "triton"
+        """The kernel the last step ran: ``gluon`` (:mod:`neuralbake.kernels.gluon_train`) or ``triton``."""
+
+    def gluon_reason(self, packed: PackedMLP, loss: str, dx: bool, n: int, columns: int) -> str | None:
+        """Why a step of ``n`` rows of ``columns`` inputs cannot run the Gluon kernel, or None."""
+        if self.gluon_failure is not None:
+            return self.gluon_failure
+        return gluon_train.gluon_train_reason(
+            device_capability=self.capability, dtype_name=str(packed.dtype).removeprefix("torch."),
+            kp=packed.kp, hp=packed.hp, op=packed.op, hidden=packed.hidden, loss=loss, dx=dx, wide=_wide(n * max(columns, packed.outputs, packed.kp)),
+        )  # fmt: skip
 
 
 def _train(
@@ -607,6 +621,26 @@ def _train(
         buffers.grads[:1].zero_()  # with the slots, no tile writes it
         if loss == "upstream":
             return 1
+    columns = 2 if draw else inputs.shape[1]
+    if buffers.gluon_reason(packed, loss, dx is not None, n, columns) is None:
+        grid = (min(buffers.programs, max(1, triton.cdiv(n, gluon_train.TILE[0]))),)
+        try:
+            gluon_train.launch(
+                grid,
+                (inputs, targets, n, buffers.grads, buffers.losses, scale, *packed.buffers()),
+                {
+                    "K": columns, "O": packed.outputs, "FREQ": frequencies, "OACT": ACTIVATION_CODES[packed.output_activation], "LOSS": LOSS_CODES[loss],
+                    "FLOOR": floor, "HALF_ACT": packed.half_activations, **{k: v for k, v in packed.constants().items() if k != "DOT"},
+                    **({} if draw is None else {"SEED": draw[0], "TRANSFORM": draw[1], "IMG_W": draw[2], "IMG_H": draw[3], "SAMPLE": True}),
+                },
+            )  # fmt: skip
+            buffers.kernel = "gluon"
+            return grid[0]
+        except Exception as exc:  # noqa: BLE001  (a Triton that cannot compile or launch it here: the Triton kernel computes the same step)
+            first_line = str(exc).splitlines()[0][:200] if str(exc) else ""
+            buffers.gluon_failure = f"the Gluon kernel failed here ({type(exc).__name__}: {first_line})"
+            warnings.warn(f"fused training step: {buffers.gluon_failure}; using the Triton kernel", RuntimeWarning, stacklevel=2)
+    buffers.kernel = "triton"
     grid = (min(buffers.programs, max(1, triton.cdiv(n, buffers.block_rows))),)
     with mma_sync():
         _mlp_train_kernel[grid](

@@ -75,7 +75,7 @@ def _activate(x, ACT: tl.constexpr, LEAK: tl.constexpr):
 def _activation_slope(a, ACT: tl.constexpr, LEAK: tl.constexpr):
     """d act / d z, from the activation's output ``a`` (fp32)."""
     if ACT == 0:
-        d = tl.full(a.shape, 1.0, tl.float32)
+        d = tl.where(a == a, 1.0, 1.0)  # ones in a's layout (the Gluon training kernel calls this too)
     elif ACT == 1:
         d = tl.where(a > 0.0, 1.0, 0.0)
     elif ACT == 2:
@@ -257,17 +257,27 @@ def _frequency_tile(coords_ptr, rows, rmask, D: tl.constexpr, FREQ: tl.constexpr
     Column ``j``: coordinate ``j // (2 FREQ)``, octave ``(j % (2 FREQ)) // 2``, sin for even ``j``,
     cos for odd, the order of :func:`neuralbake.nn.encoding.frequency_encode`.
     """
-    cols = tl.arange(0, KP)
+    return _frequency_columns(coords_ptr, rows, rmask, tl.arange(0, KP), D, FREQ)
+
+
+@triton.jit
+def _frequency_columns(coords_ptr, rows, rmask, cols, D: tl.constexpr, FREQ: tl.constexpr):
+    """:func:`_frequency_tile` at the columns ``cols`` (their layout is the tile's: the Gluon training kernel passes its own)."""
     used = cols < D * 2 * FREQ
     coord = tl.minimum(cols // (2 * FREQ), D - 1)
     value = tl.load(coords_ptr + rows[:, None] * D + coord[None, :], mask=rmask[:, None] & used[None, :], other=0.0)
-    return _encode_columns(value, D, FREQ, KP)
+    return _encode_at(value, cols, D, FREQ)
 
 
 @triton.jit
 def _encode_columns(value, D: tl.constexpr, FREQ: tl.constexpr, KP: tl.constexpr):
     """:func:`_frequency_tile` of ``value`` ``[BM, KP]``, column ``j`` holding its coordinate ``j // (2 FREQ)``."""
-    cols = tl.arange(0, KP)
+    return _encode_at(value, tl.arange(0, KP), D, FREQ)
+
+
+@triton.jit
+def _encode_at(value, cols, D: tl.constexpr, FREQ: tl.constexpr):
+    """:func:`_encode_columns` at the columns ``cols``."""
     used = cols < D * 2 * FREQ
     octave = (cols % (2 * FREQ)) // 2
     encoded = _sin_cos_turns(value * tl.exp2(octave.to(tl.float32))[None, :], (cols % 2 == 1)[None, :])
@@ -608,6 +618,29 @@ def _ntc_kernel(
 
 
 @triton.jit
+def _loss_terms(y, target, LOSS: tl.constexpr, FLOOR: tl.constexpr):
+    """Each output value's loss term and its slope d term / d y (``LOSS``: 0 MSE, 1 L1, 2 relative L1 with ``FLOOR``;
+    3 upstream: no term, the slope is ``target``, the gradient given)."""
+    diff = y - target
+    sign = tl.where(diff > 0.0, 1.0, tl.where(diff < 0.0, -1.0, 0.0))
+    if LOSS == 3:
+        term = diff * 0.0
+        slope = target
+    elif LOSS == 0:
+        term = diff * diff
+        slope = 2.0 * diff
+    elif LOSS == 1:
+        term = tl.abs(diff)
+        slope = sign
+    else:
+        reference = tl.exp(target) - 1.0
+        weight = FLOOR * (1.0 + reference) / (reference + FLOOR)
+        term = weight * tl.abs(diff)
+        slope = weight * sign
+    return term, slope
+
+
+@triton.jit
 def _accumulate(slot, offsets, partial, first):
     """``slot[offsets] += partial`` (``= partial`` on the program's ``first`` tile): its own running gradient (no other program touches it)."""
     tl.store(slot + offsets, tl.load(slot + offsets, mask=(offsets * 0 + first) == 0, other=0.0) + partial)
@@ -771,22 +804,7 @@ def _mlp_train_kernel(
             target = tl.load(target_ptr + texel[:, None] * O + o[None, :], mask=valid, other=0.0).to(tl.float32)
         else:
             target = tl.load(target_ptr + rows[:, None] * O + o[None, :], mask=valid, other=0.0).to(tl.float32)
-        diff = y - target
-        sign = tl.where(diff > 0.0, 1.0, tl.where(diff < 0.0, -1.0, 0.0))
-        if LOSS == 3:
-            term = diff * 0.0
-            slope = target
-        elif LOSS == 0:
-            term = diff * diff
-            slope = 2.0 * diff
-        elif LOSS == 1:
-            term = tl.abs(diff)
-            slope = sign
-        else:
-            reference = tl.exp(target) - 1.0
-            weight = FLOOR * (1.0 + reference) / (reference + FLOOR)
-            term = weight * tl.abs(diff)
-            slope = weight * sign
+        term, slope = _loss_terms(y, target, LOSS, FLOOR)
         loss_sum += tl.sum(tl.sum(tl.where(valid, term, 0.0), axis=1), axis=0)
         dz = (tl.where(valid, slope, 0.0) * scale * _activation_slope(y, OACT, LEAK)).to(dtype)
         tl.debug_barrier()  # the scratch stores above are read back by other threads below

@@ -1,0 +1,297 @@
+"""The fused training step's kernel in Gluon with Hopper's warpgroup MMA: weights and activations in shared memory.
+
+:func:`neuralbake.kernels.triton_mlp._mlp_train_kernel` gives ``tl.dot`` its operands in registers. On an H100
+(Nsight Compute, docs/benchmarks.md) its shared-memory pipe was the busiest unit: every product's operands (the
+weights, the transposed activations, ``dz``) are staged through shared memory by layout conversions, and the
+weights hoisted in registers plus the carried gradients spill. This kernel runs the same step with the operands
+where the tensor cores read them:
+
+- the weights are stored in shared memory once per program; the forward reads ``W``, the backward ``W^T`` (a
+  transposed view of the same buffer);
+- each layer's activation is stored once, as the next product's left operand and for the backward (the Triton
+  kernel keeps it in a global scratch block);
+- the weight gradients are products of two shared-memory operands, ``dz^T @ a`` (Hopper's ``wgmma`` reads both
+  there, transposed or not), carried in registers across the program's tiles and written to its slot once;
+- a bias gradient is ``dz^T @ 1`` against a small block of ones in shared memory, so nothing is reduced across
+  warps per tile.
+
+The arithmetic is the Triton kernel's: each hidden sum in fp32 from its bias, the activation in fp32 rounded to fp16
+(with ``HALF_ACT``, the sum rounded before a ReLU or leaky ReLU); the output layer in fp32 and its activation; the
+loss's gradient rounded to fp16; the backward's products summed in fp32, each ``dz`` rounded to fp16. Products sum
+in another order than ``mma.sync``'s, so values agree within fp32 rounding of the sums, not bit for bit
+(``bench/kernels_parity.py --gluon-train-only`` checks the gradients and losses against the Triton kernel and PyTorch).
+
+Triton's CPU interpreter does not run Gluon. The CPU tests compile this kernel for sm_90 (``bench/kernels_sass.py
+--gluon-train``) and check its structure and the arguments :func:`neuralbake.kernels.fused._train` launches it with;
+its values are checked on a GPU. :func:`gluon_train_reason` says which steps it runs; the others, and every step
+under ``TRITON_INTERPRET=1``, take the Triton kernel.
+"""
+
+from __future__ import annotations
+
+from neuralbake.kernels import interpreting
+from neuralbake.kernels.triton_mlp import _activate, _activation_slope, _draw_uv, _encode_at, _frequency_columns, _loss_terms
+
+GLUON_TRAIN = True
+"""Whether the fused training step runs this kernel where :func:`gluon_train_reason` allows (False: always the
+Triton kernel). Read when a step is launched."""
+
+TILE = (64, 4)
+"""``(rows per tile, warps per program)``: one warpgroup, whose ``wgmma`` takes 64 rows."""
+
+try:  # Gluon with the warpgroup MMA: Triton 3.6 or later
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+
+    _barrier = getattr(gl, "thread_barrier", None) or gl.barrier  # Triton 3.6 / 3.9 spell the CTA barrier so
+    _AVAILABLE = True
+except ImportError:  # pragma: no cover - older Triton
+    gluon = gl = fence_async_shared = warpgroup_mma = _barrier = None
+    _AVAILABLE = False
+
+
+def gluon_train_reason(*, device_capability: tuple[int, int] | None, dtype_name: str, kp: int, hp: int, op: int, hidden: int, loss: str, dx: bool, wide: bool) -> str | None:
+    """Why this kernel cannot run a training step, or None. The Triton kernel runs the others."""
+    if not GLUON_TRAIN:
+        return "kernels.gluon_train.GLUON_TRAIN is off"
+    if not _AVAILABLE:
+        return "this Triton has no Gluon with the warpgroup MMA (Triton 3.6 or later)"
+    if interpreting():
+        return "Triton's CPU interpreter does not run Gluon"
+    if device_capability is None or device_capability[0] != 9:
+        return "the warpgroup MMA needs an NVIDIA Hopper GPU (compute capability 9.x)"
+    if dtype_name != "float16":
+        return "only fp16 networks"
+    if hp != 64 or kp not in (16, 32, 64) or op != 16 or not 1 <= hidden <= 3:
+        return "only hidden layers of 64, up to 64 inputs, up to 16 outputs and 1 to 3 hidden-to-hidden layers"
+    if loss == "upstream" or dx:
+        return "only steps with their own loss (not the upstream-gradient backward)"
+    if wide:
+        return "only buffers under 2^31 elements"
+    return None
+
+
+if _AVAILABLE:
+
+    @gluon.jit
+    def _hidden(z, dtype: gl.constexpr, HACT: gl.constexpr, LEAK: gl.constexpr, HALF_ACT: gl.constexpr):
+        """A hidden layer's activation of its fp32 sum ``z``, in ``dtype``, as ``triton_mlp._layer`` computes it for
+        training: the activation in fp32, then rounded; with ``HALF_ACT`` (ReLU or leaky ReLU) the sum rounded first
+        and the activation on the fp16 values, the leak's product in fp32 rounded once (``_activate_rounded``)."""
+        if HALF_ACT:
+            h = z.to(dtype)
+            if HACT == 1:
+                a = gl.maximum(h, gl.zeros_like(h))
+            else:
+                a = gl.where(h > 0.0, h, (h.to(gl.float32) * LEAK).to(dtype))
+        elif HACT == 2 and LEAK >= 0.0 and LEAK <= 1.0:  # where(z > 0, z, LEAK z), the same values in two instructions
+            a = gl.maximum(z, z * LEAK).to(dtype)
+        else:
+            a = _activate(z, HACT, LEAK).to(dtype)
+        return a
+
+    @gluon.jit
+    def _slope_times(da, a, HACT: gl.constexpr, LEAK: gl.constexpr, HALF_ACT: gl.constexpr):
+        """``triton_mlp._times_slope``: ``da * act'(z)`` in ``a``'s dtype from the activation's output ``a``; with
+        ``HALF_ACT``, ``da`` rounded first and the leak's product in fp32 rounded once."""
+        if HALF_ACT:
+            g = da.to(a.dtype)
+            if HACT == 1:
+                dz = gl.where(a > 0.0, g, gl.zeros_like(g))
+            else:
+                dz = gl.where(a > 0.0, g, (g.to(gl.float32) * LEAK).to(g.dtype))
+        elif HACT == 1:  # the slope's select on the fp16 output itself: the same values as through fp32
+            dz = gl.where(a > 0.0, da, da * 0.0).to(a.dtype)
+        elif HACT == 2:
+            dz = gl.where(a > 0.0, da, da * LEAK).to(a.dtype)
+        else:
+            dz = (da * _activation_slope(a.to(gl.float32), HACT, LEAK)).to(a.dtype)
+        return dz
+
+    @gluon.jit
+    def _layer_bias(ptr, cols, BM: gl.constexpr, LAYOUT: gl.constexpr):
+        """A ``[BM, len(cols)]`` fp32 accumulator holding the bias at ``ptr`` in every row."""
+        return gl.zeros([BM, cols.shape[0]], gl.float32, LAYOUT) + gl.expand_dims(gl.load(ptr + cols), 0)
+
+    @gluon.jit(do_not_specialize=["SEED"])  # one compiled kernel whatever the run's seed
+    def _mlp_train_gluon_kernel(
+        in_ptr, target_ptr, N, grad_ptr, loss_ptr, scale_ptr, w_in, b_in, w_hid, b_hid, w_out, b_out,
+        K: gl.constexpr, O: gl.constexpr, FREQ: gl.constexpr, KP: gl.constexpr, HP: gl.constexpr, OP: gl.constexpr,
+        HIDDEN: gl.constexpr, HACT: gl.constexpr, OACT: gl.constexpr, LEAK: gl.constexpr, LOSS: gl.constexpr, FLOOR: gl.constexpr, HALF_ACT: gl.constexpr,
+        BM: gl.constexpr, W: gl.constexpr, SEED, IMG_W, IMG_H, SAMPLE: gl.constexpr, TRANSFORM: gl.constexpr,
+    ):  # fmt: skip
+        """Forward, loss and backward of ``N`` rows, as ``triton_mlp._mlp_train_kernel`` with ``CARRY`` computes them: program ``p`` takes tiles ``p, p + P, ...`` and writes its slot (``grad_ptr + p * G``, the
+        packed layout) once at the end, and its loss sum to ``loss_ptr[p]``. ``SAMPLE``: the rows are drawn here
+        (``in_ptr`` the draw counter, ``target_ptr`` the image), as the Triton kernel draws them."""
+        dtype: gl.constexpr = w_in.dtype.element_ty
+        # Accumulators of [BM or HP, N] products: one warpgroup, 16 rows an instruction per warp.
+        HL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, HP, 16])
+        OL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, OP, 16])
+        IL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, KP, 16])
+        BL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, 8, 16])
+        XL: gl.constexpr = gl.BlockedLayout([1, KP // 2], [16, 2], [W, 1], [1, 0])  # the input tile, half a row per thread
+        WL: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [W, 1], [1, 0])  # weight loads
+
+        # The weights in shared memory, once per program ([in, out]; the backward reads transposed views).
+        wk = gl.arange(0, KP, gl.SliceLayout(1, WL))
+        wh = gl.arange(0, HP, gl.SliceLayout(1, WL))
+        wc = gl.arange(0, HP, gl.SliceLayout(0, WL))
+        wo = gl.arange(0, OP, gl.SliceLayout(0, WL))
+        w_in_s = gl.allocate_shared_memory(dtype, [KP, HP], gl.NVMMASharedLayout.get_default_for([KP, HP], dtype),
+                                           gl.load(w_in + gl.expand_dims(wk * HP, 1) + gl.expand_dims(wc, 0)))  # fmt: skip
+        w_hid_s = gl.allocate_shared_memory(dtype, [HIDDEN, HP, HP], gl.NVMMASharedLayout.get_default_for([HP, HP], dtype))
+        for layer in gl.static_range(HIDDEN):
+            w_hid_s.index(layer).store(gl.load(w_hid + layer * HP * HP + gl.expand_dims(wh * HP, 1) + gl.expand_dims(wc, 0)))
+        w_out_s = gl.allocate_shared_memory(dtype, [HP, OP], gl.NVMMASharedLayout.get_default_for([HP, OP], dtype),
+                                            gl.load(w_out + gl.expand_dims(wh * OP, 1) + gl.expand_dims(wo, 0)))  # fmt: skip
+        # Blocks of ones: dz^T @ ones8 gives a hidden layer's bias gradient in every column, ones64 @ dz the output
+        # layer's in every row.
+        ones8 = gl.allocate_shared_memory(dtype, [BM, 8], gl.NVMMASharedLayout.get_default_for([BM, 8], dtype),
+                                          gl.full([BM, 8], 1.0, dtype, gl.BlockedLayout([1, 8], [32, 1], [W, 1], [1, 0])))  # fmt: skip
+        ones64 = gl.allocate_shared_memory(dtype, [HP, BM], gl.NVMMASharedLayout.get_default_for([HP, BM], dtype),
+                                           gl.full([HP, BM], 1.0, dtype, WL))  # fmt: skip
+        # The tile's operands: inputs, every hidden activation, a hidden layer's dz, the output layer's dz.
+        x_s = gl.allocate_shared_memory(dtype, [BM, KP], gl.NVMMASharedLayout.get_default_for([BM, KP], dtype))
+        act_s = gl.allocate_shared_memory(dtype, [HIDDEN + 1, BM, HP], gl.NVMMASharedLayout.get_default_for([BM, HP], dtype))
+        dz_s = gl.allocate_shared_memory(dtype, [BM, HP], gl.NVMMASharedLayout.get_default_for([BM, HP], dtype))
+        dzo_s = gl.allocate_shared_memory(dtype, [BM, OP], gl.NVMMASharedLayout.get_default_for([BM, OP], dtype))
+        fence_async_shared()
+
+        # The running gradients, transposed where the product needs 64 rows: [out, in] for the input and hidden
+        # layers, [in, out] for the output layer.
+        g_in = gl.zeros([HP, KP], gl.float32, IL)
+        gb_in = gl.zeros([HP, 8], gl.float32, BL)
+        g_hid = ()
+        gb_hid = ()
+        for layer in gl.static_range(HIDDEN):
+            g_hid = g_hid + (gl.zeros([HP, HP], gl.float32, HL),)
+            gb_hid = gb_hid + (gl.zeros([HP, 8], gl.float32, BL),)
+        g_out = gl.zeros([HP, OP], gl.float32, OL)
+        gb_out = gl.zeros([HP, OP], gl.float32, OL)
+
+        pid = gl.program_id(0)
+        programs = gl.num_programs(0)
+        scale = gl.load(scale_ptr).to(gl.float32) / (N * O)
+        loss_sum = 0.0
+        if SAMPLE:
+            draw = gl.load(in_ptr)
+        xr = gl.arange(0, BM, gl.SliceLayout(1, XL))
+        xk = gl.arange(0, KP, gl.SliceLayout(0, XL))
+        hb = gl.arange(0, HP, gl.SliceLayout(0, HL))
+        ob = gl.arange(0, OP, gl.SliceLayout(0, OL))
+        orow = gl.arange(0, BM, gl.SliceLayout(1, OL))
+        for tile in range(pid, gl.cdiv(N, BM), programs):
+            rows = tile * BM + xr
+            rmask = rows < N
+            if SAMPLE:
+                u, v, texel = _draw_uv(SEED, rows, draw, TRANSFORM, IMG_W, IMG_H)
+                if FREQ > 0:
+                    value = gl.where(gl.expand_dims(xk < 2 * FREQ, 0), gl.expand_dims(u, 1), gl.expand_dims(v, 1))
+                    x = _encode_at(value, xk, K, FREQ)
+                else:
+                    x = gl.where(gl.expand_dims(xk == 0, 0), gl.expand_dims(u, 1), gl.where(gl.expand_dims(xk == 1, 0), gl.expand_dims(v, 1), 0.0))
+                x = gl.where(gl.expand_dims(rmask, 1), x, 0.0)
+                texel = gl.convert_layout(texel, gl.SliceLayout(1, OL))
+            elif FREQ > 0:
+                x = _frequency_columns(in_ptr, rows, rmask, xk, K, FREQ)
+            else:
+                x = gl.load(in_ptr + gl.expand_dims(rows * K, 1) + gl.expand_dims(xk, 0), mask=gl.expand_dims(rmask, 1) & gl.expand_dims(xk < K, 0), other=0.0)
+            x_s.store(x.to(dtype))
+            fence_async_shared()
+
+            # forward: every hidden activation to shared memory (the next product's operand and the backward's)
+            z = warpgroup_mma(x_s, w_in_s, _layer_bias(b_in, hb, BM, HL))
+            act_s.index(0).store(_hidden(z, dtype, HACT, LEAK, HALF_ACT))
+            fence_async_shared()
+            for layer in gl.static_range(HIDDEN):
+                z = warpgroup_mma(act_s.index(layer), w_hid_s.index(layer), _layer_bias(b_hid + layer * HP, hb, BM, HL))
+                act_s.index(layer + 1).store(_hidden(z, dtype, HACT, LEAK, HALF_ACT))
+                fence_async_shared()
+            y = _activate(warpgroup_mma(act_s.index(HIDDEN), w_out_s, _layer_bias(b_out, ob, BM, OL)), OACT, LEAK)
+
+            # the loss and its gradient
+            at = tile * BM + orow
+            valid = gl.expand_dims(at < N, 1) & gl.expand_dims(ob < O, 0)
+            if SAMPLE:
+                target = gl.load(target_ptr + gl.expand_dims(texel * O, 1) + gl.expand_dims(ob, 0), mask=valid, other=0.0).to(gl.float32)
+            else:
+                target = gl.load(target_ptr + gl.expand_dims(at * O, 1) + gl.expand_dims(ob, 0), mask=valid, other=0.0).to(gl.float32)
+            term, slope = _loss_terms(y, target, LOSS, FLOOR)
+            loss_sum += gl.sum(gl.sum(gl.where(valid, term, 0.0), axis=1), axis=0)
+            dzo_s.store((gl.where(valid, slope, 0.0) * scale * _activation_slope(y, OACT, LEAK)).to(dtype))
+            fence_async_shared()
+
+            # backward: the output layer, the hidden layers last to first, the input layer (issuing a layer's three
+            # products together and waiting once, with dz in two alternating buffers, measured no faster on an H100)
+            last = act_s.index(HIDDEN)
+            zeros = gl.zeros([BM, HP], gl.float32, HL)
+            g_out = warpgroup_mma(last.permute((1, 0)), dzo_s, g_out)
+            gb_out = warpgroup_mma(ones64, dzo_s, gb_out)
+            da = warpgroup_mma(dzo_s, w_out_s.permute((1, 0)), zeros, use_acc=False)
+            for layer in gl.static_range(HIDDEN - 1, -1, -1):  # the product act_s[layer] @ w_hid[layer] -> act_s[layer + 1]
+                dz_s.store(_slope_times(da, act_s.index(layer + 1).load(HL), HACT, LEAK, HALF_ACT))
+                fence_async_shared()
+                transposed = dz_s.permute((1, 0))
+                g_hid = _replaced(g_hid, layer, warpgroup_mma(transposed, act_s.index(layer), g_hid[layer]), HIDDEN)
+                gb_hid = _replaced(gb_hid, layer, warpgroup_mma(transposed, ones8, gb_hid[layer]), HIDDEN)
+                da = warpgroup_mma(dz_s, w_hid_s.index(layer).permute((1, 0)), zeros, use_acc=False)
+            dz_s.store(_slope_times(da, act_s.index(0).load(HL), HACT, LEAK, HALF_ACT))
+            fence_async_shared()
+            transposed = dz_s.permute((1, 0))
+            g_in = warpgroup_mma(transposed, x_s, g_in)
+            gb_in = warpgroup_mma(transposed, ones8, gb_in)
+            _barrier()  # the next tile overwrites the operands
+
+        # the program's slot, once: [w_in | b_in | w_hid | b_hid | w_out | b_out], weights [in, out]
+        g_b_in: gl.constexpr = KP * HP
+        g_w_hid: gl.constexpr = g_b_in + HP
+        g_b_hid: gl.constexpr = g_w_hid + HIDDEN * HP * HP
+        g_w_out: gl.constexpr = g_b_hid + HIDDEN * HP
+        g_b_out: gl.constexpr = g_w_out + HP * OP
+        slot = grad_ptr + pid.to(gl.int64) * (g_b_out + OP)
+        io = gl.arange(0, HP, gl.SliceLayout(1, IL))
+        ik = gl.arange(0, KP, gl.SliceLayout(0, IL))
+        gl.store(slot + gl.expand_dims(ik * HP, 0) + gl.expand_dims(io, 1), g_in)
+        bo = gl.arange(0, HP, gl.SliceLayout(1, BL))
+        bc = gl.arange(0, 8, gl.SliceLayout(0, BL))
+        first_column = gl.expand_dims(bc == 0, 0) & gl.expand_dims(bo >= 0, 1)
+        column_offsets = gl.expand_dims(bo, 1) + gl.expand_dims(bc * 0, 0)
+        gl.store(slot + g_b_in + column_offsets, gb_in, mask=first_column)
+        ho = gl.arange(0, HP, gl.SliceLayout(1, HL))
+        for j in gl.static_range(HIDDEN):
+            gl.store(slot + g_w_hid + j * HP * HP + gl.expand_dims(hb * HP, 0) + gl.expand_dims(ho, 1), g_hid[j])
+            gl.store(slot + g_b_hid + j * HP + column_offsets, gb_hid[j], mask=first_column)
+        oi = gl.arange(0, HP, gl.SliceLayout(1, OL))
+        gl.store(slot + g_w_out + gl.expand_dims(oi * OP, 1) + gl.expand_dims(ob, 0), g_out)
+        first_row = gl.expand_dims(oi == 0, 1) & gl.expand_dims(ob >= 0, 0)
+        gl.store(slot + g_b_out + gl.expand_dims(oi * 0, 1) + gl.expand_dims(ob, 0), gb_out, mask=first_row)
+        gl.store(loss_ptr + pid, loss_sum)
+
+    @gluon.jit
+    def _replaced(values, index: gl.constexpr, value, COUNT: gl.constexpr):
+        """The tuple ``values`` with item ``index`` replaced by ``value``."""
+        out = ()
+        for j in gl.static_range(COUNT):
+            if j == index:
+                out = out + (value,)
+            else:
+                out = out + (values[j],)
+        return out
+
+else:  # pragma: no cover
+    _mlp_train_gluon_kernel = None
+
+
+def launch(grid: tuple[int], args: tuple, constants: dict) -> None:
+    """Launch the kernel on ``grid`` programs: ``args`` up to the weights (see :func:`_mlp_train_gluon_kernel`),
+    ``constants`` the network's, the loss's and, for a drawn batch, ``SEED``/``TRANSFORM``/``IMG_W``/``IMG_H``/``SAMPLE``."""
+    rows, warps = TILE
+    draws = {name: constants.pop(name) for name in ("SEED", "IMG_W", "IMG_H") if name in constants}
+    _mlp_train_gluon_kernel[grid](
+        *args, SEED=draws.get("SEED", 0), IMG_W=draws.get("IMG_W", 1), IMG_H=draws.get("IMG_H", 1), BM=rows, W=warps, num_warps=warps,
+        **({"SAMPLE": False, "TRANSFORM": 0} | constants),
+    )  # fmt: skip
+
+
+__all__ = ["GLUON_TRAIN", "TILE", "gluon_train_reason", "launch"]
