@@ -28,13 +28,15 @@ fraction of the GPU's dense fp16 tensor-core peak (989 TFLOP/s on an H100 SXM).
     python bench/kernels.py --out docs/results/kernels_h100.json
     python bench/kernels.py --quick          # fewer sizes, for a smoke run
     python bench/kernels.py --sweep ntc 128 4 [REGISTERS]   # one tile (and register cap) of one kernel kind
-                                                           # (--sweep, --ab and --ab-tiles run the Triton decode, Gluon off)
+                                                           # (--sweep, --ab, --ab-tiles and --ab-train: the Triton kernels, Gluon off)
     python bench/kernels.py --profile-step [ADAM_BLOCK REDUCE_ROWS]   # kernels and GPU time per graphed trainer step
     python bench/kernels.py --decode-launches [--no-gluon]   # the decodes for Nsight Compute (see decode_launches)
+    python bench/kernels.py --profile-step --no-gluon   # any mode with the Triton training kernel instead of the Gluon one
     python bench/kernels.py --train-launches    # fused training steps for Nsight Compute (see train_launches)
     python bench/kernels.py --ab             # the decodes with and without fp16 sums, split feature tiles, narrow outputs
     python bench/kernels.py --ab-train [--precision bf16]   # the training rows with each of the kernel's choices flipped
     python bench/kernels.py --ab-tiles       # two tiles of the bilinear decode and of the training step, one process
+    python bench/kernels.py --ab-gluon-train  # the graphed step with the Triton and the Gluon training kernels, 2^10-2^18 rows
     python bench/kernels.py --seed-spread    # final loss and PSNR over 12 seeds, autograd against the fused step
 """
 
@@ -633,6 +635,47 @@ def seed_spread(device, seeds: int = 12) -> list[dict]:
     return rows
 
 
+def ab_gluon_train(device, sizes: list[int]) -> list[dict]:
+    """The graphed trainer step (replays, as ``--profile-step``) of the RTXNS network at each size: autograd, the fused step
+    with the Triton training kernel and with the Gluon one (``kernels.gluon_train``, the tile ``tile_for`` picks), then
+    the Gluon one at each of its two tiles forced; three rounds alternating, the best of each. Then 1,000 steps of
+    2^14 rows with each kernel, the final losses side by side."""
+    from neuralbake.kernels import gluon_train
+
+    image = _image(device)
+    rows = []
+    tiles = {"small": gluon_train.SMALL_TILE, "large": gluon_train.LARGE_TILE}
+    for n in sizes:
+        replays = 200 if n < 1 << 18 else 50
+        best: dict[str, float] = {}
+        chosen = None
+        for _ in range(3):
+            for label in ("autograd", "triton", "gluon", "gluon small tile", "gluon large tile"):
+                forced = tiles.get(label.removeprefix("gluon ").removesuffix(" tile"))
+                with contextlib.ExitStack() as stack:
+                    stack.enter_context(mock.patch.object(gluon_train, "GLUON_TRAIN", label != "triton"))
+                    if forced is not None:
+                        stack.enter_context(mock.patch.object(gluon_train, "tile_for", lambda n, sms, tile=forced: tile))
+                    trainer = _trainer(device, image, n, 100, label != "autograd")
+                    us = _replay_us(trainer, replays, 2)
+                if label != "autograd":
+                    assert trainer.forward_backward.buffers.kernel == ("triton" if label == "triton" else "gluon"), label
+                if label == "gluon":
+                    chosen = gluon_train.tile_for(n, trainer.forward_backward.buffers.sms)
+                best[label] = min(best.get(label, math.inf), us)
+        row = {"name": "train step replay, gluon A/B", "n": n, "us": {k: round(v, 2) for k, v in best.items()}, "gluon_tile": list(chosen)}
+        row["x_autograd"] = {k: round(best["autograd"] / v, 2) for k, v in best.items() if k != "autograd"}
+        rows.append(row)
+        shown = "  ".join(f"{k} {v:7.1f} us" for k, v in best.items())
+        print(f"{n:>8d} rows: {shown}  | gluon {best['autograd'] / best['gluon']:.2f}x autograd, {best['triton'] / best['gluon']:.2f}x triton, tile {chosen}", flush=True)
+    for label in ("triton", "gluon"):
+        with mock.patch.object(gluon_train, "GLUON_TRAIN", label == "gluon"):
+            result = _trainer(device, image, 1 << 14, 1000, True).fit()
+        print(f"1,000 steps of 2^14 rows, {label} kernel: final loss {result.final_loss:.5f}", flush=True)
+        rows.append({"name": f"train 1000 x 2^14, {label} kernel", "final_loss": result.final_loss})
+    return rows
+
+
 def ab_tiles(device, repeats) -> list[dict]:
     """Two tiles of a kernel kind timed in one process, alternating, so that the machine's drift falls on both: the
     bilinear neural-material decode (``TILES["forward"]``) at 128 x 2 and 128 x 4, 2^22 and 2^24 samples, three rounds;
@@ -694,9 +737,10 @@ def main() -> None:
     parser.add_argument("--ab", action="store_true", help="only the decodes with fp16 sums, split feature tiles and narrow outputs on and off (see ab)")
     parser.add_argument("--ab-train", action="store_true", help="only the training rows with each of the training kernel's choices flipped (see ab_train)")
     parser.add_argument("--precision", choices=("fp16", "bf16"), default="fp16", help="the trainer's precision for --ab-train")
+    parser.add_argument("--ab-gluon-train", action="store_true", help="only the graphed training step with the Triton and the Gluon training kernel and each Gluon tile (see ab_gluon_train)")
     parser.add_argument("--ab-tiles", action="store_true", help="only two tiles each of the bilinear decode and the training step, alternating (see ab_tiles)")
     parser.add_argument("--seed-spread", action="store_true", help="only the final loss and PSNR over 12 seeds, autograd against the fused step (see seed_spread)")
-    parser.add_argument("--no-gluon", action="store_true", help="the neural-material decode through the Triton (tl.dot) kernel only (kernels.gluon_decode.GLUON_DECODE off)")
+    parser.add_argument("--no-gluon", action="store_true", help="the Triton (tl.dot) kernels only: the neural-material decode and the training step without Gluon (kernels.gluon_decode.GLUON_DECODE and gluon_train.GLUON_TRAIN off)")
     parser.add_argument("--only", nargs="*", default=["mlp", "neural_material", "ntc", "train", "train_bf16", "train_material"])
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON (an existing file keeps its rows of the parts not run)")
     args = parser.parse_args()
@@ -711,9 +755,12 @@ def main() -> None:
 
     result["triton"] = triton.__version__
     print(f"{torch.cuda.get_device_name(device)}  torch {torch.__version__}  triton {triton.__version__}", flush=True)
-    if args.sweep or args.ab or args.ab_tiles or args.no_gluon:
-        # these tune the Triton (tl.dot) decode's tiles and choices, so its decodes leave the Gluon kernel off
+    if args.sweep or args.ab or args.ab_tiles or args.ab_train or args.no_gluon:
+        # these tune the Triton (tl.dot) kernels' tiles and choices, so they leave the Gluon decode and training kernels off
+        from neuralbake.kernels import gluon_train
+
         gluon_decode.GLUON_DECODE = False
+        gluon_train.GLUON_TRAIN = False
     if args.sweep:
         kind, *numbers = args.sweep
         if kind not in ("forward", "trilinear", "ntc", "train") or len(numbers) not in (2, 3) or not all(v.isdigit() and int(v) > 0 for v in numbers):
@@ -741,6 +788,9 @@ def main() -> None:
     if args.ab_train:
         args.only = ["ab_train"]
         result["rows"] += ab_train(device, train_sizes, args.steps, args.precision)
+    if args.ab_gluon_train:
+        args.only = ["ab_gluon_train"]
+        result["rows"] += ab_gluon_train(device, [1 << 10, 1 << 12, 1 << 14, 1 << 15, 1 << 16, 1 << 17, 1 << 18])
     if args.ab_tiles:
         args.only = ["ab_tiles"]
         result["rows"] += ab_tiles(device, args.repeats)

@@ -33,6 +33,7 @@ from kernels import _flags, _image, _material, _ntc_container
 
 from neuralbake.bakes.neural_material.model import NeuralMaterial, relative_l1
 from neuralbake.bakes.ntc.decode import decode_texels
+from neuralbake.kernels import gluon_train
 from neuralbake.kernels.fused import (
     FusedForwardBackward,
     FusedMLP,
@@ -279,11 +280,10 @@ then rounds to the other fp16 neighbour, and a ReLU or a leak flips with it."""
 
 def check_gluon_train(device: torch.device, image: torch.Tensor) -> None:
     """The Gluon training kernel (kernels.gluon_train) at every kind of step it runs: hidden-to-hidden layers 1-3, ReLU and
-    leaky ReLU, each loss and output activation, given and drawn batches, 1000 rows (one tile a program) to 2^18 (eight):
+    leaky ReLU, each loss and output activation, given and drawn batches, 1000 rows to 2^18, both tiles:
     against autograd (:func:`check_training`, as the Triton kernel is checked) and against the Triton kernel on the same
     batch (:data:`GLUON_TRAIN_TOLERANCE`)."""
     from neuralbake.bakes.neural_texture import ImageSampler
-    from neuralbake.kernels import gluon_train
 
     losses = {"mse": torch.nn.functional.mse_loss, "l1": torch.nn.functional.l1_loss, "relative_l1": relative_l1}
     torch.manual_seed(6)
@@ -297,20 +297,21 @@ def check_gluon_train(device: torch.device, image: torch.Tensor) -> None:
         params = dict(compute.named_parameters())
         step = FusedForwardBackward(model, loss, dtype=torch.float16)
         name = f"gluon train 64x{layers} {act}/{out_act} {loss}{' fp16 activations' if half else ''}"
-        batches = [(f"n={n}", Batch(inputs=torch.rand(n, 2, device=device), targets=torch.rand(n, 3, device=device)), None) for n in (1000, 1 << 16, 1 << 18)]
+        # 1000 to 2^16 rows: the small tile (one to four tiles a program on an H100); 2^18: the large one
+        batches = [(f"n={n}", Batch(inputs=torch.rand(n, 2, device=device), targets=torch.rand(n, 3, device=device)), None) for n in (1000, 1 << 15, 1 << 16, 1 << 18)]
         if loss == "mse":
-            for transform in ("identity", "zoom"):
-                draws = step.draws_from(ImageSampler(image, transform, 1 << 16))
+            for transform, rows in (("identity", 1 << 14), ("zoom", 1 << 16)):
+                draws = step.draws_from(ImageSampler(image, transform, rows))
                 step.seek_draws(4321)
                 batches.append((f"drawn {transform}", step.drawn_batch(draws, seed=7), draws))
         for label, batch, draws in batches:
             scale = 256.0
-            run = lambda: step(params, None if draws else batch, torch.tensor(scale, device=device), draws=draws, seed=7)
+            arguments = (params, None if draws else batch, torch.tensor(scale, device=device))
             with _flags(HALF_ACTIVATIONS=half):
-                fast = run()
+                fast = step(*arguments, draws=draws, seed=7)
                 kernel = step.buffers.kernel
                 with mock.patch.object(gluon_train, "GLUON_TRAIN", False):
-                    plain = run()
+                    plain = step(*arguments, draws=draws, seed=7)
             if kernel != "gluon" or step.buffers.kernel != "triton":
                 print(f"FAIL {name + ' ' + label:60s} kernels {kernel} / {step.buffers.kernel}: {step.buffers.gluon_reason(step.packed, loss, False, 1, 2)}", flush=True)
                 FAILURES.append(f"{name} {label} dispatch")
@@ -322,6 +323,39 @@ def check_gluon_train(device: torch.device, image: torch.Tensor) -> None:
             print(f"{'ok  ' if ok else 'FAIL'} {name + ' ' + label + ' vs triton':60s} loss {errors[0]:.1e}, worst gradient {max(errors[1:]):.1e} (tolerance {GLUON_TRAIN_TOLERANCE:.0e})", flush=True)
             if not ok:
                 FAILURES.append(f"{name} {label} vs triton")
+    # plain MLPs: inputs not encoded (5, and 40 padded to 64), 1 and 16 outputs, hidden width 48 padded to 64, a sigmoid
+    # hidden layer; and an empty batch
+    for inputs, hidden, layers, act, out_act, loss, outputs in ((5, 48, 3, "sigmoid", "none", "mse", 1), (40, 64, 2, "relu", "sigmoid", "l1", 16)):
+        mlp = MLP(MLPConfig(inputs=inputs, hidden=hidden, layers=layers, outputs=outputs, hidden_activation=act, output_activation=out_act)).to(device)
+        compute = cast_model(mlp, torch.float16)
+        exact_model = cast_model(compute, torch.float32)
+        params = dict(compute.named_parameters())
+        step = FusedForwardBackward(mlp, loss, dtype=torch.float16)
+        name = f"gluon train mlp {inputs}-{hidden}x{layers}-{outputs} {act}/{out_act} {loss}"
+        for n in (0, 1000, 1 << 15, 1 << 16):
+            batch = Batch(inputs=(torch.rand(n, inputs, device=device) * 2 - 1).half(), targets=torch.rand(n, outputs, device=device))
+            fast = step(params, batch, torch.tensor(256.0, device=device))
+            kernel = step.buffers.kernel
+            with mock.patch.object(gluon_train, "GLUON_TRAIN", False):
+                slow = step(params, batch, torch.tensor(256.0, device=device))
+            if kernel != "gluon":
+                print(f"FAIL {name + f' n={n}':60s} kernel {kernel}", flush=True)
+                FAILURES.append(f"{name} n={n} dispatch")
+                continue
+            if n == 0:
+                ok = all(not g.any() for g in fast[1]) and float(fast[0].nan_to_num(0.0)) == float(slow[0].nan_to_num(0.0))
+                print(f"{'ok  ' if ok else 'FAIL'} {name + ' n=0':60s} zero gradients, the loss as the Triton kernel's", flush=True)
+                if not ok:
+                    FAILURES.append(f"{name} n=0")
+                continue
+            exact_batch = Batch(inputs=batch.inputs.float(), targets=batch.targets)
+            references = [AutogradForwardBackward(network, losses[loss])(dict(network.named_parameters()), rows, 256.0) for network, rows in ((compute, batch), (exact_model, exact_batch))]
+            check_training(f"{name} n={n}", torch.float16, fast, *references, compute, batch, losses[loss], 256.0)
+            errors = [_error(fast[0], slow[0])] + [_error(a, b) for a, b in zip(fast[1], slow[1])]
+            ok = max(errors) <= GLUON_TRAIN_TOLERANCE
+            print(f"{'ok  ' if ok else 'FAIL'} {name + f' n={n} vs triton':60s} loss {errors[0]:.1e}, worst gradient {max(errors[1:]):.1e} (tolerance {GLUON_TRAIN_TOLERANCE:.0e})", flush=True)
+            if not ok:
+                FAILURES.append(f"{name} n={n} vs triton")
 
 
 def main() -> None:
@@ -501,7 +535,8 @@ def main() -> None:
                 exact_loss, exact_grads = AutogradForwardBackward(exact_model, losses[loss])(dict(exact_model.named_parameters()), batch, scale)
                 for step in steps:
                     where = "registers" if step.buffers.carry else "slots"
-                    fused_loss, grads = step(params, batch, torch.tensor(scale, device=device))
+                    with mock.patch.object(gluon_train, "GLUON_TRAIN", False):  # the Triton kernel (check_gluon_train checks the other)
+                        fused_loss, grads = step(params, batch, torch.tensor(scale, device=device))
                     name = f"train {dtype} {hidden} {act}/{out_act} {loss} {where} n={n}"
                     check_training(name, dtype, (fused_loss, grads), (ref_loss, ref_grads), (exact_loss, exact_grads), compute, batch, losses[loss], scale)
     # batches the training kernel draws itself (TexelDraws: uniform uv, an image's nearest texels), the RTXNS network on the

@@ -188,30 +188,34 @@ GLUON_TRAIN_SHAPES = (
 MSE), then those bench/kernels_parity.py --gluon-train-only checks on the GPU, plain inputs and 32 encoded inputs."""
 
 
-def compile_gluon_train(shape: dict) -> bytes:
-    """:func:`neuralbake.kernels.gluon_train._mlp_train_gluon_kernel` compiled for sm_90 with ``shape``'s constants."""
+def compile_gluon_train(shape: dict, tile: tuple[int, int]) -> bytes:
+    """:func:`neuralbake.kernels.gluon_train._mlp_train_gluon_kernel` compiled for sm_90 with ``shape``'s constants at
+    ``tile`` (rows, warps)."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
     from neuralbake.kernels import gluon_train
 
-    constants = {"O": 3, "HP": 64, "OP": 16, "LEAK": 0.01, "FLOOR": 0.01, "HALF_ACT": False, "TRANSFORM": 0, "W": gluon_train.TILE[1]} | shape
+    constants = {"O": 3, "HP": 64, "OP": 16, "LEAK": 0.01, "FLOOR": 0.01, "HALF_ACT": False, "TRANSFORM": 0, "W": tile[1]} | shape
     signature = GLUON_TRAIN_SIGNATURE | ({"in_ptr": "*i64"} if shape["SAMPLE"] else {})  # a drawn batch: the draw counter
-    return _compile(gluon_train._mlp_train_gluon_kernel, signature, constants, gluon_train.TILE, GluonASTSource)
+    return _compile(gluon_train._mlp_train_gluon_kernel, signature, constants, tile, GluonASTSource)
 
 
 def gluon_train_main(as_json: bool) -> None:
+    from neuralbake.kernels import gluon_train
+
     results = []
-    for shape in GLUON_TRAIN_SHAPES:
-        counts = loop_counts(compile_gluon_train(shape)) | {"shape": shape}
-        results.append(counts)
-        if not as_json:
-            loop = counts["loop"]
-            print(
-                f"{' '.join(f'{k}={v}' for k, v in shape.items()):64s} {counts['registers']} registers; tile loop {sum(loop.values()):5d} "
-                f"instructions, {loop.get('HGMMA', 0)} HGMMA, {loop.get('LDL', 0)} spill loads, {loop.get('STS', 0)} STS, {loop.get('BAR', 0)} BAR; "
-                f"before it {counts['before'].get('STS', 0)} STS",
-                flush=True,
-            )
+    for tile in (gluon_train.LARGE_TILE, gluon_train.SMALL_TILE):
+        for shape in GLUON_TRAIN_SHAPES:
+            counts = loop_counts(compile_gluon_train(shape, tile)) | {"shape": shape, "tile": tile}
+            results.append(counts)
+            if not as_json:
+                loop = counts["loop"]
+                print(
+                    f"{tile!s:9s} {' '.join(f'{k}={v}' for k, v in shape.items()):64s} {counts['registers']} registers; tile loop {sum(loop.values()):5d} "
+                    f"instructions, {loop.get('HGMMA', 0)} HGMMA, {loop.get('LDL', 0)} spill loads, {loop.get('STS', 0)} STS, {loop.get('BAR', 0)} BAR; "
+                    f"before it {counts['before'].get('STS', 0)} STS",
+                    flush=True,
+                )
     if as_json:
         print(json.dumps(results))
 

@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from neuralbake.kernels import gluon_train
 from neuralbake.kernels.fused import FusedForwardBackward
 from neuralbake.nn.mlp import CoordinateNetwork, CoordinateNetworkConfig
 from neuralbake.nn.trainer import Batch
+from tests.kernels.test_gluon_decode import _tools_present
 
 SUPPORTED = {"device_capability": (9, 0), "dtype_name": "float16", "kp": 16, "hp": 64, "op": 16, "hidden": 3, "loss": "mse", "dx": False, "wide": False}
 
@@ -68,9 +70,34 @@ def test_under_the_interpreter_and_on_the_cpu_the_step_is_the_triton_kernel() ->
     model, step = _step()
     params = {name: p.detach().half() for name, p in model.named_parameters()}
     batch = Batch(inputs=torch.rand(70, 2), targets=torch.rand(70, 3))
-    step(params, batch, 128.0)
-    assert step.buffers.kernel == "triton"
-    assert step.buffers.gluon_reason(step.packed, "mse", False, 70, 12) is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # refused by the gate, not tried and fallen back
+        step(params, batch, 128.0)
+    assert step.buffers.kernel == "triton" and step.buffers.gluon_failure is None
+    reason = step.buffers.gluon_reason(step.packed, "mse", False, 70, 12)
+    assert reason is not None and ("interpreter" in reason or "Hopper" in reason or "Gluon" in reason), reason
+
+
+def test_a_step_takes_a_tile_a_program_up_to_one_an_sm_then_at_least_two() -> None:
+    assert gluon_train.programs_for(16, 264, 132, 4) == 16  # 2^10 rows on an H100: a tile each
+    assert gluon_train.programs_for(132, 264, 132, 4) == 132
+    assert gluon_train.programs_for(256, 264, 132, 4) == 132  # two tiles each
+    assert gluon_train.programs_for(400, 264, 132, 4) == 200
+    assert gluon_train.programs_for(4096, 264, 132, 4) == 264  # 2^18 rows: two programs an SM
+    assert gluon_train.programs_for(4096, 100, 132, 4) == 100
+    assert gluon_train.programs_for(2048, 264, 132, 8) == 132  # programs of 8 warps: one an SM
+    assert gluon_train.programs_for(0, 264, 132, 4) == 1  # an empty batch: one program writes a slot of zeros
+
+
+def test_small_steps_take_the_two_warpgroup_tile_and_large_ones_the_one_warpgroup_tile() -> None:
+    small, large = gluon_train.SMALL_TILE, gluon_train.LARGE_TILE
+    assert small[1] == 2 * large[1] == 8 and small[0] == 2 * large[0]
+    assert gluon_train.tile_for(1 << 10, 132) == small
+    assert gluon_train.tile_for(1 << 14, 132) == small  # 128 tiles of 128 rows
+    assert gluon_train.tile_for(gluon_train.SMALL_STEP * 132 * 128, 132) == small
+    assert gluon_train.tile_for(gluon_train.SMALL_STEP * 132 * 128 + 1, 132) == large
+    assert gluon_train.tile_for(1 << 17, 132) == small
+    assert gluon_train.tile_for(1 << 18, 132) == large
 
 
 def test_the_step_launches_the_gluon_kernel_with_each_argument_in_its_place(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -79,18 +106,27 @@ def test_the_step_launches_the_gluon_kernel_with_each_argument_in_its_place(monk
     calls = []
     model, step = _step("relative_l1")
     monkeypatch.setattr(step.buffers, "gluon_reason", lambda *_: None)
-    monkeypatch.setattr(gluon_train, "launch", lambda grid, args, constants: calls.append((grid, args, dict(constants))))
+    step.buffers.sms = 132
+
+    class Recorder:  # the kernel, as gluon_train.launch launches it: kernel[grid](*args, **constants)
+        fn = gluon_train._mlp_train_gluon_kernel.fn
+
+        def __getitem__(self, grid):
+            return lambda *args, **constants: calls.append((grid, args, constants))
+
+    monkeypatch.setattr(gluon_train, "_mlp_train_gluon_kernel", Recorder())
     params = {name: p.detach().half() for name, p in model.named_parameters()}
     n = 300
     batch = Batch(inputs=torch.rand(n, 2), targets=torch.rand(n, 3))
     step(params, batch, torch.tensor(64.0))
     assert step.buffers.kernel == "gluon"
     ((grid, args, constants),) = calls
-    rows, warps = gluon_train.TILE
-    assert grid == (min(step.buffers.programs, -(-n // rows)),)
-    kernel = gluon_train._mlp_train_gluon_kernel
-    signature = inspect.signature(kernel.fn)
-    bound = signature.bind(*args, SEED=0, IMG_W=1, IMG_H=1, BM=rows, W=warps, **({"SAMPLE": False, "TRANSFORM": 0} | constants)).arguments
+    rows, warps = gluon_train.SMALL_TILE  # 300 rows: a small step
+    assert grid == (gluon_train.programs_for(-(-n // rows), step.buffers.programs, 132, warps),) == (min(step.buffers.programs, 3),)
+    assert constants.pop("num_warps") == warps
+    signature = inspect.signature(Recorder.fn)
+    bound = signature.bind(*args, **constants).arguments
+    assert (bound["BM"], bound["W"], bound["SEED"], bound["IMG_W"], bound["IMG_H"], bound["TRANSFORM"]) == (rows, warps, 0, 1, 1, 0)
     p, buffers = step.packed, step.buffers
     assert bound["N"] == n and bound["grad_ptr"] is buffers.grads and bound["loss_ptr"] is buffers.losses
     assert float(bound["scale_ptr"]) == 64.0 and bound["in_ptr"].shape == (n, 2) and torch.equal(bound["target_ptr"], batch.targets)
@@ -107,7 +143,8 @@ def test_the_step_launches_the_gluon_kernel_with_each_argument_in_its_place(monk
     assert draws is not None
     step(params, None, torch.tensor(64.0), draws=draws, seed=9)
     grid, args, constants = calls[-1]
-    bound = signature.bind(*args, BM=rows, W=warps, **({"SAMPLE": False, "TRANSFORM": 0} | constants)).arguments
+    constants.pop("num_warps")
+    bound = signature.bind(*args, **constants).arguments
     assert bound["SAMPLE"] is True and bound["in_ptr"] is step.draw_counter and bound["target_ptr"] is draws.image
     assert (bound["SEED"], bound["IMG_W"], bound["IMG_H"], bound["TRANSFORM"]) == (9, 24, 16, fused_module._draw_arguments(draws, 9)[1])
     assert bound["N"] == 200 and bound["K"] == 2
@@ -145,20 +182,19 @@ def compiled() -> list[dict]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.skipif(not gluon_train._AVAILABLE, reason="needs Triton with Gluon")
+@pytest.mark.skipif(not gluon_train._AVAILABLE or not _tools_present(), reason="needs Triton with Gluon and its CUDA tools")
 def test_the_gluon_step_compiles_for_sm90_with_every_product_a_warpgroup_mma_on_shared_memory(compiled: list[dict]) -> None:
-    from tests.kernels.test_gluon_decode import _tools_present
-
-    if not _tools_present():
-        pytest.skip("needs Triton's CUDA tools")
-    assert len(compiled) == 8
+    assert len(compiled) == 16  # eight variants at each tile
     for counts in compiled:
-        shape, loop, before = counts["shape"], counts["loop"], counts["before"]
-        hidden, k_steps = shape["HIDDEN"], shape["KP"] // 16
-        # forward: input (KP / 16 steps of 16), hidden (4 each) and output (4) layers; backward: the output layer's
-        # gradient, bias gradient (4 + 4) and da (1), each hidden layer's gradient, bias gradient and da (12), the
-        # input layer's gradient and bias gradient (8): one 64-row instruction per 16 of depth
-        assert loop.get("HGMMA", 0) == k_steps + 16 * hidden + 21, shape
+        shape, loop, before, (rows, _) = counts["shape"], counts["loop"], counts["before"], counts["tile"]
+        hidden, k_steps, depth = shape["HIDDEN"], shape["KP"] // 16, rows // 16
+        # per warp, one instruction per 16 of a product's depth. Forward: the input (KP / 16), hidden (4 each) and
+        # output (4) layers, a warpgroup's own 64 rows. Backward: the output layer's gradient and bias gradient (each
+        # over the tile's rows) and da (1); each hidden layer's gradient and bias gradient (the tile's rows) and da (4);
+        # the input layer's gradient and bias gradient
+        forward = k_steps + 4 * hidden + 4
+        backward = 2 * depth + 1 + hidden * (2 * depth + 4) + 2 * depth
+        assert loop.get("HGMMA", 0) == forward + backward, (shape, rows)
         assert loop.get("HMMA", 0) == 0, shape  # no mma.sync: no operand staged in registers
         assert before.get("STS", 0) + before.get("STSM", 0) > 0, shape  # the weights, stored before the tiles
         # in the loop only the tile's operands are stored: the input tile, each activation and each dz (4 stmatrix

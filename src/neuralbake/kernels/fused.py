@@ -572,8 +572,9 @@ class _TrainingBuffers:
     def __init__(self, packed: PackedMLP, programs: int | None) -> None:
         p = packed
         device = p.w_in.device
+        self.sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
         if programs is None:
-            programs = 2 * torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
+            programs = 2 * self.sms if device.type == "cuda" else 2
         self.programs = programs
         self.block_rows = _block_rows("train", p.hp)
         self.carry = _carries(p)
@@ -610,7 +611,9 @@ def _train(
     dx: torch.Tensor | None = None,
     draw: tuple[int, int, int, int] | None = None,
 ) -> int:
-    """Launch :func:`_mlp_train_kernel` on ``n`` rows; returns the number of programs (the gradient slots written).
+    """Launch the training kernel on ``n`` rows: :mod:`~neuralbake.kernels.gluon_train`'s where
+    :meth:`_TrainingBuffers.gluon_reason` allows, else :func:`_mlp_train_kernel`; returns the number of programs (the
+    gradient slots written).
 
     ``loss`` ``"upstream"``: ``targets`` is the outputs' gradient and ``scale`` is not read; ``dx``: where the input
     rows' gradient goes (upstream mode only). An empty batch has one slot of zeros (and, with a loss, a loss sum of 0).
@@ -623,10 +626,11 @@ def _train(
             return 1
     columns = 2 if draw else inputs.shape[1]
     if buffers.gluon_reason(packed, loss, dx is not None, n, columns) is None:
-        grid = (min(buffers.programs, max(1, triton.cdiv(n, gluon_train.TILE[0]))),)
+        tile = gluon_train.tile_for(n, buffers.sms)
+        grid = (gluon_train.programs_for(triton.cdiv(n, tile[0]), buffers.programs, buffers.sms, tile[1]),)
         try:
             gluon_train.launch(
-                grid,
+                grid, tile,
                 (inputs, targets, n, buffers.grads, buffers.losses, scale, *packed.buffers()),
                 {
                     "K": columns, "O": packed.outputs, "FREQ": frequencies, "OACT": ACTIVATION_CODES[packed.output_activation], "LOSS": LOSS_CODES[loss],

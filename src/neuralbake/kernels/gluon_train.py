@@ -15,11 +15,26 @@ where the tensor cores read them:
 - a bias gradient is ``dz^T @ 1`` against a small block of ones in shared memory, so nothing is reduced across
   warps per tile.
 
+The carried gradients take most of the registers. Two tiles share the work (:func:`tile_for`):
+
+- :data:`SMALL_TILE`, 128 rows and two warpgroups: each warpgroup runs the forward and ``da`` of its own 64 rows, and
+  the gradient products over all 128 rows for half of each gradient's columns, so that it carries half of the
+  running gradients. At the RTXNS network's shape (12 -> 64 x 4 -> 3) it reloads about 15 spilled values a tile
+  (``bench/kernels_sass.py --gluon-train``). One program an SM; its barriers hold both warpgroups to the same phase.
+- :data:`LARGE_TILE`, 64 rows and one warpgroup carrying every gradient: about 65 spilled values a tile, but two
+  programs an SM whose phases overlap. The two were as fast at 2^18 rows; the small tile was faster below.
+
+The Triton kernel, for scale, has 214 spill instructions and twice the instructions per 64 rows. Keeping the biases in
+shared memory instead of reloading them, loading the targets before the forward, and issuing a layer's three
+backward products together (``is_async``, one wait, ``dz`` in two alternating buffers) were measured and changed
+nothing.
+
 The arithmetic is the Triton kernel's: each hidden sum in fp32 from its bias, the activation in fp32 rounded to fp16
 (with ``HALF_ACT``, the sum rounded before a ReLU or leaky ReLU); the output layer in fp32 and its activation; the
 loss's gradient rounded to fp16; the backward's products summed in fp32, each ``dz`` rounded to fp16. Products sum
-in another order than ``mma.sync``'s, so values agree within fp32 rounding of the sums, not bit for bit
-(``bench/kernels_parity.py --gluon-train-only`` checks the gradients and losses against the Triton kernel and PyTorch).
+in their own order, so values agree within fp32 rounding of the sums: on an H100 the large tile gave the Triton kernel's
+gradients bit for bit, the small tile (128-row sums) within 2e-6 of their scale (``bench/kernels_parity.py
+--gluon-train-only`` checks the gradients and losses against the Triton kernel and PyTorch).
 
 Triton's CPU interpreter does not run Gluon. The CPU tests compile this kernel for sm_90 (``bench/kernels_sass.py
 --gluon-train``) and check its structure and the arguments :func:`neuralbake.kernels.fused._train` launches it with;
@@ -36,8 +51,19 @@ GLUON_TRAIN = True
 """Whether the fused training step runs this kernel where :func:`gluon_train_reason` allows (False: always the
 Triton kernel). Read when a step is launched."""
 
-TILE = (64, 4)
-"""``(rows per tile, warps per program)``: one warpgroup, whose ``wgmma`` takes 64 rows."""
+SMALL_TILE = (128, 8)
+"""``(rows per tile, warps per program)`` of a small step: two warpgroups of 64 rows, each carrying half of every
+running gradient's columns (about 70 registers a thread instead of 140, so nearly no spills), one program an SM."""
+
+LARGE_TILE = (64, 4)
+"""The tile of a large step: one warpgroup, two programs an SM, whose independent phases overlap (with two
+warpgroups a program, the barriers between its products hold both to the same phase)."""
+
+SMALL_STEP = 8
+"""A step of at most this many :data:`SMALL_TILE` tiles an SM takes the small tile; larger steps the large one. On an
+H100 (``bench/kernels.py --ab-gluon-train``, graphed steps) the small tile was faster from 2^14 to 2^17 rows (22.2 us
+against 27.8 at 2^14, 71.2 against 76.1 at 2^17) and as fast at 2^18 (127.4 against 126.1), where each program
+takes about 16 tiles."""
 
 try:  # Gluon with the warpgroup MMA: Triton 3.6 or later
     from triton.experimental import gluon
@@ -126,10 +152,16 @@ if _AVAILABLE:
         (``in_ptr`` the draw counter, ``target_ptr`` the image), as the Triton kernel draws them."""
         dtype: gl.constexpr = w_in.dtype.element_ty
         # Accumulators of [BM or HP, N] products: one warpgroup, 16 rows an instruction per warp.
+        # Row tiles [BM, N]: each warpgroup its 64 rows. Gradients [HP, N] (64 rows): each warpgroup its share of the
+        # columns, so that W / 4 warpgroups carry the running gradients together.
+        WG: gl.constexpr = W // 4
+        NB: gl.constexpr = 8 * WG  # the ones block's columns: 8 a warpgroup
         HL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, HP, 16])
         OL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, OP, 16])
-        IL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, KP, 16])
-        BL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, 8, 16])
+        GL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WG], instr_shape=[16, HP // WG, 16])
+        GOL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WG], instr_shape=[16, OP // WG, 16])
+        IL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WG], instr_shape=[16, KP // WG, 16])
+        BL: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WG], instr_shape=[16, 8, 16])
         XL: gl.constexpr = gl.BlockedLayout([1, KP // 2], [16, 2], [W, 1], [1, 0])  # the input tile, half a row per thread
         WL: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [W, 1], [1, 0])  # weight loads
 
@@ -147,8 +179,8 @@ if _AVAILABLE:
                                             gl.load(w_out + gl.expand_dims(wh * OP, 1) + gl.expand_dims(wo, 0)))  # fmt: skip
         # Blocks of ones: dz^T @ ones8 gives a hidden layer's bias gradient in every column, ones64 @ dz the output
         # layer's in every row.
-        ones8 = gl.allocate_shared_memory(dtype, [BM, 8], gl.NVMMASharedLayout.get_default_for([BM, 8], dtype),
-                                          gl.full([BM, 8], 1.0, dtype, gl.BlockedLayout([1, 8], [32, 1], [W, 1], [1, 0])))  # fmt: skip
+        ones8 = gl.allocate_shared_memory(dtype, [BM, NB], gl.NVMMASharedLayout.get_default_for([BM, NB], dtype),
+                                          gl.full([BM, NB], 1.0, dtype, gl.BlockedLayout([1, NB], [32, 1], [W, 1], [1, 0])))  # fmt: skip
         ones64 = gl.allocate_shared_memory(dtype, [HP, BM], gl.NVMMASharedLayout.get_default_for([HP, BM], dtype),
                                            gl.full([HP, BM], 1.0, dtype, WL))  # fmt: skip
         # The tile's operands: inputs, every hidden activation, a hidden layer's dz, the output layer's dz.
@@ -161,14 +193,14 @@ if _AVAILABLE:
         # The running gradients, transposed where the product needs 64 rows: [out, in] for the input and hidden
         # layers, [in, out] for the output layer.
         g_in = gl.zeros([HP, KP], gl.float32, IL)
-        gb_in = gl.zeros([HP, 8], gl.float32, BL)
+        gb_in = gl.zeros([HP, NB], gl.float32, BL)
         g_hid = ()
         gb_hid = ()
         for layer in gl.static_range(HIDDEN):
-            g_hid = g_hid + (gl.zeros([HP, HP], gl.float32, HL),)
-            gb_hid = gb_hid + (gl.zeros([HP, 8], gl.float32, BL),)
-        g_out = gl.zeros([HP, OP], gl.float32, OL)
-        gb_out = gl.zeros([HP, OP], gl.float32, OL)
+            g_hid = g_hid + (gl.zeros([HP, HP], gl.float32, GL),)
+            gb_hid = gb_hid + (gl.zeros([HP, NB], gl.float32, BL),)
+        g_out = gl.zeros([HP, OP], gl.float32, GOL)
+        gb_out = gl.zeros([HP, OP], gl.float32, GOL)
 
         pid = gl.program_id(0)
         programs = gl.num_programs(0)
@@ -254,18 +286,20 @@ if _AVAILABLE:
         ik = gl.arange(0, KP, gl.SliceLayout(0, IL))
         gl.store(slot + gl.expand_dims(ik * HP, 0) + gl.expand_dims(io, 1), g_in)
         bo = gl.arange(0, HP, gl.SliceLayout(1, BL))
-        bc = gl.arange(0, 8, gl.SliceLayout(0, BL))
+        bc = gl.arange(0, NB, gl.SliceLayout(0, BL))
         first_column = gl.expand_dims(bc == 0, 0) & gl.expand_dims(bo >= 0, 1)
         column_offsets = gl.expand_dims(bo, 1) + gl.expand_dims(bc * 0, 0)
         gl.store(slot + g_b_in + column_offsets, gb_in, mask=first_column)
-        ho = gl.arange(0, HP, gl.SliceLayout(1, HL))
+        go = gl.arange(0, HP, gl.SliceLayout(1, GL))
+        gi = gl.arange(0, HP, gl.SliceLayout(0, GL))
         for j in gl.static_range(HIDDEN):
-            gl.store(slot + g_w_hid + j * HP * HP + gl.expand_dims(hb * HP, 0) + gl.expand_dims(ho, 1), g_hid[j])
+            gl.store(slot + g_w_hid + j * HP * HP + gl.expand_dims(gi * HP, 0) + gl.expand_dims(go, 1), g_hid[j])
             gl.store(slot + g_b_hid + j * HP + column_offsets, gb_hid[j], mask=first_column)
-        oi = gl.arange(0, HP, gl.SliceLayout(1, OL))
-        gl.store(slot + g_w_out + gl.expand_dims(oi * OP, 1) + gl.expand_dims(ob, 0), g_out)
-        first_row = gl.expand_dims(oi == 0, 1) & gl.expand_dims(ob >= 0, 0)
-        gl.store(slot + g_b_out + gl.expand_dims(oi * 0, 1) + gl.expand_dims(ob, 0), gb_out, mask=first_row)
+        oi = gl.arange(0, HP, gl.SliceLayout(1, GOL))
+        oc = gl.arange(0, OP, gl.SliceLayout(0, GOL))
+        gl.store(slot + g_w_out + gl.expand_dims(oi * OP, 1) + gl.expand_dims(oc, 0), g_out)
+        first_row = gl.expand_dims(oi == 0, 1) & gl.expand_dims(oc >= 0, 0)
+        gl.store(slot + g_b_out + gl.expand_dims(oi * 0, 1) + gl.expand_dims(oc, 0), gb_out, mask=first_row)
         gl.store(loss_ptr + pid, loss_sum)
 
     @gluon.jit
@@ -283,10 +317,28 @@ else:  # pragma: no cover
     _mlp_train_gluon_kernel = None
 
 
-def launch(grid: tuple[int], args: tuple, constants: dict) -> None:
-    """Launch the kernel on ``grid`` programs: ``args`` up to the weights (see :func:`_mlp_train_gluon_kernel`),
+def tile_for(n: int, sms: int) -> tuple[int, int]:
+    """The tile of a step of ``n`` rows on ``sms`` SMs: :data:`SMALL_TILE` up to :data:`SMALL_STEP` of its tiles an SM,
+    else :data:`LARGE_TILE`."""
+    return SMALL_TILE if -(-n // SMALL_TILE[0]) <= SMALL_STEP * sms else LARGE_TILE
+
+
+def programs_for(tiles: int, programs: int, sms: int, warps: int) -> int:
+    """Programs for a step of ``tiles`` tiles of ``warps`` warps, at most ``programs``: a tile each while there are no
+    more tiles than SMs; beyond, at least two tiles a program, at least one program an SM and no more than an SM holds
+    (two of 4 warps, one of 8: 255 registers a thread). Every program writes a whole gradient slot that the step then
+    sums, so a program of one tile costs about as much in slots as in products: at 2^14 rows on an H100, 132 programs
+    of two 64-row tiles made the step 27.7-27.8 us against 29.2-30.5 with 256 of one."""
+    if tiles <= sms:
+        return max(1, min(programs, tiles))
+    per_sm = max(1, 8 // warps)
+    return max(1, min(programs, per_sm * sms, max(sms, -(-tiles // 2))))
+
+
+def launch(grid: tuple[int], tile: tuple[int, int], args: tuple, constants: dict) -> None:
+    """Launch the kernel on ``grid`` programs of ``tile``: ``args`` up to the weights (see :func:`_mlp_train_gluon_kernel`),
     ``constants`` the network's, the loss's and, for a drawn batch, ``SEED``/``TRANSFORM``/``IMG_W``/``IMG_H``/``SAMPLE``."""
-    rows, warps = TILE
+    rows, warps = tile
     draws = {name: constants.pop(name) for name in ("SEED", "IMG_W", "IMG_H") if name in constants}
     _mlp_train_gluon_kernel[grid](
         *args, SEED=draws.get("SEED", 0), IMG_W=draws.get("IMG_W", 1), IMG_H=draws.get("IMG_H", 1), BM=rows, W=warps, num_warps=warps,
@@ -294,4 +346,4 @@ def launch(grid: tuple[int], args: tuple, constants: dict) -> None:
     )  # fmt: skip
 
 
-__all__ = ["GLUON_TRAIN", "TILE", "gluon_train_reason", "launch"]
+__all__ = ["GLUON_TRAIN", "LARGE_TILE", "SMALL_STEP", "SMALL_TILE", "gluon_train_reason", "launch", "programs_for", "tile_for"]

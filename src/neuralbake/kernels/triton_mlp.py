@@ -75,7 +75,7 @@ def _activate(x, ACT: tl.constexpr, LEAK: tl.constexpr):
 def _activation_slope(a, ACT: tl.constexpr, LEAK: tl.constexpr):
     """d act / d z, from the activation's output ``a`` (fp32)."""
     if ACT == 0:
-        d = tl.where(a == a, 1.0, 1.0)  # ones in a's layout (the Gluon training kernel calls this too)
+        d = tl.where(a == a, 1.0, 1.0)  # noqa: PLR0124  (ones in a's layout, whatever a holds: the Gluon training kernel calls this too)
     elif ACT == 1:
         d = tl.where(a > 0.0, 1.0, 0.0)
     elif ACT == 2:
