@@ -323,16 +323,17 @@ def check_gluon_train(device: torch.device, image: torch.Tensor) -> None:
             print(f"{'ok  ' if ok else 'FAIL'} {name + ' ' + label + ' vs triton':60s} loss {errors[0]:.1e}, worst gradient {max(errors[1:]):.1e} (tolerance {GLUON_TRAIN_TOLERANCE:.0e})", flush=True)
             if not ok:
                 FAILURES.append(f"{name} {label} vs triton")
-    # plain MLPs: inputs not encoded (5, and 40 padded to 64), 1 and 16 outputs, hidden width 48 padded to 64, a sigmoid
-    # hidden layer; and an empty batch
-    for inputs, hidden, layers, act, out_act, loss, outputs in ((5, 48, 3, "sigmoid", "none", "mse", 1), (40, 64, 2, "relu", "sigmoid", "l1", 16)):
+    # plain MLPs: inputs not encoded (5; 20 and 40, padded to 32 and 64), 1, 7 and 16 outputs, hidden width 48 padded to
+    # 64, a sigmoid hidden layer; an empty batch, both tiles (2^18 rows: the large one)
+    plain = ((5, 48, 3, "sigmoid", "none", "mse", 1), (20, 64, 4, "leaky_relu", "none", "relative_l1", 7), (40, 64, 2, "relu", "sigmoid", "l1", 16))
+    for inputs, hidden, layers, act, out_act, loss, outputs in plain:
         mlp = MLP(MLPConfig(inputs=inputs, hidden=hidden, layers=layers, outputs=outputs, hidden_activation=act, output_activation=out_act)).to(device)
         compute = cast_model(mlp, torch.float16)
         exact_model = cast_model(compute, torch.float32)
         params = dict(compute.named_parameters())
         step = FusedForwardBackward(mlp, loss, dtype=torch.float16)
         name = f"gluon train mlp {inputs}-{hidden}x{layers}-{outputs} {act}/{out_act} {loss}"
-        for n in (0, 1000, 1 << 15, 1 << 16):
+        for n in (0, 1000, 1 << 15, 1 << 18):
             batch = Batch(inputs=(torch.rand(n, inputs, device=device) * 2 - 1).half(), targets=torch.rand(n, outputs, device=device))
             fast = step(params, batch, torch.tensor(256.0, device=device))
             kernel = step.buffers.kernel

@@ -200,42 +200,43 @@ def compile_gluon_train(shape: dict, tile: tuple[int, int]) -> bytes:
     return _compile(gluon_train._mlp_train_gluon_kernel, signature, constants, tile, GluonASTSource)
 
 
+def _count_variants(variants, as_json: bool, opcodes: tuple[str, ...]) -> None:
+    """Compile and count each ``(label, build, fields)`` of ``variants`` (``build()`` gives the cubin, ``fields`` join its
+    counts): a line each with the tile loop's ``opcodes``, or with ``as_json`` one JSON list (the tests read it)."""
+    results = []
+    for label, build, fields in variants:
+        counts = loop_counts(build()) | fields
+        results.append(counts)
+        if not as_json:
+            loop = counts["loop"]
+            shown = ", ".join(f"{loop.get(op, 0)} {op}" for op in opcodes)
+            print(
+                f"{label} {counts['registers']} registers, local {counts['local']} B; tile loop {sum(loop.values()):5d} instructions, "
+                f"{shown}; before it {counts['before'].get('STS', 0)} STS",
+                flush=True,
+            )
+    if as_json:
+        print(json.dumps(results))
+
+
 def gluon_train_main(as_json: bool) -> None:
     from neuralbake.kernels import gluon_train
 
-    results = []
-    for tile in (gluon_train.LARGE_TILE, gluon_train.SMALL_TILE):
-        for shape in GLUON_TRAIN_SHAPES:
-            counts = loop_counts(compile_gluon_train(shape, tile)) | {"shape": shape, "tile": tile}
-            results.append(counts)
-            if not as_json:
-                loop = counts["loop"]
-                print(
-                    f"{tile!s:9s} {' '.join(f'{k}={v}' for k, v in shape.items()):64s} {counts['registers']} registers; tile loop {sum(loop.values()):5d} "
-                    f"instructions, {loop.get('HGMMA', 0)} HGMMA, {loop.get('LDL', 0)} spill loads, {loop.get('STS', 0)} STS, {loop.get('BAR', 0)} BAR; "
-                    f"before it {counts['before'].get('STS', 0)} STS",
-                    flush=True,
-                )
-    if as_json:
-        print(json.dumps(results))
+    variants = (
+        (f"{tile!s:9s} {' '.join(f'{k}={v}' for k, v in shape.items()):64s}", lambda shape=shape, tile=tile: compile_gluon_train(shape, tile), {"shape": shape, "tile": tile})
+        for tile in (gluon_train.LARGE_TILE, gluon_train.SMALL_TILE)
+        for shape in GLUON_TRAIN_SHAPES
+    )
+    _count_variants(variants, as_json, ("HGMMA", "LDL", "STSM", "BAR"))
 
 
 def gluon_main(as_json: bool) -> None:
-    results = []
-    for shape in GLUON_SHAPES:
-        for trilinear in (False, True):
-            counts = loop_counts(compile_gluon(shape, trilinear)) | {"shape": shape, "trilinear": trilinear}
-            results.append(counts)
-            if not as_json:
-                loop = counts["loop"]
-                print(
-                    f"{shape!s:34s} {'trilinear' if trilinear else 'bilinear ':9s} {counts['registers']} registers, local {counts['local']} B; "
-                    f"tile loop {sum(loop.values()):5d} instructions, {loop.get('HMMA', 0)} HMMA, {loop.get('LDSM', 0)} LDSM, {loop.get('STS', 0)} STS, "
-                    f"{loop.get('BAR', 0)} BAR; before it {counts['before'].get('STS', 0)} STS",
-                    flush=True,
-                )
-    if as_json:
-        print(json.dumps(results))
+    variants = (
+        (f"{shape!s:34s} {'trilinear' if trilinear else 'bilinear ':9s}", lambda shape=shape, trilinear=trilinear: compile_gluon(shape, trilinear), {"shape": shape, "trilinear": trilinear})
+        for shape in GLUON_SHAPES
+        for trilinear in (False, True)
+    )
+    _count_variants(variants, as_json, ("HMMA", "LDSM", "STS", "BAR"))
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ import torch
 
 pytest.importorskip("triton")
 
+from neuralbake.errors import ConfigError
 from neuralbake.kernels import fused as fused_module
 from neuralbake.kernels import gluon_train
 from neuralbake.kernels.fused import FusedForwardBackward
@@ -87,6 +88,13 @@ def test_a_step_takes_a_tile_a_program_up_to_one_an_sm_then_at_least_two() -> No
     assert gluon_train.programs_for(4096, 100, 132, 4) == 100
     assert gluon_train.programs_for(2048, 264, 132, 8) == 132  # programs of 8 warps: one an SM
     assert gluon_train.programs_for(0, 264, 132, 4) == 1  # an empty batch: one program writes a slot of zeros
+
+
+def test_a_step_of_no_programs_is_refused() -> None:
+    model = CoordinateNetwork(CoordinateNetworkConfig(hidden=64, layers=4, outputs=3))
+    with pytest.raises(ConfigError, match="at least one program") as caught:
+        FusedForwardBackward(model, "mse", dtype=torch.float16, programs=0)
+    assert caught.value.field == "programs"
 
 
 def test_small_steps_take_the_two_warpgroup_tile_and_large_ones_the_one_warpgroup_tile() -> None:

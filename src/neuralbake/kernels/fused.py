@@ -573,6 +573,8 @@ class _TrainingBuffers:
         p = packed
         device = p.w_in.device
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+        if programs is not None and programs < 1:
+            raise ConfigError(f"the fused training step needs at least one program, not {programs}.", field="programs", fix="leave programs unset (two an SM).")
         if programs is None:
             programs = 2 * self.sms if device.type == "cuda" else 2
         self.programs = programs

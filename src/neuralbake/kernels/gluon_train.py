@@ -21,7 +21,7 @@ The carried gradients take most of the registers. Two tiles share the work (:fun
   the gradient products over all 128 rows for half of each gradient's columns, so that it carries half of the
   running gradients. At the RTXNS network's shape (12 -> 64 x 4 -> 3) it reloads about 15 spilled values a tile
   (``bench/kernels_sass.py --gluon-train``). One program an SM; its barriers hold both warpgroups to the same phase.
-- :data:`LARGE_TILE`, 64 rows and one warpgroup carrying every gradient: about 65 spilled values a tile, but two
+- :data:`LARGE_TILE`, 64 rows and one warpgroup carrying every gradient: about 64 spilled values a tile, but two
   programs an SM whose phases overlap. The two were as fast at 2^18 rows; the small tile was faster below.
 
 The Triton kernel, for scale, has 214 spill instructions and twice the instructions per 64 rows. Keeping the biases in
@@ -45,7 +45,7 @@ under ``TRITON_INTERPRET=1``, take the Triton kernel.
 from __future__ import annotations
 
 from neuralbake.kernels import interpreting
-from neuralbake.kernels.triton_mlp import _activate, _activation_slope, _draw_uv, _encode_at, _frequency_columns, _loss_terms
+from neuralbake.kernels.triton_mlp import _activate, _activation_slope, _draw_uv, _encode_at, _frequency_columns, _loss_terms, _replaced
 
 GLUON_TRAIN = True
 """Whether the fused training step runs this kernel where :func:`gluon_train_reason` allows (False: always the
@@ -302,17 +302,6 @@ if _AVAILABLE:
         gl.store(slot + g_b_out + gl.expand_dims(oi * 0, 1) + gl.expand_dims(oc, 0), gb_out, mask=first_row)
         gl.store(loss_ptr + pid, loss_sum)
 
-    @gluon.jit
-    def _replaced(values, index: gl.constexpr, value, COUNT: gl.constexpr):
-        """The tuple ``values`` with item ``index`` replaced by ``value``."""
-        out = ()
-        for j in gl.static_range(COUNT):
-            if j == index:
-                out = out + (value,)
-            else:
-                out = out + (values[j],)
-        return out
-
 else:  # pragma: no cover
     _mlp_train_gluon_kernel = None
 
@@ -325,10 +314,11 @@ def tile_for(n: int, sms: int) -> tuple[int, int]:
 
 def programs_for(tiles: int, programs: int, sms: int, warps: int) -> int:
     """Programs for a step of ``tiles`` tiles of ``warps`` warps, at most ``programs``: a tile each while there are no
-    more tiles than SMs; beyond, at least two tiles a program, at least one program an SM and no more than an SM holds
-    (two of 4 warps, one of 8: 255 registers a thread). Every program writes a whole gradient slot that the step then
-    sums, so a program of one tile costs about as much in slots as in products: at 2^14 rows on an H100, 132 programs
-    of two 64-row tiles made the step 27.7-27.8 us against 29.2-30.5 with 256 of one."""
+    more tiles than SMs; beyond, one program an SM at least (which comes first: 133 tiles give 132 programs), else two
+    tiles a program, and no more programs than the SMs hold (two of 4 warps, one of 8: 255 registers a thread). Every
+    program writes a whole gradient slot that the step then sums, so a program of one tile costs about as much in slots
+    as in products: with the 64-row tile at 2^14 rows on an H100, 132 programs of two tiles made the step 27.7-27.8 us
+    against 29.2-30.5 with 256 of one (a development run; 2^14 rows now take the 128-row tile)."""
     if tiles <= sms:
         return max(1, min(programs, tiles))
     per_sm = max(1, 8 // warps)
