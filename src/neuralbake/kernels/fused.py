@@ -224,6 +224,20 @@ def _wide(*element_counts: int) -> bool:
     return max(element_counts) >= 1 << 31
 
 
+def _nvidia_capability(device: torch.device) -> tuple[int, int] | None:
+    """The compute capability of an NVIDIA GPU (None on a CPU or a ROCm GPU: the Gluon kernels' gates read it)."""
+    return torch.cuda.get_device_capability(device) if device.type == "cuda" and torch.version.hip is None else None
+
+
+def _gluon_failed(exc: Exception, work: str, fallback: str) -> str:
+    """Why a Gluon kernel cannot run here after ``exc`` (a Triton that cannot compile or launch it), warned once for
+    ``work``, which takes ``fallback`` from then on."""
+    first_line = str(exc).splitlines()[0][:200] if str(exc) else ""
+    reason = f"the Gluon kernel failed here ({type(exc).__name__}: {first_line})"
+    warnings.warn(f"{work}: {reason}; using {fallback}", RuntimeWarning, stacklevel=3)
+    return reason
+
+
 def _block_rows(kind: str, hidden: int) -> int:
     """Rows per program of a kernel kind (:data:`TILES`)."""
     return TILES[_tile_key(kind, hidden)][0]
@@ -439,7 +453,7 @@ class FusedNeuralMaterial:
             self.w_in[self.feature_columns : self.feature_columns + directions] = self.packed.w_in[self.channels : self.channels + directions]
         p = self.packed
         self.gluon_reason = gluon_decode.gluon_reason(
-            device_capability=torch.cuda.get_device_capability(device) if device.type == "cuda" and torch.version.hip is None else None,
+            device_capability=_nvidia_capability(device),
             hidden_activation=p.hidden_activation, leak=p.leak, half_sums=p.half_sums, kp=p.kp, hp=p.hp, op=p.op, hidden=p.hidden,
             feature_columns=self.feature_columns, wide=_wide(self.latents.numel()),
         )  # fmt: skip
@@ -471,9 +485,7 @@ class FusedNeuralMaterial:
                 )  # fmt: skip
                 return out
             except Exception as exc:  # noqa: BLE001  (a Triton that cannot compile or launch it here: the Triton decode computes the same)
-                first_line = str(exc).splitlines()[0][:200] if str(exc) else ""
-                self.kernel, self.gluon_reason = "triton", f"the Gluon kernel failed here ({type(exc).__name__}: {first_line})"
-                warnings.warn(f"neural-material decode: {self.gluon_reason}; using the Triton decode", RuntimeWarning, stacklevel=2)
+                self.kernel, self.gluon_reason = "triton", _gluon_failed(exc, "neural-material decode", "the Triton decode")
         kind = "forward" if lod is None else "trilinear"
         bm = _block_rows(kind, self.packed.hp)
         with mma_sync():
@@ -575,15 +587,13 @@ class _TrainingBuffers:
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
         if programs is not None and programs < 1:
             raise ConfigError(f"the fused training step needs at least one program, not {programs}.", field="programs", fix="leave programs unset (two an SM).")
-        if programs is None:
-            programs = 2 * self.sms if device.type == "cuda" else 2
-        self.programs = programs
+        programs = self.programs = 2 * self.sms if programs is None else programs  # two an SM (two on a CPU)
         self.block_rows = _block_rows("train", p.hp)
         self.carry = _carries(p)
         self.grads = torch.zeros(programs, p.slot_size, dtype=torch.float32, device=device)  # each program's slot, written by the program
         self.scratch = torch.empty(programs * max(1, p.hidden) * self.block_rows * p.hp, dtype=p.dtype, device=device)
         self.losses = torch.zeros(programs, dtype=torch.float32, device=device)  # each program's loss sum (not written in upstream mode)
-        self.capability = torch.cuda.get_device_capability(device) if device.type == "cuda" and torch.version.hip is None else None
+        self.capability = _nvidia_capability(device)
         self.gluon_failure: str | None = None
         """Why the Gluon training kernel stopped being used (it failed to compile or launch here), or None."""
         self.kernel = "triton"
@@ -643,9 +653,7 @@ def _train(
             buffers.kernel = "gluon"
             return grid[0]
         except Exception as exc:  # noqa: BLE001  (a Triton that cannot compile or launch it here: the Triton kernel computes the same step)
-            first_line = str(exc).splitlines()[0][:200] if str(exc) else ""
-            buffers.gluon_failure = f"the Gluon kernel failed here ({type(exc).__name__}: {first_line})"
-            warnings.warn(f"fused training step: {buffers.gluon_failure}; using the Triton kernel", RuntimeWarning, stacklevel=2)
+            buffers.gluon_failure = _gluon_failed(exc, "fused training step", "the Triton kernel")
     buffers.kernel = "triton"
     grid = (min(buffers.programs, max(1, triton.cdiv(n, buffers.block_rows))),)
     with mma_sync():

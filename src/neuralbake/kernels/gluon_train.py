@@ -45,7 +45,17 @@ under ``TRITON_INTERPRET=1``, take the Triton kernel.
 from __future__ import annotations
 
 from neuralbake.kernels import interpreting
-from neuralbake.kernels.triton_mlp import _activate, _activation_slope, _draw_uv, _encode_at, _frequency_columns, _loss_terms, _replaced
+from neuralbake.kernels.triton_mlp import (
+    _activate,
+    _activate_rounded,
+    _activation_slope,
+    _draw_uv,
+    _encode_at,
+    _frequency_columns,
+    _loss_terms,
+    _replaced,
+    _times_slope,
+)
 
 GLUON_TRAIN = True
 """Whether the fused training step runs this kernel where :func:`gluon_train_reason` allows (False: always the
@@ -103,14 +113,10 @@ if _AVAILABLE:
     @gluon.jit
     def _hidden(z, dtype: gl.constexpr, HACT: gl.constexpr, LEAK: gl.constexpr, HALF_ACT: gl.constexpr):
         """A hidden layer's activation of its fp32 sum ``z``, in ``dtype``, as ``triton_mlp._layer`` computes it for
-        training: the activation in fp32, then rounded; with ``HALF_ACT`` (ReLU or leaky ReLU) the sum rounded first
-        and the activation on the fp16 values, the leak's product in fp32 rounded once (``_activate_rounded``)."""
+        training: the activation in fp32, then rounded; with ``HALF_ACT`` the sum rounded first
+        (``triton_mlp._activate_rounded``)."""
         if HALF_ACT:
-            h = z.to(dtype)
-            if HACT == 1:
-                a = gl.maximum(h, gl.zeros_like(h))
-            else:
-                a = gl.where(h > 0.0, h, (h.to(gl.float32) * LEAK).to(dtype))
+            a = _activate_rounded(z.to(dtype), HACT, LEAK)
         elif HACT == 2 and LEAK >= 0.0 and LEAK <= 1.0:  # where(z > 0, z, LEAK z), the same values in two instructions
             a = gl.maximum(z, z * LEAK).to(dtype)
         else:
@@ -119,20 +125,15 @@ if _AVAILABLE:
 
     @gluon.jit
     def _slope_times(da, a, HACT: gl.constexpr, LEAK: gl.constexpr, HALF_ACT: gl.constexpr):
-        """``triton_mlp._times_slope``: ``da * act'(z)`` in ``a``'s dtype from the activation's output ``a``; with
-        ``HALF_ACT``, ``da`` rounded first and the leak's product in fp32 rounded once."""
-        if HALF_ACT:
-            g = da.to(a.dtype)
-            if HACT == 1:
-                dz = gl.where(a > 0.0, g, gl.zeros_like(g))
-            else:
-                dz = gl.where(a > 0.0, g, (g.to(gl.float32) * LEAK).to(g.dtype))
-        elif HACT == 1:  # the slope's select on the fp16 output itself: the same values as through fp32
+        """``triton_mlp._times_slope``: ``da * act'(z)`` in ``a``'s dtype from the activation's output ``a``; without
+        ``HALF_ACT``, a ReLU's or leaky ReLU's slope as a select on the fp16 output itself (the same values as through
+        fp32, fewer instructions)."""
+        if not HALF_ACT and HACT == 1:
             dz = gl.where(a > 0.0, da, da * 0.0).to(a.dtype)
-        elif HACT == 2:
+        elif not HALF_ACT and HACT == 2:
             dz = gl.where(a > 0.0, da, da * LEAK).to(a.dtype)
         else:
-            dz = (da * _activation_slope(a.to(gl.float32), HACT, LEAK)).to(a.dtype)
+            dz = _times_slope(da, a, HACT, LEAK, HALF_ACT)
         return dz
 
     @gluon.jit
@@ -151,7 +152,6 @@ if _AVAILABLE:
         packed layout) once at the end, and its loss sum to ``loss_ptr[p]``. ``SAMPLE``: the rows are drawn here
         (``in_ptr`` the draw counter, ``target_ptr`` the image), as the Triton kernel draws them."""
         dtype: gl.constexpr = w_in.dtype.element_ty
-        # Accumulators of [BM or HP, N] products: one warpgroup, 16 rows an instruction per warp.
         # Row tiles [BM, N]: each warpgroup its 64 rows. Gradients [HP, N] (64 rows): each warpgroup its share of the
         # columns, so that W / 4 warpgroups carry the running gradients together.
         WG: gl.constexpr = W // 4
@@ -317,8 +317,8 @@ def programs_for(tiles: int, programs: int, sms: int, warps: int) -> int:
     more tiles than SMs; beyond, one program an SM at least (which comes first: 133 tiles give 132 programs), else two
     tiles a program, and no more programs than the SMs hold (two of 4 warps, one of 8: 255 registers a thread). Every
     program writes a whole gradient slot that the step then sums, so a program of one tile costs about as much in slots
-    as in products: with the 64-row tile at 2^14 rows on an H100, 132 programs of two tiles made the step 27.7-27.8 us
-    against 29.2-30.5 with 256 of one (a development run; 2^14 rows now take the 128-row tile)."""
+    as in products (with the 64-row tile at 2^14 rows on an H100, two tiles a program made the step faster than one in
+    a development run; 2^14 rows now take the 128-row tile, one tile a program)."""
     if tiles <= sms:
         return max(1, min(programs, tiles))
     per_sm = max(1, 8 // warps)

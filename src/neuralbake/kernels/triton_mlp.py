@@ -75,7 +75,7 @@ def _activate(x, ACT: tl.constexpr, LEAK: tl.constexpr):
 def _activation_slope(a, ACT: tl.constexpr, LEAK: tl.constexpr):
     """d act / d z, from the activation's output ``a`` (fp32)."""
     if ACT == 0:
-        d = tl.where(a == a, 1.0, 1.0)  # noqa: PLR0124  (ones in a's layout, whatever a holds: the Gluon training kernel calls this too)
+        d = _zeros_as(a) + 1.0  # ones in a's layout (the Gluon training kernel calls this too)
     elif ACT == 1:
         d = tl.where(a > 0.0, 1.0, 0.0)
     elif ACT == 2:
@@ -102,12 +102,18 @@ def _activate_half(x, ACT: tl.constexpr, LEAK: tl.constexpr):
 
 
 @triton.jit
+def _zeros_as(x):
+    """Zeros of ``x``'s dtype in ``x``'s layout (``tl.zeros_like`` has no layout to give a Gluon caller)."""
+    return tl.where(x == x, 0.0, 0.0).to(x.dtype)  # noqa: PLR0124
+
+
+@triton.jit
 def _activate_rounded(z, ACT: tl.constexpr, LEAK: tl.constexpr):
     """ReLU or leaky ReLU of fp16 values ``z`` as PyTorch's fp16 ``relu`` / ``leaky_relu`` compute it, bit for bit: the
     leak's product in fp32, rounded once (an fp16 leak, 0.01 -> 0.0100021, would round differently)."""
     tl.static_assert(ACT == 1 or ACT == 2, "rounded activations are ReLU and leaky ReLU")
     if ACT == 1:
-        a = tl.maximum(z, tl.zeros_like(z))
+        a = tl.maximum(z, _zeros_as(z))
     else:
         a = tl.where(z > 0.0, z, (z.to(tl.float32) * LEAK).to(z.dtype))
     return a
@@ -122,7 +128,7 @@ def _times_slope(da, a, ACT: tl.constexpr, LEAK: tl.constexpr, HALF_ACT: tl.cons
         tl.static_assert(ACT == 1 or ACT == 2, "rounded activations are ReLU and leaky ReLU")
         g = da.to(a.dtype)
         if ACT == 1:
-            dz = tl.where(a > 0.0, g, tl.zeros_like(g))
+            dz = tl.where(a > 0.0, g, _zeros_as(g))
         else:
             dz = tl.where(a > 0.0, g, (g.to(tl.float32) * LEAK).to(g.dtype))
     else:
