@@ -1,8 +1,10 @@
-"""The Gluon neural-material decode on the CPU: which decodes it takes, and that it compiles for an H100.
+"""The Gluon neural-material decode on the CPU: its values on Triton's interpreter, which decodes it takes, and that it
+compiles for an H100.
 
-Triton's interpreter does not run Gluon, so its values are checked on a GPU by ``bench/kernels_parity.py``
-(against PyTorch, and against the Triton decode that tests/kernels/test_fused.py checks here).
-These tests compile it for sm_90 with the CUDA tools in Triton's wheel (no GPU needed): at every shape the
+Triton's interpreter does not run Gluon itself; ``neuralbake.kernels.gluon_interpret`` runs the kernel's Python body
+there, and these tests check its values against PyTorch and the Triton decode. What only the hardware does (layouts,
+barriers, the tensor cores' sums) is checked on a GPU by ``bench/kernels_parity.py``.
+These tests also compile it for sm_90 with the CUDA tools in Triton's wheel (no GPU needed): at every shape the
 parity script runs, it must compile with no spilled registers, read each layer's weights from shared memory
 inside its tile loop, and never stage them there again.
 """
@@ -15,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ import torch
 pytest.importorskip("triton")
 
 from neuralbake.bakes.neural_material.model import NeuralMaterial
+from neuralbake.kernels import fused as fused_module
 from neuralbake.kernels import gluon_decode
 from neuralbake.kernels.fused import FusedNeuralMaterial
 from neuralbake.nn.mlp import MLP, MLPConfig
@@ -142,7 +144,7 @@ def test_the_decode_launches_the_gluon_kernel_with_each_argument_in_its_place(mo
     calls = []
     monkeypatch.setattr(gluon_decode, "gluon_reason", lambda **_: None)
     monkeypatch.setattr(gluon_decode, "launch", lambda tiles, sms, args, constants: calls.append((tiles, sms, args, constants)))
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(multi_processor_count=132))
+    monkeypatch.setattr(fused_module, "_sm_count", lambda device: 132)
     material = _material(5, ("half", "wi"))  # 11 inputs: 5 latents and 6 direction features in two 8-column tiles
     fused = FusedNeuralMaterial(material)
     assert fused.kernel == "gluon" and fused.feature_columns == 8
@@ -174,7 +176,7 @@ def test_a_gluon_kernel_that_fails_here_leaves_the_triton_decode_with_a_warning(
         raise RuntimeError("PTX assembly failed\n(details)")
 
     monkeypatch.setattr(gluon_decode, "launch", failing)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(multi_processor_count=132))
+    monkeypatch.setattr(fused_module, "_sm_count", lambda device: 132)
     material = _material(8, ("wi", "wo"))
     fused = FusedNeuralMaterial(material)
     uv, wi = torch.rand(40, 2), torch.nn.functional.normalize(torch.rand(40, 3), dim=1)
@@ -182,3 +184,61 @@ def test_a_gluon_kernel_that_fails_here_leaves_the_triton_decode_with_a_warning(
         out = fused(uv, wi, wi)
     assert fused.kernel == "triton" and "RuntimeError: PTX assembly failed" in fused.gluon_reason
     assert torch.allclose(out, material.decode(uv, wi, wi), atol=2e-2)  # the Triton decode's value (the interpreter)
+
+
+# The kernel's values on Triton's CPU interpreter (neuralbake.kernels.gluon_interpret runs its Python body there), at
+# the shapes bench/kernels_sass.py compiles and bench/kernels_parity.py checks on a GPU: against PyTorch (fp16's 2e-2
+# of the output's scale, as tests/kernels/test_fused.py states) and against the Triton decode (5e-3, as the GPU parity
+# check: the hidden layers summed in fp16 by both, in another order).
+
+INTERPRETED_SHAPES = [
+    # (latent channels, directions, hidden width, hidden-to-hidden layers, activation)
+    pytest.param(8, ("wi", "wo"), 64, 2, "relu", id="copper-tray"),
+    pytest.param(8, ("half", "wo", "wi"), 64, 2, "relu", id="32-inputs-half-vector"),
+    pytest.param(8, ("wi", "wo"), 32, 1, "leaky_relu", id="width-32-leaky"),
+    pytest.param(4, ("half",), 16, 0, "relu", id="width-16-no-hidden"),
+    pytest.param(16, ("wi", "wo", "half"), 64, 3, "leaky_relu", id="16-latents-3-hidden"),
+    pytest.param(16, ("wi", "wo"), 64, 2, "relu", id="16-latents"),
+]
+
+
+@pytest.mark.parametrize("filtered", [False, True], ids=["bilinear", "trilinear"])
+@pytest.mark.parametrize(("channels", "directions", "hidden", "layers", "activation"), INTERPRETED_SHAPES)
+def test_the_gluon_decode_on_the_interpreter_matches_pytorch_and_the_triton_decode(
+    monkeypatch: pytest.MonkeyPatch, filtered: bool, channels: int, directions: tuple[str, ...], hidden: int, layers: int, activation: str
+) -> None:
+    from neuralbake.kernels import interpreting
+
+    if not gluon_decode._AVAILABLE:
+        pytest.skip("this Triton has no Gluon")
+    if not interpreting():
+        pytest.skip("runs the kernel on Triton's CPU interpreter (TRITON_INTERPRET=1)")
+    torch.manual_seed(7)
+    latents = [torch.randn(16, 8, channels).half(), torch.randn(8, 4, channels).half(), torch.randn(4, 2, channels).half()]
+    config = MLPConfig(inputs=channels + 3 * len(directions), hidden=hidden, layers=layers + 1, outputs=3, hidden_activation=activation, output_activation="none")
+    material = NeuralMaterial(latents, MLP(config).half(), directions)
+    n = 666  # 6 tiles: two programs of 3 (the bilinear decode loads each next tile's uv ahead), the last one partial
+    g = torch.Generator().manual_seed(9)
+    uv = torch.rand(n, 2, generator=g) * 4 - 2  # wraps, negative too
+    wi = torch.nn.functional.normalize(torch.randn(n, 3, generator=g), dim=1)
+    wo = torch.nn.functional.normalize(torch.randn(n, 3, generator=g), dim=1)
+    wi[: 2 * n // 3, 2], wo[: 2 * n // 3, 2] = wi[: 2 * n // 3, 2].abs(), wo[: 2 * n // 3, 2].abs()  # most above the surface
+    lod = torch.rand(n, generator=g) * 3.4 - 0.2 if filtered else None  # past both ends of the chain too
+    triton_decode = FusedNeuralMaterial(material)
+    assert triton_decode.kernel == "triton"  # on the CPU: no GPU to ask for a capability
+    monkeypatch.setattr(fused_module, "_nvidia_capability", lambda device: (9, 0))
+    monkeypatch.setattr(gluon_decode, "SPREAD", 2)
+    decode = FusedNeuralMaterial(material)
+    assert decode.kernel == "gluon", decode.gluon_reason
+    assert gluon_decode.tiles_per_program(6, decode._sms) == 3
+    with torch.no_grad():
+        expected = material.decode(uv, wi, wo, lod).float()
+        actual = decode(uv, wi, wo, lod)
+        by_triton = triton_decode(uv, wi, wo, lod)
+    assert decode.kernel == "gluon" and actual.shape == (n, 3)  # no failure fell back to the Triton decode
+    below = (wi[:, 2] <= 0) | (wo[:, 2] <= 0)
+    assert bool((actual[below] == 0).all()) and bool(below.any()) and not bool(below.all())
+    scale = float(expected.abs().max())
+    assert scale > 0
+    assert float((actual - expected).abs().max()) <= 2e-2 * scale
+    assert float((actual - by_triton).abs().max()) <= 5e-3 * scale

@@ -1,8 +1,10 @@
-"""The Gluon training kernel on the CPU: which steps it takes, how the step launches it, and that it compiles for an H100.
+"""The Gluon training kernel on the CPU: its values on Triton's interpreter, which steps it takes, how the step launches
+it, and that it compiles for an H100.
 
-Triton's interpreter does not run Gluon, so its values are checked on a GPU by ``bench/kernels_parity.py
---gluon-train-only`` (against autograd, and against the Triton kernel that tests/kernels/test_fused.py checks here).
-These tests compile it for sm_90 with the CUDA tools in Triton's wheel (no GPU needed): at each variant the parity
+Triton's interpreter does not run Gluon itself; ``neuralbake.kernels.gluon_interpret`` runs the kernel's Python body
+there, and these tests check its gradients against the Triton kernel and the exact gradient. What only the hardware
+does (layouts, barriers, the tensor cores' sums) is checked on a GPU by ``bench/kernels_parity.py --gluon-train-only``.
+These tests also compile it for sm_90 with the CUDA tools in Triton's wheel (no GPU needed): at each variant the parity
 script runs, every product must be a warpgroup MMA inside the tile loop, the weights stored in shared memory before
 it and never again, and only the tile's own operands stored inside it.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import subprocess
 import sys
@@ -24,9 +27,9 @@ pytest.importorskip("triton")
 
 from neuralbake.errors import ConfigError
 from neuralbake.kernels import fused as fused_module
-from neuralbake.kernels import gluon_train
+from neuralbake.kernels import gluon_train, interpreting
 from neuralbake.kernels.fused import FusedForwardBackward
-from neuralbake.nn.mlp import CoordinateNetwork, CoordinateNetworkConfig
+from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
 from neuralbake.nn.trainer import Batch
 from tests.kernels.test_gluon_decode import _tools_present
 
@@ -110,7 +113,7 @@ def test_small_steps_take_the_two_warpgroup_tile_and_large_ones_the_one_warpgrou
 
 def test_the_step_launches_the_gluon_kernel_with_each_argument_in_its_place(monkeypatch: pytest.MonkeyPatch) -> None:
     """The launch the fused step makes where gluon_train_reason allows, bound by name to the kernel's parameters (its
-    values run on a GPU only): given rows, then rows the kernel draws."""
+    values: the interpreter tests below and bench/kernels_parity.py on a GPU): given rows, then rows the kernel draws."""
     calls = []
     model, step = _step("relative_l1")
     monkeypatch.setattr(step.buffers, "gluon_reason", lambda *_: None)
@@ -123,6 +126,7 @@ def test_the_step_launches_the_gluon_kernel_with_each_argument_in_its_place(monk
             return lambda *args, **constants: calls.append((grid, args, constants))
 
     monkeypatch.setattr(gluon_train, "_mlp_train_gluon_kernel", Recorder())
+    monkeypatch.setattr(gluon_train, "interpreting", lambda: False)  # launched as on a GPU, not on the interpreter
     params = {name: p.detach().half() for name, p in model.named_parameters()}
     n = 300
     batch = Batch(inputs=torch.rand(n, 2), targets=torch.rand(n, 3))
@@ -209,3 +213,116 @@ def test_the_gluon_step_compiles_for_sm90_with_every_product_a_warpgroup_mma_on_
         # of 64 x 64 a warp), the output layer's dz (1); never the weights again
         stores = loop.get("STS", 0) + loop.get("STSM", 0)
         assert stores <= 8 * (hidden + 1) + 1 + 3, (shape, stores)
+
+
+# The kernel's values on Triton's CPU interpreter (neuralbake.kernels.gluon_interpret runs its Python body there):
+# against the Triton kernel (the same arithmetic; fp32 sums in another order, so a dz may round to the neighbouring
+# fp16 value: 1e-3 of each gradient's scale) and against the exact (fp32) gradient of the same fp16 weights (fp16's
+# 2e-2 of the scale, as tests/kernels/test_fused.py states; both kernels' fp16 roundings of the activations and of dz
+# leave up to about 0.7 % there at these shapes).
+
+def _coordinates(layers: int, hidden_act: str, output_act: str, frequencies: int = 3) -> CoordinateNetwork:
+    torch.manual_seed(5)
+    config = CoordinateNetworkConfig(hidden=64, layers=layers, outputs=3, frequencies=frequencies, hidden_activation=hidden_act, output_activation=output_act)
+    return CoordinateNetwork(config)
+
+
+def _plain(inputs: int, layers: int, outputs: int, hidden_act: str, output_act: str) -> MLP:
+    torch.manual_seed(6)
+    return MLP(MLPConfig(inputs=inputs, hidden=64, layers=layers, outputs=outputs, hidden_activation=hidden_act, output_activation=output_act))
+
+
+INTERPRETED = [
+    # (network, loss, HALF_ACTIVATIONS): the shapes bench/kernels_sass.py compiles, the RTXNS network's first
+    pytest.param(lambda: _coordinates(4, "leaky_relu", "sigmoid"), "mse", False, id="rtxns"),
+    pytest.param(lambda: _coordinates(3, "relu", "none"), "relative_l1", False, id="relu-relative_l1"),
+    pytest.param(lambda: _coordinates(2, "leaky_relu", "exp"), "l1", False, id="one-hidden-exp-l1"),
+    pytest.param(lambda: _coordinates(3, "tanh", "none"), "mse", False, id="tanh"),
+    pytest.param(lambda: _coordinates(4, "relu", "sigmoid"), "l1", True, id="half-activations"),
+    pytest.param(lambda: _coordinates(4, "leaky_relu", "sigmoid", frequencies=8), "mse", False, id="32-encoded-inputs"),
+    pytest.param(lambda: _plain(5, 4, 1, "leaky_relu", "sigmoid"), "mse", False, id="plain-5-inputs-1-output"),
+    pytest.param(lambda: _plain(20, 4, 7, "leaky_relu", "none"), "mse", False, id="plain-20-inputs"),
+    pytest.param(lambda: _plain(40, 3, 16, "leaky_relu", "none"), "l1", False, id="plain-40-inputs-16-outputs"),
+]
+
+
+def _gluon_on_the_interpreter(monkeypatch: pytest.MonkeyPatch, step: FusedForwardBackward, tile: tuple[int, int]) -> None:
+    """``step`` takes the Gluon kernel at ``tile`` as on an H100 of 2 SMs (several programs, several tiles each)."""
+    if not gluon_train._AVAILABLE:
+        pytest.skip("this Triton has no Gluon")
+    if not interpreting():
+        pytest.skip("runs the kernel on Triton's CPU interpreter (TRITON_INTERPRET=1)")
+    step.buffers.capability, step.buffers.sms = (9, 0), 2
+    monkeypatch.setattr(gluon_train, "tile_for", lambda n, sms: tile)
+
+
+def _strict(call):
+    """``call()`` with every warning an error: a Gluon kernel that fails falls back to the Triton kernel with a warning,
+    which would otherwise pass these checks with the Triton kernel's values."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return call()
+
+
+def _agree(gluon: list[torch.Tensor], triton: list[torch.Tensor], tolerance: float = 1e-3) -> None:
+    for ours, theirs in zip(gluon, triton, strict=True):
+        assert ours.shape == theirs.shape
+        scale = float(theirs.abs().max())
+        assert scale > 0, "a gradient of zeros cannot tell a right kernel from a wrong one"
+        assert float((ours - theirs).abs().max()) <= tolerance * scale, (float((ours - theirs).abs().max()), scale)
+
+
+@pytest.mark.parametrize("tile", [gluon_train.SMALL_TILE, gluon_train.LARGE_TILE], ids=["small-tile", "large-tile"])
+@pytest.mark.parametrize(("network", "loss", "half"), INTERPRETED)
+def test_the_gluon_step_on_the_interpreter_matches_the_triton_kernel_and_the_exact_gradient(monkeypatch: pytest.MonkeyPatch, tile, network, loss: str, half: bool) -> None:
+    from neuralbake.nn.trainer import AutogradForwardBackward, cast_model
+    from tests.kernels.test_fused import LOSSES, _close
+
+    monkeypatch.setattr(fused_module, "HALF_ACTIVATIONS", half)
+    model = network().half()
+    inputs = model.mlp.config.inputs if isinstance(model, CoordinateNetwork) else model.config.inputs
+    n = 700  # a partial last tile; 6 tiles of 128 over 2 programs, or 11 of 64 over 4
+    g = torch.Generator().manual_seed(8)
+    columns = 2 if isinstance(model, CoordinateNetwork) else inputs
+    batch = Batch(inputs=torch.rand(n, columns, generator=g).half(), targets=torch.rand(n, model(torch.zeros(1, columns).half()).shape[1], generator=g) + 0.05)
+    params = dict(model.named_parameters())
+    triton_loss, triton_grads = FusedForwardBackward(model, loss, dtype=torch.float16, programs=4)(params, batch, torch.tensor(64.0))
+    step = FusedForwardBackward(model, loss, dtype=torch.float16, programs=4)
+    _gluon_on_the_interpreter(monkeypatch, step, tile)
+    gluon_loss, gluon_grads = _strict(lambda: step(params, batch, torch.tensor(64.0)))
+    assert step.buffers.kernel == "gluon"
+    assert math.isclose(float(gluon_loss), float(triton_loss), rel_tol=1e-5)
+    _agree(gluon_grads, triton_grads)
+    exact_model = cast_model(model, torch.float32)
+    _, exact_grads = AutogradForwardBackward(exact_model, LOSSES[loss])(dict(exact_model.named_parameters()), Batch(batch.inputs.float(), batch.targets), 1.0)
+    for ours, truth in zip(gluon_grads, exact_grads, strict=True):
+        _close(ours / 64.0, truth, torch.float16)
+
+
+@pytest.mark.parametrize("tile", [gluon_train.SMALL_TILE, gluon_train.LARGE_TILE], ids=["small-tile", "large-tile"])
+def test_the_gluon_step_on_the_interpreter_draws_the_triton_kernels_batch(monkeypatch: pytest.MonkeyPatch, tile) -> None:
+    """A step whose kernel draws its rows (the RTXNS bake's): the same texels as the Triton kernel draws, the same
+    gradients; then a step of no rows: gradients of zeros and a loss of 0 / 0 (NaN: the trainer skips the step), as the
+    Triton kernel gives."""
+    from neuralbake.bakes.neural_texture import ImageSampler
+
+    model = _coordinates(4, "leaky_relu", "sigmoid").half()
+    params = dict(model.named_parameters())
+    image = torch.rand(23, 31, 3, generator=torch.Generator().manual_seed(4))
+    results = []
+    for kernel in ("triton", "gluon"):
+        step = FusedForwardBackward(model, "mse", dtype=torch.float16, programs=4)
+        if kernel == "gluon":
+            _gluon_on_the_interpreter(monkeypatch, step, tile)
+        draws = step.draws_from(ImageSampler(image, "zoom", 500))
+        assert draws is not None
+        results.append(_strict(lambda step=step, draws=draws: step(params, None, torch.tensor(32.0), draws=draws, seed=3)))
+        assert step.buffers.kernel == kernel
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # numpy's, of the loss's 1 / (rows x outputs) at no rows
+            empty = step(params, Batch(inputs=torch.zeros(0, 2).half(), targets=torch.zeros(0, 3)), torch.tensor(32.0))
+        assert step.buffers.kernel == kernel and step.buffers.gluon_failure is None
+        assert math.isnan(float(empty[0])) and all(not bool(g.any()) for g in empty[1])
+    (triton_loss, triton_grads), (gluon_loss, gluon_grads) = results
+    assert math.isclose(float(gluon_loss), float(triton_loss), rel_tol=1e-5)
+    _agree(gluon_grads, triton_grads)

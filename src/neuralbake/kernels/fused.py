@@ -229,6 +229,11 @@ def _nvidia_capability(device: torch.device) -> tuple[int, int] | None:
     return torch.cuda.get_device_capability(device) if device.type == "cuda" and torch.version.hip is None else None
 
 
+def _sm_count(device: torch.device) -> int:
+    """The SMs of a CUDA GPU (1 elsewhere: a Gluon kernel on Triton's CPU interpreter runs one program at a time)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+
+
 def _gluon_failed(exc: Exception, work: str, fallback: str) -> str:
     """Why a Gluon kernel cannot run here after ``exc`` (a Triton that cannot compile or launch it), warned once for
     ``work``, which takes ``fallback`` from then on."""
@@ -461,7 +466,7 @@ class FusedNeuralMaterial:
         """Which kernel decodes: ``gluon`` (:mod:`neuralbake.kernels.gluon_decode`, the weights resident in shared
         memory) where :attr:`gluon_reason` is None, else ``triton`` (``triton_mlp._neural_material_kernel``). A call
         of 2^31 / 3 samples or more takes the Triton kernel either way (int64 addresses)."""
-        self._sms = torch.cuda.get_device_properties(device).multi_processor_count if self.kernel == "gluon" else 0
+        self._sms = _sm_count(device) if self.kernel == "gluon" else 0
         self._gluon_constants = {
             "C": self.channels, "FP": self.feature_columns, "DIR0": self.directions[0], "DIR1": self.directions[1], "DIR2": self.directions[2],
             "KP": p.kp, "HP": p.hp, "OP": p.op, "HIDDEN": p.hidden, "HACT": ACTIVATION_CODES[p.hidden_activation], "LEAK": p.leak,
@@ -584,7 +589,7 @@ class _TrainingBuffers:
     def __init__(self, packed: PackedMLP, programs: int | None) -> None:
         p = packed
         device = p.w_in.device
-        self.sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+        self.sms = _sm_count(device)
         if programs is not None and programs < 1:
             raise ConfigError(f"the fused training step needs at least one program, not {programs}.", field="programs", fix="leave programs unset (two an SM).")
         programs = self.programs = 2 * self.sms if programs is None else programs  # two an SM (two on a CPU)

@@ -21,11 +21,13 @@ The latent fetch and the direction features are the Triton decode's own helpers
 arguments. Only what needs an explicit layout (the activation's constants, the tiles, shared memory, the products) is
 written here.
 
-Triton's CPU interpreter does not run Gluon. The CPU tests compile this kernel for sm_90 at the
-parity shapes and check its structure (``tests/kernels/test_gluon_decode.py``), and the arguments
-:class:`~neuralbake.kernels.fused.FusedNeuralMaterial` launches it with; its values are checked on
-a GPU only. :func:`gluon_reason` says which decodes it runs; the others, and every decode under
-``TRITON_INTERPRET=1``, take the Triton kernel.
+Triton's CPU interpreter does not run Gluon; under ``TRITON_INTERPRET=1`` :func:`launch` runs this kernel's Python
+body on it through :mod:`neuralbake.kernels.gluon_interpret` (layouts dropped, shared memory and the products in
+numpy). The CPU tests (``tests/kernels/test_gluon_decode.py``) check its values that way at the parity shapes, against
+PyTorch and the Triton decode; they also compile it for sm_90 and check its structure, and the arguments
+:class:`~neuralbake.kernels.fused.FusedNeuralMaterial` launches it with. Its layouts, barriers and the hardware's sums
+are checked on a GPU (``bench/kernels_parity.py``). :func:`gluon_reason` says which decodes it runs; the others take
+the Triton kernel.
 """
 
 from __future__ import annotations
@@ -66,8 +68,6 @@ def gluon_reason(*, device_capability: tuple[int, int] | None, hidden_activation
         return "kernels.gluon_decode.GLUON_DECODE is off"
     if not _AVAILABLE:
         return "this Triton has no Gluon with mma_v2 (Triton 3.6 or later)"
-    if interpreting():
-        return "Triton's CPU interpreter does not run Gluon"
     if device_capability is None or device_capability < (8, 0):
         return "Gluon's mma_v2 needs an NVIDIA GPU of compute capability 8.0 or later"
     if not half_sums:
@@ -234,7 +234,12 @@ def launch(tiles: int, sms: int, args: tuple, constants: dict) -> None:
     """Launch the decode over ``tiles`` tiles of :data:`TILE` rows on a GPU of ``sms`` SMs."""
     rows, warps = TILE
     each = tiles_per_program(tiles, sms)
-    _neural_material_gluon_kernel[(triton.cdiv(tiles, each),)](*args, each, BM=rows, W=warps, num_warps=warps, **constants)
+    kernel = _neural_material_gluon_kernel
+    if interpreting():  # on the CPU: its Python body on Triton's interpreter
+        from neuralbake.kernels.gluon_interpret import interpreted
+
+        kernel = interpreted(kernel)
+    kernel[(triton.cdiv(tiles, each),)](*args, each, BM=rows, W=warps, num_warps=warps, **constants)
 
 
 __all__ = ["GLUON_DECODE", "SPREAD", "TILE", "TILES_PER_PROGRAM", "gluon_reason", "launch", "launch_constants", "tiles_per_program"]

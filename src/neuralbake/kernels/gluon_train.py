@@ -36,10 +36,13 @@ in their own order, so values agree within fp32 rounding of the sums: on an H100
 gradients bit for bit, the small tile (128-row sums) within 2e-6 of their scale (``bench/kernels_parity.py
 --gluon-train-only`` checks the gradients and losses against the Triton kernel and PyTorch).
 
-Triton's CPU interpreter does not run Gluon. The CPU tests compile this kernel for sm_90 (``bench/kernels_sass.py
---gluon-train``) and check its structure and the arguments :func:`neuralbake.kernels.fused._train` launches it with;
-its values are checked on a GPU. :func:`gluon_train_reason` says which steps it runs; the others, and every step
-under ``TRITON_INTERPRET=1``, take the Triton kernel.
+Triton's CPU interpreter does not run Gluon; under ``TRITON_INTERPRET=1`` :func:`launch` runs this kernel's Python
+body on it through :mod:`neuralbake.kernels.gluon_interpret`. The CPU tests (``tests/kernels/test_gluon_train.py``)
+check its gradients and losses that way, at both tiles, against the Triton kernel and the exact gradient; they also
+compile it for sm_90 (``bench/kernels_sass.py --gluon-train``) and check its structure and the arguments
+:func:`neuralbake.kernels.fused._train` launches it with. Its layouts, barriers and the tensor cores' sums are checked
+on a GPU. :func:`gluon_train_reason` says which steps it runs (on the CPU none: it needs a Hopper GPU's capability);
+the others take the Triton kernel.
 """
 
 from __future__ import annotations
@@ -93,8 +96,6 @@ def gluon_train_reason(*, device_capability: tuple[int, int] | None, dtype_name:
         return "kernels.gluon_train.GLUON_TRAIN is off"
     if not _AVAILABLE:
         return "this Triton has no Gluon with the warpgroup MMA (Triton 3.6 or later)"
-    if interpreting():
-        return "Triton's CPU interpreter does not run Gluon"
     if device_capability is None or device_capability[0] != 9:
         return "the warpgroup MMA needs an NVIDIA Hopper GPU (compute capability 9.x)"
     if dtype_name != "float16":
@@ -330,7 +331,12 @@ def launch(grid: tuple[int], tile: tuple[int, int], args: tuple, constants: dict
     ``constants`` the network's, the loss's and, for a drawn batch, ``SEED``/``TRANSFORM``/``IMG_W``/``IMG_H``/``SAMPLE``."""
     rows, warps = tile
     draws = {name: constants.pop(name) for name in ("SEED", "IMG_W", "IMG_H") if name in constants}
-    _mlp_train_gluon_kernel[grid](
+    kernel = _mlp_train_gluon_kernel
+    if interpreting():  # on the CPU: its Python body on Triton's interpreter
+        from neuralbake.kernels.gluon_interpret import interpreted
+
+        kernel = interpreted(kernel)
+    kernel[grid](
         *args, SEED=draws.get("SEED", 0), IMG_W=draws.get("IMG_W", 1), IMG_H=draws.get("IMG_H", 1), BM=rows, W=warps, num_warps=warps,
         **({"SAMPLE": False, "TRANSFORM": 0} | constants),
     )  # fmt: skip
