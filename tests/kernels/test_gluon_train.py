@@ -70,7 +70,7 @@ def _step(loss: str = "mse") -> tuple[CoordinateNetwork, FusedForwardBackward]:
     return model, FusedForwardBackward(model, loss, dtype=torch.float16)
 
 
-def test_under_the_interpreter_and_on_the_cpu_the_step_is_the_triton_kernel() -> None:
+def test_on_the_cpu_the_step_is_the_triton_kernel_for_want_of_a_hopper_gpu() -> None:
     model, step = _step()
     params = {name: p.detach().half() for name, p in model.named_parameters()}
     batch = Batch(inputs=torch.rand(70, 2), targets=torch.rand(70, 3))
@@ -79,7 +79,7 @@ def test_under_the_interpreter_and_on_the_cpu_the_step_is_the_triton_kernel() ->
         step(params, batch, 128.0)
     assert step.buffers.kernel == "triton" and step.buffers.gluon_failure is None
     reason = step.buffers.gluon_reason(step.packed, "mse", False, 70, 12)
-    assert reason is not None and ("interpreter" in reason or "Hopper" in reason or "Gluon" in reason), reason
+    assert reason is not None and ("Hopper" in reason or "Gluon" in reason), reason  # no capability (or no Gluon)
 
 
 def test_a_step_takes_a_tile_a_program_up_to_one_an_sm_then_at_least_two() -> None:

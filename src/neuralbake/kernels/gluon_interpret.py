@@ -1,7 +1,7 @@
 """Gluon kernels on Triton's CPU interpreter: the part of Gluon this project's kernels use, run with numpy.
 
 Triton's interpreter (``TRITON_INTERPRET=1``) runs ``@triton.jit`` kernels on the CPU, one program after another, each
-``tl`` operation on numpy arrays. It does not run Gluon (Triton 3.6 to 3.9 raise on a Gluon kernel there), so the two
+``tl`` operation on numpy arrays. It does not run Gluon (Triton 3.6 and 3.9 raise on a Gluon kernel there), so the two
 Gluon kernels (:mod:`~neuralbake.kernels.gluon_decode`, :mod:`~neuralbake.kernels.gluon_train`) could only be checked
 for values on a GPU. No library fills that gap, so this module does, for the operations those kernels use. It runs a
 Gluon kernel's own Python body on the interpreter with:
@@ -9,11 +9,13 @@ Gluon kernel's own Python body on the interpreter with:
 - the layouts dropped (``gl.arange(0, n, layout)`` is ``tl.arange(0, n)``, ``gl.convert_layout(x, layout)`` is ``x``):
   a layout says which thread holds which value, not what the value is;
 - shared memory as a numpy array, with the views the kernels take of it (``index``, ``slice``, ``permute``, which alias
-  the buffer as on the GPU) and ``store`` / ``load``; a new buffer holds NaN (or -1 for integers) until stored, so a
-  product that reads what no store wrote poisons the result instead of reading zeros;
+  the buffer as on the GPU, bounds checked) and ``store`` / ``load`` (a store of another shape or dtype refused, as
+  Gluon refuses it); a new buffer holds NaN (or -1 for integers) until stored, so a product that reads what no store
+  wrote gives NaN rather than a plausible value;
 - ``warpgroup_mma`` and ``mma_v2`` as products in fp32 of the fp16 operands (exact products, fp32 sums, as the tensor
   cores give with an fp32 accumulator), added to the accumulator unless ``use_acc=False``; with an fp16 accumulator
-  (the decode's hidden layers) the sum is rounded to fp16 once;
+  (the decode's hidden layers) the sum is rounded to fp16 once, where the tensor cores round after every 16 of the
+  depth; ``warpgroup_mma`` synchronous only (``is_async`` is refused);
 - fences and barriers as nothing: the programs run one at a time, one thread each.
 
 So a CPU test runs the kernel's indexing, masks, tile loop, views, products and arithmetic against the PyTorch
@@ -76,26 +78,30 @@ class _Shared:
     def shape(self) -> list[int]:
         return list(self.array.shape)
 
-    @property
-    def type(self) -> _Shared:
-        return self
-
     def store(self, value: tl.tensor) -> None:
+        """As Gluon's: the value's shape and dtype must be the buffer's."""
         data = value.handle.data
         if tuple(data.shape) != self.array.shape:
             raise ValueError(f"a store of shape {tuple(data.shape)} into shared memory of shape {self.array.shape}")
-        self.array[...] = data.astype(self.array.dtype)
+        if value.dtype != self.dtype:
+            raise TypeError(f"a store of {value.dtype} into {self.dtype} shared memory")
+        self.array[...] = data
 
     def load(self, layout=None) -> tl.tensor:
         return _tensor(self.array.copy(), self.dtype)
 
     def index(self, i) -> _Shared:
-        return _Shared(self.array[int(_value(i))], self.dtype)
+        i = int(_value(i))
+        if not 0 <= i < self.array.shape[0]:
+            raise IndexError(f"index {i} of shared memory of shape {self.array.shape}")
+        return _Shared(self.array[i], self.dtype)
 
     def slice(self, start, length, dim=0) -> _Shared:
+        start, length, dim = int(_value(start)), int(_value(length)), int(_value(dim))
+        if start < 0 or length < 1 or start + length > self.array.shape[dim]:
+            raise IndexError(f"slice [{start}, {start + length}) of dimension {dim} of shared memory of shape {self.array.shape}")
         where = [slice(None)] * self.array.ndim
-        start, length = int(_value(start)), int(_value(length))
-        where[int(_value(dim))] = slice(start, start + length)
+        where[dim] = slice(start, start + length)
         return _Shared(self.array[tuple(where)], self.dtype)
 
     def permute(self, order) -> _Shared:
@@ -103,6 +109,7 @@ class _Shared:
 
 
 def _allocate_shared_memory(element_ty, shape, layout=None, value=None) -> _Shared:
+    element_ty = _value(element_ty)
     np_dtype = _numpy_dtype(element_ty)
     fill = np.nan if np.issubdtype(np_dtype, np.floating) else -1
     buffer = _Shared(np.full([int(_value(s)) for s in shape], fill, dtype=np_dtype), element_ty)
@@ -116,21 +123,36 @@ def _operand(x) -> np.ndarray:
 
 
 def _product(a, b, acc: tl.tensor, use_acc=True) -> tl.tensor:
-    """``a @ b + acc`` (``a @ b`` with ``use_acc=False``): fp32 products and sums, rounded to the accumulator's dtype."""
+    """``a @ b + acc`` (``a @ b`` with ``use_acc=False``): fp32 products and sums, rounded to the accumulator's dtype
+    once (the tensor cores round an fp16 accumulator after every 16 of the depth: a simplification)."""
     out = np.matmul(_operand(a), _operand(b))
-    if _value(use_acc):
-        out = out + acc.handle.data.astype(np.float32)
     if out.shape != acc.handle.data.shape:
         raise ValueError(f"a product of shape {out.shape} into an accumulator of shape {acc.handle.data.shape}")
+    if _value(use_acc):
+        out = out + acc.handle.data.astype(np.float32)
     return _tensor(out, acc.dtype)
 
 
 def _warpgroup_mma(a, b, acc, *, use_acc=True, precision=None, max_num_imprecise_acc=None, is_async=False) -> tl.tensor:
+    """Hopper's ``warpgroup_mma``, synchronous: ``a`` in shared memory or registers, ``b`` in shared memory."""
+    if _value(is_async):
+        raise NotImplementedError("the Gluon interpreter runs synchronous warpgroup_mma only (is_async=False)")
+    if not isinstance(b, _Shared):
+        raise TypeError("warpgroup_mma reads its right operand from shared memory")
     return _product(a, b, acc, use_acc)
 
 
 def _mma_v2(a, b, acc, input_precision=None) -> tl.tensor:
+    """Ampere's ``mma_v2``: both operands in registers."""
+    if isinstance(a, _Shared) or isinstance(b, _Shared):
+        raise TypeError("mma_v2 takes its operands in registers (load them from shared memory first)")
     return _product(a, b, acc)
+
+
+def _zeros_like(input, shape=None, dtype=None, layout=None) -> tl.tensor:
+    if shape is None and dtype is None:
+        return tl.zeros_like(input)
+    return tl.zeros(input.shape if shape is None else shape, input.dtype if dtype is None else dtype)
 
 
 def _nothing(*args, **kwargs) -> None:
@@ -168,20 +190,35 @@ _GL = types.SimpleNamespace(
     BlockedLayout=_Layout, SliceLayout=_Layout, NVMMADistributedLayout=_Layout, DotOperandLayout=_Layout,
     NVMMASharedLayout=_Layout, SwizzledSharedLayout=_Layout,
     arange=_without_layout("arange", 2), zeros=_without_layout("zeros", 2), full=_without_layout("full", 3),
-    convert_layout=lambda value, layout=None, assert_trivial=False: value,
+    convert_layout=lambda value, layout=None, assert_trivial=False: value, zeros_like=_zeros_like,
     allocate_shared_memory=_allocate_shared_memory, barrier=_nothing, thread_barrier=_nothing,
     load=_boolean_mask(_late("load")), store=_boolean_mask(_late("store")),
     **{name: _late(name) for name in (
         "where", "maximum", "minimum", "expand_dims", "sum", "max", "cdiv", "program_id", "num_programs",
-        "exp", "floor", "abs", "sqrt", "zeros_like", "static_range", "static_assert",
+        "exp", "floor", "abs", "sqrt", "static_range", "static_assert",
     )},
 )  # fmt: skip
 """The ``gl`` a kernel sees on the interpreter."""
 
-_NVIDIA = {"warpgroup_mma": _warpgroup_mma, "mma_v2": _mma_v2, "fence_async_shared": _nothing}
-"""What the kernels import from Gluon's ``nvidia`` modules, by name in their module."""
-
-_kernels: dict[int, InterpretedFunction] = {}
+def _hardware_operations() -> dict[int, Callable]:
+    """Gluon's operations that only hardware runs, by identity, with what the interpreter runs instead (a kernel module
+    may hold them under any name: ``_barrier`` is Gluon's barrier)."""
+    found: dict[int, Callable] = {}
+    try:
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.language.nvidia import ampere, hopper
+    except ImportError:  # pragma: no cover - a Triton without Gluon
+        return found
+    for module, name, stand_in in (
+        (hopper, "warpgroup_mma", _warpgroup_mma),
+        (ampere, "mma_v2", _mma_v2),
+        (hopper, "fence_async_shared", _nothing),
+        (gl, "barrier", _nothing),
+        (gl, "thread_barrier", _nothing),
+    ):
+        if hasattr(module, name):
+            found[id(getattr(module, name))] = stand_in
+    return found
 
 
 class _GluonInterpretedFunction(InterpretedFunction):
@@ -197,26 +234,28 @@ class _GluonInterpretedFunction(InterpretedFunction):
         return fn
 
 
-def _interpreted_module(namespace: dict) -> dict:
-    """A copy of a kernel module's globals where ``gl``, Gluon's NVIDIA operations and every Gluon function (each
+def _interpreted(fn, namespace: dict) -> _GluonInterpretedFunction:
+    """``fn`` (a Gluon function's Python function) to run on the interpreter, seeing ``namespace`` as its globals."""
+    return _GluonInterpretedFunction(types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__))
+
+
+def _interpreted_globals(namespace: dict) -> dict:
+    """A copy of a kernel module's globals where ``gl``, Gluon's hardware operations and every Gluon function (each
     rewritten to run on the interpreter, seeing this copy) are the interpreter's."""
     copy = dict(namespace)
     copy["gl"], copy["tl"] = _GL, tl
-    for name, value in _NVIDIA.items():
-        if name in copy:
-            copy[name] = value
-    if "_barrier" in copy:
-        copy["_barrier"] = _nothing
+    hardware = _hardware_operations()
     for name, value in namespace.items():
-        if GluonJITFunction is not None and isinstance(value, GluonJITFunction):
-            fn = value.fn
-            copy[name] = _GluonInterpretedFunction(types.FunctionType(fn.__code__, copy, fn.__name__, fn.__defaults__, fn.__closure__))
+        if id(value) in hardware:
+            copy[name] = hardware[id(value)]
+        elif GluonJITFunction is not None and isinstance(value, GluonJITFunction):
+            copy[name] = _interpreted(value.fn, copy)
     return copy
 
 
 @contextlib.contextmanager
 def _tensor_layouts() -> Iterator[None]:
-    """Tensors answer ``x.type.layout`` (None) while a kernel runs, as Gluon's do."""
+    """Tensors answer ``x.type.layout`` (None) while a kernel runs, as Gluon's do (the decode's leaky ReLU reads it)."""
     had = "layout" in vars(tl.block_type)
     if not had:
         tl.block_type.layout = None
@@ -228,13 +267,21 @@ def _tensor_layouts() -> Iterator[None]:
 
 
 class _Launcher:
-    def __init__(self, kernel: InterpretedFunction) -> None:
+    def __init__(self, kernel) -> None:
         self.kernel = kernel
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
-            with _tensor_layouts():
-                return self.kernel[grid](*args, **kwargs)
+            # the module's globals as they are now (a test's monkeypatch included), rewritten for this launch only
+            namespace = _interpreted_globals(self.kernel.fn.__globals__)
+            kernel = _interpreted(self.kernel.fn, namespace)
+            rewritten = [value.fn for value in [kernel, *namespace.values()] if isinstance(value, _GluonInterpretedFunction)]
+            try:
+                with _tensor_layouts():
+                    return kernel[grid](*args, **kwargs)
+            finally:
+                for fn in rewritten:  # Triton caches every rewritten function: these are not launched again
+                    InterpretedFunction.rewritten_fn.pop(fn, None)
 
         return launch
 
@@ -244,10 +291,7 @@ def interpreted(kernel) -> _Launcher:
     **kwargs)``; ``num_warps`` and other launch options are ignored."""
     if GluonJITFunction is None or not isinstance(kernel, GluonJITFunction):
         raise TypeError(f"not a Gluon kernel: {kernel!r}")
-    key = id(kernel.fn)
-    if key not in _kernels:
-        _kernels[key] = _interpreted_module(kernel.fn.__globals__)[kernel.fn.__name__]
-    return _Launcher(_kernels[key])
+    return _Launcher(kernel)
 
 
 __all__ = ["interpreted"]

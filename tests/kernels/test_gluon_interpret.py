@@ -1,0 +1,98 @@
+"""neuralbake.kernels.gluon_interpret: Gluon's shared memory, views and products on Triton's CPU interpreter, checked
+on small kernels against numpy (the Gluon kernels' own values are checked in test_gluon_train.py and
+test_gluon_decode.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from neuralbake.kernels import interpreting
+
+pytest.importorskip("triton.experimental.gluon")
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+
+from neuralbake.kernels.gluon_interpret import interpreted
+
+pytestmark = pytest.mark.skipif(not interpreting(), reason="runs on Triton's CPU interpreter (TRITON_INTERPRET=1)")
+
+
+@gluon.jit
+def _products_kernel(a_ptr, b_ptr, c_ptr, out_ptr, M: gl.constexpr, K: gl.constexpr, N: gl.constexpr):
+    """out[0] = a @ b^T + c (``b`` stored [N, K], read through a permuted view), out[1] = a @ b^T (``use_acc=False``),
+    out[2] = the first half of ``a``'s columns stored into the second half of a buffer's columns and read back whole
+    (the first half never stored)."""
+    L: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [4, 1], [1, 0])
+    ACC: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 16])
+    r = gl.arange(0, M, gl.SliceLayout(1, L))
+    k = gl.arange(0, K, gl.SliceLayout(0, L))
+    n = gl.arange(0, N, gl.SliceLayout(1, L))
+    a_s = gl.allocate_shared_memory(gl.float16, [M, K], gl.NVMMASharedLayout.get_default_for([M, K], gl.float16),
+                                    gl.load(a_ptr + gl.expand_dims(r * K, 1) + gl.expand_dims(k, 0)))  # fmt: skip
+    both = gl.allocate_shared_memory(gl.float16, [2, N, K], gl.NVMMASharedLayout.get_default_for([N, K], gl.float16))
+    both.index(1).store(gl.load(b_ptr + gl.expand_dims(n * K, 1) + gl.expand_dims(k, 0)))
+    fence_async_shared()
+    ar = gl.arange(0, M, gl.SliceLayout(1, ACC))
+    ac = gl.arange(0, N, gl.SliceLayout(0, ACC))
+    where = gl.expand_dims(ar * N, 1) + gl.expand_dims(ac, 0)
+    c = gl.load(c_ptr + where)
+    gl.store(out_ptr + where, warpgroup_mma(a_s, both.index(1).permute((1, 0)), c))
+    gl.store(out_ptr + M * N + where, warpgroup_mma(a_s, both.index(1).permute((1, 0)), c, use_acc=False))
+    half = gl.allocate_shared_memory(gl.float16, [M, K], gl.NVMMASharedLayout.get_default_for([M, K], gl.float16))
+    half.slice(K // 2, K // 2, dim=1).store(a_s.slice(0, K // 2, dim=1).load(L))
+    gl.store(out_ptr + 2 * M * N + gl.expand_dims(r * K, 1) + gl.expand_dims(k, 0), half.load(L).to(gl.float32))
+
+
+@gluon.jit
+def _wrong_store_kernel(a_ptr, M: gl.constexpr):
+    L: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [4, 1], [1, 0])
+    r = gl.arange(0, M, gl.SliceLayout(0, L))
+    buffer = gl.allocate_shared_memory(gl.float16, [M], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    buffer.store(gl.load(a_ptr + r))  # fp32 into fp16: Gluon refuses it
+
+
+def test_products_views_and_unwritten_shared_memory_on_the_interpreter() -> None:
+    m, k, n = 64, 16, 32
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(m, k, generator=g).half()
+    b = torch.randn(n, k, generator=g).half()
+    c = torch.randn(m, n, generator=g)
+    out = torch.zeros(2 * m * n + m * k)
+    interpreted(_products_kernel)[(1,)](a, b, c, out, M=m, K=k, N=n, num_warps=4)
+    exact = a.double() @ b.double().T
+    assert torch.allclose(out[: m * n].reshape(m, n).double(), exact + c.double(), atol=1e-5)
+    assert torch.allclose(out[m * n : 2 * m * n].reshape(m, n).double(), exact, atol=1e-5)
+    read = out[2 * m * n :].reshape(m, k)
+    assert torch.equal(read[:, k // 2 :], a[:, : k // 2].float())  # the slice aliases the buffer
+    assert bool(read[:, : k // 2].isnan().all())  # never stored: NaN, not zeros
+
+
+def test_a_store_of_another_dtype_is_refused_as_gluon_refuses_it() -> None:
+    with pytest.raises(Exception, match="float32 into fp16|fp32 into fp16"):
+        interpreted(_wrong_store_kernel)[(1,)](torch.zeros(32), M=32)
+
+
+def test_only_gluon_kernels_are_interpreted() -> None:
+    with pytest.raises(TypeError, match="not a Gluon kernel"):
+        interpreted(np.add)
+
+
+def test_each_mutation_of_bench_gluon_mutations_still_finds_its_text_in_the_kernels() -> None:
+    """bench/gluon_mutations.py (do the interpreter tests fail on a broken kernel?) edits the kernels' text: each edit
+    must still match exactly one place, or the script stops; this keeps it runnable as the kernels change."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("gluon_mutations", root / "bench" / "gluon_mutations.py")
+    mutations = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mutations)
+    assert sum(must for *_, must in mutations.MUTATIONS) >= 10
+    for kind, what, text, replacement, _ in mutations.MUTATIONS:
+        source = (root / (mutations.TRAIN if kind == "train" else mutations.DECODE)).read_text()
+        assert source.count(text) == 1 and text != replacement, what
