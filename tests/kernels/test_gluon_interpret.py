@@ -11,6 +11,7 @@ import torch
 pytest.importorskip("triton")
 
 from neuralbake.kernels import interpreting
+from neuralbake.kernels.gluon_decode import _activate
 
 pytest.importorskip("triton.experimental.gluon")
 from triton.experimental import gluon
@@ -54,6 +55,29 @@ def _wrong_store_kernel(a_ptr, M: gl.constexpr):
     r = gl.arange(0, M, gl.SliceLayout(0, L))
     buffer = gl.allocate_shared_memory(gl.float16, [M], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     buffer.store(gl.load(a_ptr + r))  # fp32 into fp16: Gluon refuses it
+
+
+@gluon.jit
+def _joined_kernel(a_ptr, b_ptr, out_ptr, M: gl.constexpr, F: gl.constexpr, LEAK: gl.constexpr):
+    """out = leaky_relu([a | b]): two column blocks joined into one tile, through gluon_decode's activation (a Gluon
+    function of another module, which reads the tile's layout)."""
+    L: gl.constexpr = gl.BlockedLayout([1, F], [32, 1], [4, 1], [1, 0])
+    r = gl.arange(0, M, gl.SliceLayout(1, L))
+    f = gl.arange(0, F, gl.SliceLayout(0, L))
+    where = gl.expand_dims(r * F, 1) + gl.expand_dims(f, 0)
+    joined = gl.reshape(gl.permute(gl.join(gl.load(a_ptr + where), gl.load(b_ptr + where)), (0, 2, 1)), [M, 2 * F])
+    r2 = gl.arange(0, M, gl.SliceLayout(1, gl.BlockedLayout([1, 2 * F], [32, 1], [4, 1], [1, 0])))
+    f2 = gl.arange(0, 2 * F, gl.SliceLayout(0, gl.BlockedLayout([1, 2 * F], [32, 1], [4, 1], [1, 0])))
+    gl.store(out_ptr + gl.expand_dims(r2 * 2 * F, 1) + gl.expand_dims(f2, 0), _activate(joined, 2, LEAK))
+
+
+def test_joined_tiles_and_another_modules_gluon_function_on_the_interpreter() -> None:
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(32, 8, generator=g).half(), torch.randn(32, 8, generator=g).half()
+    out = torch.zeros(32, 16).half()
+    interpreted(_joined_kernel)[(1,)](a, b, out, M=32, F=8, LEAK=0.25)
+    expected = torch.cat([a, b], dim=1)
+    assert torch.equal(out, torch.where(expected > 0, expected, expected * 0.25))
 
 
 def test_products_views_and_unwritten_shared_memory_on_the_interpreter() -> None:

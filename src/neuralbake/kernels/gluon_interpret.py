@@ -195,7 +195,7 @@ _GL = types.SimpleNamespace(
     load=_boolean_mask(_late("load")), store=_boolean_mask(_late("store")),
     **{name: _late(name) for name in (
         "where", "maximum", "minimum", "expand_dims", "sum", "max", "cdiv", "program_id", "num_programs",
-        "exp", "floor", "abs", "sqrt", "static_range", "static_assert",
+        "exp", "floor", "abs", "sqrt", "static_range", "static_assert", "join", "permute", "reshape",
     )},
 )  # fmt: skip
 """The ``gl`` a kernel sees on the interpreter."""
@@ -239,17 +239,21 @@ def _interpreted(fn, namespace: dict) -> _GluonInterpretedFunction:
     return _GluonInterpretedFunction(types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__))
 
 
-def _interpreted_globals(namespace: dict) -> dict:
-    """A copy of a kernel module's globals where ``gl``, Gluon's hardware operations and every Gluon function (each
-    rewritten to run on the interpreter, seeing this copy) are the interpreter's."""
-    copy = dict(namespace)
+def _interpreted_globals(namespace: dict, copies: dict[int, dict] | None = None) -> dict:
+    """A copy of a kernel module's globals where ``gl``, Gluon's hardware operations and every Gluon function are the
+    interpreter's. Each Gluon function is rewritten to run on the interpreter seeing such a copy of its own module's
+    globals (``copies``: those made so far, by the module's globals' identity)."""
+    copies = {} if copies is None else copies
+    if id(namespace) in copies:
+        return copies[id(namespace)]
+    copy = copies[id(namespace)] = dict(namespace)
     copy["gl"], copy["tl"] = _GL, tl
     hardware = _hardware_operations()
     for name, value in namespace.items():
         if id(value) in hardware:
             copy[name] = hardware[id(value)]
         elif GluonJITFunction is not None and isinstance(value, GluonJITFunction):
-            copy[name] = _interpreted(value.fn, copy)
+            copy[name] = _interpreted(value.fn, _interpreted_globals(value.fn.__globals__, copies))
     return copy
 
 
@@ -273,9 +277,9 @@ class _Launcher:
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
             # the module's globals as they are now (a test's monkeypatch included), rewritten for this launch only
-            namespace = _interpreted_globals(self.kernel.fn.__globals__)
-            kernel = _interpreted(self.kernel.fn, namespace)
-            rewritten = [value.fn for value in [kernel, *namespace.values()] if isinstance(value, _GluonInterpretedFunction)]
+            copies: dict[int, dict] = {}
+            kernel = _interpreted(self.kernel.fn, _interpreted_globals(self.kernel.fn.__globals__, copies))
+            rewritten = [kernel.fn] + [value.fn for copy in copies.values() for value in copy.values() if isinstance(value, _GluonInterpretedFunction)]
             try:
                 with _tensor_layouts():
                     return kernel[grid](*args, **kwargs)
