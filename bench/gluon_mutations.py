@@ -42,21 +42,32 @@ MUTATIONS = [
 ]
 
 
+def _tests(kind: str, folder: Path) -> subprocess.CompletedProcess:
+    """The interpreter tests of ``kind``'s kernel, run on the copy in ``folder``."""
+    test = "tests/kernels/test_gluon_train.py" if kind == "train" else "tests/kernels/test_gluon_decode.py"
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test, "-k", "interpreter"],
+        cwd=folder, env=_environment(folder), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
+def _environment(folder: Path) -> dict:
+    return {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(folder / "src")}
+
+
 def run(kind: str, text: str, replacement: str, folder: Path) -> bool:
-    """Whether the interpreter tests fail on a copy of the sources with ``text`` replaced."""
+    """Whether the interpreter tests fail (pytest's exit code 1: a test failed) on a copy of the sources with ``text``
+    replaced. Any other outcome (the tests could not be collected or run) stops the script."""
     path = folder / (TRAIN if kind == "train" else DECODE)
     original = (ROOT / (TRAIN if kind == "train" else DECODE)).read_text()
     if original.count(text) != 1:
         raise SystemExit(f"{path.name}: the mutation's text is not there exactly once (the kernel changed): {text!r}")
     path.write_text(original.replace(text, replacement))
     try:
-        test = "tests/kernels/test_gluon_train.py" if kind == "train" else "tests/kernels/test_gluon_decode.py"
-        env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(folder / "src")}
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test, "-k", "interpreter"],
-            cwd=folder, env=env, capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        return done.returncode != 0
+        done = _tests(kind, folder)
+        if done.returncode not in (0, 1):
+            raise SystemExit(f"the tests did not run on the mutation {replacement!r} (pytest exit {done.returncode}):\n{done.stdout[-2000:]}")
+        return done.returncode == 1
     finally:
         path.write_text(original)
 
@@ -73,6 +84,14 @@ def main() -> None:
             shutil.copytree(ROOT / name, folder / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         for file in ("pyproject.toml",):
             shutil.copy(ROOT / file, folder / file)
+        # the copy is what runs (not an installed neuralbake), and its tests pass unmutated
+        where = subprocess.run([sys.executable, "-c", "import neuralbake; print(neuralbake.__file__)"], cwd=folder, env=_environment(folder), capture_output=True, text=True, check=True)
+        if not Path(where.stdout.strip()).is_relative_to(folder):
+            raise SystemExit(f"the tests would import neuralbake from {where.stdout.strip()}, not from the copy")
+        for kind in sorted({m[0] for m in chosen}):
+            baseline = _tests(kind, folder)
+            if baseline.returncode != 0:
+                raise SystemExit(f"the {kind} kernel's interpreter tests fail before any mutation:\n{baseline.stdout[-2000:]}")
         for kind, what, text, replacement, must_fail in chosen:
             caught = run(kind, text, replacement, folder)
             verdict = "caught" if caught else "MISSED"

@@ -4,6 +4,8 @@ test_gluon_decode.py)."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -11,7 +13,7 @@ import torch
 pytest.importorskip("triton")
 
 from neuralbake.kernels import interpreting
-from neuralbake.kernels.gluon_decode import _activate
+from neuralbake.kernels.gluon_decode import _activate, _directions
 
 pytest.importorskip("triton.experimental.gluon")
 from triton.experimental import gluon
@@ -58,26 +60,83 @@ def _wrong_store_kernel(a_ptr, M: gl.constexpr):
 
 
 @gluon.jit
-def _joined_kernel(a_ptr, b_ptr, out_ptr, M: gl.constexpr, F: gl.constexpr, LEAK: gl.constexpr):
-    """out = leaky_relu([a | b]): two column blocks joined into one tile, through gluon_decode's activation (a Gluon
-    function of another module, which reads the tile's layout)."""
+def _joined_kernel(a_ptr, wi_ptr, wo_ptr, out_ptr, M: gl.constexpr, F: gl.constexpr, LEAK: gl.constexpr):
+    """out = leaky_relu([a | wi, wo, half vector]): two column blocks joined into one tile. The second block comes from
+    gluon_decode's ``_directions`` and the activation from its ``_activate``: Gluon functions of another module, which
+    call that module's own names (``_direction_tile``) and read the tile's layout."""
     L: gl.constexpr = gl.BlockedLayout([1, F], [32, 1], [4, 1], [1, 0])
     r = gl.arange(0, M, gl.SliceLayout(1, L))
     f = gl.arange(0, F, gl.SliceLayout(0, L))
-    where = gl.expand_dims(r * F, 1) + gl.expand_dims(f, 0)
-    joined = gl.reshape(gl.permute(gl.join(gl.load(a_ptr + where), gl.load(b_ptr + where)), (0, 2, 1)), [M, 2 * F])
-    r2 = gl.arange(0, M, gl.SliceLayout(1, gl.BlockedLayout([1, 2 * F], [32, 1], [4, 1], [1, 0])))
-    f2 = gl.arange(0, 2 * F, gl.SliceLayout(0, gl.BlockedLayout([1, 2 * F], [32, 1], [4, 1], [1, 0])))
+    directions = _directions(wi_ptr, wo_ptr, r, r < M, f, M, F, L, 0, 1, 2).to(gl.float16)
+    joined = gl.reshape(gl.permute(gl.join(gl.load(a_ptr + gl.expand_dims(r * F, 1) + gl.expand_dims(f, 0)), directions), (0, 2, 1)), [M, 2 * F])
+    J: gl.constexpr = gl.BlockedLayout([1, 2 * F], [32, 1], [4, 1], [1, 0])
+    r2 = gl.arange(0, M, gl.SliceLayout(1, J))
+    f2 = gl.arange(0, 2 * F, gl.SliceLayout(0, J))
     gl.store(out_ptr + gl.expand_dims(r2 * 2 * F, 1) + gl.expand_dims(f2, 0), _activate(joined, 2, LEAK))
 
 
-def test_joined_tiles_and_another_modules_gluon_function_on_the_interpreter() -> None:
+def test_joined_tiles_and_another_modules_gluon_functions_on_the_interpreter() -> None:
     g = torch.Generator().manual_seed(2)
-    a, b = torch.randn(32, 8, generator=g).half(), torch.randn(32, 8, generator=g).half()
-    out = torch.zeros(32, 16).half()
-    interpreted(_joined_kernel)[(1,)](a, b, out, M=32, F=8, LEAK=0.25)
-    expected = torch.cat([a, b], dim=1)
-    assert torch.equal(out, torch.where(expected > 0, expected, expected * 0.25))
+    a = torch.randn(32, 16, generator=g).half()
+    wi = torch.nn.functional.normalize(torch.randn(32, 3, generator=g), dim=1)
+    wo = torch.nn.functional.normalize(torch.randn(32, 3, generator=g), dim=1)
+    out = torch.zeros(32, 32).half()
+    interpreted(_joined_kernel)[(1,)](a, wi, wo, out, M=32, F=16, LEAK=0.25)
+    half = torch.nn.functional.normalize(wi + wo, dim=1)
+    expected = torch.cat([a, wi.half(), wo.half(), half.half(), torch.zeros(32, 7).half()], dim=1)
+    assert torch.allclose(out.float(), torch.where(expected > 0, expected, expected * 0.25).float(), atol=1e-3)
+
+
+@gluon.jit
+def _twice(x):
+    return x * 2.0
+
+
+@gluon.jit
+def _thrice(x):
+    return x * 3.0
+
+
+_SCALED = _twice
+
+
+@gluon.jit
+def _refusals_kernel(a_ptr, out_ptr, CASE: gl.constexpr):
+    """Case 0: ``_SCALED`` (a module global) of a; 1: an index past a buffer's end; 2: an asynchronous warpgroup MMA;
+    3: a right operand in registers; 4: ``zeros_like`` in fp32 of an fp16 tile."""
+    L: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [4, 1], [1, 0])
+    r = gl.arange(0, 16, gl.SliceLayout(1, L))
+    c = gl.arange(0, 16, gl.SliceLayout(0, L))
+    where = gl.expand_dims(r * 16, 1) + gl.expand_dims(c, 0)
+    a = gl.load(a_ptr + where)
+    a_s = gl.allocate_shared_memory(gl.float16, [2, 16, 16], gl.NVMMASharedLayout.get_default_for([16, 16], gl.float16))
+    a_s.index(0).store(a)
+    acc = gl.zeros([16, 16], gl.float32, L)
+    if CASE == 0:
+        gl.store(out_ptr + where, _SCALED(a.to(gl.float32)))
+    elif CASE == 1:
+        a_s.index(2).store(a)
+    elif CASE == 2:
+        warpgroup_mma(a_s.index(0), a_s.index(0), acc, is_async=True)
+    elif CASE == 3:
+        warpgroup_mma(a_s.index(0), a, acc)
+    else:
+        gl.store(out_ptr + where, gl.zeros_like(a, dtype=gl.float32) + 5.0)
+
+
+def test_the_interpreter_reads_module_globals_at_each_launch_and_refuses_what_gluon_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    a = torch.randn(16, 16, generator=torch.Generator().manual_seed(3)).half()
+    out = torch.zeros(16, 16)
+    interpreted(_refusals_kernel)[(1,)](a, out, CASE=0)
+    assert torch.equal(out, a.float() * 2)
+    monkeypatch.setattr(sys.modules[__name__], "_SCALED", _thrice)  # a later launch sees the module as it is then
+    interpreted(_refusals_kernel)[(1,)](a, out, CASE=0)
+    assert torch.equal(out, a.float() * 3)
+    for case, message in ((1, "index 2 of shared memory"), (2, "synchronous warpgroup_mma only"), (3, "right operand from shared memory")):
+        with pytest.raises(Exception, match=message):
+            interpreted(_refusals_kernel)[(1,)](a, out, CASE=case)
+    interpreted(_refusals_kernel)[(1,)](a, out, CASE=4)
+    assert torch.equal(out, torch.full((16, 16), 5.0))
 
 
 def test_products_views_and_unwritten_shared_memory_on_the_interpreter() -> None:

@@ -34,9 +34,10 @@ import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction, TensorHandle
 
 try:
+    from triton.experimental.gluon import language as _GLUON_LANGUAGE
     from triton.experimental.gluon._runtime import GluonJITFunction
 except ImportError:  # pragma: no cover - a Triton without Gluon: nothing to interpret
-    GluonJITFunction = None
+    GluonJITFunction = _GLUON_LANGUAGE = None
 
 _NUMPY = {tl.float16: np.float16, tl.float32: np.float32, tl.float64: np.float64, tl.int32: np.int32, tl.int64: np.int64, tl.int16: np.int16, tl.int8: np.int8}
 
@@ -247,10 +248,12 @@ def _interpreted_globals(namespace: dict, copies: dict[int, dict] | None = None)
     if id(namespace) in copies:
         return copies[id(namespace)]
     copy = copies[id(namespace)] = dict(namespace)
-    copy["gl"], copy["tl"] = _GL, tl
+    copy["tl"] = tl
     hardware = _hardware_operations()
     for name, value in namespace.items():
-        if id(value) in hardware:
+        if value is _GLUON_LANGUAGE:  # Gluon's language, under whatever name the module imported it
+            copy[name] = _GL
+        elif id(value) in hardware:
             copy[name] = hardware[id(value)]
         elif GluonJITFunction is not None and isinstance(value, GluonJITFunction):
             copy[name] = _interpreted(value.fn, _interpreted_globals(value.fn.__globals__, copies))
@@ -286,6 +289,8 @@ class _Launcher:
             finally:
                 for fn in rewritten:  # Triton caches every rewritten function: these are not launched again
                     InterpretedFunction.rewritten_fn.pop(fn, None)
+                # (Triton's rewriter also registers each function by name in its JIT registry: the last launch's stays
+                # there, one a name, as with the interpreter's own kernels)
 
         return launch
 
