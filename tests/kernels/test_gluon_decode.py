@@ -45,7 +45,6 @@ SUPPORTED = {
 
 
 def test_the_gluon_decode_takes_fp16_relu_decoders_of_split_features_on_an_ampere_or_later_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gluon_decode, "interpreting", lambda: False)
     if not gluon_decode._AVAILABLE:
         pytest.skip("this Triton has no Gluon")
     assert gluon_decode.gluon_reason(**SUPPORTED) is None
@@ -129,11 +128,15 @@ def test_the_gluon_decode_compiles_for_sm90_without_spills_and_keeps_its_weights
         assert loop.get("STS", 0) <= 2 * rows_per_thread * feature_columns // 8, (shape, loop.get("STS"))
 
 
-def _material(channels: int, directions: tuple[str, ...]) -> NeuralMaterial:
-    torch.manual_seed(3)
-    latents = [torch.randn(8, 8, channels).half(), torch.randn(4, 4, channels).half()]
+def _material(
+    channels: int, directions: tuple[str, ...], *, hidden: int = 32, layers: int = 2, activation: str = "leaky_relu",
+    sizes: tuple[tuple[int, int], ...] = ((8, 8), (4, 4)), seed: int = 3,
+) -> NeuralMaterial:  # fmt: skip
+    """An fp16 neural material: latents of ``sizes`` (height, width) and a decoder of ``layers`` linear layers."""
+    torch.manual_seed(seed)
+    latents = [torch.randn(h, w, channels).half() for h, w in sizes]
     inputs = channels + 3 * len(directions)
-    decoder = MLP(MLPConfig(inputs=inputs, hidden=32, layers=2, outputs=3, hidden_activation="leaky_relu", output_activation="none")).half()
+    decoder = MLP(MLPConfig(inputs=inputs, hidden=hidden, layers=layers, outputs=3, hidden_activation=activation, output_activation="none")).half()
     return NeuralMaterial(latents, decoder, directions)
 
 
@@ -213,16 +216,13 @@ def test_the_gluon_decode_on_the_interpreter_matches_pytorch_and_the_triton_deco
         pytest.skip("this Triton has no Gluon")
     if not interpreting():
         pytest.skip("runs the kernel on Triton's CPU interpreter (TRITON_INTERPRET=1)")
-    torch.manual_seed(7)
-    latents = [torch.randn(16, 8, channels).half(), torch.randn(8, 4, channels).half(), torch.randn(4, 2, channels).half()]
-    config = MLPConfig(inputs=channels + 3 * len(directions), hidden=hidden, layers=layers + 1, outputs=3, hidden_activation=activation, output_activation="none")
-    material = NeuralMaterial(latents, MLP(config).half(), directions)
+    from tests.kernels.test_fused import _hemisphere
+
+    material = _material(channels, directions, hidden=hidden, layers=layers + 1, activation=activation, sizes=((16, 8), (8, 4), (4, 2)), seed=7)
     n = 666  # 6 tiles: two programs of 3 (the bilinear decode loads each next tile's uv ahead), the last one partial
     g = torch.Generator().manual_seed(9)
     uv = torch.rand(n, 2, generator=g) * 4 - 2  # wraps, negative too
-    wi = torch.nn.functional.normalize(torch.randn(n, 3, generator=g), dim=1)
-    wo = torch.nn.functional.normalize(torch.randn(n, 3, generator=g), dim=1)
-    wi[: 2 * n // 3, 2], wo[: 2 * n // 3, 2] = wi[: 2 * n // 3, 2].abs(), wo[: 2 * n // 3, 2].abs()  # most above the surface
+    wi, wo = _hemisphere(n, 9)  # half the samples above the surface, the others either
     lod = torch.rand(n, generator=g) * 3.4 - 0.2 if filtered else None  # past both ends of the chain too
     triton_decode = FusedNeuralMaterial(material)
     assert triton_decode.kernel == "triton"  # on the CPU: no GPU to ask for a capability

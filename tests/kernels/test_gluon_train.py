@@ -37,7 +37,6 @@ SUPPORTED = {"device_capability": (9, 0), "dtype_name": "float16", "kp": 16, "hp
 
 
 def test_the_gluon_step_takes_fp16_networks_of_width_64_on_a_hopper_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gluon_train, "interpreting", lambda: False)
     if not gluon_train._AVAILABLE:
         pytest.skip("this Triton has no Gluon")
     assert gluon_train.gluon_train_reason(**SUPPORTED) is None
@@ -126,7 +125,7 @@ def test_the_step_launches_the_gluon_kernel_with_each_argument_in_its_place(monk
             return lambda *args, **constants: calls.append((grid, args, constants))
 
     monkeypatch.setattr(gluon_train, "_mlp_train_gluon_kernel", Recorder())
-    monkeypatch.setattr(gluon_train, "interpreting", lambda: False)  # launched as on a GPU, not on the interpreter
+    monkeypatch.setattr(gluon_train, "gluon_launchable", lambda kernel: kernel)  # launched as on a GPU, not on the interpreter
     params = {name: p.detach().half() for name, p in model.named_parameters()}
     n = 300
     batch = Batch(inputs=torch.rand(n, 2), targets=torch.rand(n, 3))
@@ -280,11 +279,11 @@ def test_the_gluon_step_on_the_interpreter_matches_the_triton_kernel_and_the_exa
 
     monkeypatch.setattr(fused_module, "HALF_ACTIVATIONS", half)
     model = network().half()
-    inputs = model.mlp.config.inputs if isinstance(model, CoordinateNetwork) else model.config.inputs
+    mlp = model.mlp if isinstance(model, CoordinateNetwork) else model
+    columns = 2 if isinstance(model, CoordinateNetwork) else mlp.config.inputs  # a coordinate network's uv, else the MLP's inputs
     n = 700  # a partial last tile; 6 tiles of 128 over 2 programs, or 11 of 64 over 4
     g = torch.Generator().manual_seed(8)
-    columns = 2 if isinstance(model, CoordinateNetwork) else inputs
-    batch = Batch(inputs=torch.rand(n, columns, generator=g).half(), targets=torch.rand(n, model(torch.zeros(1, columns).half()).shape[1], generator=g) + 0.05)
+    batch = Batch(inputs=torch.rand(n, columns, generator=g).half(), targets=torch.rand(n, mlp.config.outputs, generator=g) + 0.05)
     params = dict(model.named_parameters())
     triton_loss, triton_grads = FusedForwardBackward(model, loss, dtype=torch.float16, programs=4)(params, batch, torch.tensor(64.0))
     step = FusedForwardBackward(model, loss, dtype=torch.float16, programs=4)

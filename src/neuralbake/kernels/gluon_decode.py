@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import triton
 
-from neuralbake.kernels import interpreting
+from neuralbake.kernels import gluon_launchable
 from neuralbake.kernels.triton_mlp import _bilinear_repeat, _direction_tile
 
 GLUON_DECODE = True
@@ -234,12 +234,7 @@ def launch(tiles: int, sms: int, args: tuple, constants: dict) -> None:
     """Launch the decode over ``tiles`` tiles of :data:`TILE` rows on a GPU of ``sms`` SMs."""
     rows, warps = TILE
     each = tiles_per_program(tiles, sms)
-    kernel = _neural_material_gluon_kernel
-    if interpreting():  # on the CPU: its Python body on Triton's interpreter
-        from neuralbake.kernels.gluon_interpret import interpreted
-
-        kernel = interpreted(kernel)
-    kernel[(triton.cdiv(tiles, each),)](*args, each, BM=rows, W=warps, num_warps=warps, **constants)
+    gluon_launchable(_neural_material_gluon_kernel)[(triton.cdiv(tiles, each),)](*args, each, BM=rows, W=warps, num_warps=warps, **constants)
 
 
 __all__ = ["GLUON_DECODE", "SPREAD", "TILE", "TILES_PER_PROGRAM", "gluon_reason", "launch", "launch_constants", "tiles_per_program"]

@@ -47,7 +47,7 @@ the others take the Triton kernel.
 
 from __future__ import annotations
 
-from neuralbake.kernels import interpreting
+from neuralbake.kernels import gluon_launchable
 from neuralbake.kernels.triton_mlp import (
     _activate,
     _activate_rounded,
@@ -331,12 +331,7 @@ def launch(grid: tuple[int], tile: tuple[int, int], args: tuple, constants: dict
     ``constants`` the network's, the loss's and, for a drawn batch, ``SEED``/``TRANSFORM``/``IMG_W``/``IMG_H``/``SAMPLE``."""
     rows, warps = tile
     draws = {name: constants.pop(name) for name in ("SEED", "IMG_W", "IMG_H") if name in constants}
-    kernel = _mlp_train_gluon_kernel
-    if interpreting():  # on the CPU: its Python body on Triton's interpreter
-        from neuralbake.kernels.gluon_interpret import interpreted
-
-        kernel = interpreted(kernel)
-    kernel[grid](
+    gluon_launchable(_mlp_train_gluon_kernel)[grid](
         *args, SEED=draws.get("SEED", 0), IMG_W=draws.get("IMG_W", 1), IMG_H=draws.get("IMG_H", 1), BM=rows, W=warps, num_warps=warps,
         **({"SAMPLE": False, "TRANSFORM": 0} | constants),
     )  # fmt: skip
