@@ -26,6 +26,7 @@ barrier or fence (a race), and the order the tensor cores sum in (``bench/kernel
 from __future__ import annotations
 
 import contextlib
+import functools
 import types
 from collections.abc import Callable, Iterator
 
@@ -201,6 +202,7 @@ _GL = types.SimpleNamespace(
 )  # fmt: skip
 """The ``gl`` a kernel sees on the interpreter."""
 
+@functools.cache
 def _hardware_operations() -> dict[int, Callable]:
     """Gluon's operations that only hardware runs, by identity, with what the interpreter runs instead (a kernel module
     may hold them under any name: ``_barrier`` is Gluon's barrier)."""
