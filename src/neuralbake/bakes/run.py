@@ -52,7 +52,19 @@ from neuralbake.io.limits import load_json_file
 from neuralbake.io.manifest import BAKE_MANIFEST, read_bake_manifest, write_bake_manifest
 from neuralbake.nn.trainer import Trainer, TrainerConfig, TrainingInterrupted, TrainResult
 
-__all__ = ["Bake", "BakeOutcome", "BakeRun", "OutputLockedError", "apply_defaults", "get_field", "run_bake", "set_field", "validate_for_any_device"]
+__all__ = [
+    "Bake",
+    "BakeOutcome",
+    "BakeRun",
+    "Footprint",
+    "OutputLockedError",
+    "apply_defaults",
+    "check_footprint",
+    "get_field",
+    "run_bake",
+    "set_field",
+    "validate_for_any_device",
+]
 
 C = TypeVar("C")
 
@@ -79,6 +91,22 @@ class BakeOutcome:
     """Eval metric drawn on the loss curve's second axis (e.g. ``psnr_db``)."""
 
 
+@dataclass(frozen=True)
+class Footprint:
+    """What a bake will ask of its machine, estimated from its config (device defaults filled in)
+    before any input is read or any memory is spent."""
+
+    memory_bytes: int
+    """Peak memory on the bake's device (host memory on a CPU, GPU memory on a GPU): its inputs and
+    references as held, weights with their gradients and optimiser state, and a batch's activations."""
+    steps: int
+    """Optimiser steps over all its training phases."""
+    field: str
+    """The setting that drives most of the memory (named in the error when it is too much)."""
+    steps_field: str = "train.steps"
+    """The setting that sets the steps (``train.steps``, ``epochs``...)."""
+
+
 @dataclass
 class Bake(Generic[C]):
     """A bake's declaration: what the runner needs to run it."""
@@ -94,6 +122,10 @@ class Bake(Generic[C]):
     sizes that finish in minutes on a CPU."""
     title: str = ""
     """Progress-bar label (default: the name)."""
+    footprint: Callable[[C, torch.device], Footprint] | None = None
+    """``(config, device) -> Footprint``: the memory and steps a validated config (device defaults
+    filled in) will need, checked by :func:`check_footprint` before the bake starts (and by the asset
+    service before it queues a job)."""
 
     def run(self, config: C, out_dir: str | Path, **options: Any) -> dict[str, Any]:
         """Run this bake with ``config`` into ``out_dir``: :func:`run_bake` (``resume``, ``progress``,
@@ -148,6 +180,39 @@ def validate_for_any_device(bake: Bake[C], config: C) -> None:
         from neuralbake.errors import ConfigError
 
         raise ConfigError(str(exc), field="config") from exc
+
+
+def check_footprint(
+    bake: Bake[C], config: C, device: torch.device, *, memory_bytes: int | None = None, max_steps: int | None = None, fraction: float = 0.8
+) -> Footprint | None:
+    """Refuse ``config`` when its :class:`Footprint` is more than the machine can hold: more than
+    ``fraction`` of ``memory_bytes`` (default: what ``device`` has free now), or more than ``max_steps``.
+    Returns the footprint (``None`` for a bake that declares none)."""
+    if bake.footprint is None:
+        return None
+    from neuralbake.core.device import device_memory_bytes
+    from neuralbake.errors import ConfigError
+
+    footprint = bake.footprint(config, device)
+    where = "this GPU" if device.type == "cuda" else "this machine"
+    if memory_bytes is None:
+        memory_bytes = device_memory_bytes(device)
+    else:
+        where = "the service's workers"
+    if memory_bytes is not None and footprint.memory_bytes > fraction * memory_bytes:
+        raise ConfigError(
+            f"these settings need about {footprint.memory_bytes / 2**30:.1f} GiB of memory; {where} can give "
+            f"{fraction * memory_bytes / 2**30:.1f} GiB.",
+            field=footprint.field,
+            fix=f"lower {footprint.field} (or the sizes beside it).",
+        )
+    if max_steps is not None and footprint.steps > max_steps:
+        raise ConfigError(
+            f"these settings train {footprint.steps:,} steps; the service runs at most {max_steps:,}.",
+            field=footprint.steps_field,
+            fix=f"lower {footprint.steps_field}, or ask the service's operator to raise --max-steps.",
+        )
+    return footprint
 
 
 class BakeRun:
@@ -460,6 +525,7 @@ def run_bake(
     device = resolve_device(getattr(config, "device", "auto"))
     chosen = apply_defaults(bake, config, device)
     config.validate()  # type: ignore[attr-defined]
+    check_footprint(bake, config, device)
     created_out = not Path(out_dir).exists()
     out = prepare_output_dir(out_dir)
     state = out / STATE_DIR

@@ -11,7 +11,7 @@ import torch
 
 from neuralbake.errors import ConfigError
 
-__all__ = ["describe_device", "resolve_device", "seed_everything", "versions"]
+__all__ = ["describe_device", "device_memory_bytes", "resolve_device", "seed_everything", "versions"]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -44,6 +44,17 @@ def resolve_device(name: str) -> torch.device:
     elif device.type != "cpu":
         raise ConfigError(f"device type {device.type!r} is not supported.", field="device", fix="use auto, cpu or cuda.")
     return device
+
+
+def device_memory_bytes(device: torch.device) -> int | None:
+    """Memory a bake on ``device`` can still have: the GPU's free memory, or the host's available
+    memory on a CPU; ``None`` if unknown."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    from neuralbake.io.limits import available_memory_bytes
+
+    return available_memory_bytes()
 
 
 def describe_device(device: torch.device) -> dict[str, Any]:
