@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import torch
 
-from neuralbake.bakes.run import STATE_DIR, Bake, BakeOutcome, BakeRun, run_bake, set_field
+from neuralbake.bakes.run import STATE_DIR, Bake, BakeOutcome, BakeRun, set_field
 from neuralbake.errors import ConfigError
 from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES, load_bake_input, write_gltf
 
@@ -167,7 +167,7 @@ def _body(run: BakeRun) -> BakeOutcome:
         if report is None:
             run.note(f"lod: {stage}")
             resume = run.resume and (folder / STATE_DIR / "checkpoints").is_dir() and any((folder / STATE_DIR / "checkpoints").glob("*.pt"))
-            report = run_bake(bakes[stage], stage_config, folder, resume=resume, progress=run.progress, sinks=[_Forward(run, stage)])
+            report = run.run_stage(bakes[stage], stage_config, folder, resume=resume, sinks=[_Forward(run, stage)])
             torch.save({"stages": [*reports, stage]}, run.checkpoints / STAGES_FILE)
         reports[stage] = report
         current = str(folder / ("lod.gltf" if stage == "fit" else "lod.glb"))

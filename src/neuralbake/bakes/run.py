@@ -285,6 +285,12 @@ class BakeRun:
         self.phases.append((phase, result))
         return result
 
+    def run_stage(self, bake: Bake[Any], config: Any, out: Path, *, resume: bool, sinks: list[EventSink] | None = None) -> dict[str, Any]:
+        """Run another bake into ``out`` as a stage of this one (the lod chain's simplify, skin and
+        fit): on the one run path, with this run's step hook, so a job's cancellation or a fault
+        injected by a test reaches whichever stage is training."""
+        return run_bake(bake, config, out, resume=resume, progress=self.progress, sinks=sinks, on_step=self._on_step)
+
     @property
     def step(self) -> int:
         """The running phase's step (0 before the first phase)."""
