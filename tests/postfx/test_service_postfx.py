@@ -54,8 +54,10 @@ def test_a_postfx_job_runs_with_the_library_and_returns_the_result(library: Path
     job = client.post("/api/jobs", json={"kind": "postfx", "config": config, "inputs": {"render": ref}})
     assert job.status_code == 201, job.text
     stored = store.get_job(job.json()["id"]).config
-    assert stored["model"] == str((library / "sd" / "base").resolve()) and stored["controlnets"] == [f"canny={(library / 'sd' / 'controlnet').resolve()}:0.5"]
-    assert run_worker(WorkerSettings(db=settings.database_url(), data=settings.data, poll_seconds=0.05), "w1", max_jobs=1) == 1
+    # The job keeps the library's names (the worker resolves them in its own --models), never the server's paths.
+    assert stored["model"] == "sd/base" and stored["controlnets"] == ["canny=sd/controlnet:0.5"]
+    assert str(library) not in str(job.json()["config"])
+    assert run_worker(WorkerSettings(db=settings.database_url(), data=settings.data, poll_seconds=0.05, models=library), "w1", max_jobs=1) == 1
     final = client.get(f"/api/jobs/{job.json()['id']}").json()
     assert final["status"] == "succeeded", final
     result = client.get(f"/api/jobs/{job.json()['id']}/files/result.png")
@@ -71,8 +73,8 @@ def test_library_names_are_confined_and_checked(library: Path, tmp_path: Path) -
         ({"model": "../outside"}, "outside the model library", "config.model"),
         ({"model": str(library / "sd" / "base")}, "not a name in the model library", "config.model"),
         ({"model": "sd/nothing"}, "has no folder", "config.model"),
-        ({"model": "sd/base", "controlnets": ["depth=../../etc"]}, "outside the model library", "config.controlnets"),
-        ({"model": "sd/base", "loras": ["styles/missing.safetensors:0.5"]}, "has no file", "config.loras"),
+        ({"model": "sd/base", "controlnets": ["depth=../../etc"]}, "outside the model library", "config.controlnets[0]"),
+        ({"model": "sd/base", "loras": ["styles/missing.safetensors:0.5"]}, "has no file", "config.loras[0]"),
     ]
     for config, message, field in cases:
         response = client.post("/api/jobs", json={"kind": "postfx", "config": config, "inputs": {"render": ref}})
@@ -89,7 +91,7 @@ def test_a_frame_sequence_is_a_folder_input_of_postfx_jobs_only(library: Path, t
     upload = client.post("/api/uploads", files=[("files", (f"frames/{k:04d}.png", data)) for k in range(2)]).json()
     job = client.post("/api/jobs", json={"kind": "postfx", "config": {"model": "sd/base"}, "inputs": {"render": f"{upload['id']}/frames"}})
     assert job.status_code == 201, job.text
-    assert Path(store.get_job(job.json()["id"]).config["render"]).is_dir()
+    assert store.get_job(job.json()["id"]).config["render"] == f"{upload['id']}/frames"
     texture = client.post("/api/jobs", json={"kind": "texture", "config": {}, "inputs": {"image": f"{upload['id']}/frames"}})
     assert texture.status_code == 422 and "has no file" in texture.json()["error"]
     escape = client.post("/api/jobs", json={"kind": "postfx", "config": {"model": "sd/base"}, "inputs": {"render": f"{upload['id']}/../frames"}})

@@ -11,6 +11,19 @@ import time
 from pathlib import Path
 
 from neuralbake.client import ServiceClient, ServiceError
+from neuralbake.service.uploads import UploadStore
+
+
+def uploaded(data: Path, *files: Path) -> str:
+    """Store ``files`` as one upload in the service's data folder, as ``POST /api/uploads`` does;
+    return the reference of the first (``<upload id>/<name>``), what a stored job config holds."""
+    handles = [(f.name, open(f, "rb")) for f in files]  # noqa: SIM115 - closed below
+    try:
+        record = UploadStore(Path(data) / "uploads", max_bytes=2**30).add(handles)
+    finally:
+        for _, handle in handles:
+            handle.close()
+    return f"{record.id}/{files[0].name}"
 
 
 def _free_port() -> int:

@@ -78,7 +78,7 @@ def test_bad_jobs_get_the_bakes_own_messages(service, tiny_png: Path) -> None:
     upload = _upload(client, {"a.png": tiny_png.read_bytes()})
     cases = [
         ({"kind": "sculpt"}, "unknown job kind"),
-        ({"kind": "texture", "config": {"image": "/etc/passwd"}}, "only be given in inputs"),
+        ({"kind": "texture", "config": {"image": "/etc/passwd"}}, "not a reference to an upload"),
         ({"kind": "texture", "inputs": {"image": "0" * 64 + "/a.png"}}, "no upload"),
         ({"kind": "texture", "inputs": {"image": upload["id"] + "/../a.png"}}, "not a plain relative"),
         ({"kind": "texture", "inputs": {"image": upload["id"] + "/b.png"}}, "has no file"),

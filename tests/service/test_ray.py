@@ -12,6 +12,8 @@ from neuralbake.io.manifest import verify_bake_folder
 from neuralbake.service.store import Store
 from neuralbake.service.worker import WorkerSettings, job_folder, serve_workers_ray
 
+from ._support import uploaded
+
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install ray); the service's --ray workers are untested here")
 
 
@@ -22,7 +24,7 @@ def test_a_job_runs_as_a_ray_task(tmp_path: Path, tiny_png: Path) -> None:
     settings = WorkerSettings(db=f"sqlite:///{data / 'service.db'}", data=data, lease_seconds=10, poll_seconds=0.1)
     store = Store(settings.db)
     store.migrate()
-    job = store.create_job("texture", {"image": str(tiny_png), "batch_size": 64, "device": "cpu", "network": {"hidden": 16, "layers": 2},
+    job = store.create_job("texture", {"image": uploaded(data, tiny_png), "batch_size": 64, "device": "cpu", "network": {"hidden": 16, "layers": 2},
                                        "train": {"steps": 20, "precision": "fp32", "eval_every": 0}})
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     stop = threading.Event()

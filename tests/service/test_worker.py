@@ -15,11 +15,15 @@ import pytest
 
 from neuralbake.io.manifest import verify_bake_folder
 from neuralbake.service.store import Store
+
 from neuralbake.service.worker import StoreSink, WorkerSettings, _worker_process, job_folder, run_worker
 
+from ._support import uploaded
 
-def _texture_job(image: Path, steps: int) -> dict:
-    return {"image": str(image), "batch_size": 64, "device": "cpu", "network": {"hidden": 16, "layers": 2},
+
+def _texture_job(settings: WorkerSettings, image: Path, steps: int) -> dict:
+    """A texture job as the service stores it: the image as a reference to an upload."""
+    return {"image": uploaded(settings.data, image), "batch_size": 64, "device": "cpu", "network": {"hidden": 16, "layers": 2},
             "train": {"steps": steps, "precision": "fp32", "checkpoint_every": 2, "eval_every": 0, "log_every": 10}}
 
 
@@ -34,7 +38,7 @@ def settings(tmp_path: Path) -> WorkerSettings:
 
 def test_a_worker_runs_a_job_to_a_verified_bundle_with_its_events(settings: WorkerSettings, tiny_png: Path) -> None:
     store = Store(settings.db)
-    job = store.create_job("texture", _texture_job(tiny_png, 30))
+    job = store.create_job("texture", _texture_job(settings, tiny_png, 30))
     assert run_worker(settings, "w1", max_jobs=1) == 1
     done = store.get_job(job.id)
     assert done is not None and done.status == "succeeded", done
@@ -47,18 +51,21 @@ def test_a_worker_runs_a_job_to_a_verified_bundle_with_its_events(settings: Work
 
 def test_a_bad_job_fails_with_the_bake_s_message(settings: WorkerSettings, tmp_path: Path) -> None:
     store = Store(settings.db)
-    missing = store.create_job("texture", _texture_job(tmp_path / "nope.png", 10))
+    broken = tmp_path / "nope.png"
+    broken.write_bytes(b"not a picture")
+    missing = store.create_job("texture", _texture_job(settings, broken, 10))
     mistyped = store.create_job("texture", {"train": {"steps": "many"}})
     unknown = store.create_job("sculpt", {})
     run_worker(settings, "w1", max_jobs=3)
     for job_id, expected in ((missing.id, "nope.png"), (mistyped.id, "expected an integer"), (unknown.id, "unknown job kind")):
         job = store.get_job(job_id)
         assert job is not None and job.status == "failed" and expected in (job.error or ""), job
+        assert str(settings.data) not in (job.error or "") and str(settings.data.resolve()) not in (job.error or ""), job.error  # no server paths
 
 
 def test_a_cancelled_job_stops_at_the_next_step(settings: WorkerSettings, tiny_png: Path) -> None:
     store = Store(settings.db)
-    job = store.create_job("texture", _texture_job(tiny_png, 100_000))
+    job = store.create_job("texture", _texture_job(settings, tiny_png, 100_000))
     stop = threading.Event()
     thread = threading.Thread(target=run_worker, args=(settings, "w1", stop), kwargs={"max_jobs": 1})
     thread.start()
@@ -98,7 +105,7 @@ def _wait_for_checkpoint(folder: Path, timeout: float = 120.0) -> None:
 @pytest.mark.parametrize("how", ["sigkill", "sigterm"])
 def test_a_worker_lost_mid_bake_is_resumed_by_the_next_from_its_checkpoint(settings: WorkerSettings, tiny_png: Path, how: str) -> None:
     store = Store(settings.db)
-    job = store.create_job("texture", _texture_job(tiny_png, 1500))
+    job = store.create_job("texture", _texture_job(settings, tiny_png, 1500))
     process = multiprocessing.get_context("spawn").Process(target=_worker_process, args=(settings, "doomed"))
     process.start()
     _wait_for_checkpoint(job_folder(settings.data, job.id))

@@ -24,11 +24,12 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 
 from neuralbake.bakes.run import STATE_DIR, Bake, BakeOutcome, BakeRun, set_field
+from neuralbake.core.paths import InputPath, StageConfigs
 from neuralbake.errors import ConfigError
 from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES, load_bake_input, write_gltf
 
@@ -38,12 +39,21 @@ STAGES_FILE = "lod.pt"
 """The chain's own checkpoint: the stages that finished (the stages' folders hold the rest)."""
 
 
+def _stage_types() -> dict[str, type]:
+    """Each stage's config type (imported late: the chain's module loads before its stages')."""
+    from neuralbake.bakes.fit import FitConfig
+    from neuralbake.bakes.simplify import SimplifyConfig
+    from neuralbake.bakes.skin import SkinConfig
+
+    return {"simplify": SimplifyConfig, "skin": SkinConfig, "fit": FitConfig}
+
+
 @dataclass
 class LodConfig:
     """Everything that determines a LOD chain; the stages' other settings keep their own defaults
     (full size on a GPU, minutes on a CPU)."""
 
-    asset: str = ""
+    asset: InputPath = ""
     """Path of the PBR asset (.gltf or .glb)."""
     ratio: float = 0.25
     """Share of the triangles to keep, in (0, 1]."""
@@ -66,7 +76,7 @@ class LodConfig:
     """auto, cpu, cuda or cuda:N."""
     seed: int = 0
     """Seeds every stage."""
-    stage_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stage_options: Annotated[dict[str, dict[str, Any]], StageConfigs(_stage_types)] = field(default_factory=dict)
     """Further settings per stage, e.g. ``{"fit": {"epochs": 5}, "simplify": {"views": 8}}`` (a --config file's
     ``[stage_options.fit]`` table): any field of that stage's config."""
 

@@ -49,6 +49,7 @@ from neuralbake.io.files import atomic_write_json
 from neuralbake.io.limits import load_json_file
 from neuralbake.io.manifest import verify_bake_folder, write_bake_manifest
 from neuralbake.nn.trainer import TrainerConfig
+from neuralbake.core.paths import InputPath
 
 __all__ = ["MATERIAL_PACK", "MaterialPackConfig", "pack_materials"]
 
@@ -61,7 +62,7 @@ def _default_bake() -> NeuralMaterialConfig:
 class MaterialPackConfig:
     """Everything that determines a material pack."""
 
-    materials: list[str] = field(default_factory=list)
+    materials: list[InputPath] = field(default_factory=list)
     """Materials (.json, .mtlx; baked here), glTF scenes (.gltf, .glb: each lit material their meshes use, baked here on the scene) or baked neural material folders; material ids follow this order."""
     share: bool = True
     """Later materials reuse the first one's leading decoder layers (``bake.shared_layers`` of them, stored once)."""

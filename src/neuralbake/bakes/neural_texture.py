@@ -41,6 +41,7 @@ from neuralbake.nn.precision import compute_dtype
 from neuralbake.nn.serialize import load_coordinate_network, save_coordinate_network
 from neuralbake.nn.trainer import Batch, TexelDraws, TrainerConfig, TrainResult, cast_model
 from neuralbake.render.pictures import preview_strip
+from neuralbake.core.paths import InputPath
 
 __all__ = [
     "TRANSFORMS",
@@ -72,7 +73,7 @@ def _default_train() -> TrainerConfig:
 class NeuralTextureConfig:
     """Everything that determines a neural texture bake."""
 
-    image: str = ""
+    image: InputPath = ""
     """Path of the reference image (PNG, JPEG, TGA, BMP, TIFF; 8 or 16 bits; grey, RGB or RGBA)."""
     texture_size: tuple[int, int] | None = None
     """Resample the reference to WxH (at most 4096x4096) before training; None keeps its own size."""

@@ -38,6 +38,8 @@ def serve(
     ray: Annotated[str | None, typer.Option("--ray", help="Run the workers as Ray tasks: `auto` (this machine's cluster, else a local one) or a cluster ADDRESS. Workers must see --data and --db.")] = None,
     gpus_per_worker: Annotated[float, typer.Option(help="With --ray: GPUs each worker asks the cluster for.")] = 0.0,
     models: Annotated[Path | None, typer.Option("--models", help="Model library for postfx jobs (diffusion models, ControlNets, LoRAs), named relative to it.")] = None,
+    max_steps: Annotated[int, typer.Option("--max-steps", help="Most training steps one job may ask for.")] = 1_000_000,
+    job_memory: Annotated[float | None, typer.Option("--job-memory", help="GiB one job may need (checked against its settings before it is queued). \\[default: the workers' GPU or RAM shared among --workers]")] = None,
 ) -> None:
     """Run the asset service: the HTTP API and local workers over one job store."""
 
@@ -52,11 +54,15 @@ def serve(
         if db:
             Store(db).close()  # a bad URL is refused before the data folder is made
         data.mkdir(parents=True, exist_ok=True)
+        from neuralbake.errors import ConfigError
+
+        if max_steps < 1 or (job_memory is not None and not job_memory > 0):
+            raise ConfigError("--max-steps and --job-memory must be positive.", field="--max-steps" if max_steps < 1 else "--job-memory", fix="pass e.g. --max-steps 100000 --job-memory 8.")
         settings = ServiceSettings(data=data, db=db, host=host, port=port, workers=workers, require_token=not no_token, cors_origins=list(cors or []),
-                                   models=models)
+                                   models=models, max_steps=max_steps, job_memory=None if job_memory is None else int(job_memory * 2**30))
         app = create_app(settings)
         stop = threading.Event()
-        worker_settings = WorkerSettings(db=settings.database_url(), data=data, lease_seconds=settings.lease_seconds)
+        worker_settings = WorkerSettings(db=settings.database_url(), data=data, lease_seconds=settings.lease_seconds, models=models)
         if ray:
             target, kwargs = serve_workers_ray, {"address": ray, "gpus_per_worker": gpus_per_worker}
         else:
@@ -82,8 +88,9 @@ def token_create(
     data: Annotated[Path, _DATA] = Path("neuralbake-data"),
     db: Annotated[str, _DB] = "",
     quota: Annotated[int | None, typer.Option(help="Most jobs this token may submit. \\[default: no limit]")] = None,
+    admin: Annotated[bool, typer.Option("--admin", help="The token sees and acts on every token's jobs and uploads (an operator's).")] = False,
 ) -> None:
-    """Create an API token and print it once (only its hash is stored)."""
+    """Create an API token and print it once (only its hash is stored). A token sees only its own jobs and uploads."""
 
     def action() -> str:
         from neuralbake.service.app import hash_token
@@ -95,7 +102,7 @@ def token_create(
         data.mkdir(parents=True, exist_ok=True)
         store.migrate()
         token = secrets.token_urlsafe(32)
-        store.add_token(name, hash_token(token), quota_jobs=quota)
+        store.add_token(name, hash_token(token), quota_jobs=quota, admin=admin)
         store.close()
         return token
 

@@ -32,12 +32,13 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
 
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
+from neuralbake.core.paths import InputPathOrFolder, LibraryFolder, PathField
 from neuralbake.errors import ConfigError, InputError
 
 __all__ = ["CONDITION_NAMES", "POSTFX", "PassConfig", "PostfxConfig", "parse_controlnet", "parse_weighted"]
@@ -61,7 +62,7 @@ class PassConfig:
     """The pass's prompt (empty: the chain's)."""
     negative_prompt: str = ""
     """The pass's negative prompt (empty: the chain's)."""
-    loras: list[str] = field(default_factory=list)
+    loras: list[LibraryLora] = field(default_factory=list)
     """The pass's LoRAs as PATH or PATH:WEIGHT (empty: the chain's)."""
     strength: float | None = None
     """The pass's img2img strength (unset: the chain's)."""
@@ -71,21 +72,21 @@ class PassConfig:
 class PostfxConfig:
     """Everything that determines an AI render pass."""
 
-    render: str = ""
+    render: InputPathOrFolder = ""
     """The render (PNG, JPEG, OpenEXR), a .gltf/.glb scene neuralbake renders with its passes, or a folder of frames."""
-    depth: str = ""
+    depth: InputPathOrFolder = ""
     """OpenEXR with the Z pass (a folder of them for frames)."""
-    normal: str = ""
+    normal: InputPathOrFolder = ""
     """OpenEXR with the Normal pass (a folder of them for frames)."""
-    ids: str = ""
+    ids: InputPathOrFolder = ""
     """OpenEXR with the object or material index pass (a folder of them for frames)."""
-    motion: str = ""
+    motion: InputPathOrFolder = ""
     """Folder of OpenEXR files with the Vector pass (Blender: motion to the previous frame in pixels), one per frame."""
-    model: str = ""
+    model: LibraryFolder = ""
     """Diffusion model folder in the diffusers layout (SD 1.x/2.x, SDXL or Flux)."""
-    controlnets: list[str] = field(default_factory=list)
+    controlnets: list[LibraryControlNet] = field(default_factory=list)
     """ControlNets as CONDITION=DIR or CONDITION=DIR:SCALE; CONDITION is canny, depth, normal or segmentation."""
-    loras: list[str] = field(default_factory=list)
+    loras: list[LibraryLora] = field(default_factory=list)
     """LoRA files (.safetensors, diffusers or kohya layout) as PATH or PATH:WEIGHT."""
     prompt: str = ""
     """What the result shows (the subject and look)."""
@@ -169,19 +170,39 @@ class PostfxConfig:
             raise ConfigError("composition passes need the ids pass.", field="ids", fix="pass --ids with the object or material index pass.")
 
 
-def parse_weighted(spec: str, field_name: str) -> tuple[str, float]:
-    """``PATH`` or ``PATH:WEIGHT`` -> (path, weight); the weight defaults to 1."""
+def split_weighted(spec: str) -> tuple[str, str, str]:
+    """``PATH`` or ``PATH:WEIGHT`` -> (``""``, path, ``":WEIGHT"`` or ``""``): the path and the text around it."""
     path, sep, tail = spec.rpartition(":")
     if sep and path and not tail.startswith(("/", "\\")):
         try:
-            weight = float(tail)
+            float(tail)
         except ValueError:
-            path, weight = spec, 1.0
-        else:
-            if not math.isfinite(weight) or not -4.0 <= weight <= 4.0:
-                raise ConfigError(f"the weight in {spec!r} must be a number in [-4, 4].", field=field_name, fix="write PATH:0.8.")
-    else:
-        path, weight = spec, 1.0
+            return "", spec, ""
+        return "", path, sep + tail
+    return "", spec, ""
+
+
+def split_controlnet(spec: str) -> tuple[str, str, str]:
+    """``CONDITION=DIR[:SCALE]`` -> (``"CONDITION="``, folder, ``":SCALE"`` or ``""``)."""
+    condition, sep, rest = spec.partition("=")
+    if not sep:
+        return "", spec, ""
+    _, path, tail = split_weighted(rest)
+    return condition + sep, path, tail
+
+
+LibraryControlNet = Annotated[str, PathField(folder=True, library=True, split=split_controlnet)]
+"""``CONDITION=DIR[:SCALE]``, DIR a ControlNet folder."""
+LibraryLora = Annotated[str, PathField(library=True, split=split_weighted)]
+"""``PATH[:WEIGHT]``, PATH a LoRA file."""
+
+
+def parse_weighted(spec: str, field_name: str) -> tuple[str, float]:
+    """``PATH`` or ``PATH:WEIGHT`` -> (path, weight); the weight defaults to 1."""
+    _, path, tail = split_weighted(spec)
+    weight = float(tail[1:]) if tail else 1.0
+    if not math.isfinite(weight) or not -4.0 <= weight <= 4.0:
+        raise ConfigError(f"the weight in {spec!r} must be a number in [-4, 4].", field=field_name, fix="write PATH:0.8.")
     if not path:
         raise ConfigError(f"{spec!r} names no file.", field=field_name, fix="write PATH or PATH:WEIGHT.")
     return path, weight

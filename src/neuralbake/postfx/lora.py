@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
+from neuralbake.core.paths import InputPathOrFolder, LibraryFolder
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.nn.trainer import TrainerConfig
 
@@ -82,9 +83,9 @@ def _default_train() -> TrainerConfig:
 class LoraTrainConfig:
     """Everything that determines a style LoRA's training."""
 
-    images: str = ""
+    images: InputPathOrFolder = ""
     """Folder of training images (PNG or JPEG); IMAGE.txt beside an image is its caption."""
-    base: str = ""
+    base: LibraryFolder = ""
     """The model the LoRA is for: a diffusers-layout folder (SD 1.x/2.x or SDXL)."""
     prompt: str = ""
     """Caption of the images without a .txt of their own (e.g. "a render in the studio's style")."""

@@ -25,14 +25,17 @@ import io
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from neuralbake.errors import ConfigError, InputError
+from neuralbake.errors import InputError
 from neuralbake.service.store import TERMINAL_STATES, JobRecord, Store
 from neuralbake.service.uploads import UploadStore
 from neuralbake.service.worker import job_folder
+
+if TYPE_CHECKING:
+    from neuralbake.service.jobs import Caller, JobConfigs
 
 __all__ = ["MAX_STROKE_PIXELS", "WEIGHTS_SIZE", "PaintError", "PaintRequest", "parse_paint_request", "refit_with_strokes"]
 
@@ -128,13 +131,13 @@ def _load_view(folder: Path, view: int) -> dict[str, np.ndarray]:
         return {key: data[key] for key in ("pixel", "uv", "uv_dx", "uv_dy", "size")}
 
 
-def _current_weights(job: JobRecord) -> np.ndarray:
+def _current_weights(job: JobRecord, uploads: UploadStore) -> np.ndarray:
     from neuralbake.io.images import load_image
 
-    path = job.config.get("weights")
-    if not path:
+    reference = job.config.get("weights")
+    if not reference:
         return np.zeros((WEIGHTS_SIZE, WEIGHTS_SIZE), np.float32)
-    image, _ = load_image(path)
+    image, _ = load_image(uploads.resolve(reference, field="weights"))
     return (image[..., :3].mean(-1) if image.shape[2] >= 3 else image[..., 0]).astype(np.float32)
 
 
@@ -160,19 +163,18 @@ def _wait_until_stopped(store: Store, job: JobRecord, timeout: float) -> JobReco
 
 
 def refit_with_strokes(
-    store: Store, uploads: UploadStore, data: Path, job: JobRecord, request: PaintRequest, *, token_id: str | None, max_attempts: int,
-    stop_wait: float = STOP_WAIT_SECONDS,
+    store: Store, uploads: UploadStore, configs: JobConfigs, data: Path, job: JobRecord, request: PaintRequest, *, caller: Caller,
+    max_attempts: int, stop_wait: float = STOP_WAIT_SECONDS,
 ) -> dict[str, Any]:
-    """Carry out a paint request on fit ``job`` (see the module docstring); return the new job and what was painted."""
-    from neuralbake.bakes.fit import FIT
-    from neuralbake.core.config import config_from_dict, config_to_dict
+    """Carry out a paint request on fit ``job`` (the caller's; see the module docstring); return the
+    new job (the caller's too) and what was painted."""
     from neuralbake.render.paint import project_strokes
 
     if job.kind != "fit":
         raise PaintError(f"only fit jobs take painted weights; this is a {job.kind} job.", status=409, field="job", fix="paint on a fit job.")
     folder = job_folder(data, job.id)
     buffer = _load_view(folder, request.view)
-    mask, texels = project_strokes(buffer, request.strokes, _current_weights(job), mode=request.mode)
+    mask, texels = project_strokes(buffer, request.strokes, _current_weights(job, uploads), mode=request.mode)
     if texels == 0:
         raise PaintError("the strokes touch no part of the asset in that view.", field="strokes", fix="paint over the asset, not the background.")
     job = _wait_until_stopped(store, job, stop_wait)
@@ -185,20 +187,17 @@ def refit_with_strokes(
     finally:
         for _, handle in files:
             handle.close()
+    if caller.token_id is not None:
+        store.add_upload_owner(upload.id, caller.token_id)
     settings = {key: value for key, value in job.config.items() if key not in ("weights", "warm_start")}
     for key, value in (request.overrides or {}).items():
         settings[key] = value
-    settings["weights"] = str(uploads.resolve(f"{upload.id}/weights.png", field="weights"))
+    settings["weights"] = f"{upload.id}/weights.png"
     if "fit.pt" in upload.files:
-        settings["warm_start"] = str(uploads.resolve(f"{upload.id}/fit.pt", field="warm_start"))
-    try:
-        parsed = config_from_dict(FIT.config_type, settings, source="the paint request")
-    except ConfigError as exc:
-        raise PaintError(exc.problem, field=f"config.{exc.field}" if exc.field else "config", fix=exc.fix) from exc
-    from neuralbake.bakes.run import validate_for_any_device
-
-    validate_for_any_device(FIT, parsed)
-    new = store.create_job("fit", config_to_dict(parsed), token_id=token_id, max_attempts=max_attempts)
+        settings["warm_start"] = f"{upload.id}/fit.pt"
+    # The same checks as any submitted job: the overrides' paths confined, the bake's validation, the footprint.
+    kind, config = configs.prepare("fit", settings, {}, caller)
+    new = store.create_job(kind, config, token_id=caller.token_id, max_attempts=max_attempts)
     store.add_event(job.id, "refit", {"job": new.id, "view": request.view, "mode": request.mode, "painted_texels": texels})
     return {
         "job": new.to_json(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +37,33 @@ class ServiceSettings:
     """Origins allowed to call the API from a browser page; none by default."""
     models: Path | None = None
     """The model library of ``postfx`` jobs (diffusion models, ControlNets, LoRAs), named by path relative to it; ``None``: no such jobs."""
+    device: str = "auto"
+    """Device the workers run jobs on that leave theirs at ``auto`` (auto: a GPU if this machine has one)."""
+    job_memory: int | None = None
+    """Memory one job may need, in bytes, checked against its footprint before it is queued; ``None``:
+    the workers' device's memory (the GPU's, else this machine's RAM) shared among the local workers."""
+    max_steps: int = 1_000_000
+    """Most training steps one job may ask for."""
+
+    def worker_device(self) -> str:
+        """``cpu`` or ``cuda``: the device a job left at ``auto`` runs on."""
+        if self.device != "auto":
+            return "cuda" if self.device.startswith("cuda") else "cpu"
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def job_memory_bytes(self) -> int:
+        """What one job may use (see :attr:`job_memory`)."""
+        if self.job_memory is not None:
+            return self.job_memory
+        if self.worker_device() == "cuda":
+            import torch
+
+            total = torch.cuda.get_device_properties(0).total_memory
+        else:
+            total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return int(total // max(1, self.workers))
 
     def database_url(self) -> str:
         """The job store's URL."""

@@ -60,6 +60,13 @@ tokens = sa.Table(
     sa.Column("quota_jobs", sa.Integer),
     sa.Column("created", sa.Float, nullable=False),
     sa.Column("revoked", sa.Boolean, nullable=False),
+    sa.Column("admin", sa.Boolean, nullable=False),
+)
+upload_owners = sa.Table(
+    "upload_owners", _meta,
+    sa.Column("upload_id", sa.String(64), primary_key=True),
+    sa.Column("token_id", sa.String(32), sa.ForeignKey("tokens.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("created", sa.Float, nullable=False),
 )
 jobs = sa.Table(
     "jobs", _meta,
@@ -134,6 +141,8 @@ class TokenRecord:
     quota_jobs: int | None
     created: float
     revoked: bool
+    admin: bool = False
+    """Sees and acts on every job and upload (``token create --admin``)."""
 
 
 def _job(row: Any) -> JobRecord:
@@ -145,7 +154,7 @@ def _job(row: Any) -> JobRecord:
 
 
 def _token(row: Any) -> TokenRecord:
-    return TokenRecord(id=row.id, name=row.name, quota_jobs=row.quota_jobs, created=row.created, revoked=bool(row.revoked))
+    return TokenRecord(id=row.id, name=row.name, quota_jobs=row.quota_jobs, created=row.created, revoked=bool(row.revoked), admin=bool(row.admin))
 
 
 def _enable_wal(cursor: sqlite3.Cursor) -> None:
@@ -415,13 +424,13 @@ class Store:
 
     # -- tokens ---------------------------------------------------------------------------------
 
-    def add_token(self, name: str, token_hash: str, *, quota_jobs: int | None = None) -> TokenRecord:
-        """Store a token's hash (never the token)."""
+    def add_token(self, name: str, token_hash: str, *, quota_jobs: int | None = None, admin: bool = False) -> TokenRecord:
+        """Store a token's hash (never the token); an ``admin`` token sees every job and upload."""
         if len(token_hash) != 64:
             raise ConfigError("a token is stored as its hex sha256 (64 characters).", field="token_hash", fix="hash the token first.")
         token_id = uuid.uuid4().hex
         with self._tx() as tx:
-            tx.execute(tokens.insert().values(id=token_id, name=name, token_hash=token_hash, quota_jobs=quota_jobs, created=time.time(), revoked=False))
+            tx.execute(tokens.insert().values(id=token_id, name=name, token_hash=token_hash, quota_jobs=quota_jobs, created=time.time(), revoked=False, admin=admin))
             return _token(tx.execute(sa.select(tokens).where(tokens.c.id == token_id)).one())
 
     def token_by_hash(self, token_hash: str) -> TokenRecord | None:
@@ -435,3 +444,17 @@ class Store:
         with self._tx() as tx:
             tx.execute(tokens.update().where(tokens.c.id == token_id).values(revoked=True))
 
+    # -- uploads ----------------------------------------------------------------------------------
+
+    def add_upload_owner(self, upload_id: str, token_id: str) -> None:
+        """Record that ``token_id`` made (or sent the same bytes as) an upload; repeating it is harmless."""
+        with self._tx() as tx:
+            known = tx.execute(sa.select(upload_owners.c.token_id).where(upload_owners.c.upload_id == upload_id, upload_owners.c.token_id == token_id)).first()
+            if known is None:
+                tx.execute(upload_owners.insert().values(upload_id=upload_id, token_id=token_id, created=time.time()))
+
+    def owns_upload(self, upload_id: str, token_id: str) -> bool:
+        """Whether ``token_id`` made this upload."""
+        with self._read() as conn:
+            query = sa.select(upload_owners.c.token_id).where(upload_owners.c.upload_id == upload_id, upload_owners.c.token_id == token_id)
+            return conn.execute(query).first() is not None

@@ -60,6 +60,29 @@ def check_name(name: str) -> str:
     return path.as_posix()
 
 
+class _Names:
+    """The names of one upload so far: each once, and no name both a file and a folder (``a`` and ``a/b.png``)."""
+
+    def __init__(self) -> None:
+        self.files: set[str] = set()
+        self.folders: set[str] = set()
+        self.last = ""
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def add(self, name: str) -> None:
+        parents = {"/".join(name.split("/")[:i]) for i in range(1, name.count("/") + 1)}
+        if name in self.files:
+            raise UploadError(f"{name[:80]!r} is sent twice.", fix="send each file once.")
+        clash = name if name in self.folders else next((p for p in sorted(parents) if p in self.files), None)
+        if clash is not None:
+            raise UploadError(f"{clash[:80]!r} is both a file and a folder in this upload.", fix="rename one of them.")
+        self.files.add(name)
+        self.folders |= parents
+        self.last = name
+
+
 class UploadStore:
     """Uploads under ``root`` (see the module docstring)."""
 
@@ -69,37 +92,33 @@ class UploadStore:
         self.root.mkdir(parents=True, exist_ok=True)
 
     def add(self, files: Iterable[tuple[str, BinaryIO]]) -> UploadRecord:
-        """Store the files (or unpack a single ``.zip``); return the upload (deduplicated)."""
+        """Store the files (or unpack a single ``.zip``); return the upload (deduplicated). A refused
+        upload leaves nothing behind."""
         incoming = self.root / ".incoming" / uuid.uuid4().hex
+        unpacked = incoming.with_name(incoming.name + ".unzipped")
         incoming.mkdir(parents=True)
         try:
             budget = [self.max_bytes]
-            names: list[str] = []
+            names = _Names()
             for name, stream in files:
-                names.append(check_name(name))
+                names.add(check_name(name))
                 if len(names) > MAX_FILES:
                     raise UploadError(f"more than {MAX_FILES} files in one upload.", status=413, fix="send fewer files, or a zip.")
-                self._write(incoming / names[-1], stream, budget)
-            if not names:
+                self._write(incoming / names.last, stream, budget)
+            if not len(names):
                 raise UploadError("the upload holds no files.", fix="send one or more files as multipart form field 'files'.")
-            if len(names) == 1 and names[0].lower().endswith(".zip"):
-                archive = incoming / names[0]
-                unpacked = incoming.with_name(incoming.name + ".unzipped")
+            if len(names) == 1 and names.last.lower().endswith(".zip"):
                 unpacked.mkdir()
-                try:
-                    self._unzip(archive, unpacked)
-                finally:
-                    shutil.rmtree(incoming, ignore_errors=True)
-                incoming = unpacked
+                self._unzip(incoming / names.last, unpacked)
+                return self._commit(unpacked)
             return self._commit(incoming)
         finally:
             shutil.rmtree(incoming, ignore_errors=True)
+            shutil.rmtree(unpacked, ignore_errors=True)
 
     def _write(self, target: Path, stream: BinaryIO, budget: list[int]) -> None:
-        if target.exists():
-            raise UploadError(f"{target.name!r} is sent twice.", fix="send each file once.")
         target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target, "wb") as handle:
+        with open(target, "xb") as handle:
             while block := stream.read(_BLOCK):
                 budget[0] -= len(block)
                 if budget[0] < 0:
@@ -113,10 +132,12 @@ class UploadStore:
                 if len(members) > MAX_FILES:
                     raise UploadError(f"the zip holds more than {MAX_FILES} files.", status=413, fix="send fewer files.")
                 budget = [self.max_bytes]
+                names = _Names()
                 for member in members:
                     if stat.S_ISLNK(member.external_attr >> 16):
                         raise UploadError(f"the zip holds a symlink ({member.filename[:80]!r}).", fix="zip the files themselves, not links.")
                     name = check_name(member.filename)
+                    names.add(name)
                     if member.file_size > budget[0]:
                         raise UploadError(f"the zip unpacks to more than {self.max_bytes:,} bytes.", status=413, fix="send a smaller set.")
                     with zipped.open(member) as stream:
@@ -156,16 +177,16 @@ class UploadStore:
         upload_id, _, name = ref.partition("/")
         upload = self.get(upload_id)
         if upload is None:
-            raise UploadError(f"there is no upload {upload_id[:80]!r}.", field=f"inputs.{field}", fix="upload the files first; refer to them as <upload id>/<file name>.")
+            raise UploadError(f"there is no upload {upload_id[:80]!r}.", field=f"config.{field}", fix="upload the files first; refer to them as <upload id>/<file name>.")
         name = check_name(name.rstrip("/")) if name.rstrip("/") else ""
         if folders and name and name not in upload.files and any(f.startswith(name + "/") for f in upload.files):
             folder = (self.root / upload_id / name).resolve()
             if not folder.is_relative_to((self.root / upload_id).resolve()) or not folder.is_dir():
-                raise UploadError(f"{ref[:80]!r} does not resolve inside its upload.", field=f"inputs.{field}")
+                raise UploadError(f"{ref[:80]!r} does not resolve inside its upload.", field=f"config.{field}")
             return folder
         if name not in upload.files:
-            raise UploadError(f"upload {upload_id[:12]}... has no file {name!r}.", field=f"inputs.{field}", fix=f"use one of: {', '.join(list(upload.files)[:10])}.")
+            raise UploadError(f"upload {upload_id[:12]}... has no file {name!r}.", field=f"config.{field}", fix=f"use one of: {', '.join(list(upload.files)[:10])}.")
         path = (self.root / upload_id / name).resolve()
         if not path.is_relative_to((self.root / upload_id).resolve()) or not path.is_file():
-            raise UploadError(f"{ref[:80]!r} does not resolve inside its upload.", field=f"inputs.{field}")
+            raise UploadError(f"{ref[:80]!r} does not resolve inside its upload.", field=f"config.{field}")
         return path

@@ -4,8 +4,13 @@ A worker claims the oldest queued job (:meth:`~neuralbake.service.store.Store.cl
 its stored config back into the bake's config dataclass (the same typed checks as a config file),
 and runs :meth:`neuralbake.bakes.run.Bake.run` into ``DATA/jobs/<id>/out`` with a
 :class:`StoreSink`, so the runner's events (phase, train, eval, checkpoint...) land in the store for
-every subscriber. A heartbeat thread extends the job's lease while it runs and notices a
-cancellation, which stops the bake at the next step (the trainer saves a checkpoint first). A
+every subscriber. A job's config holds references to uploads, which the worker turns into paths when it runs the
+job (:func:`neuralbake.service.paths.resolve_paths`), and what it stores for clients (events,
+errors) shows references again, never the server's paths. A heartbeat thread extends the job's
+lease while it runs and notices a cancellation, which stops the bake at the next training step (the
+trainer saves a checkpoint first); work that reaches no step soon (loading, rendering references,
+decimating, writing outputs, a stage of a chain between its trainings) is interrupted where it
+stands by a signal to the worker's main thread, so a cancel ends every job as ``cancelled``. A
 worker that dies (``kill -9``, a lost machine) stops heartbeating; its job is requeued when the
 lease runs out and the next attempt resumes from the checkpoint in the job's folder.
 
@@ -20,13 +25,13 @@ database (PostgreSQL for several machines).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import multiprocessing
 import os
 import signal
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +41,9 @@ from neuralbake.core.config import config_from_dict
 from neuralbake.errors import ConfigError, NeuralbakeError
 from neuralbake.service.store import JobRecord, Store
 
-__all__ = ["KINDS", "StoreSink", "WorkerSettings", "bake_of", "job_folder", "run_job", "run_worker", "serve_workers", "serve_workers_ray"]
+__all__ = ["KINDS", "JobCancelled", "StoreSink", "WorkerSettings", "bake_of", "job_folder", "run_job", "run_worker", "serve_workers", "serve_workers_ray"]
+
+log = logging.getLogger("neuralbake.service.worker")
 
 
 def _kinds() -> dict[str, Any]:
@@ -86,6 +93,8 @@ class WorkerSettings:
     """Device for jobs that leave theirs at ``auto``."""
     threads: int | None = None
     """CPU threads each worker's torch uses (None: the machine's cores shared among the workers)."""
+    models: Path | None = None
+    """The service's model library (postfx jobs name their models in it)."""
 
 
 class StoreSink:
@@ -95,16 +104,17 @@ class StoreSink:
     stored history always ends with the real last loss.
     """
 
-    def __init__(self, store: Store, job_id: str, *, interval: float = 0.25) -> None:
+    def __init__(self, store: Store, job_id: str, *, interval: float = 0.25, redact: Callable[[Any], Any] | None = None) -> None:
         self.store = store
         self.job_id = job_id
+        self.redact = redact or (lambda value: value)
         self.interval = interval
         self._last = -math.inf
         self._pending: dict[str, Any] | None = None
 
     def write(self, event: dict[str, Any]) -> None:
         kind = str(event.get("event", "event"))
-        data = {key: value for key, value in event.items() if key != "event"}
+        data = self.redact({key: value for key, value in event.items() if key != "event"})
         now = time.monotonic()
         if kind == "train":
             if now - self._last < self.interval:
@@ -127,6 +137,14 @@ class StoreSink:
 
 CANCEL_POLL_SECONDS = 1.0
 """How often a running job's worker looks for a cancellation request."""
+CANCEL_GRACE_SECONDS = 5.0
+"""How long a cancelled job may go without a training step (which stops it cleanly, with a
+checkpoint) before the work it is in is interrupted where it stands."""
+_CANCEL_SIGNAL = signal.SIGUSR1
+
+
+class JobCancelled(BaseException):  # noqa: N818 - like KeyboardInterrupt: no `except Exception` in a bake may swallow it
+    """Raised in the worker's main thread when a cancelled job is in work that reaches no training step."""
 
 
 class _Heartbeat(threading.Thread):
@@ -138,6 +156,11 @@ class _Heartbeat(threading.Thread):
         self.cancelled = threading.Event()
         self.lost = threading.Event()
         self.done = threading.Event()
+        self.last_step = time.monotonic()
+        """When the job last finished a training step (set by the worker's step hook)."""
+        self.interrupt: Callable[[], None] | None = None
+        """Interrupts the job's work where it stands (set while the job runs in the main thread)."""
+        self._interrupted = False
 
     def run(self) -> None:
         # A cancellation is looked for every second (an artist's refit waits on it); the lease is
@@ -151,34 +174,79 @@ class _Heartbeat(threading.Thread):
                 last_beat = time.monotonic()
             current = self.store.get_job(self.job.id)
             if current is not None and current.cancel_requested:
-                self.cancelled.set()
+                if not self.cancelled.is_set():
+                    self.cancelled.set()
+                    self.last_step = max(self.last_step, time.monotonic() - CANCEL_GRACE_SECONDS / 2)
+                stalled = time.monotonic() - self.last_step > CANCEL_GRACE_SECONDS
+                if stalled and self.interrupt is not None and not self._interrupted:
+                    self._interrupted = True
+                    self.interrupt()
+
+
+class _Interruptible:
+    """While a job runs in the main thread, a signal from its heartbeat raises :class:`JobCancelled`
+    there; before and after, the same signal does nothing (the handler checks, in the main thread,
+    whether the job is still running, so a late signal cannot hit the worker's own bookkeeping)."""
+
+    def __init__(self, heartbeat: _Heartbeat) -> None:
+        self.heartbeat = heartbeat
+        self.active = False
+        self.previous: Any = None
+        self.installed = False
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.active:
+            self.active = False
+            raise JobCancelled()
+
+    def __enter__(self) -> _Interruptible:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(_CANCEL_SIGNAL, self._handle)
+            self.installed = True
+            main = threading.main_thread().ident
+            self.heartbeat.interrupt = lambda: signal.pthread_kill(main, _CANCEL_SIGNAL)  # type: ignore[arg-type]
+        self.active = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.active = False
+        self.heartbeat.interrupt = None
+        if self.installed:
+            signal.signal(_CANCEL_SIGNAL, self.previous)
 
 
 def run_job(store: Store, job: JobRecord, worker: str, settings: WorkerSettings) -> str:
     """Run one claimed job to its end; return the state it ended in ("" if its lease was lost)."""
     from neuralbake.bakes.run import OutputLockedError
     from neuralbake.nn.trainer import TrainingInterrupted
+    from neuralbake.service.paths import Redactor, resolve_paths
+    from neuralbake.service.uploads import UploadStore
 
     out = job_folder(settings.data, job.id)
+    redact = Redactor(settings.data, settings.models)
     heartbeat = _Heartbeat(store, job, worker, settings.lease_seconds)
     heartbeat.start()
-    sink = StoreSink(store, job.id)
+    sink = StoreSink(store, job.id, redact=redact)
 
     def on_step(trainer: Any, step: int) -> None:
+        heartbeat.last_step = time.monotonic()
         if heartbeat.cancelled.is_set() or heartbeat.lost.is_set():
             trainer.request_stop()
 
     try:
-        bake = bake_of(job.kind)
-        config = config_from_dict(bake.config_type, job.config, source=f"job {job.id}")
-        if getattr(config, "device", None) == "auto":
-            config.device = settings.device
-        checkpoints = out / ".neuralbake" / "checkpoints"
-        resume = checkpoints.is_dir() and any(checkpoints.glob("*.pt"))
-        out.parent.mkdir(parents=True, exist_ok=True)
-        report = bake.run(config, out, resume=resume, progress=False, sinks=[sink], on_step=on_step, previews=True)
+        with _Interruptible(heartbeat):
+            bake = bake_of(job.kind)
+            uploads = UploadStore(Path(settings.data) / "uploads", max_bytes=0)
+            paths = resolve_paths(bake.config_type, job.config, uploads=uploads, models=settings.models)
+            config = config_from_dict(bake.config_type, paths, source=f"job {job.id}")
+            if getattr(config, "device", None) == "auto":
+                config.device = settings.device
+            checkpoints = out / ".neuralbake" / "checkpoints"
+            resume = checkpoints.is_dir() and any(checkpoints.glob("*.pt"))
+            out.parent.mkdir(parents=True, exist_ok=True)
+            report = bake.run(config, out, resume=resume, progress=False, sinks=[sink], on_step=on_step, previews=True)
         summary = {key: value for key, value in report.items() if isinstance(value, int | float | str) and not isinstance(value, bool)}
-        status, error, data = "succeeded", None, {"report": summary}
+        status, error, data = "succeeded", None, {"report": redact(summary)}
     except OutputLockedError:
         # The job's folder is still held by a worker that is finishing it (e.g. one of a server
         # that is shutting down): hand the job back without spending an attempt.
@@ -188,12 +256,16 @@ def run_job(store: Store, job: JobRecord, worker: str, settings: WorkerSettings)
             # The lease was lost (another worker has the job now) or this worker is shutting down
             # (SIGTERM): either way the job resumes elsewhere from the checkpoint just saved.
             return "" if heartbeat.lost.is_set() else SHUTDOWN
-        status, error, data = "cancelled", str(exc), {}
+        status, error, data = "cancelled", redact.text(str(exc)), {}
+    except JobCancelled:
+        status, error, data = "cancelled", "cancelled before its work reached a training step", {}
     except NeuralbakeError as exc:
-        status, error, data = "failed", str(exc), {}
-    except Exception as exc:  # a bug: keep the traceback in the job's record, not only in a log
-        status, error, data = "failed", f"internal error: {type(exc).__name__}: {exc}", {"traceback": traceback.format_exc(limit=20)}
+        status, error, data = "failed", redact.text(str(exc)), {}
+    except Exception as exc:  # a bug: its traceback goes to the worker's log, not to the client
+        log.exception("job %s (%s) failed with an internal error", job.id, job.kind)
+        status, error, data = "failed", redact.text(f"internal error: {type(exc).__name__}: {exc}"[:2000]), {}
     finally:
+        sink.close()
         heartbeat.done.set()
         heartbeat.join(timeout=5)
     return status if store.finish(job.id, worker, status, error=error, data=data) else ""

@@ -13,6 +13,7 @@ from neuralbake.errors import ConfigError
 from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES
 from neuralbake.nn.trainer import TrainerConfig
 from neuralbake.render.tonemap import TONE_MAP_OPERATORS
+from neuralbake.core.paths import InputPath
 
 __all__ = [
     "FIT_TARGETS",
@@ -57,9 +58,9 @@ def _default_train() -> TrainerConfig:
 class FitConfig:
     """Everything that determines a PBR-to-LOD fit."""
 
-    asset: str = ""
+    asset: InputPath = ""
     """Path of the PBR asset (.gltf or .glb)."""
-    reference: str | None = None
+    reference: InputPath | None = None
     """Render the reference from this asset instead (the original of a simplified asset): the LOD's appearance is
     fitted to its original, as `neuralbake simplify` then `fit --reference` chain them."""
     shape: bool = False
@@ -102,13 +103,13 @@ class FitConfig:
     """Display transform applied to HDR before comparing: aces, reinhard, modified_reinhard or linear."""
     exposure: float = 0.0
     """Exposure in stops before the display transform."""
-    weights: str | None = None
+    weights: InputPath | None = None
     """Optional greyscale mask in the asset's uv0 space (white = important) that up-weights the loss."""
     weight_max: float = 4.0
     """Loss weight where the mask is white (1 where it is black)."""
     init: Literal["splat", "constant"] = "splat"
     """Starting values: splat (reference pixels averaged onto their nearest texel/vertex) or constant mid-grey."""
-    warm_start: str | None = None
+    warm_start: InputPath | None = None
     """A previous fit's checkpoint (.neuralbake/checkpoints/fit.pt in its output folder) to start from instead of init:
     same asset, target and sizes; how a refit with newly painted weights picks up where the last fit stood."""
     uv1: Literal["auto", "generate"] = "auto"

@@ -13,6 +13,7 @@ from neuralbake.errors import ConfigError
 from neuralbake.io.limits import check_memory
 from neuralbake.nn.trainer import TrainerConfig
 from neuralbake.render.mip import is_power_of_two
+from neuralbake.core.paths import InputPath
 
 __all__ = [
     "CPU_TEXTURE_SIZE",
@@ -42,11 +43,11 @@ def _default_train() -> TrainerConfig:
 class MipmapConfig:
     """Everything that determines a learned-mipmap bake."""
 
-    base_color: str = ""
+    base_color: InputPath = ""
     """Base colour map (sRGB), square, power-of-two side."""
-    normal: str = ""
+    normal: InputPath = ""
     """Tangent-space normal map (OpenGL +y, as glTF), RGB, same size as the base colour."""
-    roughness_map: str | None = None
+    roughness_map: InputPath | None = None
     """Roughness map: a grey image, or a glTF metallicRoughness map (G = roughness, B = metallic); None: the constant `roughness`."""
     roughness: float = 0.2
     """Perceptual roughness (GGX alpha = roughness^2) when no roughness map is given."""

@@ -12,6 +12,7 @@ from neuralbake.bakes.neural_material.model import DIRECTION_FEATURES
 from neuralbake.errors import ConfigError
 from neuralbake.kernels import KERNEL_MODES
 from neuralbake.nn.trainer import TrainerConfig
+from neuralbake.core.paths import InputPath, InputPathOrFolder
 
 __all__ = ["LATENT_CHANNELS", "NeuralMaterialConfig", "device_defaults"]
 
@@ -31,11 +32,11 @@ def _default_train() -> TrainerConfig:
 class NeuralMaterialConfig:
     """Everything that determines a neural material bake."""
 
-    material: str = ""
+    material: InputPath = ""
     """What to bake: a neuralbake material (.json), a MaterialX document (.mtlx) or a glTF asset (.gltf, .glb; one of its materials)."""
     material_name: str = ""
     """With a glTF asset (as the material or with --asset): the name of its material to bake or to place on; left out, the one on the most triangles."""
-    asset: str = ""
+    asset: InputPath = ""
     """A glTF asset (.gltf, .glb) to place a layered material on: its orientation-dependent nodes see the asset's world normal per texel (instead of --normal), and the bake is scored on renders of the asset."""
     latent: int = 8
     """Latent channels per texel (the paper uses 8; 4, 8 or 16)."""
@@ -60,7 +61,7 @@ class NeuralMaterialConfig:
     (preview PSNR 0.3-0.8 dB lower)."""
     direction_inputs: tuple[str, ...] = ("wi", "wo", "half")
     """Direction features the decoder reads after the latent, each a local-frame 3-vector: wi, wo, half (normalize(wi + wo))."""
-    shared_decoder: str = ""
+    shared_decoder: InputPathOrFolder = ""
     """A baked neural material folder whose decoder this bake starts from, keeping its first
     ``shared_layers`` layers (the part that interprets the directions) fixed, so several materials
     share them; only the rest of the decoder, the encoder and the latents are trained."""

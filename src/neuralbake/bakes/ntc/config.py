@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 
 from neuralbake.bakes.ntc.layout import MAX_HIDDEN_LAYERS, MAX_HIDDEN_WIDTH, MAX_PE_FREQUENCIES, check_bpp
-from neuralbake.bakes.ntc.texture_set import TextureSet, check_texture_set, load_texture_set
+from neuralbake.bakes.ntc.texture_set import TextureSet, check_texture_set, load_texture_set, split_source
+from neuralbake.core.paths import PathField
 from neuralbake.errors import ConfigError
 from neuralbake.kernels import KERNEL_MODES
 from neuralbake.nn.trainer import TrainerConfig
@@ -31,7 +32,7 @@ def _default_train() -> TrainerConfig:
 class NTCConfig:
     """Everything that determines an NTC compression."""
 
-    sources: list[str] = field(default_factory=list)
+    sources: list[Annotated[str, PathField(split=split_source)]] = field(default_factory=list)
     """Texture images (PATH or NAME=PATH; a group named normal keeps X and Y) or one .gltf file."""
     material: str = "0"
     """glTF material to read (index or name)."""

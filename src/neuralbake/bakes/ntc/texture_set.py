@@ -118,6 +118,12 @@ def _group_for_image(name: str, image: np.ndarray) -> tuple[ChannelGroup, np.nda
     return ChannelGroup(name, _RGBA[: image.shape[2]], kind), image
 
 
+def split_source(text: str) -> tuple[str, str, str]:
+    """A source ``NAME=PATH`` or ``PATH`` -> (``"NAME="`` or ``""``, the path, ``""``)."""
+    name, sep, path = text.rpartition("=")
+    return (name + sep, path, "") if sep else ("", text, "")
+
+
 def load_texture_set(sources: Sequence[str | Path], *, material: str = "0") -> TextureSet:
     """Load a texture set from images (``PATH`` or ``NAME=PATH``) or from one glTF material.
 
@@ -131,7 +137,8 @@ def load_texture_set(sources: Sequence[str | Path], *, material: str = "0") -> T
     groups, images, paths = [], [], []
     for source in sources:
         text = str(source)
-        name, _, path_text = text.rpartition("=") if "=" in text else ("", "", text)
+        head, path_text, _ = split_source(text)
+        name = head[:-1]
         path = Path(path_text)
         if path.suffix.lower() in (".gltf", ".glb"):
             raise InputError("a glTF file must be the only source.", path=path, fix="pass either one .gltf file or image files.")

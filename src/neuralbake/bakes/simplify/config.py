@@ -10,6 +10,7 @@ import torch
 
 from neuralbake.errors import ConfigError
 from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES
+from neuralbake.core.paths import InputPath
 
 __all__ = ["CPU_DEFAULTS", "GPU_DEFAULTS", "SimplifyConfig", "device_defaults"]
 
@@ -22,13 +23,13 @@ CPU_DEFAULTS = {"render_size": 128, "views": 16, "epochs": 12}
 class SimplifyConfig:
     """Everything that determines an appearance-driven simplification."""
 
-    asset: str = ""
+    asset: InputPath = ""
     """Path of the glTF asset (.gltf or .glb) to simplify."""
     ratio: float = 0.25
     """Share of the triangles to keep, in (0, 1]."""
     triangles: int = 0
     """Triangles to keep (overrides ratio when > 0)."""
-    lod: str | None = None
+    lod: InputPath | None = None
     """An already simplified version of the asset (an artist's LOD, another tool's) to fit instead of decimating; ratio,
     triangles, image_guidance and the protections then do not apply."""
     render_size: int | None = None
@@ -52,7 +53,7 @@ class SimplifyConfig:
     """Skinned assets: animation frames of the first clip that the views are spread over (held-out views fall between them)."""
     protect_materials: list[str] = field(default_factory=list)
     """Names of materials whose triangles are kept as they are."""
-    protect_mask: str | None = None
+    protect_mask: InputPath | None = None
     """Optional greyscale PNG in the asset's uv0 space: white regions are kept as they are."""
     environment: bool = False
     """Light the renders with the procedural sky as well as the sun (its Monte Carlo noise blurs the shape's signal: off by default)."""

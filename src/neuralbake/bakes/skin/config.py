@@ -10,6 +10,7 @@ import torch
 
 from neuralbake.errors import ConfigError
 from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES
+from neuralbake.core.paths import InputPath
 
 __all__ = ["SkinConfig", "device_defaults"]
 
@@ -21,9 +22,9 @@ CPU_DEFAULTS = {"steps": 300, "render_size": 96, "views": 6}
 class SkinConfig:
     """Everything that determines a skin-weight fit."""
 
-    lod: str = ""
+    lod: InputPath = ""
     """The LOD to skin (.gltf or .glb): a static mesh in the original's rest pose, or a skinned one whose weights are fitted again."""
-    reference: str = ""
+    reference: InputPath = ""
     """The skinned original (.gltf or .glb) whose skeleton, skin and first clip the LOD follows."""
     influences: int = 4
     """Joints per vertex in the written skin (glTF's JOINTS_0 holds 4)."""
