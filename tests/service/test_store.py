@@ -5,6 +5,8 @@ requeues, cancel and retry, tokens, reads that never wait for a writer, restarts
 
 from __future__ import annotations
 
+import json
+
 import math
 import multiprocessing
 import threading
@@ -312,9 +314,9 @@ def test_migrations_build_the_schema_from_empty_and_are_idempotent(empty_store_u
     store.migrate()
     store.migrate()  # a second time: nothing to do
     names = set(sa.inspect(store.engine).get_table_names())
-    assert names == {"jobs", "events", "tokens", "alembic_version"}
+    assert names == {"jobs", "events", "tokens", "upload_owners", "alembic_version"}
     with store.engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == "0001"
+        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == "0002"
     assert store.create_job("texture", {}).status == "queued"
     store.close()
 
@@ -328,7 +330,7 @@ def test_servers_starting_together_migrate_once(empty_store_url: str) -> None:
     _in_threads(start, 4)
     store = Store(empty_store_url)
     with store.engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all() == ["0001"]
+        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all() == ["0002"]
     store.close()
 
 
@@ -352,4 +354,24 @@ def test_the_alembic_command_runs_the_same_migrations(empty_store_url: str) -> N
     store = Store(empty_store_url)
     store.migrate()  # already at head: nothing to do
     assert store.create_job("texture", {}).status == "queued"
+    store.close()
+
+
+def test_the_ownership_migration_turns_stored_paths_into_references(empty_store_url: str) -> None:
+    """Jobs queued before revision 0002 held absolute upload paths; after it, the references a worker resolves."""
+    store = Store(empty_store_url)
+    store.migrate("0001")
+    upload = "ab" * 32
+    old = {"image": f"/srv/nb/uploads/{upload}/photo.png", "sources": [f"normal=/srv/nb/uploads/{upload}/n.png"], "device": "cpu",
+           "stage_options": {"fit": {"warm_start": f"/srv/nb/uploads/{upload}/fit.pt", "epochs": 3}}}
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO tokens (id, name, token_hash, created, revoked) VALUES ('t', 'old', :h, 0, false)"), {"h": "0" * 64})
+        conn.execute(sa.text("INSERT INTO jobs (id, kind, config, status, attempts, max_attempts, created, updated, cancel_requested, event_seq) "
+                             "VALUES ('j', 'texture', :c, 'queued', 0, 3, 0, 0, false, 0)"), {"c": json.dumps(old)})
+    store.migrate()
+    job = store.get_job("j")
+    assert job is not None and job.config == {"image": f"{upload}/photo.png", "sources": [f"normal={upload}/n.png"], "device": "cpu",
+                                              "stage_options": {"fit": {"warm_start": f"{upload}/fit.pt", "epochs": 3}}}
+    token = store.token_by_hash("0" * 64)
+    assert token is not None and token.admin is False
     store.close()

@@ -9,6 +9,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,58 @@ def test_a_worker_lost_mid_bake_is_resumed_by_the_next_from_its_checkpoint(setti
     report = json.loads((out / "report.json").read_text())
     assert report["resumed"] is True and report["steps"] == 1500
     assert verify_bake_folder(out) is not None
+
+
+def _cancel_when(store: Store, job_id: str, seen: Callable[[list], bool], timeout: float = 120.0) -> threading.Thread:
+    """A thread that requests the job's cancellation once its stored events satisfy ``seen``."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if seen(store.events_after(job_id)):
+                store.request_cancel(job_id)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_job_cancelled_before_its_first_step_ends_cancelled(settings: WorkerSettings, tiny_png: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Work that reaches no training step (here: loading an input that takes minutes) is interrupted
+    where it stands; the worker runs the job in its main thread, as a worker process does."""
+    import neuralbake.bakes.neural_texture as texture
+    import neuralbake.service.worker as worker
+
+    monkeypatch.setattr(worker, "CANCEL_GRACE_SECONDS", 0.5)
+    monkeypatch.setattr(texture, "load_image", lambda *args, **kwargs: time.sleep(300))
+    store = Store(settings.db)
+    job = store.create_job("texture", _texture_job(settings, tiny_png, 10))
+    watcher = _cancel_when(store, job.id, lambda events: any(e.type == "bake" for e in events))
+    started = time.monotonic()
+    run_worker(settings, "w1", max_jobs=1)
+    watcher.join()
+    final = store.get_job(job.id)
+    assert final is not None and final.status == "cancelled", final
+    assert time.monotonic() - started < 30
+    assert [e.type for e in store.events_after(job.id)][-1] == "cancelled"
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL  # the worker's handler is gone with the job
+
+
+@pytest.mark.slow
+def test_a_cancel_reaches_every_stage_of_a_lod_chain(settings: WorkerSettings) -> None:
+    """A lod job cancelled while its simplify stage runs ends cancelled there: no fit stage starts."""
+    arm = Path(__file__).resolve().parents[2] / "examples" / "arm"
+    store = Store(settings.db)
+    small = {"simplify": {"views": 4, "held_out_views": 2, "render_size": 48, "epochs": 200}, "fit": {"views": 4, "render_size": 48, "epochs": 2}}
+    job = store.create_job("lod", {"asset": uploaded(settings.data, arm / "arm.gltf", arm / "arm.bin"), "ratio": 0.3, "device": "cpu",
+                                   "skin": False, "shadows": False, "stage_options": small})
+    watcher = _cancel_when(store, job.id, lambda events: any(e.type == "stage" and e.data.get("stage") == "simplify" for e in events)
+                           or any(e.type == "train" for e in events))
+    run_worker(settings, "w1", max_jobs=1)
+    watcher.join()
+    final = store.get_job(job.id)
+    events = store.events_after(job.id)
+    assert final is not None and final.status == "cancelled", (final, [e.type for e in events][-10:])
+    assert not any(e.type == "stage" and e.data.get("stage") == "fit" for e in events)

@@ -222,8 +222,8 @@ class Store:
         def _on_begin(connection: Connection) -> None:
             connection.exec_driver_sql("BEGIN" if connection.get_execution_options().get(_READ_ONLY) else "BEGIN IMMEDIATE")
 
-    def migrate(self) -> None:
-        """Bring the schema to the newest revision (alembic ``upgrade head``); safe to repeat."""
+    def migrate(self, revision: str = "head") -> None:
+        """Bring the schema to the newest revision (alembic ``upgrade head``; or to ``revision``); safe to repeat."""
         from alembic import command
         from alembic.config import Config
 
@@ -235,7 +235,7 @@ class Store:
                 # SQLite, BEGIN IMMEDIATE already serialises them).
                 connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
             config.attributes["connection"] = connection
-            command.upgrade(config, "head")
+            command.upgrade(config, revision)
 
     def close(self) -> None:
         """Release the connection pool."""

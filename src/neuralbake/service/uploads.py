@@ -30,6 +30,8 @@ from neuralbake.errors import InputError
 __all__ = ["UploadError", "UploadRecord", "UploadStore", "check_name"]
 
 MAX_FILES = 512
+INDEX = ".files.json"
+"""The file beside an upload's files that lists them (names, sizes, sha256)."""
 _BLOCK = 1 << 20
 
 
@@ -73,6 +75,8 @@ class _Names:
 
     def add(self, name: str) -> None:
         parents = {"/".join(name.split("/")[:i]) for i in range(1, name.count("/") + 1)}
+        if name == INDEX:
+            raise UploadError(f"{INDEX!r} is the name the service keeps an upload's index under.", fix="rename that file.")
         if name in self.files:
             raise UploadError(f"{name[:80]!r} is sent twice.", fix="send each file once.")
         clash = name if name in self.folders else next((p for p in sorted(parents) if p in self.files), None)
@@ -156,7 +160,7 @@ class UploadStore:
         upload_id = hashlib.sha256(json.dumps(sorted((n, f["sha256"]) for n, f in files.items())).encode()).hexdigest()
         final = self.root / upload_id
         if not final.exists():
-            (folder / ".files.json").write_text(json.dumps(files))
+            (folder / INDEX).write_text(json.dumps(files))
             try:
                 os.replace(folder, final)
             except OSError:
@@ -168,7 +172,7 @@ class UploadStore:
         """A stored upload, or None."""
         if len(upload_id) != 64 or not all(c in "0123456789abcdef" for c in upload_id):
             return None
-        index = self.root / upload_id / ".files.json"
+        index = self.root / upload_id / INDEX
         return UploadRecord(upload_id, json.loads(index.read_text())) if index.is_file() else None
 
     def resolve(self, ref: str, *, field: str, folders: bool = False) -> Path:
@@ -178,7 +182,10 @@ class UploadStore:
         upload = self.get(upload_id)
         if upload is None:
             raise UploadError(f"there is no upload {upload_id[:80]!r}.", field=f"config.{field}", fix="upload the files first; refer to them as <upload id>/<file name>.")
-        name = check_name(name.rstrip("/")) if name.rstrip("/") else ""
+        try:
+            name = check_name(name.rstrip("/")) if name.rstrip("/") else ""
+        except UploadError as exc:
+            raise UploadError(exc.problem, field=f"config.{field}", fix=exc.fix) from exc
         if folders and name and name not in upload.files and any(f.startswith(name + "/") for f in upload.files):
             folder = (self.root / upload_id / name).resolve()
             if not folder.is_relative_to((self.root / upload_id).resolve()) or not folder.is_dir():
