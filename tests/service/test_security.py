@@ -262,3 +262,24 @@ def test_nothing_a_client_reads_shows_a_server_path(service: Service, tmp_path: 
             assert not any(root in text for root in roots), text[:2000]
     failed = service.a.get(f"/api/jobs/{ids[1]}").json()
     assert failed["status"] == "failed" and f"{broken}/broken.png" in failed["error"], failed
+
+
+def test_tokens_are_listed_revoked_and_made_admin_from_the_cli(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from neuralbake.cli import app
+
+    data = tmp_path / "data"
+    runner = CliRunner()
+    made = {name: runner.invoke(app, ["token", "create", name, "--data", str(data), *extra]) for name, extra in (("alice", []), ("ops", ["--admin"]))}
+    assert all(result.exit_code == 0 for result in made.values()), {k: v.output for k, v in made.items()}
+    secret = made["alice"].output.strip().splitlines()[-1].strip()
+    listing = runner.invoke(app, ["token", "list", "--data", str(data)])
+    assert listing.exit_code == 0 and "alice" in listing.output and "admin" in listing.output and secret not in listing.output
+    settings = ServiceSettings(data=data)
+    client = TestClient(create_app(settings), headers={"Authorization": f"Bearer {secret}"})
+    assert client.get("/api/jobs").status_code == 200
+    assert runner.invoke(app, ["token", "revoke", "alice", "--data", str(data)]).exit_code == 0
+    assert client.get("/api/jobs").status_code == 401
+    refused = runner.invoke(app, ["token", "revoke", "alice", "--data", str(data)])
+    assert refused.exit_code == 2 and "no live token" in refused.output

@@ -111,6 +111,62 @@ def token_create(
     Console().print(token, highlight=False, markup=False)
 
 
+def _token_store(data: Path, db: str):  # noqa: ANN202 - the store module is imported lazily
+    from neuralbake.errors import ConfigError
+    from neuralbake.service.settings import ServiceSettings
+    from neuralbake.service.store import Store
+
+    url = ServiceSettings(data=data, db=db).database_url()
+    if not db and not (data / "service.db").is_file():
+        raise ConfigError(f"there is no service database in {data}.", field="--data", fix="pass the folder `neuralbake serve --data` uses.")
+    store = Store(url)
+    store.migrate()
+    return store
+
+
+@token_app.command("list")
+def token_list(data: Annotated[Path, _DATA] = Path("neuralbake-data"), db: Annotated[str, _DB] = "") -> None:
+    """List the tokens: id, name, admin, quota, jobs submitted, revoked (never the tokens themselves)."""
+
+    def action() -> list:
+        store = _token_store(data, db)
+        try:
+            return [(t, store.count_jobs(t.id)) for t in store.list_tokens()]
+        finally:
+            store.close()
+
+    out = Console()
+    for token, count in run_action(action):
+        flags = ", ".join(f for f in ("admin" if token.admin else "", "revoked" if token.revoked else "") if f)
+        quota = "no quota" if token.quota_jobs is None else f"quota {token.quota_jobs}"
+        out.print(f"{token.id}  {token.name:<20} {count} jobs, {quota}{', ' + flags if flags else ''}", highlight=False, markup=False)
+
+
+@token_app.command("revoke")
+def token_revoke(
+    which: Annotated[str, typer.Argument(help="The token's id or name (as `token list` shows them).")],
+    data: Annotated[Path, _DATA] = Path("neuralbake-data"),
+    db: Annotated[str, _DB] = "",
+) -> None:
+    """Refuse a token from now on (its jobs and uploads stay; an admin token still sees them)."""
+
+    def action() -> str:
+        from neuralbake.errors import ConfigError
+
+        store = _token_store(data, db)
+        try:
+            matches = [t for t in store.list_tokens() if which in (t.id, t.name) and not t.revoked]
+            if len(matches) != 1:
+                problem = f"no live token is called {which!r}." if not matches else f"{len(matches)} live tokens are called {which!r}."
+                raise ConfigError(problem, field="WHICH", fix="name it by the id `neuralbake token list` shows.")
+            store.revoke_token(matches[0].id)
+            return matches[0].id
+        finally:
+            store.close()
+
+    print_done(f"token {run_action(action)} revoked")
+
+
 _SERVER = typer.Option("--server", envvar="NEURALBAKE_SERVER", help="The service's URL, e.g. http://127.0.0.1:8642 (or $NEURALBAKE_SERVER).")
 _TOKEN = typer.Option("--token", envvar="NEURALBAKE_TOKEN", help="API token (or $NEURALBAKE_TOKEN).", show_default=False)
 

@@ -439,6 +439,11 @@ class Store:
             row = conn.execute(sa.select(tokens).where(tokens.c.token_hash == token_hash, tokens.c.revoked.is_(False))).first()
         return None if row is None else _token(row)
 
+    def list_tokens(self) -> list[TokenRecord]:
+        """Every token (revoked ones too), oldest first."""
+        with self._read() as conn:
+            return [_token(row) for row in conn.execute(sa.select(tokens).order_by(tokens.c.created, tokens.c.id))]
+
     def revoke_token(self, token_id: str) -> None:
         """Refuse this token from now on."""
         with self._tx() as tx:
