@@ -283,3 +283,13 @@ def test_tokens_are_listed_revoked_and_made_admin_from_the_cli(tmp_path: Path) -
     assert client.get("/api/jobs").status_code == 401
     refused = runner.invoke(app, ["token", "revoke", "alice", "--data", str(data)])
     assert refused.exit_code == 2 and "no live token" in refused.output
+
+
+def test_an_ntc_job_may_name_its_gltf_material(service: Service) -> None:
+    """`material` of an ntc job is a material's name or index, not a file: the service leaves it alone."""
+    crate = Path(__file__).resolve().parents[2] / "examples" / "crate"
+    files = {p.name: p.read_bytes() for p in crate.iterdir() if p.name.startswith("crates") and p.suffix in (".gltf", ".bin", ".png")}
+    upload = _upload(service.a, files)
+    response = service.a.post("/api/jobs", json={"kind": "ntc", "config": {"material": "crate_red", "bpp": [4.0]}, "inputs": {"sources": [f"{upload}/crates.gltf"]}})
+    assert response.status_code == 201, response.text
+    assert response.json()["config"]["material"] == "crate_red"
