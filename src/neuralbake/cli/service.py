@@ -219,7 +219,7 @@ def _upload_input(client, path: Path) -> str:  # noqa: ANN001
 
 
 def submit(
-    kind: Annotated[str, typer.Argument(help="texture, material, ntc, mipmap or fit.")],
+    kind: Annotated[str, typer.Argument(help="The job kind: texture, material, ntc, mipmap, fit, simplify, skin, lod or postfx.")],
     inputs: Annotated[list[str], typer.Option("--input", "-i", help="FIELD=PATH: a file the bake reads (e.g. image=photo.png; a .gltf brings its folder). Repeat a field for a list.")],
     server: Annotated[str, _SERVER] = "http://127.0.0.1:8642",
     token: Annotated[str | None, _TOKEN] = None,
