@@ -200,6 +200,33 @@ def test_cli_runs_and_reports_errors(tmp_path):
     assert result.exit_code == 2 and "nope.png" in result.output
 
 
+def _strict_json(path):
+    """``path`` read as standard JSON (Python's reader also takes ``Infinity`` and ``NaN``, which other readers refuse)."""
+    def refuse(constant):
+        raise AssertionError(f"{path.name} holds {constant}, which is not JSON")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def test_a_perfect_result_on_a_constant_texture_is_reported_not_a_crash(tmp_path):
+    """A constant base colour on a flat normal map: every chain equals the reference, so every PSNR is infinite. The
+    bake finishes, its report and event log are plain JSON (null, with a note), and the summary line says so."""
+    base, normal = tmp_path / "base.png", tmp_path / "normal.png"
+    Image.fromarray(np.full((16, 16, 3), 128, np.uint8)).save(base)
+    Image.fromarray(np.tile(np.array([128, 128, 255], np.uint8), (16, 16, 1))).save(normal)
+    out = tmp_path / "cli"
+    result = runner.invoke(app, ["mipmap", str(base), str(normal), "--out", str(out), "--steps", "3", "--device", "cpu", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert result.exception is None and "learned inf (exact)" in " ".join(result.output.split())
+    report = _strict_json(out / "report.json")
+    assert report["mean_psnr_learned_db"] is None and report["per_level"][0]["learned"]["psnr_db"] is None
+    assert report["non_finite"]["mean_psnr_learned_db"].startswith("inf: the result equals the reference exactly")
+    assert report["non_finite"]["per_level[0].learned.psnr_db"].startswith("inf:")
+    for line in (out / "events.jsonl").read_text().splitlines():
+        json.loads(line, parse_constant=lambda constant: pytest.fail(f"events.jsonl holds {constant}"))
+    assert verify_bake_folder(out) is not None
+
+
 @pytest.mark.slow
 @pytest.mark.needs_shared
 def test_damaged_helmet_downscaled(shared_dir, tmp_path):
@@ -243,7 +270,7 @@ def test_size_is_capped_and_memory_checked_before_work(tmp_path, monkeypatch):
     config = small_config(base, normal)
     assert estimated_bake_bytes(MAX_SIZE, config) > 4 * estimated_bake_bytes(MAX_SIZE // 2, config) * 0.9 > 100 * 2**30
     monkeypatch.setattr(limits, "available_memory_bytes", lambda: 2**20)
-    with pytest.raises(InputError) as info:
+    with pytest.raises(ConfigError) as info:  # the run path's footprint, before any work
         bake_mipmap(small_config(base, normal, steps=2, texture_size=16), tmp_path / "out", progress=False)
     assert info.value.field == "texture_size" and "GiB" in str(info.value)
     assert nothing_written(tmp_path / "out")  # refused before any output is written

@@ -7,13 +7,17 @@ product's cost; the products' own runs are tested in their test modules and in t
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import torch
 
-from neuralbake.bakes.run import STATE_DIR, Bake, BakeOutcome, BakeRun, _finish_swap, _folder_lock, run_bake
+from neuralbake.bakes.run import ASIDE_DIR, STATE_DIR, Bake, BakeOutcome, BakeRun, _finish_swap, _folder_lock, run_bake
 from neuralbake.errors import BundleError, InputError, TrainingError
 from neuralbake.io.manifest import verify_bake_folder
 from neuralbake.nn.trainer import Batch, TrainerConfig, TrainingInterrupted
@@ -29,6 +33,8 @@ class LineConfig:
     """Where it runs."""
     fail_in_body: bool = False
     """Raise inside the body after training (error-path tests)."""
+    refuse_input: bool = False
+    """Refuse the input at the start of the body, before any training (as a bake refuses a bad file)."""
     train: TrainerConfig = field(default_factory=lambda: TrainerConfig(steps=20, learning_rate=0.05, precision="fp32", log_every=5, eval_every=10, checkpoint_every=0, checkpoint_seconds=0))
     """Optimisation."""
 
@@ -50,6 +56,8 @@ class LineSampler:
 
 def _body(run: BakeRun) -> BakeOutcome:
     config: LineConfig = run.config
+    if config.refuse_input:
+        raise InputError("the input is refused on purpose.", field="image")
     torch.manual_seed(0)
     model = torch.nn.Linear(config.size, 2, bias=False)
     sampler = LineSampler(config.size)
@@ -336,3 +344,120 @@ def test_a_preview_name_must_be_plain(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match="preview name"):
         run_bake(Bake("bad", LineConfig, body, device_defaults=lambda c, d: {"size": 4}), LineConfig(), tmp_path / "o", progress=False, previews=True)
+
+
+# -- a refused bake changes nothing ------------------------------------------------------------
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (the runner's own folder too) with its bytes."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("previous", ["finished", "interrupted"])
+def test_a_bake_refused_before_training_changes_nothing_in_the_folder(tmp_path: Path, previous: str) -> None:
+    """The data-loss bug: a refused bake on a folder removed the previous bake's checkpoints (and staging and previews), so
+    the next --resume had nothing to resume from."""
+    if previous == "finished":
+        run_bake(PREVIEWING, LineConfig(), tmp_path, progress=False, previews=True)
+    else:
+        with pytest.raises(TrainingInterrupted):
+            run_bake(PREVIEWING, LineConfig(), tmp_path, progress=False, previews=True, on_step=_stop_at(26))
+    before = _tree(tmp_path)
+    assert any(name.startswith(f"{STATE_DIR}/checkpoints/") for name in before) and any(f"{STATE_DIR}/previews/" in name for name in before)
+    for resume in (False, True):  # a new bake, and a resumed one, each refused before training
+        with pytest.raises(InputError, match="on purpose"):
+            run_bake(LINE, LineConfig(size=5, refuse_input=True), tmp_path, progress=False, previews=True, resume=resume)
+        assert _tree(tmp_path) == before
+    longer = LineConfig()
+    longer.train.steps = 30
+    report = run_bake(PREVIEWING, longer, tmp_path, progress=False, previews=True, resume=True)
+    assert report["resumed"] is True and not (tmp_path / STATE_DIR / ASIDE_DIR).exists()
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events].count("bake") == 2  # one history: the first run's log carried over, the refused runs' not in it
+
+
+def test_a_failure_after_training_keeps_the_new_checkpoints_not_the_old(tmp_path: Path) -> None:
+    run_bake(LINE, LineConfig(), tmp_path, progress=False)
+    with pytest.raises(TrainingError, match="on purpose"):
+        run_bake(LINE, LineConfig(size=5, fail_in_body=True), tmp_path, progress=False)
+    assert not (tmp_path / STATE_DIR / ASIDE_DIR).exists()
+    report = run_bake(LINE, LineConfig(size=5), tmp_path, progress=False, resume=True)  # the size-5 training is what resumes
+    assert report["resumed"] is True and _weights(tmp_path).shape == (2, 5)
+
+
+_KILLED_RUN = """
+import os, signal, sys
+from tests.bakes.test_run import LINE, LineConfig
+from neuralbake.bakes.run import run_bake
+
+calls = [0]
+def hook(trainer, step):
+    calls[0] += 1
+    if calls[0] == int(sys.argv[2]):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+run_bake(LINE, LineConfig(size=5), sys.argv[1], progress=False, on_step=hook)
+"""
+
+
+def _killed_bake(out: Path, at_step: int, *, set_aside: bool) -> None:
+    """A new bake (size 5) on ``out``, killed with SIGKILL at its ``at_step``-th step; whether the previous bake's state
+    is still set aside (on disk) when the kill lands."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-c", _KILLED_RUN, str(out), str(at_step)]
+    result = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == -9, result.stdout + result.stderr
+    assert (out / STATE_DIR / ASIDE_DIR).is_dir() == set_aside
+
+
+def test_a_kill_before_the_first_checkpoint_gives_the_previous_bake_back(tmp_path: Path) -> None:
+    run_bake(LINE, LineConfig(), tmp_path, progress=False)
+    before = _tree(tmp_path)
+    _killed_bake(tmp_path, 5, set_aside=True)  # inside the first phase: no checkpoint of its own yet
+    with pytest.raises(InputError, match="on purpose"):  # the next bake on the folder settles what the killed one set aside
+        run_bake(LINE, LineConfig(refuse_input=True), tmp_path, progress=False)
+    assert _tree(tmp_path) == before
+    longer = LineConfig()
+    longer.train.steps = 30
+    assert run_bake(LINE, longer, tmp_path, progress=False, resume=True)["steps"] == [30, 30]
+
+
+def test_a_kill_after_the_first_checkpoint_keeps_the_killed_bakes_training(tmp_path: Path) -> None:
+    run_bake(LINE, LineConfig(), tmp_path, progress=False)
+    _killed_bake(tmp_path, 25, set_aside=False)  # inside the second phase: dropped at its first checkpoint
+    report = run_bake(LINE, LineConfig(size=5), tmp_path, progress=False, resume=True)
+    assert report["resumed"] is True and not (tmp_path / STATE_DIR / ASIDE_DIR).exists()
+    straight = run_bake(LINE, LineConfig(size=5), tmp_path / "straight", progress=False)
+    assert report["steps"] == straight["steps"] and torch.equal(_weights(tmp_path), _weights(tmp_path / "straight"))
+
+
+def test_what_a_killed_bake_set_aside_is_settled_by_the_rule(tmp_path: Path) -> None:
+    """The states a kill can leave, settled by the next bake: killed while setting aside (no record yet), after its own
+    checkpoint but before it dropped the old ones, inside its swap (it had finished), inside a restore."""
+    from neuralbake.bakes.run import _prepare_state, _settle_aside
+
+    state = tmp_path / STATE_DIR
+    run_bake(LINE, LineConfig(), tmp_path, progress=False)
+    before = _tree(tmp_path)
+    _prepare_state(tmp_path, state, resume=False)  # a new bake set the old state aside ...
+    (state / ASIDE_DIR / "set_aside.json").unlink()  # ... and was killed before its record was written
+    assert _settle_aside(state) == "restored" and _tree(tmp_path) == before
+    _prepare_state(tmp_path, state, resume=False)
+    (state / "checkpoints" / "coarse.pt").write_bytes(b"its own")  # killed after its own checkpoint, before the drop
+    assert _settle_aside(state) == "dropped" and not (state / ASIDE_DIR).exists()
+    assert (state / "checkpoints" / "coarse.pt").read_bytes() == b"its own"
+    shutil.rmtree(state)
+    run_bake(LINE, LineConfig(), tmp_path, progress=False)
+    _prepare_state(tmp_path, state, resume=False)
+    assert _settle_aside(state, finished=True) == "dropped"  # a swap journal was found: it had finished
+    run_bake(LINE, LineConfig(), tmp_path, progress=False)
+    before = _tree(tmp_path)
+    _prepare_state(tmp_path, state, resume=False)
+    record = json.loads((state / ASIDE_DIR / "set_aside.json").read_text())
+    (state / ASIDE_DIR / "set_aside.json").write_text(json.dumps({**record, "restore": True}))
+    os.replace(state / ASIDE_DIR / "checkpoints", state / "checkpoints.tmp")  # killed inside a restore: one folder already back
+    shutil.rmtree(state / "checkpoints")
+    os.replace(state / "checkpoints.tmp", state / "checkpoints")
+    assert _settle_aside(state) == "restored" and _tree(tmp_path) == before

@@ -247,6 +247,33 @@ def test_simplify_protects_a_material_and_runs_from_the_command_line(tmp_path: P
     assert lod.num_triangles == 1728  # its only material is protected: nothing to decimate
 
 
+def test_a_lod_equal_to_its_original_is_reported_not_a_crash(tmp_path: Path) -> None:
+    """One triangle cannot be decimated: the LOD renders exactly as the original, so its PSNRs are infinite. The command
+    finishes with its summary (``inf dB (exact)``) and report.json is plain JSON: null with a note, never a traceback."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from neuralbake.cli import app
+    from neuralbake.io.gltf import Material, write_gltf
+
+    triangle = Mesh(positions=np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0]], np.float32), indices=np.array([[0, 1, 2]], np.int64),
+                    normals=np.array([[0, 0, 1]] * 3, np.float32))
+    asset = write_gltf(tmp_path / "triangle.glb", Scene(meshes=[triangle], materials=[Material()]))
+    out = tmp_path / "out"
+    argv = ["simplify", str(asset), "--out", str(out), "--render-size", "16", "--views", "2", "--held-out", "1", "--epochs", "1",
+            "--device", "cpu", "-q"]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0 and result.exception is None, result.output
+    assert "held-out PSNR inf dB (exact)" in " ".join(result.output.split())
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"report.json holds {constant}, which is not JSON")
+
+    report = json.loads((out / "report.json").read_text(), parse_constant=refuse)
+    assert report["psnr_db"] is None and report["non_finite"]["psnr_db"].startswith("inf: the result equals the reference exactly")
+
+
 def test_a_given_lod_is_fitted_instead_of_decimating(tmp_path: Path) -> None:
     from neuralbake.bakes.simplify import simplify_lod
     from neuralbake.io.gltf import write_gltf

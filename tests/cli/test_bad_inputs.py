@@ -94,6 +94,7 @@ def _check_refusal(argv: list[str], out: Path, expect: str, exit_code: int, open
     assert not isinstance(exception, CaseTimeout), f"hang: {argv}"
     assert exception is None or isinstance(exception, SystemExit), f"traceback ({type(exception).__name__}: {exception}):\n{output}"
     assert "Traceback" not in output, output
+    assert "Usage:" not in output and "╭" not in output, f"a usage box instead of one error line:\n{output}"
     assert code == exit_code, f"exit {code}, expected {exit_code}:\n{output}"
     assert "error" in flat.lower(), output
     assert expect.lower() in flat.lower(), f"the message should mention {expect!r}:\n{output}"
@@ -271,3 +272,73 @@ def test_infer_refuses_a_folder_and_a_non_png_name(bundles: dict[str, Path], tmp
         assert exception is None or isinstance(exception, SystemExit), output
         assert code == 2 and expect in output.lower(), output
     assert not (tmp_path / "x.jpg").exists()
+
+
+# --- option values the command line parses itself ---------------------------------------------------
+
+
+_BAD_OPTION_VALUES = {
+    "texture infer": (["texture", "infer", "{tmp}/bundle", "--out", "{out}/big.png", "--size", "0x5"], "--size"),
+    "texture bake": (["texture", "bake", "{tmp}/image.png", "--out", "{out}", "--steps", "many"], "--steps"),
+    "material": (["material", "preview", "{tmp}/material.json", "--out", "{out}", "--size", "big"], "--size"),
+    "ntc": (["ntc", "compress", "{tmp}/image.png", "--out", "{out}", "--steps", "1.5"], "--steps"),
+    "mipmap": (["mipmap", "{tmp}/base.png", "{tmp}/normal.png", "--out", "{out}", "--levels", "two"], "--levels"),
+    "fit": (["fit", "{tmp}/model.gltf", "--out", "{out}", "--epochs", "x"], "--epochs"),
+    "simplify": (["simplify", "{tmp}/model.gltf", "--out", "{out}", "--views", "1.5"], "--views"),
+    "skin": (["skin", "{tmp}/lod.gltf", "--out", "{out}", "--steps", "x"], "--steps"),
+    "lod": (["lod", "{tmp}/model.gltf", "--out", "{out}", "--ratio", "half"], "--ratio"),
+    "postfx": (["postfx", "conditions", "{tmp}/render.png", "--out", "{out}", "--size", "3"], "16 to 4096"),
+    "service": (["serve", "--data", "{out}", "--port", "eighty"], "--port"),
+}
+
+
+@pytest.mark.parametrize("family", list(_BAD_OPTION_VALUES))
+def test_a_bad_option_value_is_one_error_line_naming_the_option(family: str, tmp_path: Path) -> None:
+    """``texture infer --size 0x5`` (and a value typer cannot parse or that is out of its range, in every command family)
+    printed a boxed usage message; it is one ``error:`` line naming the option and the fix, exit code 2, like any bad input."""
+    argv, expect = _BAD_OPTION_VALUES[family]
+    out = tmp_path / "out"
+    argv = [a.replace("{tmp}", str(tmp_path)).replace("{out}", str(out)) for a in argv]
+    _check_refusal(argv, out, expect, 2, [])
+    code, output, _ = _run(argv)
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: --") and "Fix:" in lines[0], output
+
+
+def test_a_missing_argument_keeps_its_usage_text(tmp_path: Path) -> None:
+    code, output, _ = _run(["mipmap", str(tmp_path / "base.png"), "--out", str(tmp_path / "out")])
+    assert code == 2 and "Missing argument" in output and "Usage:" in output
+
+
+# --- a refused bake on a finished bake's folder -----------------------------------------------------
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_refused_bake_on_a_finished_bakes_folder_changes_nothing_and_resume_works(tmp_path: Path) -> None:
+    """A texture bake of a PNG whose header says 100000x100000 is refused at loading; on a folder that held a finished bake
+    it deleted that bake's checkpoint (.neuralbake/checkpoints/train.pt), so the next --resume had nothing to resume from."""
+    from tests.data.make_bad_inputs import _png
+
+    image = Path(__file__).resolve().parents[2] / "examples/neural_texture/grace_hopper_256.png"
+    huge = tmp_path / "huge.png"
+    huge.write_bytes(_png(100_000, 100_000))
+    out = tmp_path / "out"
+    def bake(source: Path, steps: int = 5, *extra: str) -> tuple[int, str]:
+        argv = ["texture", "bake", str(source), "--out", str(out), "--size", "16x16", "--steps", str(steps), "--precision", "fp32",
+                "--device", "cpu", "-q"]
+        code, output, _ = _run([*argv, *extra])
+        return code, output
+
+    code, output = bake(image)
+    assert code == 0, output
+    before = _tree(out)
+    assert ".neuralbake/checkpoints/train.pt" in before
+    code, output = bake(huge)
+    assert code == 2 and "100000x100000" in output, output
+    assert _tree(out) == before
+    code, output = bake(image, 8, "--resume")
+    assert code == 0, output
+    assert json.loads((out / "report.json").read_text())["resumed"] is True

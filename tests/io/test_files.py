@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 from neuralbake.errors import InputError
-from neuralbake.io.files import atomic_path, atomic_write_bytes, atomic_write_json, prepare_output_dir, sha256_file
+from neuralbake.io.files import atomic_path, atomic_write_bytes, atomic_write_json, json_safe, prepare_output_dir, sha256_file
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path: Path) -> None:
@@ -51,3 +52,35 @@ def test_an_output_path_that_is_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "taken").write_text("x")
     with pytest.raises(InputError, match="is a file, not a folder"):
         prepare_output_dir(tmp_path / "taken")
+
+
+def test_json_safe_turns_non_finite_floats_into_null_at_any_depth() -> None:
+    value = {"a": math.inf, "b": [1.0, math.nan, {"c": -math.inf, "d": (1, 2.5)}], "e": "inf", "f": None, 3: True}
+    found: dict[str, str] = {}
+    safe = json_safe(value, non_finite=found)
+    assert safe == {"a": None, "b": [1.0, None, {"c": None, "d": [1, 2.5]}], "e": "inf", "f": None, 3: True}
+    assert found == {"a": "inf", "b[1]": "nan", "b[2].c": "-inf"}
+    assert value["a"] == math.inf and isinstance(value["b"][2]["d"], tuple)  # the input is not changed
+    assert json_safe(math.nan) is None and json_safe(2.5) == 2.5 and json_safe("x") == "x"
+    json.dumps(safe, allow_nan=False)
+
+
+def test_json_safe_has_no_depth_limit_and_refuses_a_cycle() -> None:
+    deep: list = []
+    inner = deep
+    for _ in range(50_000):  # far past Python's recursion limit
+        inner.append([])
+        inner = inner[0]
+    inner.append(math.inf)
+    found: dict[str, str] = {}
+    safe = json_safe(deep, non_finite=found)
+    assert list(found.values()) == ["inf"] and list(found)[0] == "[0]" * 50_000 + "[0]"
+    while safe:
+        safe = safe[0]
+    assert safe is None
+    shared = [1.0]
+    assert json_safe({"x": shared, "y": shared}) == {"x": [1.0], "y": [1.0]}  # the same list twice is no cycle
+    loop: dict = {"a": []}
+    loop["a"].append(loop)
+    with pytest.raises(ValueError, match="circular"):
+        json_safe(loop)

@@ -24,6 +24,12 @@ the rest, the same for every bake:
 The previous bake's files (those its ``bake.json`` lists) are replaced; anything else in the
 folder is left alone. Checkpoints stay after a finished bake, so ``--resume`` with more steps
 extends it.
+
+A bake refused before it has anything to show changes nothing in the folder: a new bake moves the
+previous one's staging, checkpoints and previews aside (``.neuralbake/set_aside``, a resumed one
+only its staging) and puts them back if it fails or stops before it wrote a checkpoint of its own;
+they are dropped once it has one, or has finished. After a ``kill -9`` the next bake on the folder
+applies the same rule first, under the lock.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from typing import Any, Generic, TypeVar
 import torch
 from rich.console import Console
 
-from neuralbake.core.config import save_config
+from neuralbake.core.config import config_to_dict
 from neuralbake.core.device import resolve_device, seed_everything
 from neuralbake.core.events import EventSink, EventWriter, JsonlSink, ProgressSink, progress_task
 from neuralbake.core.report import plot_loss_curve, write_report
@@ -75,6 +81,12 @@ PREVIEW_DIR = "previews"
 PREVIEW_MAX_SIDE = 1024
 PREVIEW_VERSIONS = 20
 """Pictures kept per preview name (the newest); the events name every one that was published."""
+ASIDE_DIR = "set_aside"
+"""What a new bake replaces (the previous bake's staging, checkpoints and previews), kept under the runner's
+folder until the new bake has a checkpoint of its own or has finished (``.neuralbake/set_aside``)."""
+_ASIDE_RECORD = "set_aside.json"
+_ASIDE_NAMES = ("staging", "checkpoints", PREVIEW_DIR)
+_DROPPED = "set_aside.dropped"
 
 
 @dataclass
@@ -219,7 +231,8 @@ class BakeRun:
     """One running bake, as its body sees it (see the module docstring)."""
 
     def __init__(self, *, bake: Bake[Any], config: Any, device: torch.device, out: Path, state: Path, events: EventWriter,
-                 resume: bool, progress: bool, on_step: Callable[[Trainer, int], None] | None, previews: bool = False) -> None:
+                 resume: bool, progress: bool, on_step: Callable[[Trainer, int], None] | None, previews: bool = False,
+                 shown: Callable[[Any], Any] | None = None) -> None:
         self.bake = bake
         self.config = config
         """The resolved config (device defaults filled in)."""
@@ -233,6 +246,7 @@ class BakeRun:
         self.resume = resume
         self.progress = progress
         self._on_step = on_step
+        self._shown = shown
         self.phases: list[tuple[str, TrainResult]] = []
         self.previews = state / PREVIEW_DIR if previews else None
         """Where live previews go (``.neuralbake/previews``), or ``None`` when nobody watches."""
@@ -289,7 +303,7 @@ class BakeRun:
         """Run another bake into ``out`` as a stage of this one (the lod chain's simplify, skin and
         fit): on the one run path, with this run's step hook, so a job's cancellation or a fault
         injected by a test reaches whichever stage is training."""
-        return run_bake(bake, config, out, resume=resume, progress=self.progress, sinks=sinks, on_step=self._on_step)
+        return run_bake(bake, config, out, resume=resume, progress=self.progress, sinks=sinks, on_step=self._on_step, shown=self._shown)
 
     @property
     def step(self) -> int:
@@ -477,30 +491,134 @@ def _swap_in(out: Path, state: Path, listed: list[str]) -> None:
 
 
 def _prepare_state(out: Path, state: Path, resume: bool) -> None:
-    """Fresh staging for a new bake; for a resumed one, keep its staging and checkpoints."""
+    """Fresh staging for the bake, and for a new one fresh checkpoints, with what they replace set aside
+    (:func:`_set_aside`); a resumed bake keeps its checkpoints and carries its event log over."""
     stage, checkpoints = state / "staging", state / "checkpoints"
-    if not resume:
-        for folder in (stage, checkpoints, state / PREVIEW_DIR):
-            shutil.rmtree(folder, ignore_errors=True)
-    elif not checkpoints.is_dir() or not any(checkpoints.glob("*.pt")):
+    if resume and (not checkpoints.is_dir() or not any(checkpoints.glob("*.pt"))):
         raise TrainingError(
             "there is no checkpoint to resume from in this output folder.",
             path=out,
             field="--resume",
             fix="run without --resume to start a new bake.",
         )
-    elif stage.is_dir():
-        # Outputs are written again at the end; only the event log carries over (one history).
-        for entry in stage.iterdir():
-            if entry.name != "events.jsonl":
-                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    _set_aside(state, resume)
     for folder in (stage, checkpoints):
         folder.mkdir(parents=True, exist_ok=True)
     for partial in checkpoints.glob(".*.partial"):  # a kill in the middle of a checkpoint save leaves its temp file
         partial.unlink(missing_ok=True)
-    log = stage / "events.jsonl"
-    if resume and not log.exists() and (out / "events.jsonl").is_file():
+    log, earlier = stage / "events.jsonl", state / ASIDE_DIR / "staging" / "events.jsonl"
+    if resume and earlier.is_file():
+        shutil.copyfile(earlier, log)  # outputs are written again at the end; only the event log carries over (one history)
+    elif resume and (out / "events.jsonl").is_file():
         shutil.copyfile(out / "events.jsonl", log)  # resuming a finished bake (more steps): one log
+
+
+def _set_aside(state: Path, resume: bool) -> None:
+    """Move what this bake replaces into ``.neuralbake/set_aside``: the staging folder, and for a new bake the
+    checkpoints and previews. The record, written last, lists them and the checkpoints left in place (their
+    inode, mtime and size), by which :func:`_settle_aside` tells whether this bake wrote one of its own."""
+    aside = state / ASIDE_DIR
+    aside.mkdir()
+    names = ["staging"] if resume else list(_ASIDE_NAMES)
+    moved = []
+    for name in names:
+        if (state / name).exists() or (state / name).is_symlink():
+            os.replace(state / name, aside / name)
+            moved.append(name)
+    atomic_write_json(aside / _ASIDE_RECORD, {"names": names, "moved": moved, "checkpoints": _checkpoint_stamps(state / "checkpoints")})
+
+
+def _checkpoint_stamps(checkpoints: Path) -> dict[str, list[int]]:
+    """Every checkpoint under ``checkpoints`` (a chain's stages' too) with what a save changes: inode, mtime, size
+    (a save replaces the file, so its inode changes)."""
+    stamps: dict[str, list[int]] = {}
+    if checkpoints.is_dir() and not checkpoints.is_symlink():
+        for path in checkpoints.rglob("*.pt"):
+            if path.is_file() and not path.is_symlink():
+                info = path.stat()
+                stamps[path.relative_to(checkpoints).as_posix()] = [info.st_ino, info.st_mtime_ns, info.st_size]
+    return stamps
+
+
+def _settle_aside(state: Path, *, finished: bool = False) -> str:
+    """Put back or drop what a bake set aside (:func:`_set_aside`), by one rule: it goes once the bake has written
+    a checkpoint of its own or has ``finished``; otherwise the folder gets back what it held before the bake, and
+    what the bake made in its place goes. Safe to repeat after a crash inside it. Returns ``"restored"``,
+    ``"dropped"`` or ``"none"`` (nothing was set aside)."""
+    shutil.rmtree(state / _DROPPED, ignore_errors=True)
+    aside = state / ASIDE_DIR
+    if not aside.is_dir():
+        return "none"
+    try:
+        record = load_json_file(aside / _ASIDE_RECORD, what="set-aside record")
+    except (OSError, NeuralbakeError):
+        record = None
+    if not isinstance(record, dict):  # killed while setting aside: nothing of the bake exists yet, so all of it goes back
+        for name in _ASIDE_NAMES:
+            if (aside / name).exists() or (aside / name).is_symlink():
+                _remove(state / name)
+                os.replace(aside / name, state / name)
+        shutil.rmtree(aside)
+        return "restored"
+    kept = record.get("checkpoints") or {}
+    wrote = any(kept.get(name) != stamp for name, stamp in _checkpoint_stamps(state / "checkpoints").items())
+    if not record.get("restore") and (finished or wrote):
+        _drop_aside(state)
+        return "dropped"
+    if not record.get("restore"):  # decided once: a restore cut short goes on as a restore
+        atomic_write_json(aside / _ASIDE_RECORD, {**record, "restore": True})
+    for name in record.get("names") or _ASIDE_NAMES:
+        if (aside / name).exists() or (aside / name).is_symlink():
+            _remove(state / name)
+            os.replace(aside / name, state / name)
+        elif name not in (record.get("moved") or []):
+            _remove(state / name)  # made by the bake where there was none
+    shutil.rmtree(aside)
+    return "restored"
+
+
+def _drop_aside(state: Path) -> None:
+    """Remove what was set aside (renamed first, so a crash during the removal cannot look like a set-aside to restore)."""
+    aside = state / ASIDE_DIR
+    if aside.is_dir():
+        shutil.rmtree(state / _DROPPED, ignore_errors=True)
+        os.replace(aside, state / _DROPPED)
+        shutil.rmtree(state / _DROPPED, ignore_errors=True)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+class _Shown:
+    """An event sink that hands another the events as ``shown`` makes them (see :func:`run_bake`)."""
+
+    def __init__(self, sink: EventSink, shown: Callable[[Any], Any]) -> None:
+        self.sink, self.shown = sink, shown
+
+    def write(self, event: dict[str, Any]) -> None:
+        self.sink.write(self.shown(event))
+
+    def close(self) -> None:
+        self.sink.close()
+
+
+class _DropAsideOnCheckpoint:
+    """An event sink that drops what the bake set aside at its first checkpoint (the bake has its own from then on)."""
+
+    def __init__(self, state: Path) -> None:
+        self.state, self.checkpoints = state, (state / "checkpoints").resolve()
+
+    def write(self, event: dict[str, Any]) -> None:
+        if event.get("event") == "checkpoint" and (self.state / ASIDE_DIR).is_dir():
+            if Path(str(event.get("path", ""))).resolve().is_relative_to(self.checkpoints):
+                _drop_aside(self.state)
+
+    def close(self) -> None:
+        pass
 
 
 # -- the run ----------------------------------------------------------------------------------
@@ -516,10 +634,13 @@ def run_bake(
     sinks: list[EventSink] | None = None,
     on_step: Callable[[Trainer, int], None] | None = None,
     previews: bool = False,
+    shown: Callable[[Any], Any] | None = None,
 ) -> dict[str, Any]:
     """Run ``bake`` with ``config`` into ``out_dir`` (see the module docstring); return the report.
 
-    ``sinks`` receive every event (the service subscribes here); ``on_step`` is called after every
+    ``shown`` turns what the bake records of its settings and inputs (``config.json``, ``report.json``,
+    ``events.jsonl``) into what its readers may see (the asset service shows upload references, not
+    its own paths). ``sinks`` receive every event (the service subscribes here); ``on_step`` is called after every
     training step of every phase (tests inject faults with it); ``previews`` turns on the bake's
     live pictures (:meth:`BakeRun.preview_image`), which only a watcher needs. Raises
     :class:`~neuralbake.nn.trainer.TrainingInterrupted` when stopped by Ctrl-C or SIGTERM (the
@@ -539,28 +660,38 @@ def run_bake(
     state.mkdir(exist_ok=True)
     return _run_in_folder(
         bake, config, out, state, device, chosen, resume=resume, progress=progress, sinks=sinks, on_step=on_step, wall_start=wall_start,
-        previews=previews, created=out if created_out else state if created_state else None,
+        previews=previews, created=out if created_out else state if created_state else None, shown=shown,
     )
 
 
 def _run_in_folder(
     bake: Bake[Any], config: Any, out: Path, state: Path, device: torch.device, chosen: dict[str, Any], *,
     resume: bool, progress: bool, sinks: list[EventSink] | None, on_step: Callable[[Trainer, int], None] | None, wall_start: float,
-    created: Path | None, previews: bool = False,
+    created: Path | None, previews: bool = False, shown: Callable[[Any], Any] | None = None,
 ) -> dict[str, Any]:
     with _folder_lock(state / "lock", out):
+        prepared = False
         try:
+            finished = (state / "swap.json").exists()  # a bake killed inside its swap had finished: what it set aside goes
+            _finish_swap(out, state)
+            _settle_aside(state, finished=finished)  # what a killed bake left set aside
+            _prepare_state(out, state, resume)
+            prepared = True
             return _run_locked(
                 bake, config, out, state, device, chosen, resume=resume, progress=progress, sinks=sinks, on_step=on_step, wall_start=wall_start,
-                previews=previews,
+                previews=previews, shown=shown,
             )
         except (TrainingInterrupted, KeyboardInterrupt):
-            raise  # staging and checkpoints stay for --resume
+            # Staging and checkpoints stay for --resume once this bake has a checkpoint; before, the previous ones come back.
+            _settle_aside(state)
+            raise
         except BaseException:
-            # Nothing usable came of it: the staged outputs go; checkpoints stay (a rejected resume,
-            # or a failure after training, must not cost the training). A folder this bake created
-            # goes too when no checkpoint was written, all while the lock is still held.
-            shutil.rmtree(state / "staging", ignore_errors=True)
+            # Nothing usable came of it. Before its first checkpoint, the folder gets back what it held; after,
+            # its staged outputs go and its checkpoints stay (a failure after training must not cost the
+            # training). A folder this bake created goes too when no checkpoint was written, all while the
+            # lock is still held.
+            if _settle_aside(state) != "restored" and prepared:
+                shutil.rmtree(state / "staging", ignore_errors=True)
             shutil.rmtree(state / "trash", ignore_errors=True)
             checkpoints = state / "checkpoints"
             if created is not None and not (checkpoints.is_dir() and any(checkpoints.glob("*.pt"))):
@@ -571,24 +702,23 @@ def _run_in_folder(
 def _run_locked(
     bake: Bake[Any], config: Any, out: Path, state: Path, device: torch.device, chosen: dict[str, Any], *,
     resume: bool, progress: bool, sinks: list[EventSink] | None, on_step: Callable[[Trainer, int], None] | None, wall_start: float,
-    previews: bool = False,
+    previews: bool = False, shown: Callable[[Any], Any] | None = None,
 ) -> dict[str, Any]:
-    _finish_swap(out, state)
-    _prepare_state(out, state, resume)
     stage = state / "staging"
-    save_config(stage / "config.json", config)
+    record = shown or (lambda value: value)
+    atomic_write_json(stage / "config.json", record(config_to_dict(config)))
     if chosen:
         where = "GPU" if device.type == "cuda" else "CPU"
         shown = ", ".join(f"{name.rsplit('.', 1)[-1]} {_show(value)}" for name, value in chosen.items())
         if progress:
             Console(stderr=True).print(f"{where} defaults: {shown} (flags or --config choose others)", highlight=False, markup=False)
     seed_everything(_seed_of(config))
-    all_sinks: list[EventSink] = [JsonlSink(stage / "events.jsonl"), *(sinks or [])]
+    all_sinks: list[EventSink] = [_Shown(JsonlSink(stage / "events.jsonl"), record), _DropAsideOnCheckpoint(state), *(sinks or [])]
     if progress:
         all_sinks.append(ProgressSink(bake.title or bake.name.replace("_", " "), console=Console(stderr=True)))
     events = EventWriter(all_sinks)
     run = BakeRun(bake=bake, config=config, device=device, out=out, state=state, events=events, resume=resume, progress=progress, on_step=on_step,
-                  previews=previews)
+                  previews=previews, shown=shown)
     try:
         events.emit("bake", bake=bake.name, out=str(out), device=str(device), resumed=resume, device_defaults=chosen)
         outcome = bake.body(run)
@@ -602,14 +732,15 @@ def _run_locked(
         stage / "report.json",
         bake=bake.name,
         device=device,
-        metrics=outcome.metrics,
-        **outcome.fields,
+        metrics=record(outcome.metrics),
+        **record(outcome.fields),
         device_defaults=chosen,
         resumed=resume,
         wall_seconds=round(time.perf_counter() - wall_start, 3),
     )
     manifest = write_bake_manifest(stage, bake=bake.name)
     _swap_in(out, state, list(manifest["files"]))
+    _drop_aside(state)  # finished: the previous bake's state goes
     return report
 
 

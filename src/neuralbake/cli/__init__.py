@@ -16,10 +16,12 @@ import typer
 from rich.console import Console
 
 from neuralbake.cli import fit, lod, material, mipmap, ntc, postfx, service, simplify, skin, texture
+from neuralbake.cli.common import PlainErrorsGroup
 
 __all__ = ["app", "main"]
 
 app = typer.Typer(
+    cls=PlainErrorsGroup,
     name="neuralbake",
     help="Bake heavy graphics assets into compact ones that render fast (neural textures, materials, LODs).",
     no_args_is_help=True,

@@ -15,17 +15,23 @@ Errors (:func:`run_action`): a :class:`~neuralbake.errors.NeuralbakeError` print
 checkpoint prints ``stopped: ...`` and exits 130. Anything else is a bug and keeps its traceback.
 Messages are printed as text, never as rich markup. A command that fails removes the output
 folder it created itself, unless training left checkpoints in it (for ``--resume``) or the folder
-is another running bake's; a folder that existed before is kept.
+is another running bake's; a folder that existed before is kept. A bad option value that the
+command line itself parses (a number that is not one, out of its range) gets the same one-line
+``error:`` and exit code 2 (:class:`PlainErrorsGroup`, the root group), not a usage box.
+
+Summary lines format a report's numbers with :func:`metric_text`, which never fails: a number
+stored as ``null`` because it was not finite (see :mod:`neuralbake.core.report`) shows as text.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import shutil
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -38,14 +44,18 @@ from typer.core import TyperGroup
 from neuralbake.bakes import run as bake_runner
 from neuralbake.bakes.run import Bake, OutputLockedError
 from neuralbake.core.config import config_from_dict, field_docs, load_config
-from neuralbake.errors import ConfigError, NeuralbakeError
+from neuralbake.core.report import NON_FINITE
+from neuralbake.errors import ConfigError, NeuralbakeError, short_repr
+from neuralbake.io.files import json_path
 from neuralbake.nn.trainer import TrainingInterrupted
 
 __all__ = [
     "Arg",
     "DefaultSubcommandGroup",
+    "PlainErrorsGroup",
     "bake_command",
     "config_flags",
+    "metric_text",
     "option_help",
     "parse_size",
     "print_done",
@@ -114,6 +124,40 @@ def print_done(message: str) -> None:
     _out.print(Text.assemble(("done", "bold green"), " ", message), highlight=False)
 
 
+def metric_text(report: Mapping[str, Any], *path: str | int, spec: str = ".2f", unit: str = "", scale: float = 1.0) -> str:
+    """The number at ``path`` in a report (``"psnr_db"``, or ``"stages", "fit", "psnr_union_db"``) as text for a
+    summary line: ``format(value * scale, spec) + unit``. It never fails: a number that is not finite (stored as
+    ``null`` and explained under the report's ``non_finite``, or still a float) shows as ``inf``, ``-inf`` or
+    ``nan`` with the unit, a PSNR (``..._db``) of a result equal to its reference as ``inf dB (exact)``; a value
+    that is missing or not a number as ``n/a``."""
+    value: Any = report
+    note: Any = None
+    for depth, part in enumerate(path):
+        if isinstance(value, Mapping) and note is None:
+            notes = value.get(NON_FINITE)  # a report embedded in another (a chain's stages) keeps its own notes
+            note = notes.get(json_path(path[depth:])) if isinstance(notes, Mapping) else None
+        try:
+            value = value[part]
+        except (KeyError, IndexError, TypeError):
+            return "n/a"
+    if value is None and isinstance(note, str):
+        value = note.split(":", 1)[0]  # the note starts with the value: "inf: ..."
+    if isinstance(value, str):  # a note, or a report written before non-finite numbers were null ("inf")
+        try:
+            value = float(value)
+        except ValueError:
+            return "n/a"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "n/a"
+    if not math.isfinite(value):
+        exact = value > 0 and isinstance(path[-1], str) and path[-1].endswith("_db") if path else False
+        return ("inf" if value > 0 else "-inf" if value < 0 else "nan") + unit + (" (exact)" if exact else "")
+    try:
+        return format(value * scale if scale != 1.0 else value, spec) + unit
+    except (TypeError, ValueError):
+        return f"{value}{unit}"
+
+
 def _shown(value: Any) -> str:
     if isinstance(value, tuple | list):
         return ",".join(str(v) for v in value)
@@ -134,8 +178,8 @@ def option_help(cls: type, name: str, instance: Any | None = None, *, extra: str
     return text
 
 
-def parse_size(text: str) -> tuple[int, int]:
-    """Parse ``WxH`` (or ``N`` for N x N) into ``(width, height)``."""
+def parse_size(text: str, *, field: str = "--size") -> tuple[int, int]:
+    """Parse ``WxH`` (or ``N`` for N x N) into ``(width, height)``; a :class:`ConfigError` naming ``field`` otherwise."""
     parts = text.lower().replace("×", "x").split("x")
     try:
         values = [int(p) for p in parts]
@@ -144,8 +188,60 @@ def parse_size(text: str) -> tuple[int, int]:
     if len(values) == 1:
         values = values * 2
     if len(values) != 2 or min(values) < 1:
-        raise typer.BadParameter(f"{text!r} is not a size; write WIDTHxHEIGHT, e.g. 512x512.")
+        raise ConfigError(f"{short_repr(text)} is not a size.", field=field, fix="write WIDTHxHEIGHT with both at least 1, e.g. 512x512.")
     return values[0], values[1]
+
+
+class PlainErrorsGroup(TyperGroup):
+    """The root command group: a bad option value that the command line parses itself (``--steps abc``, a
+    number outside its range) is reported like every other input error, as one ``error:`` line naming the
+    option and the fix with exit code 2, instead of a usage box. A missing argument or an unknown option
+    keeps the usage text, which is what helps there."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except typer.BadParameter as exc:
+            if type(exc) is not typer.BadParameter:  # MissingParameter: the usage text says what is missing
+                raise
+            _err.print(Text.assemble(("error:", "red"), " ", str(_bad_value(exc))), highlight=False)
+            raise typer.Exit(2) from exc
+
+
+def _bad_value(exc: typer.BadParameter) -> ConfigError:
+    """The :class:`ConfigError` for a value the command line refused (``exc``): the option, the value, why, what fits."""
+    param = getattr(exc, "param", None)
+    opts = [opt for opt in getattr(param, "opts", None) or [] if opt.startswith("-")]
+    field = max(opts, key=len) if opts else getattr(exc, "param_hint", None) or (getattr(param, "name", None) or "").upper() or None
+    cause = exc.__cause__
+    given = None
+    try:  # typer checks values with pydantic, whose error keeps the input
+        given = cause.errors()[0].get("input") if cause is not None and hasattr(cause, "errors") else None  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - only a nicer message is lost
+        given = None
+    reason = exc.message.rstrip(".")
+    problem = f"{short_repr(given)} is not a valid value: {reason[:1].lower()}{reason[1:]}." if given is not None else f"{reason}."
+    return ConfigError(problem, field=field, fix=f"give {field or 'it'} {_expected(param)} (--help describes each option).")
+
+
+def _expected(param: Any) -> str:
+    """What a parameter takes, in words (``a whole number from 16 to 4096``), from typer's description of it."""
+    try:
+        runtime = param.get_runtime_param()
+        annotation, info = _strip_optional(runtime.annotation), runtime.parameter_info
+    except Exception:  # noqa: BLE001 - a parameter typer describes otherwise
+        return "a valid value"
+    kind = {int: "a whole number", float: "a number"}.get(annotation)
+    if kind is None:
+        return "a valid value"
+    low, high = getattr(info, "min", None), getattr(info, "max", None)
+    if low is not None and high is not None:
+        return f"{kind} from {low} to {high}"
+    if low is not None:
+        return f"{kind} of at least {low}"
+    if high is not None:
+        return f"{kind} of at most {high}"
+    return kind
 
 
 class DefaultSubcommandGroup(TyperGroup):
@@ -273,10 +369,7 @@ def _from_text(flag_name: str, hint: Any, value: Any) -> Any:
         return value
     args = typing.get_args(base)
     if origin is tuple and args == (int, int):
-        try:
-            return list(parse_size(value))
-        except typer.BadParameter as exc:
-            raise ConfigError(str(exc.message), field=f"--{flag_name}", fix="write WIDTHxHEIGHT, e.g. 512x512.") from exc
+        return list(parse_size(value, field=f"--{flag_name}"))
     item = args[0] if args else str
     parts = [part.strip() for part in value.split(",") if part.strip()]
     if item in (int, float):

@@ -11,7 +11,7 @@ from typing import Any
 import typer
 
 from neuralbake.bakes.fit import FIT
-from neuralbake.cli.common import Arg, bake_command
+from neuralbake.cli.common import Arg, bake_command, metric_text
 
 __all__ = ["register"]
 
@@ -19,11 +19,14 @@ __all__ = ["register"]
 def _summary(report: dict[str, Any], out: Path) -> str:
     key = report.get("judged_by", "psnr_db")
     what = "PSNR (pixels either covers)" if key == "psnr_union_db" else "PSNR"
+    def m(key: str, spec: str = ".2f", unit: str = "") -> str:
+        return metric_text(report, key, spec=spec, unit=unit)
+
     return (
-        f"{report['target']}{' + shape' if report.get('shape') else ''}: {report['epochs']} epochs in {report['seconds']:.1f} s on "
-        f"{report['device']['name']} ({report['ms_per_epoch']:.0f} ms/epoch): held-out {what} {report[key]:.2f} dB "
-        f"(start {report['initial_' + key]:.2f}), "
-        f"SSIM {report['ssim']:.3f}, {report['bytes']:,} bytes -> {out}"
+        f"{report['target']}{' + shape' if report.get('shape') else ''}: {report['epochs']} epochs in {m('seconds', '.1f')} s on "
+        f"{report['device']['name']} ({m('ms_per_epoch', '.0f')} ms/epoch): held-out {what} {m(key, unit=' dB')} "
+        f"(start {m('initial_' + key)}), "
+        f"SSIM {m('ssim', '.3f')}, {report['bytes']:,} bytes -> {out}"
     )
 
 

@@ -10,20 +10,24 @@ from typing import Any
 import typer
 
 from neuralbake.bakes.lod import LOD
-from neuralbake.cli.common import Arg, bake_command
+from neuralbake.cli.common import Arg, bake_command, metric_text
 
 __all__ = ["register"]
 
 
 def _summary(report: dict[str, Any], out: Path) -> str:
-    stages = report["stages"]
-    parts = [f"simplify {stages['simplify']['start_psnr_db']:.2f} -> {stages['simplify']['psnr_db']:.2f} dB"]
-    if "skin" in stages:
-        parts.append(f"skin vertex error {100 * stages['skin']['transferred_vertex_error']:.3f} -> {100 * stages['skin']['vertex_error']:.3f} %")
-    parts.append(f"fit {stages['fit']['initial_psnr_union_db']:.2f} -> {stages['fit']['psnr_union_db']:.2f} dB")
+    def stage(name: str, key: str, spec: str = ".2f", unit: str = "", scale: float = 1.0) -> str:
+        return metric_text(report, "stages", name, key, spec=spec, unit=unit, scale=scale)
+
+    parts = [f"simplify {stage('simplify', 'start_psnr_db')} -> {stage('simplify', 'psnr_db', unit=' dB')}"]
+    if "skin" in report["stages"]:
+        before, after = stage("skin", "transferred_vertex_error", ".3f", scale=100), stage("skin", "vertex_error", ".3f", " %", 100)
+        parts.append(f"skin vertex error {before} -> {after}")
+    parts.append(f"fit {stage('fit', 'initial_psnr_union_db')} -> {stage('fit', 'psnr_union_db', unit=' dB')}")
     return (
-        f"{report['original_triangles']:,} -> {report['triangles']:,} triangles, {report['target']}, in {report['seconds']:.0f} s on "
-        f"{report['device']['name']} ({'; '.join(parts)}): LOD vs original {report['psnr_union_db']:.2f} dB, "
+        f"{report['original_triangles']:,} -> {report['triangles']:,} triangles, {report['target']}, "
+        f"in {metric_text(report, 'seconds', spec='.0f')} s on "
+        f"{report['device']['name']} ({'; '.join(parts)}): LOD vs original {metric_text(report, 'psnr_union_db', unit=' dB')}, "
         f"{report['lod_bytes']:,} bytes -> {out / 'lod.glb'}"
     )
 

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from neuralbake.bakes.material_pack import MATERIAL_PACK
 from neuralbake.bakes.neural_material import NEURAL_MATERIAL
-from neuralbake.cli.common import Arg, bake_command, print_done, run_action
+from neuralbake.cli.common import Arg, bake_command, metric_text, print_done, run_action
 
 __all__ = ["register"]
 
@@ -77,22 +77,24 @@ def material_preview(
 
     stats = run_action(action, out=out)
     print_done(
-        f"{stats['size']}x{stats['size']} at {stats['spp']} spp in {stats['seconds']:.1f} s: "
-        f"{stats['bsdf_evaluations_per_second'] / 1e6:.3f} M BSDF samples/s -> {out}",
+        f"{stats['size']}x{stats['size']} at {stats['spp']} spp in {metric_text(stats, 'seconds', spec='.1f')} s: "
+        f"{metric_text(stats, 'bsdf_evaluations_per_second', spec='.3f', scale=1e-6)} M BSDF samples/s -> {out}",
     )
 
 
 def _bake_summary(report: dict[str, Any], out: Path) -> str:
-    views = report["texture_views"]
+    def m(*path: str, spec: str = ".2f", unit: str = "") -> str:
+        return metric_text(report, *path, spec=spec, unit=unit)
+
     asset = report.get("asset") or {}
-    scored = asset.get("psnr_db") is not None
+    scored = asset.get("psnr_db") is not None or "asset.psnr_db" in (report.get("non_finite") or {})
     where = f"on renders of {asset['asset']} ({asset['material']})" if scored else "on preview renders"
-    extra = f"; its BC set {asset['bc']['psnr_db']:.2f} dB" if scored and "bc" in asset else ""
+    extra = f"; its BC set {m('asset', 'bc', 'psnr_db', unit=' dB')}" if scored and "bc" in asset else ""
     return (
-        f"{report['steps']} steps in {report['seconds']:.1f} s: PSNR {report['psnr_db']:.2f} dB, FLIP {report['flip']:.3f} "
-        f"{where} vs the reference{extra} (8-bit latents on texture views: {views['psnr_u8_latents_db']:.2f} dB "
-        f"vs {views['psnr_db']:.2f} dB), decoder {report['decoder_params']} parameters, "
-        f"{report['throughput']['speedup']:.1f}x the reference's samples/s on {report['device']['type']} -> {out}"
+        f"{report['steps']} steps in {m('seconds', spec='.1f')} s: PSNR {m('psnr_db', unit=' dB')}, FLIP {m('flip', spec='.3f')} "
+        f"{where} vs the reference{extra} (8-bit latents on texture views: {m('texture_views', 'psnr_u8_latents_db', unit=' dB')} "
+        f"vs {m('texture_views', 'psnr_db', unit=' dB')}), decoder {report['decoder_params']} parameters, "
+        f"{m('throughput', 'speedup', spec='.1f', unit='x')} the reference's samples/s on {report['device']['type']} -> {out}"
     )
 
 
@@ -149,7 +151,11 @@ def material_render(
         )
 
     report = run_action(action, out=out)
-    scenes = ", ".join(f"{name} {s['psnr_db']:.2f} dB / FLIP {s['flip']:.3f}" for name, s in report["scenes"].items())
+    scenes = ", ".join(
+        f"{name} {metric_text(report, 'scenes', name, 'psnr_db', unit=' dB')} "
+        f"/ FLIP {metric_text(report, 'scenes', name, 'flip', spec='.3f')}"
+        for name in report["scenes"]
+    )
     print_done(f"{scenes} -> {out / 'comparison.png'}")
 
 
@@ -195,7 +201,9 @@ def _pack_summary(report: dict[str, Any], out: Path) -> str:
     lines = [f"{len(report['materials'])} materials -> {out / 'shader'}"]
     for entry in report["materials"]:
         bake = report["bakes"].get(entry["name"])
-        quality = f" (baked: PSNR {bake['psnr_db']:.2f} dB, FLIP {bake['flip']:.3f})" if bake else ""
+        psnr = metric_text(report, "bakes", entry["name"], "psnr_db", unit=" dB")
+        flip = metric_text(report, "bakes", entry["name"], "flip", spec=".3f")
+        quality = f" (baked: PSNR {psnr}, FLIP {flip})" if bake else ""
         lines.append(f"  id {entry['id']}: {entry['name']}{quality}")
     return "\n".join(lines)
 

@@ -13,15 +13,15 @@ from typing import Any
 import typer
 
 from neuralbake.bakes.mipmap import MIPMAP
-from neuralbake.cli.common import Arg, bake_command
+from neuralbake.cli.common import Arg, bake_command, metric_text
 
 __all__ = ["register"]
 
 
 def _summary(report: dict[str, Any], out: Path) -> str:
-    means = "  ".join(f"{name} {report[f'mean_psnr_{name}_db']:.2f}" for name in ("box", "toksvig", "learned"))
+    means = "  ".join(f"{name} {metric_text(report, f'mean_psnr_{name}_db')}" for name in ("box", "toksvig", "learned"))
     return (
-        f"{report['levels']} levels, {report['steps']} steps in {report['seconds']:.1f} s on "
+        f"{report['levels']} levels, {report['steps']} steps in {metric_text(report, 'seconds', spec='.1f')} s on "
         f"{report['device']['name']} ({report['device']['type']}): mean shaded PSNR (dB) {means} -> {out}"
     )
 

@@ -17,7 +17,7 @@ import typer
 from typer.core import TyperGroup
 
 from neuralbake.bakes.ntc import NTC, decompress
-from neuralbake.cli.common import Arg, bake_command, print_done, run_action
+from neuralbake.cli.common import Arg, bake_command, metric_text, print_done, run_action
 
 __all__ = ["ntc_app", "register"]
 
@@ -61,13 +61,20 @@ ntc_app = typer.Typer(
 
 def _summary(report: dict[str, Any], out: Path) -> str:
     if "rd" in report:
-        points = ", ".join(f"{p['bpp']:.2f} bpp {p['psnr_db']:.2f} dB" for p in report["rd"]["ntc"])
+        points = ", ".join(
+            f"{metric_text(report, 'rd', 'ntc', i, 'bpp', unit=' bpp')} {metric_text(report, 'rd', 'ntc', i, 'psnr_db', unit=' dB')}"
+            for i in range(len(report["rd"]["ntc"]))
+        )
         return f"NTC {points}; rd.json + rd.png -> {out}"
     bc = report.get("bcn", {})
-    extra = "".join(f", {k.upper()} set {v['bpp']:.2f} bpp {v['quality']['overall_db']:.2f} dB" for k, v in bc.items())
+    extra = "".join(
+        f", {k.upper()} set {metric_text(report, 'bcn', k, 'bpp', unit=' bpp')} "
+        f"{metric_text(report, 'bcn', k, 'quality', 'overall_db', unit=' dB')}"
+        for k in bc
+    )
     return (
-        f"{report['bpp_measured']:.3f} bpp ({report['bytes']} B, {report['latent_shape']['name']}): "
-        f"PSNR {report['ntc']['overall_db']:.2f} dB at mip 0{extra} -> {out}"
+        f"{metric_text(report, 'bpp_measured', spec='.3f', unit=' bpp')} ({report['bytes']} B, {report['latent_shape']['name']}): "
+        f"PSNR {metric_text(report, 'ntc', 'overall_db', unit=' dB')} at mip 0{extra} -> {out}"
     )
 
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from neuralbake.cli.common import Arg, bake_command, print_done, run_action
+from neuralbake.cli.common import Arg, bake_command, metric_text, print_done, run_action
 from neuralbake.postfx.chain import POSTFX
 from neuralbake.postfx.lora import LORA_TRAIN
 
@@ -37,9 +37,9 @@ postfx_app = typer.Typer(cls=_RunByDefault, no_args_is_help=True,
 
 def _summary(report: dict[str, Any], out: Path) -> str:
     m = report
-    temporal = f", temporal ratio {m['temporal_ratio']:.2f}" if m.get("temporal_ratio") is not None else ""
+    temporal = f", temporal ratio {metric_text(m, 'temporal_ratio')}" if m.get("temporal_ratio") is not None else ""
     what = "frames/" if m["frames"] > 1 else "result.png"
-    speed = f", {m['seconds_per_frame']:.2f} s/frame" if m.get('seconds_per_frame') is not None else ""
+    speed = f", {metric_text(m, 'seconds_per_frame', unit=' s/frame')}" if m.get('seconds_per_frame') is not None else ""
     return f"{m['frames']} frame(s){speed}{temporal} -> {out / what}"
 
 
@@ -79,9 +79,10 @@ def postfx_conditions(
 
 def _lora_summary(report: dict[str, Any], out: Path) -> str:
     before = report.get("denoise_loss_before")
-    change = f" (base model {before:.4f})" if before is not None else ""
-    return (f"rank-{report['rank']} LoRA on {report['images']} image(s), {report['steps']} steps in {report['train_seconds']:.1f} s: "
-            f"denoising loss {report['denoise_loss']:.4f}{change} -> {out / 'lora.safetensors'}")
+    change = f" (base model {metric_text(report, 'denoise_loss_before', spec='.4f')})" if before is not None else ""
+    return (f"rank-{report['rank']} LoRA on {report['images']} image(s), {report['steps']} steps in "
+            f"{metric_text(report, 'train_seconds', spec='.1f')} s: "
+            f"denoising loss {metric_text(report, 'denoise_loss', spec='.4f')}{change} -> {out / 'lora.safetensors'}")
 
 
 bake_command(

@@ -39,6 +39,7 @@ def serve(
     gpus_per_worker: Annotated[float, typer.Option(help="With --ray: GPUs each worker asks the cluster for.")] = 0.0,
     models: Annotated[Path | None, typer.Option("--models", help="Model library for postfx jobs (diffusion models, ControlNets, LoRAs), named relative to it.")] = None,
     max_steps: Annotated[int, typer.Option("--max-steps", help="Most training steps one job may ask for.")] = 1_000_000,
+    lease: Annotated[float, typer.Option("--lease", help="Seconds a running job's worker may go silent before the job is requeued (a lost worker's job waits this long).")] = 30.0,
     job_memory: Annotated[float | None, typer.Option("--job-memory", help="GiB one job may need (checked against its settings before it is queued). \\[default: the workers' GPU or RAM shared among --workers]")] = None,
 ) -> None:
     """Run the asset service: the HTTP API and local workers over one job store."""
@@ -58,8 +59,11 @@ def serve(
 
         if max_steps < 1 or (job_memory is not None and not job_memory > 0):
             raise ConfigError("--max-steps and --job-memory must be positive.", field="--max-steps" if max_steps < 1 else "--job-memory", fix="pass e.g. --max-steps 100000 --job-memory 8.")
+        if not 3.0 <= lease <= 3600.0:
+            raise ConfigError(f"--lease must be from 3 to 3600 seconds, got {lease:g}.", field="--lease", fix="pass e.g. --lease 10 (a heartbeat comes every third of it).")
         settings = ServiceSettings(data=data, db=db, host=host, port=port, workers=workers, require_token=not no_token, cors_origins=list(cors or []),
-                                   models=models, max_steps=max_steps, job_memory=None if job_memory is None else int(job_memory * 2**30))
+                                   models=models, max_steps=max_steps, job_memory=None if job_memory is None else int(job_memory * 2**30),
+                                   lease_seconds=lease)
         app = create_app(settings)
         stop = threading.Event()
         worker_settings = WorkerSettings(db=settings.database_url(), data=data, lease_seconds=settings.lease_seconds, models=models)

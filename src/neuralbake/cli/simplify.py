@@ -11,16 +11,19 @@ from typing import Any
 import typer
 
 from neuralbake.bakes.simplify import SIMPLIFY
-from neuralbake.cli.common import Arg, bake_command
+from neuralbake.cli.common import Arg, bake_command, metric_text
 
 __all__ = ["register"]
 
 
 def _summary(report: dict[str, Any], out: Path) -> str:
+    def m(key: str, spec: str = ".2f", unit: str = "") -> str:
+        return metric_text(report, key, spec=spec, unit=unit)
+
     return (
-        f"{report['triangles_original']:,} -> {report['triangles']:,} triangles in {report['seconds']:.1f} s on {report['device']['name']}: "
-        f"held-out PSNR {report['psnr_db']:.2f} dB, FLIP {report['flip']:.4f} ({report['start']} alone: {report['start_psnr_db']:.2f} dB, "
-        f"{report['start_flip']:.4f}) -> {out}"
+        f"{report['triangles_original']:,} -> {report['triangles']:,} triangles in {m('seconds', '.1f')} s on {report['device']['name']}: "
+        f"held-out PSNR {m('psnr_db', unit=' dB')}, FLIP {m('flip', '.4f')} ({report['start']} alone: {m('start_psnr_db', unit=' dB')}, "
+        f"{m('start_flip', '.4f')}) -> {out}"
     )
 
 

@@ -11,16 +11,20 @@ from typing import Any
 import typer
 
 from neuralbake.bakes.skin import SKIN
-from neuralbake.cli.common import Arg, bake_command
+from neuralbake.cli.common import Arg, bake_command, metric_text
 
 __all__ = ["register"]
 
 
 def _summary(report: dict[str, Any], out: Path) -> str:
+    def m(key: str, spec: str = ".2f", unit: str = "", scale: float = 1.0) -> str:
+        return metric_text(report, key, spec=spec, unit=unit, scale=scale)
+
     return (
-        f"{report['vertices']:,} vertices, {report['steps']} steps in {report['seconds']:.1f} s on {report['device']['name']}: held-out vertex error "
-        f"{100 * report['vertex_error']:.3f} % of the size (transferred {100 * report['transferred_vertex_error']:.3f} %), PSNR {report['psnr_db']:.2f} dB "
-        f"(transferred {report['transferred_psnr_db']:.2f} dB) -> {out}"
+        f"{report['vertices']:,} vertices, {report['steps']} steps in {m('seconds', '.1f')} s on {report['device']['name']}: "
+        "held-out vertex error "
+        f"{m('vertex_error', '.3f', ' %', 100)} of the size (transferred {m('transferred_vertex_error', '.3f', ' %', 100)}), "
+        f"PSNR {m('psnr_db', unit=' dB')} (transferred {m('transferred_psnr_db', unit=' dB')}) -> {out}"
     )
 
 

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from neuralbake.bakes.neural_texture import NEURAL_TEXTURE, render_saved_network
-from neuralbake.cli.common import Arg, DefaultSubcommandGroup, bake_command, parse_size, run_action
+from neuralbake.cli.common import Arg, DefaultSubcommandGroup, bake_command, metric_text, parse_size, run_action
 from neuralbake.errors import InputError
 
 __all__ = ["register"]
@@ -29,9 +29,9 @@ texture_app = typer.Typer(
 def _summary(report: dict[str, Any], out: Path) -> str:
     low_key = f"psnr_{report['precision']}_db"
     return (
-        f"{report['steps']} steps in {report['seconds']:.1f} s on {report['device']['name']} "
-        f"({report['device']['type']}): PSNR {report['psnr_db']:.2f} dB (fp32 weights), "
-        f"{report[low_key]:.2f} dB ({report['precision']}), {report['params']} parameters -> {out}"
+        f"{report['steps']} steps in {metric_text(report, 'seconds', spec='.1f')} s on {report['device']['name']} "
+        f"({report['device']['type']}): PSNR {metric_text(report, 'psnr_db', unit=' dB')} (fp32 weights), "
+        f"{metric_text(report, low_key, unit=' dB')} ({report['precision']}), {report['params']} parameters -> {out}"
     )
 
 
@@ -58,18 +58,19 @@ def texture_infer(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Render a saved neural texture at any size."""
-    width, height = parse_size(size)
 
-    def action() -> Path:
+    def action() -> tuple[Path, int, int]:
+        width, height = parse_size(size)
         if out.is_dir():
             raise InputError("--out names a folder; infer writes one PNG file.", path=out, field="--out", fix="pass a file name such as big.png.")
         if out.suffix.lower() != ".png":
             raise InputError(
                 f"infer writes PNG images, but --out ends in {out.suffix or '(no extension)'!r}.", path=out, field="--out", fix="name the output *.png."
             )
-        return render_saved_network(bundle, width, height, out, device=device, precision=precision, progress=not quiet, kernels=kernels)
+        path = render_saved_network(bundle, width, height, out, device=device, precision=precision, progress=not quiet, kernels=kernels)
+        return path, width, height
 
-    path = run_action(action, out=out.parent)
+    path, width, height = run_action(action, out=out.parent)
     Console().print(f"wrote {path} ({width}x{height})", highlight=False, markup=False)
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from neuralbake.io.files import json_safe
 
 __all__ = ["EventSink", "EventWriter", "JsonlSink", "ListSink", "ProgressSink", "progress_task"]
 
@@ -50,21 +51,23 @@ class EventWriter:
         self.close()
 
 
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return value
-
-
 class JsonlSink:
-    """Appends each event as one JSON line (appending keeps the log whole across ``--resume``)."""
+    """Appends each event as one JSON line (appending keeps the log whole across ``--resume``).
+
+    Every line is plain JSON: a non-finite number is written as ``null`` and the line's
+    ``non_finite`` entry says what it was (``{"psnr_db": "inf"}``; see :func:`neuralbake.io.files.json_safe`).
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._handle = open(self.path, "a", encoding="utf-8")
 
     def write(self, event: dict[str, Any]) -> None:
-        self._handle.write(json.dumps({key: _json_safe(value) for key, value in event.items()}) + "\n")
+        found: dict[str, str] = {}
+        record = json_safe(event, non_finite=found)
+        if found:
+            record["non_finite"] = found
+        self._handle.write(json.dumps(record, allow_nan=False) + "\n")
         self._handle.flush()
 
     def close(self) -> None:

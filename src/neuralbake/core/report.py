@@ -1,8 +1,19 @@
-"""The parts of a bake report every product shares: the JSON record and the loss-curve picture."""
+"""The parts of a bake report every product shares: the JSON record and the loss-curve picture.
+
+``report.json`` is plain JSON: a number that is not finite (a PSNR of a result equal to its
+reference is infinite; a mean of nothing is NaN) is written as ``null``, and the report's
+``non_finite`` entry says what each one was and why, keyed by its place in the report
+(:func:`neuralbake.io.files.json_path`) and starting with the value as ``float()`` reads it::
+
+    "psnr_db": null,
+    "non_finite": {"psnr_db": "inf: the result equals the reference exactly (zero error)"}
+
+The entry is there only when some number was not finite. The command line shows such values as
+text (``PSNR inf dB (exact)``).
+"""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -10,28 +21,37 @@ from typing import Any
 import torch
 
 from neuralbake.core.device import describe_device, versions
-from neuralbake.io.files import atomic_path, atomic_write_json
+from neuralbake.io.files import atomic_path, atomic_write_json, json_safe
 
-__all__ = ["plot_loss_curve", "write_report"]
+__all__ = ["NON_FINITE", "plot_loss_curve", "write_report"]
+
+NON_FINITE = "non_finite"
+"""The report's entry that explains its ``null`` numbers (see the module docstring)."""
 
 
 def write_report(path: str | Path, *, bake: str, device: torch.device, metrics: Mapping[str, Any], **fields: Any) -> dict[str, Any]:
-    """Write ``report.json``: the bake's name, its metrics and fields, device and versions."""
-    report = {
-        "bake": bake,
-        **{key: _finite_or_str(value) for key, value in metrics.items()},
-        **fields,
-        "device": describe_device(device),
-        "versions": versions(),
-    }
-    atomic_write_json(path, report)
+    """Write ``report.json``: the bake's name, its metrics and fields, device and versions.
+
+    The file holds non-finite numbers as ``null``, explained under ``non_finite`` (see the module docstring); the
+    report returned keeps the numbers as computed (``inf`` stays a float), for a bake that builds on another's
+    (a chain on its stages, a rate-distortion curve on its rates). Serialise it with
+    :func:`neuralbake.io.files.json_safe`."""
+    report = {"bake": bake, **metrics, **fields, "device": describe_device(device), "versions": versions()}
+    found: dict[str, str] = {}
+    written = json_safe(report, non_finite=found)
+    if found:
+        notes = {where: f"{value}: {_why(where, value)}" for where, value in found.items()}
+        written[NON_FINITE] = {**(written.get(NON_FINITE) or {}), **notes}
+    atomic_write_json(path, written)
     return report
 
 
-def _finite_or_str(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return value
+def _why(where: str, value: str) -> str:
+    if value == "inf" and where.endswith("_db"):
+        return "the result equals the reference exactly (zero error)"  # PSNR = 10 log10(peak^2 / MSE) with MSE = 0
+    if value == "nan":
+        return "not a number (undefined, e.g. an average over nothing or a diverged value)"
+    return "not a finite number"
 
 
 def plot_loss_curve(

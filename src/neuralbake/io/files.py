@@ -3,7 +3,8 @@
 Every result neuralbake writes goes through these helpers: the bytes land in a temporary file in
 the target folder and are moved over the final name with ``os.replace``, which is atomic on POSIX
 and Windows. A crash or Ctrl-C therefore leaves either the old file or the new one, never half of
-one.
+one. :func:`json_safe` turns data into what JSON can hold (non-finite floats become ``null``), for
+every JSON a bake writes that carries numbers (reports, event logs).
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -24,6 +26,8 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_write_text",
+    "json_path",
+    "json_safe",
     "prepare_output_dir",
     "sha256_file",
 ]
@@ -78,6 +82,74 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 def atomic_write_json(path: str | Path, obj: Any) -> None:
     """Write ``obj`` as indented JSON to ``path`` atomically."""
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def json_path(parts: Sequence[str | int]) -> str:
+    """A place inside JSON data as text: keys joined by dots, list indices in brackets (``per_level[0].box.psnr_db``)."""
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else str(part)
+    return text
+
+
+def json_safe(value: Any, *, non_finite: dict[str, str] | None = None) -> Any:
+    """``value`` as data that JSON can hold: every non-finite float (inf, -inf, NaN) becomes ``None``.
+
+    Dicts, lists and tuples are copied at any depth (walked with a stack, not recursion, so depth is
+    no limit; tuples become lists, as ``json.dumps`` writes them); other values are kept as they are.
+    Python's ``json`` would write non-finite floats as ``Infinity`` / ``NaN``, which no other JSON
+    parser reads. ``non_finite``, when given, receives where each one was and what it was:
+    ``{json_path(...): "inf" | "-inf" | "nan"}`` (``""`` for ``value`` itself). A container that
+    holds itself raises ``ValueError``, as ``json.dumps`` does.
+    """
+
+    def empty(item: Any) -> dict[Any, Any] | list[Any] | None:
+        return {} if isinstance(item, dict) else [] if isinstance(item, list | tuple) else None
+
+    def where(key: Any) -> str:
+        return json_path([frame[2] for frame in stack[1:]] + [key])
+
+    def scalar(item: Any, key: Any) -> Any:
+        if isinstance(item, float) and not math.isfinite(item):
+            if non_finite is not None:
+                non_finite[where(key) if stack else ""] = "nan" if math.isnan(item) else "inf" if item > 0 else "-inf"
+            return None
+        return item
+
+    stack: list[tuple[Iterator[tuple[Any, Any]], Any, Any, int]] = []
+    root = empty(value)
+    if root is None:
+        return scalar(value, None)
+    # Depth first with an explicit stack: one frame (items left, the copy, its key, its id) per container on the
+    # current path, so the path is the frames' keys and a cycle is an id already on it; no recursion limit.
+    stack.append((_items(value), root, None, id(value)))
+    on_path = {id(value)}
+    while stack:
+        items, copy, _, ident = stack[-1]
+        entry = next(items, None)
+        if entry is None:
+            stack.pop()
+            on_path.discard(ident)
+            continue
+        key, item = entry
+        inner = empty(item)
+        if inner is None:
+            item = scalar(item, key)
+        elif id(item) in on_path:
+            raise ValueError(f"circular reference at {where(key)}")
+        else:
+            stack.append((_items(item), inner, key, id(item)))
+            on_path.add(id(item))
+            item = inner
+        if isinstance(copy, dict):
+            copy[key] = item
+        else:
+            copy.append(item)
+    return root
+
+
+def _items(container: Any) -> Iterator[tuple[Any, Any]]:
+    return iter(container.items()) if isinstance(container, dict) else enumerate(container)
 
 
 def prepare_output_dir(path: str | Path) -> Path:

@@ -1,0 +1,88 @@
+"""Summary lines: every number a command prints from a report goes through ``metric_text``, which never fails; a metric
+that was not finite (stored as null with a note, see ``neuralbake.core.report``) is shown as text."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from neuralbake.cli import fit, lod, material, mipmap, ntc, simplify, skin, texture
+from neuralbake.cli.common import metric_text
+from neuralbake.core.report import write_report
+
+
+def test_metric_text_shows_numbers_and_what_is_not_one(tmp_path: Path) -> None:
+    write_report(tmp_path / "stage.json", bake="fit", device=torch.device("cpu"), metrics={"psnr_union_db": math.inf})
+    stage = json.loads((tmp_path / "stage.json").read_text())
+    write_report(
+        tmp_path / "report.json", bake="demo", device=torch.device("cpu"),
+        metrics={"psnr_db": math.inf, "flip": math.nan, "ssim": 0.91234}, rd={"ntc": [{"psnr_db": 30.0}, {"psnr_db": math.inf}]},
+        stages={"fit": stage}, low=-math.inf, old="inf", label="fast",
+    )
+    report = json.loads((tmp_path / "report.json").read_text())  # as a command that reads a finished bake sees it
+    assert metric_text(report, "ssim", spec=".3f") == "0.912"
+    assert metric_text(report, "psnr_db", unit=" dB") == "inf dB (exact)"
+    assert metric_text(report, "flip", spec=".4f") == "nan"
+    assert metric_text(report, "low", unit=" dB") == "-inf dB"
+    assert metric_text(report, "rd", "ntc", 0, "psnr_db", unit=" dB") == "30.00 dB"
+    assert metric_text(report, "rd", "ntc", 1, "psnr_db", unit=" dB") == "inf dB (exact)"
+    assert metric_text(report, "stages", "fit", "psnr_union_db") == "inf (exact)"  # an embedded report's own note
+    assert metric_text({"psnr_db": math.inf}, "psnr_db") == "inf (exact)"  # a report still in memory
+    assert metric_text(report, "old") == "inf"  # a report written before non-finite numbers were null
+    assert metric_text(report, "label") == "n/a" and metric_text(report, "missing") == "n/a"
+    assert metric_text({"vertex_error": 0.01234}, "vertex_error", spec=".3f", unit=" %", scale=100) == "1.234 %"
+
+
+_DEVICE = {"name": "cpu", "type": "cpu"}
+
+
+def _as_read(report: dict, nan: tuple[str, ...] = ()) -> dict:
+    """``report`` as report.json holds it: every ``None`` (top level or nested) was an infinite PSNR, or NaN for the keys
+    in ``nan``, with its note."""
+    notes: dict[str, str] = {}
+
+    def walk(node: dict, path: str) -> None:
+        for key, value in node.items():
+            where = f"{path}.{key}" if path else key
+            if isinstance(value, dict):
+                walk(value, where)
+            elif value is None:
+                notes[where] = "nan: not a number" if key in nan else "inf: the result equals the reference exactly (zero error)"
+
+    walk(report, "")
+    return {**report, "non_finite": notes}
+
+
+_RUN = {"steps": 3, "seconds": 1.0, "device": _DEVICE}
+_SUMMARIES = {
+    "texture": (texture._summary, {**_RUN, "psnr_db": None, "precision": "fp16", "psnr_fp16_db": None, "params": 10}),
+    "mipmap": (mipmap._summary, {**_RUN, "levels": 2, "mean_psnr_box_db": None, "mean_psnr_toksvig_db": None,
+                                 "mean_psnr_learned_db": None}),
+    "simplify": (simplify._summary, {**_RUN, "triangles_original": 1, "triangles": 1, "psnr_db": None, "flip": 0.0, "start": "QEM",
+                                     "start_psnr_db": None, "start_flip": 0.0}),
+    "fit": (fit._summary, {**_RUN, "target": "unlit", "epochs": 1, "ms_per_epoch": 3.0, "psnr_db": None, "initial_psnr_db": None,
+                           "ssim": None, "bytes": 10}),
+    "skin": (skin._summary, {**_RUN, "vertices": 3, "vertex_error": None, "transferred_vertex_error": 0.0, "psnr_db": None,
+                             "transferred_psnr_db": None}),
+    "lod": (lod._summary, {**_RUN, "stages": {"simplify": {"start_psnr_db": None, "psnr_db": None},
+                                              "fit": {"initial_psnr_union_db": 20.0, "psnr_union_db": None}},
+                           "original_triangles": 1, "triangles": 1, "target": "unlit", "psnr_union_db": None, "lod_bytes": 10}),
+    "ntc": (ntc._summary, {"bpp_measured": 2.0, "bytes": 10, "latent_shape": {"name": "a"}, "ntc": {"overall_db": None},
+                           "bcn": {"bc7": {"bpp": 8.0, "quality": {"overall_db": None}}}}),
+    "material bake": (material._bake_summary, {**_RUN, "texture_views": {"psnr_u8_latents_db": None, "psnr_db": None}, "asset": {},
+                                               "psnr_db": None, "flip": 0.0, "decoder_params": 5, "throughput": {"speedup": 2.0}}),
+    "material pack": (material._pack_summary, {"materials": [{"id": 0, "name": "a.b"}], "bakes": {"a.b": {"psnr_db": None, "flip": 0.0}}}),
+}
+
+
+@pytest.mark.parametrize("name", list(_SUMMARIES))
+def test_every_summary_line_shows_an_infinite_metric_as_text(name: str, tmp_path: Path) -> None:
+    summary, report = _SUMMARIES[name]
+    line = summary(_as_read(report, nan=("ssim", "vertex_error")), tmp_path)
+    assert "inf" in line and "n/a" not in line, line
+    rd = {"rd": {"ntc": [{"bpp": 1.0, "psnr_db": None}]}, "non_finite": {"rd.ntc[0].psnr_db": "inf: exact"}}  # several rates
+    assert "inf dB (exact)" in ntc._summary(rd, tmp_path)
