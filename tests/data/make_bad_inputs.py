@@ -255,6 +255,10 @@ def option_cases() -> None:
         ("option_size_too_big", ["texture", "bake", image, "--out", "{out}", "--size", "100000x100000", "-q"], "size"),
         ("option_latent_5", ["material", "bake", "{case}/material.json", "--out", "{out}", "--latent", "5", "-q"], "latent"),
         ("option_markup_path", ["texture", "bake", "{case}/a[red]b/x[/y].png", "--out", "{out}", "-q"], "a[red]b/x[/y].png"),
+        # values the command line parses itself: one `error:` line naming the option, never a usage box
+        ("option_infer_size_0x5", ["texture", "infer", "{case}", "--out", "{out}/x.png", "--size", "0x5"], "--size: '0x5' is not a size"),
+        ("option_steps_not_a_number", ["texture", "bake", image, "--out", "{out}", "--steps", "many", "-q"], "--steps: 'many'"),
+        ("option_size_below_its_range", ["postfx", "conditions", image, "--out", "{out}", "--size", "3"], "from 16 to 4096"),
     ):
         folder = case(name, argv, expect)
         (folder / "image.png").write_bytes(_png(16, 16, rows=rows))
@@ -281,6 +285,10 @@ def runner_and_service_cases() -> None:
     case("token_bad_db_url", ["token", "create", "me", "--data", "{out}", "--db", "service.db"], "not a database URL")
     case("submit_input_without_path", ["submit", "texture", "--input", "image", "--server", "http://127.0.0.1:9"], "FIELD=PATH")
     case("submit_unknown_kind", ["submit", "sculpt", "--input", "image={case}/x.png", "--server", "http://127.0.0.1:9"], "unknown job kind")
+    # settings beyond any machine (a security probe's batch of 10^9 grew a worker to 16 GB): refused by the bake's
+    # footprint before the image is read or the output folder is made
+    case("texture_batch_size_1e9", ["texture", "examples/neural_texture/grace_hopper_256.png", "--batch-size", "1000000000", "--out", "{out}"],
+         "batch_size")
 
 
 def simplify_cases() -> None:

@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from neuralbake.bakes.run import STATE_DIR, Bake, BakeOutcome, BakeRun, set_field
+from neuralbake.bakes.run import STATE_DIR, Bake, BakeOutcome, BakeRun, Footprint, apply_defaults, set_field
 from neuralbake.core.paths import InputPath, StageConfigs
 from neuralbake.errors import ConfigError
 from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES, load_bake_input, write_gltf
@@ -216,7 +216,61 @@ def _body(run: BakeRun) -> BakeOutcome:
     return BakeOutcome(metrics, fields, curve_title=None)
 
 
-LOD = Bake("lod", LodConfig, _body, title="lod")
+# -- footprint --------------------------------------------------------------------------------
+
+
+def _stage_field(stage: str, name: str, config: LodConfig) -> str:
+    """Where the chain's config sets a stage's setting ``name``: its own field (``texture_size``,
+    ``shadows``...) when the chain passes it on and the stage options do not override it, else
+    ``stage_options.<stage>.<name>``."""
+    passed = {"simplify": ("ratio", "triangles", "seed", "max_triangles"), "skin": ("seed", "max_triangles"),
+              "fit": ("target", "shape", "texture_size", "shadows", "seed", "max_triangles")}
+    if name in passed[stage] and name not in config.stage_options.get(stage, {}):
+        return name
+    return f"stage_options.{stage}.{name}"
+
+
+def stage_footprints(config: LodConfig, device: torch.device) -> dict[str, Footprint]:
+    """Each stage's footprint, from its config as the chain builds it (:func:`_stage_config`, the
+    stage's device defaults filled), after the stage's own checks: the stage options are any values,
+    and a stage would refuse them only when it starts. The skin stage is counted always: whether the
+    asset is skinned and animated is known only once it is read."""
+    from neuralbake.bakes.fit import FIT
+    from neuralbake.bakes.simplify import SIMPLIFY
+    from neuralbake.bakes.skin import SKIN
+
+    out = {}
+    for stage, bake in (("simplify", SIMPLIFY), ("skin", SKIN), ("fit", FIT)):
+        if stage == "skin" and not config.skin:
+            continue
+        stage_config = _stage_config(stage, config, "in.glb", "original.glb")
+        apply_defaults(bake, stage_config, device)
+        try:
+            stage_config.validate()
+            out[stage] = bake.footprint(stage_config, device)
+        except ConfigError as exc:
+            raise ConfigError(exc.problem, field=_stage_field(stage, exc.field or "", config), fix=exc.fix) from exc
+        except (TypeError, ValueError) as exc:  # a value of the wrong type that the stage's checks let through
+            raise ConfigError(f"the {stage} stage cannot use its options ({exc}).", field=f"stage_options.{stage}",
+                              fix=f"see `neuralbake {stage} --help` for its settings.") from exc
+    return out
+
+
+def lod_footprint(config: LodConfig, device: torch.device) -> Footprint:
+    """The chain's footprint: the largest of its stages' memory (they run one after another, each
+    freeing its own), the sum of their steps; the fields are those of the chain's config that set them."""
+    stages = stage_footprints(config, device)
+    largest = max(stages, key=lambda s: stages[s].memory_bytes)
+    longest = max(stages, key=lambda s: stages[s].steps)
+    return Footprint(
+        memory_bytes=stages[largest].memory_bytes,
+        steps=sum(f.steps for f in stages.values()),
+        field=_stage_field(largest, stages[largest].field, config),
+        steps_field=_stage_field(longest, stages[longest].steps_field, config),
+    )
+
+
+LOD = Bake("lod", LodConfig, _body, title="lod", footprint=lod_footprint)
 """The chain, as the runner (:mod:`neuralbake.bakes.run`) runs it."""
 
 

@@ -39,8 +39,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from neuralbake.bakes.neural_material import NeuralMaterialConfig, bake_material
-from neuralbake.bakes.neural_material.config import device_defaults
-from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, run_bake
+from neuralbake.bakes.footprint import dominant_field, footprint
+from neuralbake.bakes.neural_material.config import MATERIAL_BASE_BYTES, device_defaults, material_knobs, material_memory, material_steps
+from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, Footprint, run_bake
 from neuralbake.core.config import save_config
 from neuralbake.core.events import EventSink
 from neuralbake.core.report import plot_loss_curve, write_report
@@ -285,7 +286,51 @@ def _record_final_bundles(run: BakeRun, manifest: Path) -> None:
     atomic_write_json(manifest, data)
 
 
-MATERIAL_PACK = Bake("material_pack", MaterialPackConfig, _pack_body, device_defaults=device_defaults("bake."), title="material pack")
+# -- footprint --------------------------------------------------------------------------------
+
+ASSUMED_SCENE_MATERIALS = 4
+"""Lit materials a glTF scene of ``materials`` is assumed to bring (known once it is read; the
+example crates scene has 3)."""
+
+
+def _to_bake(config: MaterialPackConfig) -> list[NeuralMaterialConfig]:
+    """A config per material the pack bakes (a glTF scene counts :data:`ASSUMED_SCENE_MATERIALS`; a
+    baked folder, anything without a material suffix, is packed as it is)."""
+    configs = []
+    for path in config.materials:
+        suffix = Path(str(path)).suffix.lower()
+        count = ASSUMED_SCENE_MATERIALS if suffix in (".gltf", ".glb") else 1 if suffix in (".json", ".mtlx") else 0
+        configs += [dataclasses.replace(config.bake, material=str(path))] * count
+    return configs
+
+
+def _pack_memory(config: MaterialPackConfig, device: Any) -> dict[str, float]:
+    configs = _to_bake(config)
+    if not configs:
+        return {"bake.texture_size": 0.0}
+    if config.shared_decoder:  # one phase: every material's reference chunk and encoder at once, the batch split between them
+        terms = material_memory(configs[0], device, materials=len(configs))
+    else:  # one material after another: the largest
+        each = [material_memory(c, device) for c in configs]
+        terms = max(each, key=lambda t: sum(t.values()))
+    return {f"bake.{name}": value for name, value in terms.items()}
+
+
+def material_pack_footprint(config: MaterialPackConfig, device: Any) -> Footprint:
+    """Peak memory of a pack (the largest material's bake, or all of them at once with
+    ``shared_decoder``) and its steps: every material's, one after another (one phase with ``shared_decoder``)."""
+    configs = _to_bake(config)
+    terms = _pack_memory(config, device)
+    total = lambda c, d: sum(_pack_memory(c, d).values())  # noqa: E731
+    field = dominant_field(total, config, device, material_knobs(device, "bake."), fallback=max(terms, key=lambda k: terms[k]))
+    steps = material_steps(config.bake) if config.shared_decoder else sum(material_steps(c) for c in configs)
+    return footprint(terms, steps=steps, steps_field="bake.train.steps", base=MATERIAL_BASE_BYTES, field=field)
+
+
+MATERIAL_PACK = Bake(
+    "material_pack", MaterialPackConfig, _pack_body, device_defaults=device_defaults("bake."), title="material pack",
+    footprint=material_pack_footprint,
+)
 """The material pack, as the runner runs it: one training phase per material to bake, then the shader export."""
 
 

@@ -27,7 +27,16 @@ import torch
 import torch.nn.functional as F
 from rich.console import Console
 
-from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
+from neuralbake.bakes.footprint import (
+    PROCESS_BYTES,
+    TRAINED_PARAMETER_BYTES,
+    dominant_field,
+    footprint,
+    mlp_parameters,
+    mlp_training_bytes,
+    precision_bytes,
+)
+from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, Footprint
 from neuralbake.core.device import resolve_device
 from neuralbake.core.events import progress_task
 from neuralbake.core.metrics import psnr
@@ -309,7 +318,51 @@ def fused_training_reason(network: CoordinateNetworkConfig) -> str | None:
     return unsupported_reason(mlp.widths(), [mlp.hidden_activation, mlp.output_activation], training=True)
 
 
-NEURAL_TEXTURE = Bake("neural_texture", NeuralTextureConfig, _bake_body, title="neural texture")
+# -- footprint --------------------------------------------------------------------------------
+
+ASSUMED_TEXELS = 2048 * 2048
+"""Texels assumed when ``texture_size`` is unset (the image's own size, read only when the bake runs):
+a 2K texture. A larger image (up to :data:`MAX_BAKE_PIXELS`) is checked by the image loader, which
+compares its decoded size with the memory available before decoding it."""
+IMAGE_COPIES = 6
+"""Float32 copies of the reference the bake holds: the decoded image, its resampled copy, the
+tensor on the device, the transformed target, the network's render and its PNG/preview arrays."""
+EVAL_CHUNK = 1 << 16
+"""Texels :func:`render_network` evaluates at once (no autograd: two layers live at a time)."""
+SAMPLE_BYTES = 64
+"""Per batch sample beside the network: uv, the drawn texel indices, the targets and the loss terms."""
+
+
+def _widths(config: NeuralTextureConfig) -> list[int]:
+    mlp = config.network.mlp_config()
+    return [mlp.inputs, *[mlp.hidden] * mlp.layers, 4]  # outputs follow the image: at most 4 channels
+
+
+def estimated_memory(config: NeuralTextureConfig, device: torch.device) -> dict[str, float]:
+    """Bytes by the setting that drives them: the network's trained parameters (``network.hidden``),
+    one step's activations (``batch_size``) and the reference with its renders (``texture_size``)."""
+    widths = _widths(config)
+    compute = precision_bytes(config.train.precision)
+    texels = config.texture_size[0] * config.texture_size[1] if config.texture_size is not None else ASSUMED_TEXELS
+    evaluation = min(texels, EVAL_CHUNK) * 2 * max(widths) * 4
+    return {
+        "network.hidden": mlp_parameters(widths) * (TRAINED_PARAMETER_BYTES + compute),
+        "batch_size": mlp_training_bytes(config.batch_size, widths, compute) + config.batch_size * SAMPLE_BYTES,
+        "texture_size": texels * 4 * 4 * IMAGE_COPIES + evaluation,
+    }
+
+
+def neural_texture_footprint(config: NeuralTextureConfig, device: torch.device) -> Footprint:
+    """Peak memory of a neural texture bake (:func:`estimated_memory` on top of the process's base) and
+    its steps (``train.steps``)."""
+    terms = estimated_memory(config, device)
+    total = lambda c, d: sum(estimated_memory(c, d).values())  # noqa: E731
+    knobs = {"batch_size": 1024, "network.hidden": 64, "network.layers": 4, "network.frequencies": 3, "texture_size": None}
+    field = dominant_field(total, config, device, knobs, fallback=max(terms, key=lambda k: terms[k]))
+    return footprint(terms, steps=config.train.steps or 0, steps_field="train.steps", base=PROCESS_BYTES, field=field)
+
+
+NEURAL_TEXTURE = Bake("neural_texture", NeuralTextureConfig, _bake_body, title="neural texture", footprint=neural_texture_footprint)
 """The neural texture bake, as the runner (:mod:`neuralbake.bakes.run`) runs it."""
 
 

@@ -26,12 +26,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
+from neuralbake.bakes.footprint import TRAINED_PARAMETER_BYTES, dominant_field, footprint, precision_bytes
+from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, Footprint
 from neuralbake.core.paths import InputPathOrFolder, LibraryFolder
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.nn.trainer import TrainerConfig
 
-__all__ = ["LORA_TARGETS", "LORA_TRAIN", "LoraTrainConfig", "LoraWeights", "add_lora", "save_lora"]
+__all__ = ["LORA_TARGETS", "LORA_TRAIN", "LoraTrainConfig", "LoraWeights", "add_lora", "lora_footprint", "save_lora"]
 
 LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0")
 """The attention projections a LoRA adapts (the choice of the diffusers training scripts)."""
@@ -341,5 +342,44 @@ def _train_body(run: BakeRun) -> BakeOutcome:
     return BakeOutcome(metrics, fields, curve_title="LoRA training loss", quality_key=None)
 
 
-LORA_TRAIN: Bake[LoraTrainConfig] = Bake("postfx_lora", LoraTrainConfig, _train_body, _lora_defaults, title="LoRA")
+# -- footprint --------------------------------------------------------------------------------
+
+ASSUMED_IMAGES = 100
+"""Training images assumed (their latents and text embeddings are kept, encoded once)."""
+
+
+def lora_memory(config: LoraTrainConfig, device: torch.device, model: Any = None) -> dict[str, float]:
+    """Bytes by the setting that drives them: the frozen model's weights (``base``; assumed, see
+    :data:`neuralbake.postfx.chain.SD15`), the adapter with its gradient and Adam state (``rank``), a
+    step's UNet activations kept for the backward pass (``batch_size`` images at ``resolution``), and
+    the VAE's encoding of an image and the sample pictures' denoising, with guidance (``resolution``)."""
+    from neuralbake.postfx.chain import SD15
+
+    model = model or SD15
+    cuda = device.type == "cuda"
+    values = precision_bytes(config.train.precision) if cuda else 4  # the CPU trains in fp32
+    side = config.resolution or 0
+    latent = side * side / 64
+    embeddings = ASSUMED_IMAGES * (4 * latent + 77 * 2048) * 4
+    return {
+        "base": model.parameters * values,
+        "rank": config.rank * model.lora_parameters_per_rank * (TRAINED_PARAMETER_BYTES + values),
+        "batch_size": config.batch_size * latent * model.training_values * values,
+        "resolution": side * side * model.vae_values * values + 2 * latent * model.inference_values * values + embeddings,
+    }
+
+
+def lora_footprint(config: LoraTrainConfig, device: torch.device) -> Footprint:
+    """Peak memory of a LoRA training (:func:`lora_memory` on top of the chain's base) and its steps (``train.steps``)."""
+    from neuralbake.postfx.chain import CHAIN_BASE_BYTES
+
+    terms = lora_memory(config, device)
+    total = lambda c, d: sum(lora_memory(c, d).values())  # noqa: E731
+    knobs = {"resolution": 512 if device.type == "cuda" else 128, "batch_size": 1, "rank": 8}
+    field = dominant_field(total, config, device, knobs, fallback=max(terms, key=lambda k: terms[k]))
+    return footprint(terms, steps=config.train.steps or 0, steps_field="train.steps", base=CHAIN_BASE_BYTES, field=field)
+
+
+LORA_TRAIN: Bake[LoraTrainConfig] = Bake("postfx_lora", LoraTrainConfig, _train_body, _lora_defaults, title="LoRA",
+                                         footprint=lora_footprint)
 """Training a style LoRA on the one run path."""

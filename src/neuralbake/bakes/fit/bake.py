@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
@@ -15,13 +16,24 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from neuralbake.bakes.fit.config import FitConfig, device_defaults, steps_per_epoch
+from neuralbake.bakes.fit.config import CPU_DEFAULTS, GPU_DEFAULTS, FitConfig, device_defaults, steps_per_epoch
 from neuralbake.bakes.fit.model import LodAppearance, evaluate_views, initialise
 from neuralbake.bakes.fit.outputs import triptych_image, write_lod, write_triptych
 from neuralbake.bakes.fit.shape import ShapeForwardBackward, ShapeParameters, ShapeTarget, shape_view
 from neuralbake.bakes.fit.training import ViewForwardBackward, ViewOrderSampler, soft_temperature_at
-from neuralbake.bakes.fit.views import check_view_memory, display_background, fit_cameras, fit_lighting, load_weights, render_views
-from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
+from neuralbake.bakes.fit.views import (
+    HELD_OUT_BYTES_PER_PIXEL,
+    RENDER_BYTES_PER_PIXEL,
+    VIEW_BYTES_PER_PIXEL,
+    check_view_memory,
+    display_background,
+    fit_cameras,
+    fit_lighting,
+    load_weights,
+    render_views,
+)
+from neuralbake.bakes.footprint import ASSUMED_ASSET_BYTES, RENDERER_BASE_BYTES, TRAINED_PARAMETER_BYTES, dominant_field, footprint
+from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, Footprint
 from neuralbake.core.events import EventSink, EventWriter
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.gltf import Scene, load_bake_input
@@ -359,7 +371,51 @@ def quality_key(config: FitConfig) -> str:
     return "psnr_union_db" if config.shape or config.reference is not None else "psnr_db"
 
 
-FIT = Bake("fit", FitConfig, _body, device_defaults=device_defaults, title="fit")
+# -- footprint --------------------------------------------------------------------------------
+
+STEP_BYTES_PER_HIT = 256
+"""Autograd of a view's loss per hit pixel: the trilinear fetch (eight texels, weights, uv
+derivatives), the decoded and displayed colours and the loss terms, kept for the backward pass."""
+TEXEL_BYTES = TRAINED_PARAMETER_BYTES + 10 * 4
+"""Per stored texel value: the parameter, its gradient and Adam's moments, and the copies a step
+makes with autograd (the quantised store, the sRGB decode, the mip pyramid a third more)."""
+
+
+def estimated_memory(config: FitConfig, device: torch.device) -> dict[str, float]:
+    """Bytes by the setting that drives them: the reference views' kept hits and G-buffer rows
+    (``views``, ``held_out_views``; :func:`~neuralbake.bakes.fit.views.estimated_view_bytes`), one
+    render's transient G-buffer and shading (``render_size``), a step's autograd over its views'
+    hits (``views_per_step``), the stored values with their optimiser state (``texture_size``) and
+    the asset and its reference original (``asset``, assumed: :data:`~neuralbake.bakes.footprint.ASSUMED_ASSET_BYTES`)."""
+    pixels = (config.render_size or 0) ** 2
+    hits = math.pi / 4 * pixels
+    views, held, per_step = config.views or 0, config.held_out_views, config.views_per_step
+    size = config.texture_size or 0
+    texels = {"unlit": 3 * size * size, "luma-chroma": size * size + 3 * config.chroma_side**2}.get(config.target, 0)
+    shape = config.shape
+    return {
+        "views": hits * views * VIEW_BYTES_PER_PIXEL + (pixels * 16 * views if shape else 0),
+        "held_out_views": hits * held * HELD_OUT_BYTES_PER_PIXEL,
+        "render_size": pixels * RENDER_BYTES_PER_PIXEL,
+        "views_per_step": per_step * (pixels * RENDER_BYTES_PER_PIXEL if shape else hits * STEP_BYTES_PER_HIT),
+        "texture_size": texels * TEXEL_BYTES,
+        "asset": ASSUMED_ASSET_BYTES * (2 if config.reference is not None else 1),
+    }
+
+
+def fit_footprint(config: FitConfig, device: torch.device) -> Footprint:
+    """Peak memory of a fit (:func:`estimated_memory` on top of the renderer's base) and its steps:
+    ``epochs`` x ``ceil(views / views_per_step)``."""
+    terms = estimated_memory(config, device)
+    total = lambda c, d: sum(estimated_memory(c, d).values())  # noqa: E731
+    defaults = GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS
+    knobs = {**defaults, "held_out_views": 4, "views_per_step": 1, "chroma_size": 0}
+    field = dominant_field(total, config, device, knobs, fallback="render_size")
+    steps = steps_per_epoch(config) * (config.epochs or 0) if config.views else 0
+    return footprint(terms, steps=steps, steps_field="epochs", base=RENDERER_BASE_BYTES, field=field)
+
+
+FIT = Bake("fit", FitConfig, _body, device_defaults=device_defaults, title="fit", footprint=fit_footprint)
 """The PBR-to-LOD fit, as the runner (:mod:`neuralbake.bakes.run`) runs it."""
 
 

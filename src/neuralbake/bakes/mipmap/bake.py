@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from neuralbake.bakes.mipmap.config import SLOPE_PARAMETERISATION, MipmapConfig, check_bake_memory, device_defaults
+from neuralbake.bakes.mipmap.config import SLOPE_PARAMETERISATION, MipmapConfig, check_bake_memory, device_defaults, mipmap_footprint
 from neuralbake.bakes.mipmap.maps import box_mip_chain, load_material_maps, renormalised, toksvig_chain
 from neuralbake.bakes.mipmap.model import LearnedMipChain, MipReferenceSampler
 from neuralbake.bakes.mipmap.outputs import (
@@ -135,7 +135,7 @@ def _bake_body(run: BakeRun) -> BakeOutcome:
     return BakeOutcome(metrics, fields, curve_title="learned mipmaps", quality_key="psnr_db")
 
 
-MIPMAP = Bake("mipmap", MipmapConfig, _bake_body, device_defaults=device_defaults, title="learned mipmaps")
+MIPMAP = Bake("mipmap", MipmapConfig, _bake_body, device_defaults=device_defaults, title="learned mipmaps", footprint=mipmap_footprint)
 """The learned-mipmap bake, as the runner (:mod:`neuralbake.bakes.run`) runs it."""
 
 

@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 import torch
 
+from neuralbake.bakes.footprint import PROCESS_BYTES, dominant_field, footprint
+from neuralbake.bakes.run import Footprint
 from neuralbake.errors import ConfigError
 from neuralbake.io.limits import check_memory
 from neuralbake.nn.trainer import TrainerConfig
@@ -23,6 +25,7 @@ __all__ = [
     "check_bake_memory",
     "device_defaults",
     "estimated_bake_bytes",
+    "mipmap_footprint",
 ]
 
 
@@ -173,3 +176,41 @@ def device_defaults(config: MipmapConfig, device: torch.device) -> dict[str, Any
     if side is None or side <= CPU_TEXTURE_SIZE:
         return {}
     return {"texture_size": CPU_TEXTURE_SIZE}
+
+
+# -- footprint --------------------------------------------------------------------------------
+
+ASSUMED_GPU_SIDE = 1024
+"""The maps' side assumed when ``texture_size`` is unset on a GPU (the maps' own size, read only when
+the bake runs): a 1K set, 3.5 GiB by these terms (a 2K set needs about 14 GiB, a 4K set 56). The bake
+checks the side it reads with :func:`check_bake_memory` (host memory) before resampling, and the
+image loader checks each map's decoded size; a service that bakes large sets should pass
+``texture_size`` so that this estimate sees it."""
+
+
+def _side(config: MipmapConfig, device: torch.device) -> int:
+    # unset on a CPU: the device default left the maps' own size, which is at most CPU_TEXTURE_SIZE
+    return config.texture_size or (ASSUMED_GPU_SIDE if device.type == "cuda" else CPU_TEXTURE_SIZE)
+
+
+def estimated_memory(config: MipmapConfig, device: torch.device) -> dict[str, float]:
+    """:func:`estimated_bake_bytes`' per-texel terms by the setting that drives them: the maps and their
+    mip chains (``texture_size``), the reference shading per direction (``held_out_directions``) and the
+    autograd graph of a step's shading (``directions_per_step``). On a GPU the work (and the maps) sit
+    in GPU memory."""
+    texels = _side(config, device) ** 2
+    directions = config.directions_per_step + config.held_out_directions + 12
+    return {
+        "texture_size": texels * (64 + 128 + 256),
+        "held_out_directions": texels * 8 * directions,
+        "directions_per_step": texels * 160 * config.directions_per_step,
+    }
+
+
+def mipmap_footprint(config: MipmapConfig, device: torch.device) -> Footprint:
+    """Peak memory of a learned-mipmap bake (:func:`estimated_memory` on top of the process's base) and its steps."""
+    terms = estimated_memory(config, device)
+    total = lambda c, d: sum(estimated_memory(c, d).values())  # noqa: E731
+    knobs = {"texture_size": CPU_TEXTURE_SIZE, "directions_per_step": 16, "held_out_directions": 32}
+    field = dominant_field(total, config, device, knobs, fallback="texture_size")
+    return footprint(terms, steps=config.train.steps or 0, steps_field="train.steps", base=PROCESS_BYTES, field=field)

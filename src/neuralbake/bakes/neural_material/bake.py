@@ -27,7 +27,7 @@ from neuralbake.bakes.neural_material.asset import (
     place_material,
 )
 from neuralbake.bakes.neural_material.comparison import compare, throughput
-from neuralbake.bakes.neural_material.config import NeuralMaterialConfig, device_defaults
+from neuralbake.bakes.neural_material.config import NeuralMaterialConfig, device_defaults, neural_material_footprint
 from neuralbake.bakes.neural_material.latents import bake_latent_pyramid, load_neural_material, write_material_bundle
 from neuralbake.bakes.neural_material.model import (
     NeuralMaterial,
@@ -368,7 +368,10 @@ def _bake_body(run: BakeRun) -> BakeOutcome:
     return BakeOutcome(metrics, fields, curve_title=f"neural material: {Path(config.material).name}")
 
 
-NEURAL_MATERIAL = Bake("neural_material", NeuralMaterialConfig, _bake_body, device_defaults=device_defaults(), title="neural material")
+NEURAL_MATERIAL = Bake(
+    "neural_material", NeuralMaterialConfig, _bake_body, device_defaults=device_defaults(), title="neural material",
+    footprint=neural_material_footprint,
+)
 """The neural material bake, as the runner (:mod:`neuralbake.bakes.run`) runs it."""
 
 

@@ -8,13 +8,24 @@ from typing import Any, Literal
 
 import torch
 
+from neuralbake.bakes.footprint import (
+    MIB,
+    PROCESS_BYTES,
+    TRAINED_PARAMETER_BYTES,
+    dominant_field,
+    footprint,
+    mlp_parameters,
+    mlp_training_bytes,
+    precision_bytes,
+)
 from neuralbake.bakes.neural_material.model import DIRECTION_FEATURES
+from neuralbake.bakes.run import Footprint
 from neuralbake.errors import ConfigError
 from neuralbake.kernels import KERNEL_MODES
 from neuralbake.nn.trainer import TrainerConfig
 from neuralbake.core.paths import InputPath, InputPathOrFolder
 
-__all__ = ["LATENT_CHANNELS", "NeuralMaterialConfig", "device_defaults"]
+__all__ = ["LATENT_CHANNELS", "NeuralMaterialConfig", "device_defaults", "material_memory", "neural_material_footprint"]
 
 LATENT_CHANNELS = (4, 8, 16)
 """Latent channels per texel a bake accepts (``NeuralMaterialConfig.latent``)."""
@@ -142,3 +153,86 @@ def device_defaults(prefix: str = "") -> Any:
         return {f"{prefix}train.steps": 10_000 if gpu else 2000, f"{prefix}batch_size": 16_384 if gpu else 4096}
 
     return choose
+
+
+# -- footprint --------------------------------------------------------------------------------
+
+MATERIAL_BASE_BYTES = PROCESS_BYTES + 192 * MIB
+"""The process's base with the material graph, the preview renderer and FLIP loaded: a copper-tray
+bake at 64 x 64 latents, 4,096 samples a step and 32-pixel previews peaked at 707 MiB on a 2-core CPU."""
+ASSUMED_TEXEL_INPUTS = 64
+"""Texel inputs the encoder reads per texel (every layer parameter and mask of the material; a
+glTF asset's maps), known only once the material is loaded: the copper tray has 34."""
+GRAPH_BYTES_PER_SAMPLE = 512
+"""Temporaries of one material-graph evaluation per sample (noise octaves, masks, a lobe stack's
+[N, 3] values), freed as the graph goes on (no autograd)."""
+ASSET_TEXTURE_SIDE = 2048
+"""A glTF asset's largest texture side, assumed: its maps finer than the latent texture are box-filtered
+into it at up to 4 x 4 samples a texel (``bake._finish``)."""
+LATENT_CHUNK = 1 << 15
+THROUGHPUT_SAMPLES = 1 << 16
+ASSET_VIEWS = 4
+"""Held-out views of an asset's comparison (``bake.ASSET_VIEWS``), each with its G-buffer."""
+GBUFFER_BYTES_PER_PIXEL = 1024
+
+
+def reference_chunk(config: NeuralMaterialConfig, device: torch.device) -> int:
+    """Reference samples the sampler evaluates and keeps at once (``ReferenceSampler``): whole batches."""
+    batch = config.batch_size or 1
+    per_chunk = config.reference_chunk or (1 << 20 if device.type == "cuda" else 1 << 18)
+    return max(1, per_chunk // batch) * batch
+
+
+def material_memory(config: NeuralMaterialConfig, device: torch.device, *, materials: int = 1) -> dict[str, float]:
+    """Bytes of one neural material bake by the setting that drives them (``materials`` > 1: that many
+    trained in one phase, ``--shared-decoder``, each with its own reference chunk and encoder).
+
+    The reference chunk's stored samples and one graph evaluation (``reference_chunk``), a step's
+    encoder + decoder activations (``batch_size``), the trained weights (``decoder_hidden``), the
+    texel inputs of every latent texel and the latent pyramid with its fp16/u8 copies
+    (``texture_size``), and the comparison renders (``compare_size``).
+    """
+    k = ASSUMED_TEXEL_INPUTS
+    directions = 3 * len(config.direction_inputs)
+    batch = config.batch_size or 0
+    encoder = [k, *[config.encoder_hidden] * config.encoder_layers, config.latent]
+    decoder = [config.latent + directions, *[config.decoder_hidden] * config.decoder_layers, 3]
+    compute = precision_bytes(config.train.precision)
+    chunk = reference_chunk(config, device)
+    render_chunk = 1 << 20 if device.type == "cuda" else 1 << 16
+    graph = max(chunk, render_chunk, LATENT_CHUNK, THROUGHPUT_SAMPLES) * GRAPH_BYTES_PER_SAMPLE
+    texels = config.texture_size**2
+    asset = str(config.material).lower().endswith((".gltf", ".glb"))
+    fine = config.texture_size * min(4, max(1, ASSET_TEXTURE_SIDE // config.texture_size)) if asset else config.texture_size
+    pyramid = 4 / 3 * texels * (k * 4 + 3 * config.latent * 4)  # box-filtered inputs per level; latents, fp16 and u8 copies
+    compare = config.compare_size**2 * (256 + (ASSET_VIEWS * GBUFFER_BYTES_PER_PIXEL if asset or config.asset else 0))
+    return {
+        "reference_chunk": materials * chunk * (k + directions + 3) * 4 + graph,
+        "batch_size": mlp_training_bytes(batch, encoder, compute) + mlp_training_bytes(batch, decoder, compute) + batch * 64,
+        "decoder_hidden": materials * (mlp_parameters(encoder) + mlp_parameters(decoder)) * (TRAINED_PARAMETER_BYTES + compute),
+        "texture_size": fine**2 * k * 4 + pyramid,
+        "compare_size": compare,
+    }
+
+
+def material_knobs(device: torch.device, prefix: str = "") -> dict[str, Any]:
+    """Each size setting of a neural material bake and its default on ``device`` (for
+    :func:`~neuralbake.bakes.footprint.dominant_field`)."""
+    knobs = {"batch_size": 16_384 if device.type == "cuda" else 4096, "texture_size": 512, "reference_chunk": 0, "compare_size": 128,
+             "compare_spp": 32, "decoder_hidden": 64, "encoder_hidden": 64, "decoder_layers": 3, "encoder_layers": 2}
+    return {prefix + name: value for name, value in knobs.items()}
+
+
+def material_steps(config: NeuralMaterialConfig) -> int:
+    """Optimiser steps: the bake's, then the sampling head's (at most as many)."""
+    steps = config.train.steps or 0
+    return steps + min(config.sampling_steps, steps)
+
+
+def neural_material_footprint(config: NeuralMaterialConfig, device: torch.device) -> Footprint:
+    """Peak memory of a neural material bake (:func:`material_memory` on top of its base) and its steps."""
+    terms = material_memory(config, device)
+    total = lambda c, d: sum(material_memory(c, d).values())  # noqa: E731
+    field = dominant_field(total, config, device, material_knobs(device), fallback=max(terms, key=lambda k: terms[k]))
+    steps_field = "sampling_steps" if config.sampling_steps > (config.train.steps or 0) else "train.steps"
+    return footprint(terms, steps=material_steps(config), steps_field=steps_field, base=MATERIAL_BASE_BYTES, field=field)

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from neuralbake.bakes.ntc.baselines import bc_baselines
-from neuralbake.bakes.ntc.config import NTCConfig, device_defaults, load_config_texture_set
+from neuralbake.bakes.ntc.config import NTCConfig, device_defaults, load_config_texture_set, ntc_footprint
 from neuralbake.bakes.ntc.container import CONTAINER_NAME, MANIFEST_NAME, pack_container, read_container
 from neuralbake.bakes.ntc.decode import decode_all_levels, resolve_decode_kernels, set_quality
 from neuralbake.bakes.ntc.layout import CONTAINER_VERSION, NTCLayout, choose_layout
@@ -217,7 +217,7 @@ def _body(run: BakeRun) -> BakeOutcome:
     return BakeOutcome(metrics, fields, curve_title=f"NTC at {', '.join(f'{b:g}' for b in rates)} bpp (phases one after another)", quality_key="psnr_db")
 
 
-NTC = Bake("ntc", NTCConfig, _body, device_defaults=device_defaults, title="ntc")
+NTC = Bake("ntc", NTCConfig, _body, device_defaults=device_defaults, title="ntc", footprint=ntc_footprint)
 """The NTC bake, as the runner (:mod:`neuralbake.bakes.run`) runs it."""
 
 

@@ -8,15 +8,25 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from neuralbake.bakes.ntc.layout import MAX_HIDDEN_LAYERS, MAX_HIDDEN_WIDTH, MAX_PE_FREQUENCIES, check_bpp
-from neuralbake.bakes.ntc.texture_set import TextureSet, check_texture_set, load_texture_set, split_source
+from neuralbake.bakes.footprint import MIB, PROCESS_BYTES, TRAINED_PARAMETER_BYTES, dominant_field, footprint, mlp_parameters, mlp_training_bytes
+from neuralbake.bakes.ntc.layout import (
+    LATENT_SHAPES,
+    MAX_HIDDEN_LAYERS,
+    MAX_HIDDEN_WIDTH,
+    MAX_PE_FREQUENCIES,
+    NTCLayout,
+    check_bpp,
+    choose_layout,
+)
+from neuralbake.bakes.ntc.texture_set import ChannelGroup, TextureSet, check_texture_set, load_texture_set, split_source
+from neuralbake.bakes.run import Footprint
 from neuralbake.core.paths import PathField
 from neuralbake.errors import ConfigError
 from neuralbake.kernels import KERNEL_MODES
 from neuralbake.nn.trainer import TrainerConfig
 from neuralbake.render.mip import is_power_of_two
 
-__all__ = ["CPU_TEXTURE_SIZE", "NTCConfig", "device_defaults", "load_config_texture_set"]
+__all__ = ["CPU_TEXTURE_SIZE", "NTCConfig", "device_defaults", "load_config_texture_set", "ntc_footprint"]
 
 CPU_TEXTURE_SIZE = 256
 """Largest side a CPU bake resamples a set to by default: DamagedHelmet's 11 channels at 2048² ran
@@ -127,3 +137,67 @@ def load_config_texture_set(config: NTCConfig) -> TextureSet:
         texture_set = texture_set.resized(config.texture_size)
         check_texture_set(texture_set)
     return texture_set
+
+
+# -- footprint --------------------------------------------------------------------------------
+
+NTC_BASE_BYTES = PROCESS_BYTES + 96 * MIB
+"""The process's base with the texture-set readers and the BCn codecs loaded."""
+ASSUMED_SIDE = 4096
+"""The set's side assumed when ``texture_size`` is unset (a GPU bakes the set's own size, known only
+once it is read): a 4K set. Larger sets (up to 16K a side) are checked by the image loader, which
+compares each map's decoded size with the memory available before decoding it."""
+ASSUMED_CHANNELS = 16
+"""Channels assumed for the set: the most a set may have (DamagedHelmet's material has 11)."""
+SET_COPIES = 8
+"""Float32 copies of the whole mip chain the bake holds at its peak: the loaded and the resampled
+set, its mip chain, the sampler's texels on the device, an evaluation's prediction, the decoded
+container, and the BC1 and BC7 baselines' round trips."""
+SET_COPIES_ON_GPU = 3
+"""Of those, the ones a GPU holds: the sampler's texels, an evaluation's prediction and the decoded
+container (the set, its mip chain and the baselines stay in host memory)."""
+EVAL_CHUNK = 1 << 16
+"""Texels an evaluation decodes at once."""
+
+
+def _layout(config: NTCConfig, bpp: float, side: int) -> NTCLayout:
+    groups = (ChannelGroup("set", tuple(f"C{i}" for i in range(ASSUMED_CHANNELS)), "data"),)
+    try:
+        return choose_layout(side, side, groups, bpp, hidden=tuple(config.hidden), pe_frequencies=config.pe_frequencies)
+    except ConfigError:  # a rate below this size's smallest file: the bake refuses it itself; count the smallest
+        return NTCLayout(side, side, groups, LATENT_SHAPES[0], tuple(config.hidden), config.pe_frequencies)
+
+
+def estimated_memory(config: NTCConfig, device: torch.device) -> dict[str, float]:
+    """Bytes by the setting that drives them: the set's copies and every texel's coordinates in an
+    evaluation (``texture_size``), the latent grids with their gradients and Adam moments (``bpp``;
+    the rates train one after another), a step's gathered latents and decoder activations
+    (``batch_size``) and the decoder's width (``hidden``: weights, and the evaluation's chunks)."""
+    side = config.texture_size or ASSUMED_SIDE
+    texels = 4 / 3 * side * side  # every mip level
+    layouts = [_layout(config, float(bpp), side) for bpp in config.rates()] or [_layout(config, 4.0, side)]
+    latents = max(sum(layout.latent_cells()) * layout.shape.features for layout in layouts)
+    widths = max((layout.layer_widths for layout in layouts), key=sum)
+    features = layouts[0].shape.features
+    copies = SET_COPIES_ON_GPU if device.type == "cuda" else SET_COPIES
+    # the four high cells, the four low cells and their blend, fake-quantised, kept for the backward pass
+    per_sample = 4 * (10 * features) * 3
+    return {
+        "texture_size": texels * (ASSUMED_CHANNELS * 4 * copies + 3 * 4 + 3 * 8),
+        "bpp": latents * TRAINED_PARAMETER_BYTES,
+        "batch_size": mlp_training_bytes(config.batch_size, widths, 4) + config.batch_size * per_sample,
+        "hidden": mlp_parameters(widths) * TRAINED_PARAMETER_BYTES + min(texels, EVAL_CHUNK) * (sum(widths) + 10 * features) * 4,
+    }
+
+
+def ntc_footprint(config: NTCConfig, device: torch.device) -> Footprint:
+    """Peak memory of an NTC compression (:func:`estimated_memory` on top of its base) and its steps:
+    both phases (``train.steps`` + ``finetune_steps``) for every rate."""
+    terms = estimated_memory(config, device)
+    total = lambda c, d: sum(estimated_memory(c, d).values())  # noqa: E731
+    knobs = {"batch_size": 8192, "texture_size": CPU_TEXTURE_SIZE if device.type != "cuda" else None, "hidden": (64, 48, 32), "bpp": [4.0]}
+    field = dominant_field(total, config, device, knobs, fallback=max(terms, key=lambda k: terms[k]))
+    rates = max(1, len(config.bpp)) if isinstance(config.bpp, (list, tuple)) else 1
+    steps_field = "finetune_steps" if config.finetune_steps > (config.train.steps or 0) else "train.steps"
+    steps = rates * ((config.train.steps or 0) + config.finetune_steps)
+    return footprint(terms, steps=steps, steps_field=steps_field, base=NTC_BASE_BYTES, field=field)

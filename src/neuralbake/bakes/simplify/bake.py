@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
-from neuralbake.bakes.simplify.config import SimplifyConfig, device_defaults
+from neuralbake.bakes.simplify.config import SimplifyConfig, device_defaults, simplify_footprint
 from neuralbake.bakes.simplify.decimate import Decimated, decimate_scene, non_manifold_edges, triangle_budget, weld
 from neuralbake.bakes.simplify.shape import ShapeView, fit_shape
 from neuralbake.core.metrics import psnr
@@ -276,7 +276,7 @@ def _body(run: BakeRun) -> BakeOutcome:
     return BakeOutcome(metrics, fields, curve_title=None)
 
 
-SIMPLIFY = Bake("simplify", SimplifyConfig, _body, device_defaults=device_defaults, title="simplify")
+SIMPLIFY = Bake("simplify", SimplifyConfig, _body, device_defaults=device_defaults, title="simplify", footprint=simplify_footprint)
 """Appearance-driven simplification, as the runner (:mod:`neuralbake.bakes.run`) runs it."""
 
 

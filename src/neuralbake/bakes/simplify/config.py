@@ -8,11 +8,13 @@ from typing import Any
 
 import torch
 
+from neuralbake.bakes.footprint import ASSUMED_ASSET_BYTES, RENDERER_BASE_BYTES, dominant_field, footprint
+from neuralbake.bakes.run import Footprint
 from neuralbake.errors import ConfigError
 from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES
 from neuralbake.core.paths import InputPath
 
-__all__ = ["CPU_DEFAULTS", "GPU_DEFAULTS", "SimplifyConfig", "device_defaults"]
+__all__ = ["CPU_DEFAULTS", "GPU_DEFAULTS", "SimplifyConfig", "device_defaults", "simplify_footprint"]
 
 GPU_DEFAULTS = {"render_size": 512, "views": 48, "epochs": 30}
 CPU_DEFAULTS = {"render_size": 128, "views": 16, "epochs": 12}
@@ -107,3 +109,37 @@ class SimplifyConfig:
 def device_defaults(config: SimplifyConfig, device: torch.device) -> dict[str, Any]:
     """Full size on a GPU; on a CPU, sizes that finish in a minute (fields left ``None`` only)."""
     return dict(GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS)
+
+
+# -- footprint --------------------------------------------------------------------------------
+
+VIEW_BYTES_PER_PIXEL = 16
+"""What a view of the original keeps per pixel: its display image (3 x float32) and coverage."""
+RENDER_BYTES_PER_PIXEL = 1024
+"""One antialiased render with autograd (visibility buffer, G-buffer, shading, silhouette gradients), per
+pixel: a shape step's, or the judge's (as ``fit.views.RENDER_BYTES_PER_PIXEL``)."""
+MESH_COPIES = 2.0
+"""The asset, its render scene and BVH, and the decimated LOD with its large-steps system, in units of
+one loaded asset (:data:`~neuralbake.bakes.footprint.ASSUMED_ASSET_BYTES`)."""
+
+
+def estimated_memory(config: SimplifyConfig, device: torch.device) -> dict[str, float]:
+    """Bytes by the setting that drives them: the original's renders kept per view (``views``,
+    ``held_out_views``), a render with autograd (``render_size``) and the asset and its LOD (``asset``, assumed)."""
+    pixels = (config.render_size or 0) ** 2
+    return {
+        "views": (config.views or 0) * pixels * VIEW_BYTES_PER_PIXEL,
+        "held_out_views": config.held_out_views * pixels * VIEW_BYTES_PER_PIXEL,
+        "render_size": pixels * RENDER_BYTES_PER_PIXEL,
+        "asset": ASSUMED_ASSET_BYTES * MESH_COPIES,
+    }
+
+
+def simplify_footprint(config: SimplifyConfig, device: torch.device) -> Footprint:
+    """Peak memory of a simplification (:func:`estimated_memory` on top of the renderer's base) and its
+    steps: one shape step per training view and epoch."""
+    terms = estimated_memory(config, device)
+    total = lambda c, d: sum(estimated_memory(c, d).values())  # noqa: E731
+    knobs = {**(GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS), "held_out_views": 6}
+    field = dominant_field(total, config, device, knobs, fallback="render_size")
+    return footprint(terms, steps=(config.epochs or 0) * (config.views or 0), steps_field="epochs", base=RENDERER_BASE_BYTES, field=field)

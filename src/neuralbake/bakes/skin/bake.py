@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
-from neuralbake.bakes.skin.config import SkinConfig, device_defaults
+from neuralbake.bakes.skin.config import SkinConfig, device_defaults, skin_footprint
 from neuralbake.core.metrics import psnr
 from neuralbake.errors import InputError
 from neuralbake.io.gltf import Scene, load_bake_input, write_gltf
@@ -299,7 +299,7 @@ def _body(run: BakeRun) -> BakeOutcome:
     return BakeOutcome(metrics, fields, curve_title=None)
 
 
-SKIN = Bake("skin", SkinConfig, _body, device_defaults=device_defaults, title="skin")
+SKIN = Bake("skin", SkinConfig, _body, device_defaults=device_defaults, title="skin", footprint=skin_footprint)
 """Skin-weight transfer and fitting, as the runner (:mod:`neuralbake.bakes.run`) runs it."""
 
 

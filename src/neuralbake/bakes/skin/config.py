@@ -8,11 +8,13 @@ from typing import Any
 
 import torch
 
+from neuralbake.bakes.footprint import ASSUMED_ASSET_BYTES, ASSUMED_TRIANGLES, RENDERER_BASE_BYTES, dominant_field, footprint
+from neuralbake.bakes.run import Footprint
 from neuralbake.errors import ConfigError
 from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES
 from neuralbake.core.paths import InputPath
 
-__all__ = ["SkinConfig", "device_defaults"]
+__all__ = ["SkinConfig", "device_defaults", "skin_footprint"]
 
 GPU_DEFAULTS = {"steps": 2000, "render_size": 256, "views": 16}
 CPU_DEFAULTS = {"steps": 300, "render_size": 96, "views": 6}
@@ -82,3 +84,43 @@ class SkinConfig:
 def device_defaults(config: SkinConfig, device: torch.device) -> dict[str, Any]:
     """Full size on a GPU; on a CPU, sizes that finish in a minute or two (fields left ``None`` only)."""
     return dict(GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS)
+
+
+# -- footprint --------------------------------------------------------------------------------
+
+REFERENCE_BYTES_PER_PIXEL = 16
+"""A reference render kept per (view, frame): display image (3 x float32) and coverage."""
+RENDER_BYTES_PER_PIXEL = 1024
+"""The LOD's antialiased render with autograd in a step of the image term, per pixel."""
+ASSUMED_JOINTS = 128
+"""Joints of the reference's skin, assumed (a game character has 50-150)."""
+VERTEX_FRAME_BYTES = 8 * 4 * 3
+"""Per LOD vertex, candidate and fitted frame: the posed position (3 floats) and the blended matrix
+rows the autograd graph of the vertex term keeps."""
+
+
+def estimated_memory(config: SkinConfig, device: torch.device) -> dict[str, float]:
+    """Bytes by the setting that drives them: the original's renders kept per (view, frame) of the
+    image term and of the judgement (``views``; ``frames`` and ``held_out_frames`` multiply them), one
+    render with autograd (``render_size``), the vertex term over the fitted frames (``candidates``) and
+    the two assets with the dense transferred weights (``lod``, assumed)."""
+    pixels = (config.render_size or 0) ** 2
+    views = config.views or 0
+    pairs = views * config.frames if config.image_weight > 0 else 0
+    held = max(1, views // 2) * config.held_out_frames
+    vertices = ASSUMED_TRIANGLES // 2  # the LOD's (a quarter of the original's triangles, at most its vertices)
+    return {
+        "views": (pairs + held) * pixels * REFERENCE_BYTES_PER_PIXEL,
+        "render_size": pixels * RENDER_BYTES_PER_PIXEL,
+        "candidates": vertices * config.candidates * (config.frames + 1 + config.held_out_frames) * VERTEX_FRAME_BYTES,
+        "lod": 2 * ASSUMED_ASSET_BYTES + vertices * ASSUMED_JOINTS * 4 * 3,
+    }
+
+
+def skin_footprint(config: SkinConfig, device: torch.device) -> Footprint:
+    """Peak memory of a skin fit (:func:`estimated_memory` on top of the renderer's base) and its steps (``steps``)."""
+    terms = estimated_memory(config, device)
+    total = lambda c, d: sum(estimated_memory(c, d).values())  # noqa: E731
+    knobs = {**(GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS), "frames": 8, "held_out_frames": 4, "candidates": 8}
+    field = dominant_field(total, config, device, knobs, fallback="render_size")
+    return footprint(terms, steps=config.steps or 0, steps_field="steps", base=RENDERER_BASE_BYTES, field=field)
