@@ -260,6 +260,12 @@ def test_nothing_a_client_reads_shows_a_server_path(service: Service, tmp_path: 
             events = "".join(response.iter_text())
         for text in (record, events):
             assert not any(root in text for root in roots), text[:2000]
+    files = service.a.get(f"/api/jobs/{ids[0]}/files").json()["files"]
+    for name in ("config.json", "report.json", "events.jsonl"):
+        assert name in files
+        text = service.a.get(f"/api/jobs/{ids[0]}/files/{name}").text
+        assert not any(root in text for root in roots), (name, text[:2000])
+    assert f"{good}/a.png" in service.a.get(f"/api/jobs/{ids[0]}/files/config.json").json()["image"]
     failed = service.a.get(f"/api/jobs/{ids[1]}").json()
     assert failed["status"] == "failed" and f"{broken}/broken.png" in failed["error"], failed
 

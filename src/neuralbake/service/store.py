@@ -38,6 +38,7 @@ from sqlalchemy import event as sa_event
 from sqlalchemy.engine import Connection, Engine
 
 from neuralbake.errors import ConfigError, NeuralbakeError
+from neuralbake.io.files import json_safe
 
 __all__ = ["TERMINAL_STATES", "EventRecord", "JobRecord", "JobStateError", "Store", "TokenRecord"]
 
@@ -407,7 +408,8 @@ class Store:
         seq = tx.execute(jobs.update().where(jobs.c.id == job_id).values(event_seq=jobs.c.event_seq + 1).returning(jobs.c.event_seq)).scalar_one_or_none()
         if seq is None:
             raise JobStateError(f"there is no job {job_id!r}.", field="job", fix="list the jobs to find its id.")
-        tx.execute(events.insert().values(job_id=job_id, seq=seq, type=kind, data=json.dumps(data, default=str), created=time.time()))
+        # Standard JSON (a non-finite metric as null) that every client's parser reads.
+        tx.execute(events.insert().values(job_id=job_id, seq=seq, type=kind, data=json.dumps(json_safe(data), default=str, allow_nan=False), created=time.time()))
         return int(seq)
 
     def add_event(self, job_id: str, kind: str, data: dict[str, Any]) -> int:

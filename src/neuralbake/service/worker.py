@@ -39,6 +39,7 @@ from typing import Any
 
 from neuralbake.core.config import config_from_dict
 from neuralbake.errors import ConfigError, NeuralbakeError
+from neuralbake.io.files import json_safe
 from neuralbake.service.store import JobRecord, Store
 
 __all__ = ["KINDS", "JobCancelled", "StoreSink", "WorkerSettings", "bake_of", "job_folder", "run_job", "run_worker", "serve_workers", "serve_workers_ray"]
@@ -244,9 +245,9 @@ def run_job(store: Store, job: JobRecord, worker: str, settings: WorkerSettings)
             checkpoints = out / ".neuralbake" / "checkpoints"
             resume = checkpoints.is_dir() and any(checkpoints.glob("*.pt"))
             out.parent.mkdir(parents=True, exist_ok=True)
-            report = bake.run(config, out, resume=resume, progress=False, sinks=[sink], on_step=on_step, previews=True)
+            report = bake.run(config, out, resume=resume, progress=False, sinks=[sink], on_step=on_step, previews=True, shown=redact)
         summary = {key: value for key, value in report.items() if isinstance(value, int | float | str) and not isinstance(value, bool)}
-        status, error, data = "succeeded", None, {"report": redact(summary)}
+        status, error, data = "succeeded", None, {"report": json_safe(redact(summary))}
     except OutputLockedError:
         # The job's folder is still held by a worker that is finishing it (e.g. one of a server
         # that is shutting down): hand the job back without spending an attempt.
