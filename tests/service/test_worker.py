@@ -180,3 +180,23 @@ def test_a_cancel_reaches_every_stage_of_a_lod_chain(settings: WorkerSettings) -
     events = store.events_after(job.id)
     assert final is not None and final.status == "cancelled", (final, [e.type for e in events][-10:])
     assert not any(e.type == "stage" and e.data.get("stage") == "fit" for e in events)
+
+
+def test_an_internal_error_keeps_its_traceback_in_the_log_not_in_the_job(settings: WorkerSettings, tiny_png: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    import neuralbake.bakes.neural_texture as texture
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError(f"can't allocate 4000000000000 bytes in {settings.data}")
+
+    monkeypatch.setattr(texture, "load_image", broken)
+    store = Store(settings.db)
+    job = store.create_job("texture", _texture_job(settings, tiny_png, 10))
+    with caplog.at_level("ERROR", logger="neuralbake.service.worker"):
+        run_worker(settings, "w1", max_jobs=1)
+    final = store.get_job(job.id)
+    assert final is not None and final.status == "failed" and final.error.startswith("internal error: RuntimeError"), final
+    assert str(settings.data) not in final.error and "<data>" in final.error
+    last = store.events_after(job.id)[-1]
+    assert last.type == "failed" and "traceback" not in last.data and "Traceback" not in json.dumps(last.data)
+    assert "Traceback" in caplog.text or any(record.exc_info for record in caplog.records)
