@@ -84,3 +84,16 @@ def test_json_safe_has_no_depth_limit_and_refuses_a_cycle() -> None:
     loop["a"].append(loop)
     with pytest.raises(ValueError, match="circular"):
         json_safe(loop)
+
+
+def test_every_json_written_atomically_is_standard_json(tmp_path) -> None:
+    """rd.json, pack.json and every other record go through atomic_write_json: no Infinity or NaN in them."""
+    import json
+    import math
+
+    from neuralbake.io.files import atomic_write_json
+
+    atomic_write_json(tmp_path / "rd.json", {"rates": [{"bpp": 4.0, "psnr_db": math.inf}], "loss": float("nan")})
+    text = (tmp_path / "rd.json").read_text()
+    assert "Infinity" not in text and "NaN" not in text
+    assert json.loads(text) == {"rates": [{"bpp": 4.0, "psnr_db": None}], "loss": None}

@@ -80,8 +80,9 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
-    """Write ``obj`` as indented JSON to ``path`` atomically."""
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    """Write ``obj`` as indented, standard JSON to ``path`` atomically (a non-finite number as ``null``,
+    :func:`json_safe`; a writer that must say what it was uses ``json_safe(obj, non_finite=...)`` first)."""
+    atomic_write_text(path, json.dumps(json_safe(obj), indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
 def json_path(parts: Sequence[str | int]) -> str:
