@@ -661,3 +661,13 @@ def test_decoder_at_the_bounds_round_trips() -> None:
     NTCConfig(sources=["a.png"], device="cpu", **decoder).validate()
     layout = read_container(_tiny_container(**decoder)).layout
     assert layout.hidden == decoder["hidden"] and layout.pe_frequencies == MAX_PE_FREQUENCIES
+
+
+def test_a_gltf_source_takes_no_name(tmp_path: Path) -> None:
+    """The path the service checks is the one opened: ``NAME=`` before a glTF is refused, not opened as a path."""
+    from neuralbake.bakes.ntc.texture_set import load_texture_set
+    from neuralbake.errors import InputError
+
+    crate = Path(__file__).resolve().parents[2] / "examples" / "crate" / "crate.gltf"
+    with pytest.raises(InputError, match="takes no NAME="):
+        load_texture_set([f"../../x={crate}"])

@@ -78,6 +78,10 @@ def _texture(env: Env, **config: Any) -> dict[str, Any]:
     return {"json": {"kind": "texture", "config": merged, "inputs": {"image": f"{env.upload}/a.png"}}}
 
 
+def _lod(env: Env, stage_options: Any) -> dict[str, Any]:
+    return {"json": {"kind": "lod", "config": {"asset": f"{env.upload}/a.png", "device": "cpu", "stage_options": stage_options}}}
+
+
 JSON = {"Content-Type": "application/json"}
 # id, method, url (formatted with the env), request arguments (from the env), expected status, expected words in the error
 CASES: list[tuple[str, str, str, Callable[[Env], dict[str, Any]], int, str]] = [
@@ -98,10 +102,22 @@ CASES: list[tuple[str, str, str, Callable[[Env], dict[str, Any]], int, str]] = [
     ("hidden width 1e6", "POST", "/api/jobs", lambda e: _texture(e, network__hidden=10**6), 422, "memory"),
     ("steps 1e12", "POST", "/api/jobs", lambda e: _texture(e, train__steps=10**12), 422, "at most"),
     ("steps past int64", "POST", "/api/jobs", lambda e: _texture(e, train__steps=2**70), 422, "too large"),
+    ("layers 1e9 (refused at once)", "POST", "/api/jobs", lambda e: _texture(e, network__layers=10**9), 422, "[0, 64]"),
+    ("layers 2^62", "POST", "/api/jobs", lambda e: _texture(e, network__layers=2**62), 422, "[0, 64]"),
+    ("frequencies 1e9", "POST", "/api/jobs", lambda e: _texture(e, network__frequencies=10**9), 422, "frequency"),
+    ("lod stage path a number", "POST", "/api/jobs", lambda e: _lod(e, {"simplify": {"lod": 123}}), 422, "string"),
+    ("lod stage path a list", "POST", "/api/jobs", lambda e: _lod(e, {"fit": {"weights": ["/etc/passwd"]}}), 422, "string"),
+    ("lod stage path zero", "POST", "/api/jobs", lambda e: _lod(e, {"fit": {"warm_start": 0}}), 422, "string"),
+    ("lod stage options a list", "POST", "/api/jobs", lambda e: _lod(e, []), 422, "table"),
+    ("lod stage options null", "POST", "/api/jobs", lambda e: _lod(e, None), 422, "table"),
+    ("lod stage a list", "POST", "/api/jobs", lambda e: _lod(e, {"fit": []}), 422, "table"),
+    ("lod stage table a number", "POST", "/api/jobs", lambda e: _lod(e, {"fit": {"train": 5}}), 422, "table"),
+    ("lod stage dunder", "POST", "/api/jobs", lambda e: _lod(e, {"fit": {"train.__class__": 5}}), 422, "not a setting"),
+    ("lod stage trailing dot", "POST", "/api/jobs", lambda e: _lod(e, {"fit": {"asset.": "x"}}), 422, "not a setting"),
     ("input not a path field", "POST", "/api/jobs", lambda e: {"json": {"kind": "texture", "inputs": {"device": f"{e.upload}/a.png"}}}, 422, "no input"),
     ("input given twice", "POST", "/api/jobs", lambda e: {"json": {"kind": "texture", "config": {"image": f"{e.upload}/a.png"}, "inputs": {"image": f"{e.upload}/a.png"}}}, 422, "both"),
     ("input a number", "POST", "/api/jobs", lambda e: {"json": {"kind": "texture", "inputs": {"image": 5}}}, 422, "input is"),
-    ("path field a number", "POST", "/api/jobs", lambda e: {"json": {"kind": "texture", "config": {"image": 5}}}, 422, "expected a string"),
+    ("path field a number", "POST", "/api/jobs", lambda e: {"json": {"kind": "texture", "config": {"image": 5}}}, 422, "as a string"),
     ("last-event-id superscript two", "GET", "/api/jobs/{job}/events", lambda e: {"headers": {"Last-Event-ID": "²".encode("latin-1")}}, 400, "not an event number"),
     ("last-event-id past int64", "GET", "/api/jobs/{job}/events", lambda e: {"headers": {"Last-Event-ID": "99999999999999999999999"}}, 400, "not an event number"),
     ("last-event-id negative", "GET", "/api/jobs/{job}/events", lambda e: {"headers": {"Last-Event-ID": "-1"}}, 400, "not an event number"),

@@ -299,3 +299,51 @@ def test_an_ntc_job_may_name_its_gltf_material(service: Service) -> None:
     response = service.a.post("/api/jobs", json={"kind": "ntc", "config": {"material": "crate_red", "bpp": [4.0]}, "inputs": {"sources": [f"{upload}/crates.gltf"]}})
     assert response.status_code == 201, response.text
     assert response.json()["config"]["material"] == "crate_red"
+
+
+@pytest.mark.slow
+def test_no_output_of_any_finished_job_shows_a_server_path(service: Service, tmp_path: Path, tiny_png: Path) -> None:
+    """A safety net over whole bakes (a neural material's bundle manifest, an NTC's per-rate reports,
+    a texture's records): every text file a job's owner downloads names inputs by reference only."""
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    material = _upload(service.a, {"velvet.json": (examples / "materials" / "velvet.json").read_bytes()})
+    import numpy as np
+    from PIL import Image
+
+    Image.fromarray((np.random.default_rng(0).random((64, 64, 3)) * 255).astype(np.uint8)).save(tmp_path / "square.png")
+    maps = _upload(service.a, {"base.png": (tmp_path / "square.png").read_bytes(), "rough.png": (tmp_path / "square.png").read_bytes()})
+    bodies = [
+        {"kind": "material", "config": {"texture_size": 8, "batch_size": 512, "device": "cpu", "decoder_hidden": 16, "encoder_hidden": 16,
+                                        "compare_size": 16, "compare_spp": 1, "train": {"steps": 20, "checkpoint_every": 0}},
+         "inputs": {"material": f"{material}/velvet.json"}},
+        {"kind": "ntc", "config": {"bpp": [8.0, 16.0], "hidden": [16], "batch_size": 256, "finetune_steps": 2, "baselines": False, "device": "cpu",
+                                   "train": {"steps": 10, "precision": "fp32", "eval_every": 0, "checkpoint_every": 0}},
+         "inputs": {"sources": [f"base_color={maps}/base.png", f"roughness={maps}/rough.png"]}},
+        {"kind": "texture", "config": TINY_TEXTURE, "inputs": {"image": f"{maps}/base.png"}},
+    ]
+    ids = []
+    for body in bodies:
+        response = service.a.post("/api/jobs", json=body)
+        assert response.status_code == 201, response.text
+        ids.append(response.json()["id"])
+    service.work(len(ids))
+    roots = {str(service.settings.data.absolute()), str(service.settings.data.resolve()), str(tmp_path.resolve())}
+    for job_id in ids:
+        record = service.a.get(f"/api/jobs/{job_id}").json()
+        assert record["status"] == "succeeded", (record["kind"], record["error"])
+        for name in service.a.get(f"/api/jobs/{job_id}/files").json()["files"]:
+            if name.endswith((".json", ".jsonl", ".txt", ".slang", ".hlsl")):
+                text = service.a.get(f"/api/jobs/{job_id}/files/{name}").text
+                assert not any(root in text for root in roots), (job_id, name, [line for line in text.splitlines() if any(r in line for r in roots)][:3])
+
+
+def test_the_redactor_knows_only_absolute_paths_at_their_boundaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from neuralbake.service.paths import Redactor
+
+    monkeypatch.chdir(tmp_path)
+    relative = Redactor(Path("."))
+    assert relative.text("ab12/a.png metadata, 1.5") == "ab12/a.png metadata, 1.5"  # a relative --data mangles nothing
+    assert relative.text(f"{tmp_path}/uploads/{'a' * 64}/x.png") == f"{'a' * 64}/x.png"
+    server = Redactor(Path("/srv/nb"), Path("/srv/models"))
+    assert server.text("/srv/nb2/secret and '/srv/nb' and /srv/nb/service.db") == "/srv/nb2/secret and '<data>' and <data>/service.db"
+    assert server.text(f"/srv/nb/jobs/{'b' * 32}/out/report.json, /srv/models/sd/base") == f"job:{'b' * 32}/report.json, sd/base"

@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from neuralbake.errors import ConfigError
-from neuralbake.service.store import JobStateError, Store, jobs
+from neuralbake.service.store import JobStateError, QuotaError, Store, jobs
 
 
 def _in_threads(target: Callable[[int], None], count: int, timeout: float = 60.0) -> None:
@@ -375,3 +375,20 @@ def test_the_ownership_migration_turns_stored_paths_into_references(empty_store_
     token = store.token_by_hash("0" * 64)
     assert token is not None and token.admin is False
     store.close()
+
+
+def test_a_quota_holds_against_requests_that_race(store: Store) -> None:
+    """Counted and inserted in one transaction: six submissions at once with a quota of one store one job."""
+    token = store.add_token("racer", "9" * 64, quota_jobs=1)
+    outcomes: list[str] = []
+
+    def submit(i: int) -> None:
+        try:
+            store.create_job("texture", {"n": i}, token_id=token.id, quota=1)
+            outcomes.append("stored")
+        except QuotaError:
+            outcomes.append("refused")
+
+    _in_threads(submit, 6)
+    assert sorted(outcomes) == ["refused"] * 5 + ["stored"]
+    assert store.count_jobs(token.id) == 1

@@ -161,7 +161,8 @@ def test_a_job_cancelled_before_its_first_step_ends_cancelled(settings: WorkerSe
     assert final is not None and final.status == "cancelled", final
     assert time.monotonic() - started < 30
     assert [e.type for e in store.events_after(job.id)][-1] == "cancelled"
-    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL  # the worker's handler is gone with the job
+    os.kill(os.getpid(), signal.SIGUSR1)  # a late signal, after the job ended, does nothing
+    time.sleep(0.05)
 
 
 @pytest.mark.slow
@@ -196,7 +197,7 @@ def test_an_internal_error_keeps_its_traceback_in_the_log_not_in_the_job(setting
         run_worker(settings, "w1", max_jobs=1)
     final = store.get_job(job.id)
     assert final is not None and final.status == "failed" and final.error.startswith("internal error: RuntimeError"), final
-    assert str(settings.data) not in final.error and "<data>" in final.error
+    assert str(settings.data) not in final.error and "allocate" not in final.error and "log" in final.error
     last = store.events_after(job.id)[-1]
     assert last.type == "failed" and "traceback" not in last.data and "Traceback" not in json.dumps(last.data)
     assert "Traceback" in caplog.text or any(record.exc_info for record in caplog.records)

@@ -29,6 +29,7 @@ from typing import Annotated, Any, Literal
 import torch
 
 from neuralbake.bakes.run import STATE_DIR, Bake, BakeOutcome, BakeRun, Footprint, apply_defaults, set_field
+from neuralbake.core.config import coerce_field
 from neuralbake.core.paths import InputPath, StageConfigs
 from neuralbake.errors import ConfigError
 from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES, load_bake_input, write_gltf
@@ -90,19 +91,14 @@ class LodConfig:
             raise ConfigError(f"triangles must be 0 (use ratio) or a positive integer, got {self.triangles!r}.", field="triangles", fix="pass e.g. 5000.")
         if self.target not in ("unlit", "vertex-color"):
             raise ConfigError(f"unknown target {self.target!r}.", field="target", fix="use unlit or vertex-color.")
+        if not isinstance(self.stage_options, dict) or not all(isinstance(v, dict) for v in self.stage_options.values()):
+            raise ConfigError("stage_options must be a table of tables, one per stage.", field="stage_options",
+                              fix='write e.g. {"fit": {"epochs": 5}} ([stage_options.fit] in TOML).')
         unknown = sorted(set(self.stage_options) - {"simplify", "skin", "fit"})
         if unknown:
             raise ConfigError(f"stage_options names an unknown stage {unknown[0]!r}.", field="stage_options", fix="use simplify, skin or fit.")
-        for stage, options in self.stage_options.items():
-            config = _stage_config(stage, self, "in.glb", "original.glb")
-            fields = set(config.__dataclass_fields__)
-            for name in options:
-                if name.split(".")[0] not in fields:
-                    raise ConfigError(
-                        f"stage_options.{stage} names {name!r}, which the {stage} stage does not have.",
-                        field=f"stage_options.{stage}.{name}",
-                        fix=f"see `neuralbake {stage} --help` for its settings.",
-                    )
+        for stage in self.stage_options:
+            _stage_config(stage, self, "in.glb", "original.glb")  # each option checked as that stage's config file would check it
 
 
 def _stage_config(stage: str, config: LodConfig, asset: str, original: str) -> Any:
@@ -124,7 +120,8 @@ def _stage_config(stage: str, config: LodConfig, asset: str, original: str) -> A
                         shadows=config.shadows, quantize=8, **common)
         out.train.seed = config.seed
     for name, value in config.stage_options.get(stage, {}).items():
-        set_field(out, name, value)
+        # Typed as a config file's value would be (a path field must be a string, a table a table).
+        set_field(out, name, coerce_field(type(out), name, value, source=f"the {stage} stage", prefix=f"stage_options.{stage}."))
     return out
 
 

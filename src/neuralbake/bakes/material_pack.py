@@ -274,7 +274,7 @@ def _export_pack(run: BakeRun, config: MaterialPackConfig, names: list[str], bun
         "bakes": reports,
         "shader": {key: _final(run, value) if isinstance(value, Path) else str(value) for key, value in dataclasses.asdict(export).items()},
     }
-    atomic_write_json(run.stage / "pack.json", summary)
+    atomic_write_json(run.stage / "pack.json", run.shown(summary))
     return BakeOutcome({}, summary, curve_title=f"material pack: {', '.join(reports) or 'no bakes'}" if reports else None)
 
 

@@ -45,9 +45,9 @@ from neuralbake.io.files import prepare_output_dir
 from neuralbake.io.images import ImageInfo, load_image, resize_image, save_png
 from neuralbake.io.limits import MAX_IMAGE_PIXELS, TooManyPixelsError, check_memory
 from neuralbake.kernels import KERNEL_MODES, resolve_kernels, try_kernels, unsupported_reason
-from neuralbake.nn.mlp import CoordinateNetwork, CoordinateNetworkConfig
+from neuralbake.nn.mlp import MAX_LAYERS, CoordinateNetwork, CoordinateNetworkConfig
 from neuralbake.nn.precision import compute_dtype
-from neuralbake.nn.serialize import load_coordinate_network, save_coordinate_network
+from neuralbake.nn.serialize import MAX_FREQUENCIES, load_coordinate_network, save_coordinate_network
 from neuralbake.nn.trainer import Batch, TexelDraws, TrainerConfig, TrainResult, cast_model
 from neuralbake.render.pictures import preview_strip
 from neuralbake.core.paths import InputPath
@@ -121,8 +121,11 @@ class NeuralTextureConfig:
         for name in ("frequencies", "hidden", "coordinates"):
             if getattr(self.network, name) < 1:
                 raise ConfigError(f"must be >= 1, got {getattr(self.network, name)}.", field=f"network.{name}", fix=f"set {name} to 1 or more.")
-        if self.network.layers < 0:
-            raise ConfigError(f"must be >= 0, got {self.network.layers}.", field="network.layers", fix="set layers to 0 or more.")
+        if not 0 <= self.network.layers <= MAX_LAYERS:
+            raise ConfigError(f"must be in [0, {MAX_LAYERS}], got {self.network.layers}.", field="network.layers", fix=f"set layers to 0 to {MAX_LAYERS}.")
+        if self.network.frequencies > MAX_FREQUENCIES:
+            raise ConfigError(f"at most {MAX_FREQUENCIES} frequency octaves are meaningful in float32, got {self.network.frequencies}.",
+                              field="network.frequencies", fix="use 3 (the sample's) to 10.")
         if self.network.coordinates != 2:
             raise ConfigError("a texture has 2 coordinates (u, v).", field="network.coordinates", fix="leave it at 2.")
         try:

@@ -299,6 +299,11 @@ class BakeRun:
         self.phases.append((phase, result))
         return result
 
+    def shown(self, value: Any) -> Any:
+        """``value`` (a record a bake writes besides its report: a bundle's manifest, a per-rate report)
+        as the caller wants its inputs shown (``run_bake(shown=...)``); as it is otherwise."""
+        return self._shown(value) if self._shown is not None else value
+
     def run_stage(self, bake: Bake[Any], config: Any, out: Path, *, resume: bool, sinks: list[EventSink] | None = None) -> dict[str, Any]:
         """Run another bake into ``out`` as a stage of this one (the lod chain's simplify, skin and
         fit): on the one run path, with this run's step hook, so a job's cancellation or a fault
@@ -709,9 +714,9 @@ def _run_locked(
     atomic_write_json(stage / "config.json", record(config_to_dict(config)))
     if chosen:
         where = "GPU" if device.type == "cuda" else "CPU"
-        shown = ", ".join(f"{name.rsplit('.', 1)[-1]} {_show(value)}" for name, value in chosen.items())
+        picked = ", ".join(f"{name.rsplit('.', 1)[-1]} {_show(value)}" for name, value in chosen.items())
         if progress:
-            Console(stderr=True).print(f"{where} defaults: {shown} (flags or --config choose others)", highlight=False, markup=False)
+            Console(stderr=True).print(f"{where} defaults: {picked} (flags or --config choose others)", highlight=False, markup=False)
     seed_everything(_seed_of(config))
     all_sinks: list[EventSink] = [_Shown(JsonlSink(stage / "events.jsonl"), record), _DropAsideOnCheckpoint(state), *(sinks or [])]
     if progress:

@@ -33,7 +33,7 @@ from neuralbake.errors import ConfigError, InputError, short_repr
 from neuralbake.io.files import atomic_write_json
 from neuralbake.io.limits import MAX_JSON_DEPTH, bracket_depth, data_depth, parse_json_text
 
-__all__ = ["config_from_dict", "config_to_dict", "field_docs", "load_config", "save_config"]
+__all__ = ["coerce_field", "config_from_dict", "config_to_dict", "field_docs", "load_config", "save_config"]
 
 C = TypeVar("C")
 
@@ -106,6 +106,16 @@ def _coerce(value: Any, tp: Any, where: str, source: str) -> Any:
                 last_error = exc
         assert last_error is not None
         raise last_error
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"expected a table/object, got {_show(value)}.", path=source, field=where, fix="write it as a nested table.")
+        key_type, value_type = typing.get_args(tp) or (str, Any)
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str) or not key:
+                raise ConfigError(f"the key {_show(key)} is not a name.", path=source, field=where, fix="use names as keys.")
+            out[key] = _coerce(item, value_type, f"{where}.{key}", source)
+        return out
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"expected a list, got {_show(value)}.", path=source, field=where, fix="write it as a list, e.g. [512, 512].")
@@ -152,6 +162,22 @@ def _coerce(value: Any, tp: Any, where: str, source: str) -> Any:
             raise ConfigError("the string contains a NUL character.", path=source, field=where, fix="remove it.")
         return value
     return value
+
+
+def coerce_field(cls: type, dotted: str, value: Any, *, source: str = "<config>", prefix: str = "") -> Any:
+    """``value`` checked as the field ``dotted`` (``train.steps``) of the config dataclass ``cls`` is
+    checked when a config file is loaded; errors name ``prefix + dotted``."""
+    owner, parts = cls, dotted.split(".")
+    for depth, part in enumerate(parts):
+        fields = {item.name for item in dataclasses.fields(owner) if item.init} if dataclasses.is_dataclass(owner) else set()
+        if part not in fields:
+            raise ConfigError(f"{part!r} is not a setting here.", path=source, field=prefix + dotted,
+                              fix=f"valid keys here are: {', '.join(sorted(fields))}." if fields else "name a setting.")
+        hint = typing.get_type_hints(owner)[part]
+        if depth == len(parts) - 1:
+            return _coerce(value, hint, prefix + dotted, source)
+        owner = hint
+    raise AssertionError(dotted)  # pragma: no cover - the loop returns
 
 
 def _example(tp: Any) -> str:

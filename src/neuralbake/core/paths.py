@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+from neuralbake.errors import ConfigError, short_repr
+
 __all__ = ["InputPath", "InputPathOrFolder", "LibraryFolder", "PathField", "PathSpec", "StageConfigs", "map_paths", "path_fields"]
 
 
@@ -125,9 +127,9 @@ def map_paths(config_type: type, data: Mapping[str, Any], rewrite: Rewrite, pref
     """A copy of ``data`` (a config's dict form) with every path in a path field replaced by
     ``rewrite(name, path, marker)``; the text around a path (``NAME=``, ``:WEIGHT``) is kept.
 
-    Values of the wrong shape are left for the config loader to refuse, except that a path field
-    holding something other than a string (or a list of strings) goes to ``rewrite`` as its repr
-    is not a path: ``rewrite`` sees every value that could reach a reader.
+    A path field holding anything but a string (or, for a list field, a list of strings) is refused
+    with a ConfigError naming it; other values of the wrong shape are left for the config loader to
+    refuse. Every value that could reach a reader goes through ``rewrite``.
     """
     if not isinstance(data, Mapping):
         return data  # type: ignore[return-value]
@@ -141,6 +143,8 @@ def map_paths(config_type: type, data: Mapping[str, Any], rewrite: Rewrite, pref
         if isinstance(marker, PathField):
             if many and isinstance(value, list | tuple):
                 out[name] = [_rewrite_one(f"{dotted}[{i}]", item, marker, rewrite) for i, item in enumerate(value)]
+            elif many and value is not None:
+                raise ConfigError(f"expected a list of file names, got {short_repr(value)}.", field=f"config.{dotted}", fix='write e.g. ["a.png"].')
             elif value is not None:
                 out[name] = _rewrite_one(dotted, value, marker, rewrite)
         elif isinstance(marker, StageConfigs) and isinstance(value, Mapping):
@@ -155,7 +159,9 @@ def map_paths(config_type: type, data: Mapping[str, Any], rewrite: Rewrite, pref
 
 def _rewrite_one(dotted: str, value: Any, marker: PathField, rewrite: Rewrite) -> Any:
     if not isinstance(value, str):
-        return value  # the loader refuses a non-string with its own message; nothing is read from it
+        # Refused here, not left to a loader: a chain's stage options hold untyped values, and
+        # str(123) would be a path relative to wherever the reader runs.
+        raise ConfigError(f"expected a file's name as a string, got {short_repr(value)}.", field=f"config.{dotted}", fix="write it as a string.")
     if value == "":
         return value  # unset
     head, path, tail = marker.split(value)

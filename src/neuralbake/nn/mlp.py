@@ -25,6 +25,11 @@ def _check_activation(name: str, field: str) -> None:
         raise ValueError(f"{field}: unknown activation {name!r}; choose one of {sorted(ACTIVATIONS)}")
 
 
+MAX_LAYERS = 64
+"""Most hidden layers a network may have (shader networks have 2-5; the bound keeps a config's
+arithmetic and its memory estimate finite before anything is built)."""
+
+
 @dataclass(kw_only=True)
 class LayerShape:
     """Hidden layers, outputs and activations: what every MLP-based network config shares.
@@ -66,8 +71,8 @@ class MLPConfig(LayerShape):
         for name in ("inputs", "hidden", "outputs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.layers < 0:
-            raise ValueError(f"layers must be >= 0, got {self.layers}")
+        if not 0 <= self.layers <= MAX_LAYERS:
+            raise ValueError(f"layers must be in [0, {MAX_LAYERS}], got {self.layers}")
         _check_activation(self.hidden_activation, "hidden_activation")
         _check_activation(self.output_activation, "output_activation")
 

@@ -240,7 +240,8 @@ def create_app(settings: ServiceSettings, store: Store | None = None) -> FastAPI
             raise _HttpError(422, f"unknown key {unknown[0][:40]!r} in the request.", unknown[0][:40], "send kind, config and inputs.")
         quota(caller)
         kind, config = await asyncio.to_thread(configs.prepare, body.get("kind"), body.get("config", {}), body.get("inputs", {}), caller)
-        job = store.create_job(kind, config, token_id=caller.token_id, max_attempts=settings.max_attempts)
+        limit = caller.token.quota_jobs if caller.token is not None else None  # counted again as the job is stored: racing requests cannot pass it together
+        job = store.create_job(kind, config, token_id=caller.token_id, max_attempts=settings.max_attempts, quota=limit)
         return shown(job)
 
     @app.get("/api/jobs")

@@ -15,6 +15,7 @@ config a job stores, with every check a job must pass before it is queued:
 from __future__ import annotations
 
 import copy
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,12 +110,15 @@ class JobConfigs:
         trial = copy.deepcopy(config)
         if getattr(trial, "device", None) not in (None, "auto"):
             device = torch.device("cuda" if str(trial.device).startswith("cuda") else "cpu")
-        apply_defaults(bake, trial, device)
         try:
+            apply_defaults(bake, trial, device)
             trial.validate()
-        except ValueError as exc:
-            raise ConfigError(str(exc), field="config") from exc
-        check_footprint(bake, trial, device, memory_bytes=self.settings.job_memory_bytes(), max_steps=self.settings.max_steps)
+            limit = self.settings.job_memory_bytes(device.type)
+            # No known limit (a GPU job for workers elsewhere, --job-memory unset): its steps are still bounded.
+            check_footprint(bake, trial, device, memory_bytes=limit if limit is not None else sys.maxsize, max_steps=self.settings.max_steps)
+        except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+            # A value of a shape the bake's own checks did not foresee: still the request's fault.
+            raise ConfigError(f"the settings cannot be used ({str(exc)[:200]}).", field="config", fix="correct the values named.") from exc
 
     def _outputs_as_upload(self, job_id: str, field: str, caller: Caller) -> str:
         """A finished job of the caller's: its listed outputs copied into an upload of the caller's; its id."""

@@ -197,7 +197,7 @@ def refit_with_strokes(
         settings["warm_start"] = f"{upload.id}/fit.pt"
     # The same checks as any submitted job: the overrides' paths confined, the bake's validation, the footprint.
     kind, config = configs.prepare("fit", settings, {}, caller)
-    new = store.create_job(kind, config, token_id=caller.token_id, max_attempts=max_attempts)
+    new = store.create_job(kind, config, token_id=caller.token_id, max_attempts=max_attempts, quota=caller.token.quota_jobs if caller.token else None)
     store.add_event(job.id, "refit", {"job": new.id, "view": request.view, "mode": request.mode, "painted_texels": texels})
     return {
         "job": new.to_json(),

@@ -120,19 +120,26 @@ def resolve_paths(config_type: type, config: dict[str, Any], *, uploads: UploadS
 class Redactor:
     """Turns the server's own paths into what a client may see: an upload's files as their
     references, a job's folder as ``job:<id>``, the model library's entries by name, anything
-    else under the data folder as ``<data>``."""
+    else under the data folder as ``<data>`` (and the library as ``<models>``).
+
+    Only absolute paths are recognised (the data folder as given, made absolute, and as resolved),
+    each ending at a path boundary, so a relative ``--data`` or a folder whose name begins like the
+    data folder's is never mistaken for it.
+    """
 
     def __init__(self, data: Path, models: Path | None = None) -> None:
-        rules: list[tuple[str, str]] = []
-        for root in {str(Path(data)), str(Path(data).resolve())}:
-            rules += [(f"{root}/uploads/", ""), (f"{root}/jobs/", "job:"), (root, "<data>")]
+        rules: dict[str, str] = {}
+        for root in {str(Path(data).absolute()), str(Path(data).resolve())}:
+            rules |= {f"{root}/uploads/": "", f"{root}/jobs/": "job:", root: "<data>"}
         if models is not None:
-            rules += [(f"{root}/", "") for root in {str(Path(models)), str(Path(models).resolve())}]
-        rules.sort(key=lambda rule: -len(rule[0]))  # the longest prefix first: uploads before the data folder itself
-        self._pattern = re.compile("|".join(re.escape(prefix) for prefix, _ in rules))
-        self._replace = dict(rules)
-        # A job's own output folder: jobs/<id>/out -> job:<id>
-        self._job_out = re.compile(r"job:([0-9a-f]{32})/out\b/?")
+            for root in {str(Path(models).absolute()), str(Path(models).resolve())}:
+                rules |= {f"{root}/": "", root: "<models>"}
+        # The longest prefix first (uploads before the data folder itself); a prefix without a
+        # trailing slash must end where a path component ends.
+        prefixes = sorted(rules, key=len, reverse=True)
+        self._pattern = re.compile("|".join(re.escape(p) + ("" if p.endswith("/") else r"(?![^/\s'\",;:)\]}])") for p in prefixes))
+        self._replace = rules
+        self._job_out = re.compile(r"job:([0-9a-f]{32})/out(?:/|\b)")
 
     def text(self, value: str) -> str:
         """``value`` with every server path replaced."""

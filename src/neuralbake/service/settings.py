@@ -53,13 +53,16 @@ class ServiceSettings:
 
         return "cuda" if torch.cuda.is_available() else "cpu"
 
-    def job_memory_bytes(self) -> int:
-        """What one job may use (see :attr:`job_memory`)."""
+    def job_memory_bytes(self, device_type: str | None = None) -> int | None:
+        """What one job may use on ``device_type`` (``cpu``/``cuda``; default: :meth:`worker_device`), see
+        :attr:`job_memory`; ``None`` for a GPU this machine does not have (Ray workers elsewhere)."""
         if self.job_memory is not None:
             return self.job_memory
-        if self.worker_device() == "cuda":
+        if (device_type or self.worker_device()) == "cuda":
             import torch
 
+            if not torch.cuda.is_available():
+                return None
             total = torch.cuda.get_device_properties(0).total_memory
         else:
             total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

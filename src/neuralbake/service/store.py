@@ -40,7 +40,7 @@ from sqlalchemy.engine import Connection, Engine
 from neuralbake.errors import ConfigError, NeuralbakeError
 from neuralbake.io.files import json_safe
 
-__all__ = ["TERMINAL_STATES", "EventRecord", "JobRecord", "JobStateError", "Store", "TokenRecord"]
+__all__ = ["TERMINAL_STATES", "EventRecord", "JobRecord", "JobStateError", "QuotaError", "Store", "TokenRecord"]
 
 JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
 TERMINAL_STATES = ("succeeded", "failed", "cancelled")
@@ -94,6 +94,12 @@ events = sa.Table(
     sa.Column("data", sa.Text, nullable=False),
     sa.Column("created", sa.Float, nullable=False),
 )
+
+
+class QuotaError(NeuralbakeError):
+    """The token has submitted as many jobs as its quota allows."""
+
+    status = 429
 
 
 class JobStateError(NeuralbakeError):
@@ -256,12 +262,20 @@ class Store:
 
     # -- jobs -----------------------------------------------------------------------------------
 
-    def create_job(self, kind: str, config: dict[str, Any], *, token_id: str | None = None, max_attempts: int = 3) -> JobRecord:
-        """Queue a job; its first event is ``queued``."""
+    def create_job(self, kind: str, config: dict[str, Any], *, token_id: str | None = None, max_attempts: int = 3, quota: int | None = None) -> JobRecord:
+        """Queue a job; its first event is ``queued``. With ``quota``, refuse it (:class:`QuotaError`) if
+        the token has that many jobs already: counted and inserted in one transaction, so requests
+        that race each other cannot pass the quota together (the token's row is locked on PostgreSQL;
+        SQLite's writers are one at a time)."""
         if max_attempts < 1:
             raise ConfigError(f"max_attempts must be >= 1, got {max_attempts}.", field="max_attempts", fix="use 1 or more.")
         job_id, now = uuid.uuid4().hex, time.time()
         with self._tx() as tx:
+            if quota is not None and token_id is not None:
+                tx.execute(sa.select(tokens.c.id).where(tokens.c.id == token_id).with_for_update())
+                used = tx.execute(sa.select(sa.func.count()).select_from(jobs).where(jobs.c.token_id == token_id)).scalar_one()
+                if used >= quota:
+                    raise QuotaError(f"this token's quota of {quota} jobs is used up.", field="token", fix="ask for a token with a larger quota.")
             tx.execute(jobs.insert().values(
                 id=job_id, kind=kind, config=json.dumps(config), status="queued", attempts=0, max_attempts=max_attempts, error=None,
                 created=now, updated=now, worker=None, lease_until=None, token_id=token_id, cancel_requested=False, event_seq=0,

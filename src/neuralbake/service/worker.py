@@ -179,41 +179,44 @@ class _Heartbeat(threading.Thread):
                     self.cancelled.set()
                     self.last_step = max(self.last_step, time.monotonic() - CANCEL_GRACE_SECONDS / 2)
                 stalled = time.monotonic() - self.last_step > CANCEL_GRACE_SECONDS
-                if stalled and self.interrupt is not None and not self._interrupted:
+                interrupt = self.interrupt  # read once: the job may end between a check and a call
+                if stalled and interrupt is not None and not self._interrupted:
                     self._interrupted = True
-                    self.interrupt()
+                    interrupt()
 
 
 class _Interruptible:
     """While a job runs in the main thread, a signal from its heartbeat raises :class:`JobCancelled`
-    there; before and after, the same signal does nothing (the handler checks, in the main thread,
-    whether the job is still running, so a late signal cannot hit the worker's own bookkeeping)."""
+    there; before and after, the same signal does nothing. The handler is installed once in the
+    process and stays (a signal that arrives late must find it, not the default action, which
+    would end the worker); it checks, in the main thread, whether a job is running, so a late
+    signal cannot hit the worker's own bookkeeping."""
+
+    active = False
+    installed = False
 
     def __init__(self, heartbeat: _Heartbeat) -> None:
         self.heartbeat = heartbeat
-        self.active = False
-        self.previous: Any = None
-        self.installed = False
 
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.active:
-            self.active = False
+    @staticmethod
+    def _handle(signum: int, frame: Any) -> None:
+        if _Interruptible.active:
+            _Interruptible.active = False
             raise JobCancelled()
 
     def __enter__(self) -> _Interruptible:
         if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(_CANCEL_SIGNAL, self._handle)
-            self.installed = True
+            if not _Interruptible.installed:
+                signal.signal(_CANCEL_SIGNAL, _Interruptible._handle)
+                _Interruptible.installed = True
             main = threading.main_thread().ident
             self.heartbeat.interrupt = lambda: signal.pthread_kill(main, _CANCEL_SIGNAL)  # type: ignore[arg-type]
-        self.active = True
+        _Interruptible.active = True
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.active = False
+        _Interruptible.active = False
         self.heartbeat.interrupt = None
-        if self.installed:
-            signal.signal(_CANCEL_SIGNAL, self.previous)
 
 
 def run_job(store: Store, job: JobRecord, worker: str, settings: WorkerSettings) -> str:
@@ -264,7 +267,8 @@ def run_job(store: Store, job: JobRecord, worker: str, settings: WorkerSettings)
         status, error, data = "failed", redact.text(str(exc)), {}
     except Exception as exc:  # a bug: its traceback goes to the worker's log, not to the client
         log.exception("job %s (%s) failed with an internal error", job.id, job.kind)
-        status, error, data = "failed", redact.text(f"internal error: {type(exc).__name__}: {exc}"[:2000]), {}
+        # Only the error's type reaches the client: its text may name the server's files or modules.
+        status, error, data = "failed", f"internal error: {type(exc).__name__} (the worker's log has the details).", {}
     finally:
         sink.close()
         heartbeat.done.set()

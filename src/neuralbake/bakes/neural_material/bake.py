@@ -217,7 +217,7 @@ def _finish(
     neural.kernels = kernels
     sampling = _fit_sampler(run, prepared, neural)
     folder.mkdir(parents=True, exist_ok=True)
-    bundle = write_material_bundle(folder, neural, config, features, shared)
+    bundle = write_material_bundle(folder, neural, config, features, shared, shown=run.shown)
     with run.task("comparison renders", 2 * len(SCENES) * config.compare_size**2, unit="pixels") as advance:
         scores = compare(folder, material, neural, normal, config, progress=advance)
     metrics = {"psnr_db": scores.pop("psnr_db"), "flip": scores.pop("flip"), "final_loss": result.final_loss}

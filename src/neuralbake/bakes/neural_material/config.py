@@ -22,6 +22,7 @@ from neuralbake.bakes.neural_material.model import DIRECTION_FEATURES
 from neuralbake.bakes.run import Footprint
 from neuralbake.errors import ConfigError
 from neuralbake.kernels import KERNEL_MODES
+from neuralbake.nn.mlp import MAX_LAYERS
 from neuralbake.nn.trainer import TrainerConfig
 from neuralbake.core.paths import InputPath, InputPathOrFolder
 
@@ -118,8 +119,8 @@ class NeuralMaterialConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(f"must be >= 1, got {getattr(self, name)}.", field=name, fix=f"set {name} to 1 or more.")
         for name in ("decoder_layers", "encoder_layers"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"must be >= 0, got {getattr(self, name)}.", field=name, fix=f"set {name} to 0 or more.")
+            if not 0 <= getattr(self, name) <= MAX_LAYERS:
+                raise ConfigError(f"must be in [0, {MAX_LAYERS}], got {getattr(self, name)}.", field=name, fix=f"set {name} to 0 to {MAX_LAYERS}.")
         unknown = [name for name in self.direction_inputs if name not in DIRECTION_FEATURES]
         if unknown or not self.direction_inputs:
             raise ConfigError(f"unknown or no direction inputs {list(self.direction_inputs)}.", field="direction_inputs", fix=f"use some of {sorted(DIRECTION_FEATURES)}.")

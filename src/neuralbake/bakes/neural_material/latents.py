@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -65,8 +66,12 @@ def bake_latent_pyramid(
     return levels
 
 
-def write_material_bundle(out: Path, neural: NeuralMaterial, config: NeuralMaterialConfig, features: int, shared: dict[str, Any] | None = None) -> dict[str, Any]:
+def write_material_bundle(
+    out: Path, neural: NeuralMaterial, config: NeuralMaterialConfig, features: int, shared: dict[str, Any] | None = None,
+    shown: Callable[[Any], Any] = lambda value: value,
+) -> dict[str, Any]:
     """Write the latent textures and the decoder bundle into ``out``; returns their names and sizes.
+    ``shown`` says how the manifest names the bake's inputs (:meth:`~neuralbake.bakes.run.BakeRun.shown`).
 
     The manifest keeps ``latent.resolution`` (the config field is ``texture_size``), so bundles
     read the same whichever neuralbake wrote them.
@@ -99,12 +104,12 @@ def write_material_bundle(out: Path, neural: NeuralMaterial, config: NeuralMater
                        "fp16": "latents.fp16.safetensors", "u8": "latents.u8.safetensors", "wrap": "repeat", "filter": "bilinear",
                        "u8_decode": "latent = codes * scale + offset (per channel)"},
             "precision": {"training": "fp32", "inference": "fp16 or fp32"},
-            "shared_decoder": shared,
+            "shared_decoder": shown(shared),
             "sampler": sampler_meta,
-            "material": {"source": str(Path(config.material).resolve()), "sha256": sha256_file(config.material), "texel_inputs": features,
+            "material": shown({"source": str(Path(config.material).resolve()), "sha256": sha256_file(config.material), "texel_inputs": features,
                          "baked_normal": list(config.normal),
                          **({"name": config.material_name} if config.material_name and not config.asset else {}),
-                         **({"asset": str(Path(config.asset).resolve()), "asset_material": config.material_name or None} if config.asset else {})},
+                         **({"asset": str(Path(config.asset).resolve()), "asset_material": config.material_name or None} if config.asset else {})}),
         },
         layers=layers,
         extra_files=extra,

@@ -205,12 +205,13 @@ def _body(run: BakeRun) -> BakeOutcome:
         name = f"bpp_{bpp:g}"
         folder = run.stage / name
         metrics, fields, history = _compress_rate(run, bpp, layout, texture_set, reference, baselines, folder, f"{name}_")
-        reports.append(write_report(folder / "report.json", bake="ntc", device=device, metrics=metrics, **fields, wall_seconds=fields["compress_seconds"]))
+        reports.append(write_report(folder / "report.json", bake="ntc", device=device, metrics=run.shown(metrics), **run.shown(fields),
+                                    wall_seconds=fields["compress_seconds"]))
         if history:
             plot_loss_curve(folder / "loss.png", history, title=_curve_title(layout), quality_key="psnr_db")
         write_bake_manifest(folder, bake="ntc")  # each rate's folder can be checked (and decompressed) on its own
     summary = rate_distortion_summary(reports, baselines)
-    atomic_write_json(run.stage / "rd.json", summary)
+    atomic_write_json(run.stage / "rd.json", run.shown(summary))
     plot_rate_distortion(run.stage / "rd.png", summary)
     metrics = {key: value for key, value in summary["comparison"].items() if not isinstance(value, dict)}
     fields = {"rates": [f"bpp_{bpp:g}" for bpp in rates], "rd": summary, "size": [texture_set.width, texture_set.height], "sources": texture_set.sources}

@@ -133,7 +133,10 @@ def load_texture_set(sources: Sequence[str | Path], *, material: str = "0") -> T
     if not sources:
         raise InputError("no textures given.", field="sources", fix="pass image files or a .gltf file.")
     if len(sources) == 1 and str(sources[0]).lower().endswith((".gltf", ".glb")):
-        return load_gltf_material(sources[0], material=material)
+        head, path, _ = split_source(str(sources[0]))
+        if head:  # the path that is checked (by the service too) is the one that is opened
+            raise InputError("a glTF source takes no NAME=.", path=path, field="sources", fix="pass the .gltf file alone; its maps are named by the material.")
+        return load_gltf_material(path, material=material)
     groups, images, paths = [], [], []
     for source in sources:
         text = str(source)
