@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from neuralbake.bakes.fit import FitConfig, fit_lod
-from neuralbake.bakes.run import STATE_DIR
+from neuralbake.bakes.folder import STATE_DIR
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.gltf import Material, Mesh, Scene, TextureRef, load_gltf, write_gltf
 from neuralbake.io.manifest import verify_bake_folder

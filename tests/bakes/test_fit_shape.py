@@ -13,7 +13,7 @@ import torch
 
 from neuralbake.bakes.fit import fit_lod
 from neuralbake.bakes.fit.shape import ShapeParameters
-from neuralbake.bakes.run import STATE_DIR
+from neuralbake.bakes.folder import STATE_DIR
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.gltf import Scene, load_gltf, write_gltf
 from neuralbake.nn.trainer import TrainingInterrupted

@@ -105,11 +105,9 @@ def _default(name: str, device: str) -> tuple[Bake[Any], Any, torch.device]:
 
 
 def test_every_bake_declares_a_footprint() -> None:
-    from neuralbake.bakes.material_pack import MATERIAL_PACK
-    from neuralbake.postfx.lora import LORA_TRAIN
-    from neuralbake.service.worker import _kinds
+    from neuralbake.bakes.registry import BAKES as REGISTERED
 
-    bakes = {**_kinds(), "material_pack": MATERIAL_PACK, "lora": LORA_TRAIN}
+    bakes = {kind: entry.bake for kind, entry in REGISTERED.items()}
     missing = [kind for kind, bake in bakes.items() if bake.footprint is None]
     assert not missing, f"bakes without a footprint: {missing}"
     assert {bake.name for bake in bakes.values()} <= {bake.name for bake, _ in BAKES.values()}  # this module covers them all

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from neuralbake.bakes.folder import STATE_DIR
 from neuralbake.bakes.lod import LodConfig, make_lod
-from neuralbake.bakes.run import STATE_DIR
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.gltf import load_gltf
 from neuralbake.io.manifest import verify_bake_folder

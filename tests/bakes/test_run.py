@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from neuralbake.bakes.run import ASIDE_DIR, STATE_DIR, Bake, BakeOutcome, BakeRun, _finish_swap, _folder_lock, run_bake
+from neuralbake.bakes.folder import ASIDE_DIR, STATE_DIR, finish_swap, folder_lock
+from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, run_bake
 from neuralbake.errors import BundleError, InputError, TrainingError
 from neuralbake.io.manifest import verify_bake_folder
 from neuralbake.nn.trainer import Batch, TrainerConfig, TrainingInterrupted
@@ -110,7 +111,7 @@ def test_a_flipped_byte_in_any_file_is_refused_naming_it(tmp_path: Path, name: s
 
 def test_a_second_bake_on_a_locked_folder_is_refused(tmp_path: Path) -> None:
     (tmp_path / STATE_DIR).mkdir()
-    with _folder_lock(tmp_path / STATE_DIR / "lock", tmp_path):
+    with folder_lock(tmp_path / STATE_DIR / "lock", tmp_path):
         with pytest.raises(InputError, match="another bake is writing"):
             run_bake(LINE, LineConfig(), tmp_path, progress=False)
     run_bake(LINE, LineConfig(), tmp_path, progress=False)  # free again once the first lets go
@@ -147,7 +148,7 @@ def test_a_swap_cut_short_is_finished_by_the_next_bake(tmp_path: Path) -> None:
     # The journal is written and one file was already moved when the process died.
     (state / "swap.json").write_text(json.dumps({"new": ["bake.json", "model.pt", "report.json"], "old": ["bake.json", "model.pt", "report.json"]}))
     (tmp_path / "model.pt").write_bytes(b"moved in before the crash")
-    _finish_swap(tmp_path, state)
+    finish_swap(tmp_path, state)
     assert (tmp_path / "model.pt").read_bytes() == b"moved in before the crash"
     assert json.loads((tmp_path / "report.json").read_text()) == {"new": True}
     assert not (state / "swap.json").exists() and not stage.exists()
@@ -436,28 +437,28 @@ def test_a_kill_after_the_first_checkpoint_keeps_the_killed_bakes_training(tmp_p
 def test_what_a_killed_bake_set_aside_is_settled_by_the_rule(tmp_path: Path) -> None:
     """The states a kill can leave, settled by the next bake: killed while setting aside (no record yet), after its own
     checkpoint but before it dropped the old ones, inside its swap (it had finished), inside a restore."""
-    from neuralbake.bakes.run import _prepare_state, _settle_aside
+    from neuralbake.bakes.folder import prepare_state, settle_aside
 
     state = tmp_path / STATE_DIR
     run_bake(LINE, LineConfig(), tmp_path, progress=False)
     before = _tree(tmp_path)
-    _prepare_state(tmp_path, state, resume=False)  # a new bake set the old state aside ...
+    prepare_state(tmp_path, state, resume=False)  # a new bake set the old state aside ...
     (state / ASIDE_DIR / "set_aside.json").unlink()  # ... and was killed before its record was written
-    assert _settle_aside(state) == "restored" and _tree(tmp_path) == before
-    _prepare_state(tmp_path, state, resume=False)
+    assert settle_aside(state) == "restored" and _tree(tmp_path) == before
+    prepare_state(tmp_path, state, resume=False)
     (state / "checkpoints" / "coarse.pt").write_bytes(b"its own")  # killed after its own checkpoint, before the drop
-    assert _settle_aside(state) == "dropped" and not (state / ASIDE_DIR).exists()
+    assert settle_aside(state) == "dropped" and not (state / ASIDE_DIR).exists()
     assert (state / "checkpoints" / "coarse.pt").read_bytes() == b"its own"
     shutil.rmtree(state)
     run_bake(LINE, LineConfig(), tmp_path, progress=False)
-    _prepare_state(tmp_path, state, resume=False)
-    assert _settle_aside(state, finished=True) == "dropped"  # a swap journal was found: it had finished
+    prepare_state(tmp_path, state, resume=False)
+    assert settle_aside(state, finished=True) == "dropped"  # a swap journal was found: it had finished
     run_bake(LINE, LineConfig(), tmp_path, progress=False)
     before = _tree(tmp_path)
-    _prepare_state(tmp_path, state, resume=False)
+    prepare_state(tmp_path, state, resume=False)
     record = json.loads((state / ASIDE_DIR / "set_aside.json").read_text())
     (state / ASIDE_DIR / "set_aside.json").write_text(json.dumps({**record, "restore": True}))
     os.replace(state / ASIDE_DIR / "checkpoints", state / "checkpoints.tmp")  # killed inside a restore: one folder already back
     shutil.rmtree(state / "checkpoints")
     os.replace(state / "checkpoints.tmp", state / "checkpoints")
-    assert _settle_aside(state) == "restored" and _tree(tmp_path) == before
+    assert settle_aside(state) == "restored" and _tree(tmp_path) == before

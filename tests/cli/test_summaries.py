@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from neuralbake.cli import fit, lod, material, mipmap, ntc, simplify, skin, texture
-from neuralbake.cli.common import metric_text
-from neuralbake.core.report import write_report
+from neuralbake.bakes import summaries
+from neuralbake.bakes.registry import BAKES
+from neuralbake.core.report import metric_text, write_report
 
 
 def test_metric_text_shows_numbers_and_what_is_not_one(tmp_path: Path) -> None:
@@ -59,30 +59,44 @@ def _as_read(report: dict, nan: tuple[str, ...] = ()) -> dict:
 
 _RUN = {"steps": 3, "seconds": 1.0, "device": _DEVICE}
 _SUMMARIES = {
-    "texture": (texture._summary, {**_RUN, "psnr_db": None, "precision": "fp16", "psnr_fp16_db": None, "params": 10}),
-    "mipmap": (mipmap._summary, {**_RUN, "levels": 2, "mean_psnr_box_db": None, "mean_psnr_toksvig_db": None,
+    "texture": (summaries.texture_summary, {**_RUN, "psnr_db": None, "precision": "fp16", "psnr_fp16_db": None, "params": 10}),
+    "mipmap": (summaries.mipmap_summary, {**_RUN, "levels": 2, "mean_psnr_box_db": None, "mean_psnr_toksvig_db": None,
                                  "mean_psnr_learned_db": None}),
-    "simplify": (simplify._summary, {**_RUN, "triangles_original": 1, "triangles": 1, "psnr_db": None, "flip": 0.0, "start": "QEM",
+    "simplify": (summaries.simplify_summary, {**_RUN, "triangles_original": 1, "triangles": 1, "psnr_db": None, "flip": 0.0, "start": "QEM",
                                      "start_psnr_db": None, "start_flip": 0.0}),
-    "fit": (fit._summary, {**_RUN, "target": "unlit", "epochs": 1, "ms_per_epoch": 3.0, "psnr_db": None, "initial_psnr_db": None,
+    "fit": (summaries.fit_summary, {**_RUN, "target": "unlit", "epochs": 1, "ms_per_epoch": 3.0, "psnr_db": None, "initial_psnr_db": None,
                            "ssim": None, "bytes": 10}),
-    "skin": (skin._summary, {**_RUN, "vertices": 3, "vertex_error": None, "transferred_vertex_error": 0.0, "psnr_db": None,
+    "skin": (summaries.skin_summary, {**_RUN, "vertices": 3, "vertex_error": None, "transferred_vertex_error": 0.0, "psnr_db": None,
                              "transferred_psnr_db": None}),
-    "lod": (lod._summary, {**_RUN, "stages": {"simplify": {"start_psnr_db": None, "psnr_db": None},
+    "lod": (summaries.lod_summary, {**_RUN, "stages": {"simplify": {"start_psnr_db": None, "psnr_db": None},
                                               "fit": {"initial_psnr_union_db": 20.0, "psnr_union_db": None}},
                            "original_triangles": 1, "triangles": 1, "target": "unlit", "psnr_union_db": None, "lod_bytes": 10}),
-    "ntc": (ntc._summary, {"bpp_measured": 2.0, "bytes": 10, "latent_shape": {"name": "a"}, "ntc": {"overall_db": None},
+    "ntc": (summaries.ntc_summary, {"bpp_measured": 2.0, "bytes": 10, "latent_shape": {"name": "a"}, "ntc": {"overall_db": None},
                            "bcn": {"bc7": {"bpp": 8.0, "quality": {"overall_db": None}}}}),
-    "material bake": (material._bake_summary, {**_RUN, "texture_views": {"psnr_u8_latents_db": None, "psnr_db": None}, "asset": {},
+    "material": (summaries.material_summary, {**_RUN, "texture_views": {"psnr_u8_latents_db": None, "psnr_db": None}, "asset": {},
                                                "psnr_db": None, "flip": 0.0, "decoder_params": 5, "throughput": {"speedup": 2.0}}),
-    "material pack": (material._pack_summary, {"materials": [{"id": 0, "name": "a.b"}], "bakes": {"a.b": {"psnr_db": None, "flip": 0.0}}}),
+    "material-pack": (summaries.material_pack_summary, {"materials": [{"id": 0, "name": "a.b"}], "bakes": {"a.b": {"psnr_db": None, "flip": 0.0}}}),
+    "postfx": (summaries.postfx_summary, {"frames": 2, "seconds_per_frame": 1.5, "temporal_ratio": 1.0}),  # null means "not measured"
+    "postfx-lora": (summaries.postfx_lora_summary, {"rank": 4, "images": 3, "steps": 10, "train_seconds": None, "denoise_loss": 0.1,
+                                                    "denoise_loss_before": 0.2}),
 }
 
 
-@pytest.mark.parametrize("name", list(_SUMMARIES))
+def test_every_registered_bake_has_its_summary_here() -> None:
+    assert set(_SUMMARIES) == set(BAKES)
+    assert all(BAKES[kind].summary is summary for kind, (summary, _) in _SUMMARIES.items())
+
+
+def test_postfx_summary_leaves_out_what_was_not_measured(tmp_path: Path) -> None:
+    summary, report = _SUMMARIES["postfx"]
+    assert summary(report, tmp_path) == f"2 frame(s), 1.50 s/frame, temporal ratio 1.00 -> {tmp_path / 'frames/'}"
+    assert summary({**report, "frames": 1, "seconds_per_frame": None, "temporal_ratio": None}, tmp_path) == f"1 frame(s) -> {tmp_path / 'result.png'}"
+
+
+@pytest.mark.parametrize("name", [name for name in _SUMMARIES if name != "postfx"])
 def test_every_summary_line_shows_an_infinite_metric_as_text(name: str, tmp_path: Path) -> None:
     summary, report = _SUMMARIES[name]
     line = summary(_as_read(report, nan=("ssim", "vertex_error")), tmp_path)
     assert "inf" in line and "n/a" not in line, line
     rd = {"rd": {"ntc": [{"bpp": 1.0, "psnr_db": None}]}, "non_finite": {"rd.ntc[0].psnr_db": "inf: exact"}}  # several rates
-    assert "inf dB (exact)" in ntc._summary(rd, tmp_path)
+    assert "inf dB (exact)" in summaries.ntc_summary(rd, tmp_path)

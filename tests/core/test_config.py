@@ -60,3 +60,41 @@ def test_validation_errors_name_the_field():
     config.network.hidden_activation = "swish"
     with pytest.raises(ConfigError, match="hidden_activation"):
         config.validate()
+
+
+def test_one_value_of_a_list_field_is_a_one_item_list(tmp_path):
+    from neuralbake.bakes.ntc import NTCConfig
+
+    path = tmp_path / "ntc.json"
+    path.write_text(json.dumps({"bpp": 4, "sources": "albedo.png"}))
+    config = load_config(NTCConfig, path)
+    assert config.bpp == [4.0] and config.sources == ["albedo.png"]
+    with pytest.raises(ConfigError) as caught:  # a table is no list item: the hint shows the field's item type
+        config_from_dict(NTCConfig, {"bpp": {"a": 1}})
+    assert "bpp" in str(caught.value) and "[0.5]" in str(caught.value) and "512" not in str(caught.value)
+
+
+def test_a_fixed_size_list_still_needs_all_its_items():
+    @dataclasses.dataclass
+    class Sized:
+        size: tuple[int, int] = (8, 8)
+        """Width and height."""
+
+    assert config_from_dict(Sized, {"size": [4, 2]}).size == (4, 2)
+    with pytest.raises(ConfigError) as caught:
+        config_from_dict(Sized, {"size": 4})
+    assert "size" in str(caught.value) and "[512, 512]" in str(caught.value)
+
+
+def test_a_nested_table_keeps_the_bakes_own_defaults_for_what_it_leaves_out():
+    from neuralbake.bakes.material_pack import MaterialPackConfig
+    from neuralbake.bakes.neural_material import NeuralMaterialConfig
+
+    own = NeuralMaterialConfig().train
+    assert (own.learning_rate, own.precision) != (TrainerConfig().learning_rate, TrainerConfig().precision)  # else this proves nothing
+    config = config_from_dict(NeuralMaterialConfig, {"train": {"steps": 5}})
+    assert config.train.steps == 5 and (config.train.learning_rate, config.train.precision) == (own.learning_rate, own.precision)
+    pack = config_from_dict(MaterialPackConfig, {"bake": {"train": {"seed": 3}}})
+    assert pack.bake.train.seed == 3 and pack.bake.train.learning_rate == own.learning_rate
+    with pytest.raises(ConfigError, match=r"bake\.train\.stepz"):
+        config_from_dict(MaterialPackConfig, {"bake": {"train": {"stepz": 3}}})

@@ -147,7 +147,7 @@ def test_cancel_retry_and_kinds(service, tiny_png: Path) -> None:
     assert client.post(f"/api/jobs/{job['id']}/retry").json()["status"] == "queued"
     assert client.post(f"/api/jobs/{job['id']}/retry").status_code == 409
     kinds = client.get("/api/kinds").json()
-    assert set(kinds) == {"texture", "material", "ntc", "mipmap", "fit", "simplify", "skin", "lod", "postfx"}
+    assert set(kinds) == {"texture", "material", "material-pack", "ntc", "mipmap", "fit", "simplify", "skin", "lod", "postfx", "postfx-lora"}
     assert next(f for f in kinds["lod"]["fields"] if f["name"] == "ratio")["default"] == 0.25
     steps = next(f for f in kinds["texture"]["fields"] if f["name"] == "train.steps")
     assert steps["default"] == 3000 and "optimiser steps" in steps["doc"]

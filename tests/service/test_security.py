@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from neuralbake.bakes.registry import BAKES, service_kinds
 from neuralbake.core.config import field_docs
 from neuralbake.core.paths import PathSpec, _unwrap, path_fields
 from neuralbake.service.app import create_app, hash_token
 from neuralbake.service.settings import ServiceSettings
 from neuralbake.service.store import Store
-from neuralbake.service.worker import KINDS, WorkerSettings, _kinds, bake_of, job_folder, run_worker
+from neuralbake.service.worker import WorkerSettings, bake_of, job_folder, run_worker
 
 TOKEN_A, TOKEN_B, TOKEN_ADMIN = "a" * 43, "b" * 43, "c" * 43
 TINY_TEXTURE = {"batch_size": 64, "device": "cpu", "network": {"hidden": 16, "layers": 2}, "train": {"steps": 10, "precision": "fp32", "eval_every": 0}}
@@ -101,11 +102,7 @@ def _wrapped(spec: PathSpec, path: str) -> str:
 
 
 def test_every_bake_declares_its_file_fields_as_path_types() -> None:
-    bakes = dict(_kinds())
-    from neuralbake.bakes.material_pack import MATERIAL_PACK
-    from neuralbake.postfx.lora import LORA_TRAIN
-
-    bakes.update(pack=MATERIAL_PACK, lora=LORA_TRAIN)
+    bakes = {kind: entry.bake for kind, entry in BAKES.items()}
     looks_like_a_file = re.compile(r"\b(file|files|folder|path|directory)\b|\.(gltf|glb|png|json|mtlx|pt|exr|safetensors)\b", re.I)
 
     def plain_strings(config_type: type, prefix: str = "") -> typing.Iterator[tuple[str, str]]:
@@ -147,7 +144,7 @@ def test_a_job_names_files_only_by_its_own_upload_at_any_depth(service: Service,
     _forbidden.update({os.path.realpath(secret), os.path.realpath(their_report), os.path.realpath(service.settings.data / "uploads" / theirs / "b.png")})
     checked = 0
     try:
-        for kind in KINDS:
+        for kind in service_kinds():
             for spec in path_fields(bake_of(kind).config_type):
                 for case, value in hostile.items():
                     if spec.field.library and case in ("their upload", "their job"):
@@ -320,6 +317,9 @@ def test_no_output_of_any_finished_job_shows_a_server_path(service: Service, tmp
                                    "train": {"steps": 10, "precision": "fp32", "eval_every": 0, "checkpoint_every": 0}},
          "inputs": {"sources": [f"base_color={maps}/base.png", f"roughness={maps}/rough.png"]}},
         {"kind": "texture", "config": TINY_TEXTURE, "inputs": {"image": f"{maps}/base.png"}},
+        {"kind": "material-pack", "config": {"bake": {"texture_size": 8, "batch_size": 512, "device": "cpu", "decoder_hidden": 16, "encoder_hidden": 16,
+                                                      "compare_size": 16, "compare_spp": 1, "train": {"steps": 20, "checkpoint_every": 0}}},
+         "inputs": {"materials": [f"{material}/velvet.json"]}},
     ]
     ids = []
     for body in bodies:
@@ -335,6 +335,22 @@ def test_no_output_of_any_finished_job_shows_a_server_path(service: Service, tmp
             if name.endswith((".json", ".jsonl", ".txt", ".slang", ".hlsl")):
                 text = service.a.get(f"/api/jobs/{job_id}/files/{name}").text
                 assert not any(root in text for root in roots), (job_id, name, [line for line in text.splitlines() if any(r in line for r in roots)][:3])
+
+
+def test_the_bakes_outside_the_first_five_are_jobs_too(service: Service, tiny_png: Path) -> None:
+    """A material pack and a style LoRA (registered like every bake) are accepted, their list and folder inputs confined."""
+    material = _upload(service.a, {"velvet.json": (Path(__file__).resolve().parents[2] / "examples" / "materials" / "velvet.json").read_bytes()})
+    images = _upload(service.a, {"style/a.png": tiny_png.read_bytes(), "style/b.png": tiny_png.read_bytes()})
+    pack = service.a.post("/api/jobs", json={"kind": "material-pack", "config": {"bake": {"device": "cpu"}}, "inputs": {"materials": [f"{material}/velvet.json"]}})
+    assert pack.status_code == 201, pack.text
+    assert pack.json()["config"]["materials"] == [f"{material}/velvet.json"] and pack.json()["config"]["bake"]["material"] == ""
+    lora = service.a.post("/api/jobs", json={"kind": "postfx-lora", "config": {"base": "sd", "device": "cpu"}, "inputs": {"images": f"{images}/style"}})
+    assert lora.status_code == 201 and lora.json()["config"]["images"] == f"{images}/style", lora.text
+    for body in ({"kind": "postfx-lora", "config": {"base": "sd"}, "inputs": {"images": "/etc"}},
+                 {"kind": "material-pack", "config": {}, "inputs": {"materials": [f"{images}/../../uploads"]}},
+                 {"kind": "postfx-lora", "config": {"base": "sd"}, "inputs": {"images": f"{images}/style"}, "unused": 1}):
+        response = service.b.post("/api/jobs", json=body)  # b owns neither upload; a path is never a reference
+        assert response.status_code in (404, 422), response.text
 
 
 def test_the_redactor_knows_only_absolute_paths_at_their_boundaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,7 +28,9 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from neuralbake.bakes.run import STATE_DIR, Bake, BakeOutcome, BakeRun, Footprint, apply_defaults, set_field
+from neuralbake.bakes.config import SeededConfig
+from neuralbake.bakes.folder import STATE_DIR
+from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, Footprint, apply_defaults, set_field
 from neuralbake.core.config import coerce_field
 from neuralbake.core.paths import InputPath, StageConfigs
 from neuralbake.errors import ConfigError
@@ -50,7 +52,7 @@ def _stage_types() -> dict[str, type]:
 
 
 @dataclass
-class LodConfig:
+class LodConfig(SeededConfig):
     """Everything that determines a LOD chain; the stages' other settings keep their own defaults
     (full size on a GPU, minutes on a CPU)."""
 
@@ -73,10 +75,6 @@ class LodConfig:
     """Shadow rays in the fit's reference renders (needs warp-lang)."""
     max_triangles: int = DEFAULT_MAX_TRIANGLES
     """Triangle budget of the input: larger assets are refused before their attributes are decoded."""
-    device: str = "auto"
-    """auto, cpu, cuda or cuda:N."""
-    seed: int = 0
-    """Seeds every stage."""
     stage_options: Annotated[dict[str, dict[str, Any]], StageConfigs(_stage_types)] = field(default_factory=dict)
     """Further settings per stage, e.g. ``{"fit": {"epochs": 5}, "simplify": {"views": 8}}`` (a --config file's
     ``[stage_options.fit]`` table): any field of that stage's config."""

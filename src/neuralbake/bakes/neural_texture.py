@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from rich.console import Console
 
+from neuralbake.bakes.config import KernelsConfig
 from neuralbake.bakes.footprint import (
     PROCESS_BYTES,
     TRAINED_PARAMETER_BYTES,
@@ -40,6 +41,7 @@ from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, Footprint
 from neuralbake.core.device import resolve_device
 from neuralbake.core.events import progress_task
 from neuralbake.core.metrics import psnr
+from neuralbake.core.paths import InputPath
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.files import prepare_output_dir
 from neuralbake.io.images import ImageInfo, load_image, resize_image, save_png
@@ -50,7 +52,6 @@ from neuralbake.nn.precision import compute_dtype
 from neuralbake.nn.serialize import MAX_FREQUENCIES, load_coordinate_network, save_coordinate_network
 from neuralbake.nn.trainer import Batch, TexelDraws, TrainerConfig, TrainResult, cast_model
 from neuralbake.render.pictures import preview_strip
-from neuralbake.core.paths import InputPath
 
 __all__ = [
     "TRANSFORMS",
@@ -79,7 +80,7 @@ def _default_train() -> TrainerConfig:
 
 
 @dataclass
-class NeuralTextureConfig:
+class NeuralTextureConfig(KernelsConfig):
     """Everything that determines a neural texture bake."""
 
     image: InputPath = ""
@@ -90,14 +91,9 @@ class NeuralTextureConfig:
     """UV transform the network learns: identity, flip (swap u and v) or zoom (the centre half)."""
     batch_size: int = 1024
     """Random UV samples per step (the RTXNS sample uses 32 x 32)."""
-    device: str = "auto"
-    """auto, cpu, cuda or cuda:N (auto picks the GPU when there is one)."""
     network: CoordinateNetworkConfig = field(default_factory=CoordinateNetworkConfig)
     """The network: frequencies, hidden width, hidden layers, activations (outputs follow the image)."""
-    train: TrainerConfig = field(default_factory=_default_train)
-    """Optimisation: steps, learning rate, precision, loss scaling, seed, cadence of logs and checkpoints."""
-    kernels: Literal["auto", "triton", "torch"] = "auto"
-    """Training step: auto (the fused Triton kernel on a CUDA GPU when the network fits it and trains in fp16 or bf16, else PyTorch), triton, or torch."""
+    train: TrainerConfig = field(default_factory=_default_train)  # this bake's training defaults
 
     def validate(self) -> None:
         """Raise ConfigError on settings no bake can use (before any file is touched)."""

@@ -1,8 +1,10 @@
-"""The ``neuralbake`` command line: one module per bake, its options generated from the bake's config.
+"""The ``neuralbake`` command line: one command per registered bake, its options generated from the bake's config.
 
-``neuralbake texture|material|ntc|mipmap|fit ...``; each module here has a ``register(app)`` that
-adds its commands. Bake commands are made by :func:`neuralbake.cli.common.bake_command` from the
-config dataclasses (help from the field docstrings; settings resolve as defaults, then ``--config
+Every entry of :data:`neuralbake.bakes.registry.BAKES` becomes a command (``neuralbake fit``, or a
+subcommand of a group: ``neuralbake material pack``); the groups' other commands (``texture infer``,
+``material export``, ``ntc decompress``, ``postfx conditions``...) and the service's commands are
+written out in their modules here. Bake commands are made by
+:func:`neuralbake.cli.common.bake_command` from the config dataclasses (help from the field docstrings; settings resolve as defaults, then ``--config
 FILE``, then the flags given), and every command reports its outcome through the one error handler
 in :mod:`neuralbake.cli.common`.
 """
@@ -15,10 +17,17 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from neuralbake.cli import fit, lod, material, mipmap, ntc, postfx, service, simplify, skin, texture
-from neuralbake.cli.common import PlainErrorsGroup
+from neuralbake.bakes.registry import BAKES
+from neuralbake.cli import service
+from neuralbake.cli.common import PlainErrorsGroup, bake_command
+from neuralbake.cli.material import material_app
+from neuralbake.cli.ntc import ntc_app
+from neuralbake.cli.postfx import postfx_app
+from neuralbake.cli.texture import texture_app
+from neuralbake.core.device import versions
+from neuralbake.io.refs import allow_outside_refs_for_this_process
 
-__all__ = ["app", "main"]
+__all__ = ["GROUPS", "app", "main"]
 
 app = typer.Typer(
     cls=PlainErrorsGroup,
@@ -43,7 +52,6 @@ def _root(
 ) -> None:
     """Bake heavy graphics assets into compact ones that render fast (neural textures, materials, LODs)."""
     if allow_outside_refs:
-        from neuralbake.io.refs import allow_outside_refs_for_this_process
 
         allow_outside_refs_for_this_process()
 
@@ -51,15 +59,30 @@ def _root(
 @app.command()
 def version() -> None:
     """Print the neuralbake version and the versions it runs on."""
-    from neuralbake.core.device import versions
-
     out = Console()
     for name, value in versions().items():
         out.print(f"{name} {value}", highlight=False)
 
 
-for _module in (texture, material, ntc, mipmap, fit, simplify, skin, lod, postfx, service):
-    _module.register(app)
+GROUPS: dict[str, typer.Typer] = {"texture": texture_app, "material": material_app, "ntc": ntc_app, "postfx": postfx_app}
+"""Command groups that hold bakes and other commands; a registered bake of two words goes into its group."""
+
+
+def _add_bake_commands() -> None:
+    added: set[str] = set()
+    for entry in BAKES.values():
+        if len(entry.command) == 1:
+            bake_command(app, entry)
+            continue
+        group = entry.command[0]
+        if group not in added:
+            app.add_typer(GROUPS[group], name=group)
+            added.add(group)
+        bake_command(GROUPS[group], entry)
+
+
+_add_bake_commands()
+service.register(app)
 
 
 def _normalise_argv(argv: list[str]) -> list[str]:

@@ -1,7 +1,7 @@
 """What every neuralbake command shares: bake commands generated from config dataclasses, one
 error handler, and the plain-text closing line.
 
-:func:`bake_command` turns a :class:`~neuralbake.bakes.run.Bake` into a typer command: one option
+:func:`bake_command` turns a registered bake (:class:`~neuralbake.bakes.registry.Registered`) into a typer command: one option
 per config field (nested configs' fields too, grouped under their own heading in ``--help``), its
 help the field's docstring and its shown default the dataclass default. Every option's CLI default
 is ``None``, so settings resolve as: the dataclass default, then ``--config FILE`` (JSON or TOML),
@@ -19,19 +19,18 @@ is another running bake's; a folder that existed before is kept. A bad option va
 command line itself parses (a number that is not one, out of its range) gets the same one-line
 ``error:`` and exit code 2 (:class:`PlainErrorsGroup`, the root group), not a usage box.
 
-Summary lines format a report's numbers with :func:`metric_text`, which never fails: a number
-stored as ``null`` because it was not finite (see :mod:`neuralbake.core.report`) shows as text.
+The bake commands themselves are listed in :mod:`neuralbake.bakes.registry`; their summary lines
+are in :mod:`neuralbake.bakes.summaries`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 import shutil
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -42,20 +41,19 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from neuralbake.bakes import run as bake_runner
-from neuralbake.bakes.run import Bake, OutputLockedError
+from neuralbake.bakes.config import shared_fields
+from neuralbake.bakes.folder import OutputLockedError
+from neuralbake.bakes.registry import Arg, Registered
+from neuralbake.bakes.run import Bake
 from neuralbake.core.config import config_from_dict, field_docs, load_config
-from neuralbake.core.report import NON_FINITE
 from neuralbake.errors import ConfigError, NeuralbakeError, short_repr
-from neuralbake.io.files import json_path
 from neuralbake.nn.trainer import TrainingInterrupted
 
 __all__ = [
-    "Arg",
     "DefaultSubcommandGroup",
     "PlainErrorsGroup",
     "bake_command",
     "config_flags",
-    "metric_text",
     "option_help",
     "parse_size",
     "print_done",
@@ -122,40 +120,6 @@ def run_action(action: Callable[[], T], *, out: Path | None = None) -> T:
 def print_done(message: str) -> None:
     """Print a command's closing summary: ``done`` and ``message``, as plain text."""
     _out.print(Text.assemble(("done", "bold green"), " ", message), highlight=False)
-
-
-def metric_text(report: Mapping[str, Any], *path: str | int, spec: str = ".2f", unit: str = "", scale: float = 1.0) -> str:
-    """The number at ``path`` in a report (``"psnr_db"``, or ``"stages", "fit", "psnr_union_db"``) as text for a
-    summary line: ``format(value * scale, spec) + unit``. It never fails: a number that is not finite (stored as
-    ``null`` and explained under the report's ``non_finite``, or still a float) shows as ``inf``, ``-inf`` or
-    ``nan`` with the unit, a PSNR (``..._db``) of a result equal to its reference as ``inf dB (exact)``; a value
-    that is missing or not a number as ``n/a``."""
-    value: Any = report
-    note: Any = None
-    for depth, part in enumerate(path):
-        if isinstance(value, Mapping) and note is None:
-            notes = value.get(NON_FINITE)  # a report embedded in another (a chain's stages) keeps its own notes
-            note = notes.get(json_path(path[depth:])) if isinstance(notes, Mapping) else None
-        try:
-            value = value[part]
-        except (KeyError, IndexError, TypeError):
-            return "n/a"
-    if value is None and isinstance(note, str):
-        value = note.split(":", 1)[0]  # the note starts with the value: "inf: ..."
-    if isinstance(value, str):  # a note, or a report written before non-finite numbers were null ("inf")
-        try:
-            value = float(value)
-        except ValueError:
-            return "n/a"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return "n/a"
-    if not math.isfinite(value):
-        exact = value > 0 and isinstance(path[-1], str) and path[-1].endswith("_db") if path else False
-        return ("inf" if value > 0 else "-inf" if value < 0 else "nan") + unit + (" (exact)" if exact else "")
-    try:
-        return format(value * scale if scale != 1.0 else value, spec) + unit
-    except (TypeError, ValueError):
-        return f"{value}{unit}"
 
 
 def _shown(value: Any) -> str:
@@ -283,22 +247,6 @@ class Flag:
         return "opt_" + self.path.replace(".", "__")
 
 
-@dataclass
-class Arg:
-    """A positional argument that sets a config field."""
-
-    field: str
-    """Dotted config field it sets."""
-    help: str
-    """Help text."""
-    many: bool = False
-    """Takes one or more values (the field is a list)."""
-    optional: bool = False
-    """May be left out (the field keeps its default)."""
-    metavar: str | None = None
-    """Name shown in usage (default: the field name in capitals)."""
-
-
 def _strip_optional(hint: Any) -> Any:
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -322,7 +270,8 @@ def config_flags(
 
     def walk(cls: type, instance: Any, prefix: str, panel: str | None) -> None:
         hints = typing.get_type_hints(cls)
-        for item in dataclasses.fields(cls):
+        shared = shared_fields() if not prefix else frozenset()  # the settings every bake has come after the bake's own
+        for item in sorted(dataclasses.fields(cls), key=lambda f: f.name in shared):
             if not item.init:
                 continue
             path = prefix + item.name
@@ -419,25 +368,15 @@ def resolve_config(config_type: type[T], config_file: Path | None, values: dict[
     return config_from_dict(config_type, data, source="the command line" if config_file is None else f"{config_file} + the command line")
 
 
-def bake_command(
-    app: typer.Typer,
-    command_name: str,
-    bake: Bake[Any],
-    *,
-    help: str,
-    arguments: Sequence[Arg] = (),
-    rename: dict[str, str] | None = None,
-    skip: Sequence[str] = (),
-    notes: dict[str, str] | None = None,
-    out_help: str = "Output folder for the bundle, pictures and report.",
-    summary: Callable[[dict[str, Any], Path], str] | None = None,
-) -> Callable[..., None]:
-    """Register ``command_name`` on ``app``: a command generated from ``bake.config_type``.
+def bake_command(app: typer.Typer, entry: Registered) -> Callable[..., None]:
+    """Add the registry entry's command (its last word) to ``app``: generated from the bake's config.
 
     The command resolves the config and hands it to :func:`neuralbake.bakes.run.run_bake`;
-    ``summary(report, out)`` is the closing line. Every generated command is listed in
+    ``entry.summary(report, out)`` is the closing line. Every generated command is listed in
     :data:`BAKE_COMMANDS` (the precedence test walks them all).
     """
+    bake, command_name, help, arguments, summary = entry.bake, entry.command[-1], entry.help, entry.arguments, entry.summary
+    rename, skip, notes, out_help = dict(entry.rename), entry.skip, dict(entry.notes), entry.out_help
     config_type = bake.config_type
     flags = config_flags(config_type, rename=rename, skip=[*skip, *(a.field for a in arguments)], notes=notes)
     missing = {"device", "seed"} - {flag.name for flag in flags}
@@ -448,7 +387,7 @@ def bake_command(
         annotation = list[Path] if arg.many else Path
         if arg.optional:
             annotation = annotation | None
-        info = typer.Argument(help=arg.help, metavar=arg.metavar, show_default=False)
+        info = typer.Argument(help=arg.help, metavar=arg.metavar or arg.field.rsplit(".", 1)[-1].upper(), show_default=False)
         parameters.append(inspect.Parameter("arg_" + arg.field.replace(".", "__"), inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                             annotation=Annotated[annotation, info], default=None if arg.optional else inspect.Parameter.empty))
     out_info = typer.Option("--out", "-o", help=out_help, show_default=False)
@@ -479,14 +418,14 @@ def bake_command(
             return bake_runner.run_bake(bake, config, out, resume=given["resume"], progress=not given["quiet"])
 
         report = run_action(action, out=out)
-        print_done(summary(report, out) if summary else f"{bake.name.replace('_', ' ')} -> {out}")
+        print_done(summary(report, out))
 
     command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     command.__annotations__ = {}
     command.__doc__ = help
     command.__name__ = command_name.replace("-", "_")
     app.command(command_name, help=help)(command)
-    BAKE_COMMANDS.append(BakeCommand(bake, command_name, list(arguments), flags, command))
+    BAKE_COMMANDS.append(BakeCommand(entry, bake, command_name, list(arguments), flags, command))
     return command
 
 
@@ -494,6 +433,7 @@ def bake_command(
 class BakeCommand:
     """A generated bake command, as registered."""
 
+    entry: Registered
     bake: Bake[Any]
     name: str
     arguments: list[Arg]

@@ -17,11 +17,18 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from neuralbake.bakes.material_pack import MATERIAL_PACK
-from neuralbake.bakes.neural_material import NEURAL_MATERIAL
-from neuralbake.cli.common import Arg, bake_command, metric_text, print_done, run_action
+from neuralbake.bakes.neural_material import render_neural_material
+from neuralbake.cli.common import print_done, run_action
+from neuralbake.core.device import resolve_device
+from neuralbake.core.events import progress_task
+from neuralbake.core.report import metric_text, write_report
+from neuralbake.errors import ConfigError
+from neuralbake.export.neural_material import export_neural_material_shader
+from neuralbake.io.files import prepare_output_dir
+from neuralbake.material.loader import load_material
+from neuralbake.render.preview import SCENES, render_preview, write_preview
 
-__all__ = ["register"]
+__all__ = ["material_app"]
 
 _out = Console()
 
@@ -44,19 +51,11 @@ def material_preview(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Render a material on a sphere and a tile under a directional light and an HDR environment."""
-
     def action() -> dict[str, Any]:
-        from neuralbake.core.device import resolve_device
-        from neuralbake.core.report import write_report
-        from neuralbake.io.files import prepare_output_dir
-        from neuralbake.material.loader import load_material
-        from neuralbake.render.preview import render_preview, write_preview
 
         torch_device = resolve_device(device)
         compiled = load_material(material, device=torch_device)
         folder = prepare_output_dir(out)
-        from neuralbake.core.events import progress_task
-        from neuralbake.render.preview import SCENES
 
         with progress_task("rendering", len(SCENES) * size * size, enabled=not quiet, unit="pixels") as advance:
             images = render_preview(
@@ -82,35 +81,6 @@ def material_preview(
     )
 
 
-def _bake_summary(report: dict[str, Any], out: Path) -> str:
-    def m(*path: str, spec: str = ".2f", unit: str = "") -> str:
-        return metric_text(report, *path, spec=spec, unit=unit)
-
-    asset = report.get("asset") or {}
-    scored = asset.get("psnr_db") is not None or "asset.psnr_db" in (report.get("non_finite") or {})
-    where = f"on renders of {asset['asset']} ({asset['material']})" if scored else "on preview renders"
-    extra = f"; its BC set {m('asset', 'bc', 'psnr_db', unit=' dB')}" if scored and "bc" in asset else ""
-    return (
-        f"{report['steps']} steps in {m('seconds', spec='.1f')} s: PSNR {m('psnr_db', unit=' dB')}, FLIP {m('flip', spec='.3f')} "
-        f"{where} vs the reference{extra} (8-bit latents on texture views: {m('texture_views', 'psnr_u8_latents_db', unit=' dB')} "
-        f"vs {m('texture_views', 'psnr_db', unit=' dB')}), decoder {report['decoder_params']} parameters, "
-        f"{m('throughput', 'speedup', spec='.1f', unit='x')} the reference's samples/s on {report['device']['type']} -> {out}"
-    )
-
-
-bake_command(
-    material_app,
-    "bake",
-    NEURAL_MATERIAL,
-    help="Bake a layered material, or a glTF asset's material, into a latent texture + decoder MLP (a neural material).",
-    arguments=[Arg("material", "A neuralbake material (.json), a MaterialX document (.mtlx) or a glTF asset (.gltf, .glb).")],
-    rename={"texture_size": "size", "material_name": "material"},
-    notes={"train.steps": "Left out: 10,000 on a GPU, 2,000 on a CPU."},
-    out_help="Output folder for the latent texture, decoder bundle, comparison and report.",
-    summary=_bake_summary,
-)
-
-
 @material_app.command("render")
 def material_render(
     bundle: Annotated[Path, typer.Argument(help="A neural material folder written by `neuralbake material bake`.")],
@@ -131,13 +101,9 @@ def material_render(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Render a neural material and its reference on the preview scenes: reference | neural | FLIP error."""
-
     def action() -> dict[str, Any]:
-        from neuralbake.bakes.neural_material import render_neural_material
-        from neuralbake.core.device import resolve_device
 
         if precision not in ("fp16", "fp32"):
-            from neuralbake.errors import ConfigError
 
             raise ConfigError(f"unknown precision {precision!r}.", field="--precision", fix="use fp16 or fp32.")
         on_gpu = resolve_device(device).type == "cuda"
@@ -188,40 +154,10 @@ def material_export(
     name: Annotated[str | None, typer.Option(help="Shader name (nb_NAME_eval); default: the baked material's file name.")] = None,
 ) -> None:
     """Export a neural material as a Slang module and HLSL: nb_NAME_eval(uv, wi, wo, mip) -> f cos."""
-
     def action() -> Any:
-        from neuralbake.export.neural_material import export_neural_material_shader
 
         return export_neural_material_shader(bundle, out, precision=precision, latent_format=latents, name=name)
 
     print_done(_summary(run_action(action, out=out)))
 
 
-def _pack_summary(report: dict[str, Any], out: Path) -> str:
-    lines = [f"{len(report['materials'])} materials -> {out / 'shader'}"]
-    for entry in report["materials"]:
-        bake = report["bakes"].get(entry["name"])
-        psnr = metric_text(report, "bakes", entry["name"], "psnr_db", unit=" dB")
-        flip = metric_text(report, "bakes", entry["name"], "flip", spec=".3f")
-        quality = f" (baked: PSNR {psnr}, FLIP {flip})" if bake else ""
-        lines.append(f"  id {entry['id']}: {entry['name']}{quality}")
-    return "\n".join(lines)
-
-
-bake_command(
-    material_app,
-    "pack",
-    MATERIAL_PACK,
-    help="Bake and pack materials into one shader: a material-id switch, one weight buffer (shared layers once), one latent buffer.",
-    arguments=[Arg("materials", "Materials (.json, .mtlx; baked here), glTF scenes (.gltf, .glb: each lit material of their meshes) or baked neural material folders; material ids follow this order.", many=True)],
-    rename={"latent_format": "latents", "bake.texture_size": "size", "bake.train.precision": "train-precision"},
-    skip=["bake.material", "bake.material_name", "bake.shared_decoder"],
-    notes={"bake.train.steps": "Left out: 10,000 on a GPU, 2,000 on a CPU."},
-    out_help="Output folder: materials/<name>/ bakes, shader/ (Slang, HLSL, buffers, manifest), pack.json.",
-    summary=_pack_summary,
-)
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``material`` (preview, bake, render, export, pack) to the main CLI."""
-    app.add_typer(material_app, name="material")

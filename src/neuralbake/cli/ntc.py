@@ -16,10 +16,10 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from neuralbake.bakes.ntc import NTC, decompress
-from neuralbake.cli.common import Arg, bake_command, metric_text, print_done, run_action
+from neuralbake.bakes.ntc import decompress
+from neuralbake.cli.common import print_done, run_action
 
-__all__ = ["ntc_app", "register"]
+__all__ = ["ntc_app"]
 
 
 class _RepeatedRates(TyperGroup):
@@ -59,37 +59,6 @@ ntc_app = typer.Typer(
 )
 
 
-def _summary(report: dict[str, Any], out: Path) -> str:
-    if "rd" in report:
-        points = ", ".join(
-            f"{metric_text(report, 'rd', 'ntc', i, 'bpp', unit=' bpp')} {metric_text(report, 'rd', 'ntc', i, 'psnr_db', unit=' dB')}"
-            for i in range(len(report["rd"]["ntc"]))
-        )
-        return f"NTC {points}; rd.json + rd.png -> {out}"
-    bc = report.get("bcn", {})
-    extra = "".join(
-        f", {k.upper()} set {metric_text(report, 'bcn', k, 'bpp', unit=' bpp')} "
-        f"{metric_text(report, 'bcn', k, 'quality', 'overall_db', unit=' dB')}"
-        for k in bc
-    )
-    return (
-        f"{metric_text(report, 'bpp_measured', spec='.3f', unit=' bpp')} ({report['bytes']} B, {report['latent_shape']['name']}): "
-        f"PSNR {metric_text(report, 'ntc', 'overall_db', unit=' dB')} at mip 0{extra} -> {out}"
-    )
-
-
-bake_command(
-    ntc_app,
-    "compress",
-    NTC,
-    help="Compress a texture set to texture.ntc at one or several bit rates.",
-    arguments=[Arg("sources", "Texture images (PATH or NAME=PATH; a group named normal keeps X and Y) or one .gltf file.", many=True, metavar="SOURCES")],
-    rename={"texture_size": "size"},
-    out_help="Output folder (one rate), or parent of bpp_<X>/ folders (several rates).",
-    summary=_summary,
-)
-
-
 @ntc_app.command("decompress")
 def ntc_decompress(
     folder: Annotated[Path, typer.Argument(help="A folder written by `neuralbake ntc compress` (texture.ntc + manifest.json).")],
@@ -104,6 +73,3 @@ def ntc_decompress(
     print_done(f"{len(written)} images -> {out}")
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``ntc`` (compress, decompress) to the main CLI."""
-    app.add_typer(ntc_app, name="ntc")

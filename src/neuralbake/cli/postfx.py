@@ -14,11 +14,14 @@ from typing import Annotated, Any
 
 import typer
 
-from neuralbake.cli.common import Arg, bake_command, metric_text, print_done, run_action
-from neuralbake.postfx.chain import POSTFX
-from neuralbake.postfx.lora import LORA_TRAIN
+from neuralbake.cli.common import print_done, run_action
+from neuralbake.errors import ConfigError
+from neuralbake.io.files import atomic_path
+from neuralbake.postfx import blender_addon_source
+from neuralbake.postfx.conditions import write_conditions
+from neuralbake.postfx.models import make_random_model
 
-__all__ = ["postfx_app", "register"]
+__all__ = ["postfx_app"]
 
 
 class _RunByDefault(typer.core.TyperGroup):
@@ -35,28 +38,6 @@ postfx_app = typer.Typer(cls=_RunByDefault, no_args_is_help=True,
                          help="AI render passes: a render through ControlNets + diffusion + LoRAs + upscaler (`neuralbake postfx RENDER ...` = `postfx run`).")
 
 
-def _summary(report: dict[str, Any], out: Path) -> str:
-    m = report
-    temporal = f", temporal ratio {metric_text(m, 'temporal_ratio')}" if m.get("temporal_ratio") is not None else ""
-    what = "frames/" if m["frames"] > 1 else "result.png"
-    speed = f", {metric_text(m, 'seconds_per_frame', unit=' s/frame')}" if m.get('seconds_per_frame') is not None else ""
-    return f"{m['frames']} frame(s){speed}{temporal} -> {out / what}"
-
-
-bake_command(
-    postfx_app,
-    "run",
-    POSTFX,
-    help="Run the AI render pass: conditions from the render's passes, diffusion with ControlNets and LoRAs, composition by masks, upscaler.",
-    arguments=[Arg("render", "The render (PNG, JPEG, OpenEXR), a folder of frames, or a .gltf/.glb scene neuralbake renders.", metavar="RENDER")],
-    rename={"controlnets": "controlnet", "loras": "lora", "negative_prompt": "negative"},
-    skip=["passes"],
-    notes={"passes": "config file only"},
-    out_help="Output folder for result.png (or frames/), conditions/, comparison.png and report.json.",
-    summary=_summary,
-)
-
-
 @postfx_app.command("conditions")
 def postfx_conditions(
     render: Annotated[Path, typer.Argument(help="The render (PNG, JPEG or OpenEXR), or a .gltf/.glb scene that neuralbake renders with its passes.")],
@@ -69,32 +50,10 @@ def postfx_conditions(
     canny_high: Annotated[int, typer.Option(help="Canny's upper hysteresis threshold.")] = 200,
 ) -> None:
     """Write the ControlNet conditions (edges, depth, normals, ids) that the render and its passes allow."""
-    from neuralbake.postfx.conditions import write_conditions
-
     written = run_action(lambda: write_conditions(render, out, depth=depth, normal=normal, ids=ids, size=size, canny=(canny_low, canny_high)), out=out)
     names = [k for k in ("render", "canny", "depth", "normal", "segmentation") if k in written]
     masks = f" + {len(written['masks'])} id masks" if "masks" in written else ""
     print_done(f"{', '.join(names)}{masks} ({written['width']}x{written['height']}) -> {out}")
-
-
-def _lora_summary(report: dict[str, Any], out: Path) -> str:
-    before = report.get("denoise_loss_before")
-    change = f" (base model {metric_text(report, 'denoise_loss_before', spec='.4f')})" if before is not None else ""
-    return (f"rank-{report['rank']} LoRA on {report['images']} image(s), {report['steps']} steps in "
-            f"{metric_text(report, 'train_seconds', spec='.1f')} s: "
-            f"denoising loss {metric_text(report, 'denoise_loss', spec='.4f')}{change} -> {out / 'lora.safetensors'}")
-
-
-bake_command(
-    postfx_app,
-    "lora",
-    LORA_TRAIN,
-    help="Train a style LoRA (peft) for a diffusion model on a folder of images, resumable; use it with `postfx --lora`.",
-    arguments=[Arg("images", "Folder of training images (PNG or JPEG); IMAGE.txt beside an image is its caption.", metavar="IMAGES")],
-    rename={"learning_rate": "lr"},
-    out_help="Output folder for lora.safetensors, samples.png and report.json.",
-    summary=_lora_summary,
-)
 
 
 @postfx_app.command("make-model")
@@ -106,9 +65,6 @@ def postfx_make_model(
     seed: Annotated[int, typer.Option(help="Seeds the random weights.")] = 0,
 ) -> None:
     """Write a diffusion model with random weights, built offline from configs (for trials of the chain and for timing; it draws noise, not pictures)."""
-    from neuralbake.errors import ConfigError
-    from neuralbake.postfx.models import make_random_model
-
     def action() -> dict[str, Any]:
         if family not in ("sd", "sdxl", "flux") or size not in ("tiny", "sd15", "sdxl"):
             raise ConfigError(f"unknown family {family!r} or size {size!r}.", field="--family/--size", fix="use --family sd|sdxl|flux and --size tiny|sd15|sdxl.")
@@ -128,9 +84,6 @@ def postfx_addon(
     """Write the Blender add-on (Render Properties > neuralbake AI pass) as an installable zip."""
     import zipfile
 
-    from neuralbake.errors import ConfigError
-    from neuralbake.io.files import atomic_path
-    from neuralbake.postfx import blender_addon_source
 
     def action() -> Path:
         if out.suffix.lower() != ".zip":
@@ -144,6 +97,3 @@ def postfx_addon(
     print_done(f"Blender add-on -> {out}")
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``postfx`` (run, conditions, make-model) to the main CLI."""
-    app.add_typer(postfx_app, name="postfx")

@@ -11,13 +11,22 @@ import json
 import secrets
 import signal
 import threading
+import tomllib
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from neuralbake.bakes.registry import BAKES, service_kinds
 from neuralbake.cli.common import print_done, run_action
+from neuralbake.client import ServiceClient
+from neuralbake.errors import ConfigError
+from neuralbake.io.limits import load_json_file
+from neuralbake.service.app import create_app, hash_token
+from neuralbake.service.settings import ServiceSettings
+from neuralbake.service.store import Store
+from neuralbake.service.worker import WorkerSettings, serve_workers, serve_workers_ray
 
 __all__ = ["register"]
 
@@ -47,15 +56,10 @@ def serve(
     def action() -> None:
         import uvicorn
 
-        from neuralbake.service.app import create_app
-        from neuralbake.service.settings import ServiceSettings
-        from neuralbake.service.store import Store
-        from neuralbake.service.worker import WorkerSettings, serve_workers, serve_workers_ray
 
         if db:
             Store(db).close()  # a bad URL is refused before the data folder is made
         data.mkdir(parents=True, exist_ok=True)
-        from neuralbake.errors import ConfigError
 
         if max_steps < 1 or (job_memory is not None and not job_memory > 0):
             raise ConfigError("--max-steps and --job-memory must be positive.", field="--max-steps" if max_steps < 1 else "--job-memory", fix="pass e.g. --max-steps 100000 --job-memory 8.")
@@ -97,9 +101,6 @@ def token_create(
     """Create an API token and print it once (only its hash is stored). A token sees only its own jobs and uploads."""
 
     def action() -> str:
-        from neuralbake.service.app import hash_token
-        from neuralbake.service.settings import ServiceSettings
-        from neuralbake.service.store import Store
 
         url = ServiceSettings(data=data, db=db).database_url()
         store = Store(url)  # a bad URL is refused before the data folder is made
@@ -115,10 +116,7 @@ def token_create(
     Console().print(token, highlight=False, markup=False)
 
 
-def _token_store(data: Path, db: str):  # noqa: ANN202 - the store module is imported lazily
-    from neuralbake.errors import ConfigError
-    from neuralbake.service.settings import ServiceSettings
-    from neuralbake.service.store import Store
+def _token_store(data: Path, db: str) -> Store:
 
     url = ServiceSettings(data=data, db=db).database_url()
     if not db and not (data / "service.db").is_file():
@@ -155,7 +153,6 @@ def token_revoke(
     """Refuse a token from now on (its jobs and uploads stay; an admin token still sees them)."""
 
     def action() -> str:
-        from neuralbake.errors import ConfigError
 
         store = _token_store(data, db)
         try:
@@ -175,18 +172,11 @@ _SERVER = typer.Option("--server", envvar="NEURALBAKE_SERVER", help="The service
 _TOKEN = typer.Option("--token", envvar="NEURALBAKE_TOKEN", help="API token (or $NEURALBAKE_TOKEN).", show_default=False)
 
 
-def _client(server: str, token: str | None):  # noqa: ANN202 - the client module is imported lazily
-    from neuralbake.client import ServiceClient
-
+def _client(server: str, token: str | None) -> ServiceClient:
     return ServiceClient(server, token)
 
 
 def _settings(config: Path | None, sets: list[str]) -> dict:
-    import tomllib
-
-    from neuralbake.errors import ConfigError
-    from neuralbake.io.limits import load_json_file
-
     data: dict = {}
     if config is not None:
         if config.suffix.lower() == ".toml":
@@ -212,19 +202,26 @@ def _settings(config: Path | None, sets: list[str]) -> dict:
     return data
 
 
-def _upload_input(client, path: Path) -> str:  # noqa: ANN001
-    """Upload one input (a glTF with every file of its folder) -> '<upload id>/<name>'."""
-    if path.suffix.lower() == ".gltf":
-        files = [p for p in sorted(path.parent.rglob("*")) if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path.parent).parts)]
-        upload = client.upload(files)
+def _files_under(folder: Path) -> list[Path]:
+    return [p for p in sorted(folder.rglob("*")) if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)]
+
+
+def _upload_input(client: ServiceClient, path: Path) -> str:
+    """Upload one input -> '<upload id>/<name>': a file; a glTF with every file of its folder; a folder
+    (frames, training images, a baked neural material) with everything in it."""
+    if path.is_dir():
+        files = _files_under(path)
+        if not files:
+            raise ConfigError(f"the folder {path} holds no files.", field="--input", fix="name a folder with the bake's input files.")
+        upload = client.upload(files, base=path.parent)
         return f"{upload['id']}/{path.name}"
-    upload = client.upload([path])
+    upload = client.upload(_files_under(path.parent) if path.suffix.lower() == ".gltf" else [path])
     return f"{upload['id']}/{path.name}"
 
 
 def submit(
-    kind: Annotated[str, typer.Argument(help="The job kind: texture, material, ntc, mipmap, fit, simplify, skin, lod or postfx.")],
-    inputs: Annotated[list[str], typer.Option("--input", "-i", help="FIELD=PATH: a file the bake reads (e.g. image=photo.png; a .gltf brings its folder). Repeat a field for a list.")],
+    kind: Annotated[str, typer.Argument(help=f"The job kind: {', '.join(service_kinds())}.")],
+    inputs: Annotated[list[str], typer.Option("--input", "-i", help="FIELD=PATH: a file or folder the bake reads (e.g. image=photo.png; a .gltf brings its folder). Repeat a field for a list.")],
     server: Annotated[str, _SERVER] = "http://127.0.0.1:8642",
     token: Annotated[str | None, _TOKEN] = None,
     config: Annotated[Path | None, typer.Option("--config", help="Settings as a JSON or TOML file (the bake's config fields).")] = None,
@@ -234,11 +231,8 @@ def submit(
     """Upload a bake's inputs and queue it on a service; print the job id."""
 
     def action() -> dict:
-        from neuralbake.errors import ConfigError
-        from neuralbake.service.worker import KINDS
-
-        if kind not in KINDS:  # before anything is uploaded
-            raise ConfigError(f"unknown job kind {kind!r}.", field="KIND", fix=f"use one of {', '.join(KINDS)}.")
+        if kind not in service_kinds():  # before anything is uploaded
+            raise ConfigError(f"unknown job kind {kind!r}.", field="KIND", fix=f"use one of {', '.join(service_kinds())}.")
         client = _client(server, token)
         bound: dict = {}
         for item in inputs:
@@ -247,8 +241,9 @@ def submit(
                 raise ConfigError(f"{item!r} is not FIELD=PATH.", field="--input", fix="write e.g. --input image=photo.png.")
             ref = _upload_input(client, Path(path))
             bound[field] = [*bound[field], ref] if field in bound and isinstance(bound[field], list) else [bound[field], ref] if field in bound else ref
-        if kind == "ntc" and isinstance(bound.get("sources"), str):
-            bound["sources"] = [bound["sources"]]
+        for arg in BAKES[kind].arguments:  # a list field given once is still a list
+            if arg.many and isinstance(bound.get(arg.field), str):
+                bound[arg.field] = [bound[arg.field]]
         job = client.submit(kind, _settings(config, sets or []), bound)
         return client.wait(job["id"]) if wait else job
 

@@ -7,43 +7,22 @@ The bake command is generated from :class:`~neuralbake.bakes.neural_texture.Neur
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from neuralbake.bakes.neural_texture import NEURAL_TEXTURE, render_saved_network
-from neuralbake.cli.common import Arg, DefaultSubcommandGroup, bake_command, metric_text, parse_size, run_action
+from neuralbake.bakes.neural_texture import render_saved_network
+from neuralbake.cli.common import DefaultSubcommandGroup, parse_size, run_action
 from neuralbake.errors import InputError
 
-__all__ = ["register"]
+__all__ = ["texture_app"]
 
 texture_app = typer.Typer(
     cls=DefaultSubcommandGroup,
     help="Neural texture (RTX Neural Shaders simple training): learn an image as a tiny MLP of UV. "
     "`neuralbake texture IMAGE --out DIR` is short for `neuralbake texture bake IMAGE --out DIR`.",
     no_args_is_help=True,
-)
-
-
-def _summary(report: dict[str, Any], out: Path) -> str:
-    low_key = f"psnr_{report['precision']}_db"
-    return (
-        f"{report['steps']} steps in {metric_text(report, 'seconds', spec='.1f')} s on {report['device']['name']} "
-        f"({report['device']['type']}): PSNR {metric_text(report, 'psnr_db', unit=' dB')} (fp32 weights), "
-        f"{metric_text(report, low_key, unit=' dB')} ({report['precision']}), {report['params']} parameters -> {out}"
-    )
-
-
-bake_command(
-    texture_app,
-    "bake",
-    NEURAL_TEXTURE,
-    help="Train a neural texture from IMAGE and write network, preview, loss curve and report to --out.",
-    arguments=[Arg("image", "Reference image (PNG, JPEG, TGA, BMP, TIFF; 8/16-bit; grey, RGB or RGBA).")],
-    rename={"texture_size": "size", "network.hidden_activation": "activation"},
-    skip=["network.outputs", "network.coordinates"],
-    summary=_summary,
 )
 
 
@@ -74,6 +53,3 @@ def texture_infer(
     Console().print(f"wrote {path} ({width}x{height})", highlight=False, markup=False)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``texture`` (bake, infer) to the main CLI."""
-    app.add_typer(texture_app, name="texture")

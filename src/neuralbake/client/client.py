@@ -57,13 +57,13 @@ class ServiceClient:
             raise ServiceError(body.get("error") or f"HTTP {response.status_code}", status=response.status_code, field=body.get("field"), fix=body.get("fix"))
         return response
 
-    def upload(self, paths: list[str | Path]) -> dict[str, Any]:
-        """Upload files together (names relative to their common folder); returns ``{"id", "files"}``."""
+    def upload(self, paths: list[str | Path], *, base: str | Path | None = None) -> dict[str, Any]:
+        """Upload files together, named relative to ``base`` (default: their common folder); returns ``{"id", "files"}``."""
         paths = [Path(p) for p in paths]
         missing = [str(p) for p in paths if not p.is_file()]
         if missing:
             raise ServiceError(f"no such file: {missing[0]}.", field="files", fix="check the paths.")
-        base = Path(os.path.commonpath([p.resolve().parent for p in paths]))
+        base = Path(base).resolve() if base is not None else Path(os.path.commonpath([p.resolve().parent for p in paths]))
         handles = [(p.resolve().relative_to(base).as_posix(), open(p, "rb")) for p in paths]
         try:
             return self._call("POST", "/api/uploads", files=[("files", (name, handle)) for name, handle in handles]).json()

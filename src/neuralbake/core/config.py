@@ -117,10 +117,15 @@ def _coerce(value: Any, tp: Any, where: str, source: str) -> Any:
             out[key] = _coerce(item, value_type, f"{where}.{key}", source)
         return out
     if origin in (tuple, list):
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"expected a list, got {_show(value)}.", path=source, field=where, fix="write it as a list, e.g. [512, 512].")
         args = typing.get_args(tp)
-        if origin is tuple and args and args[-1] is not Ellipsis:
+        fixed = origin is tuple and args and args[-1] is not Ellipsis
+        if not isinstance(value, (list, tuple)):
+            if not fixed and isinstance(value, str | int | float):  # one value of a list field: "bpp": 4 is [4]
+                value = [value]
+            else:
+                example = ", ".join(_example(arg) for arg in args) if fixed else _example(args[0] if args else Any)
+                raise ConfigError(f"expected a list, got {_show(value)}.", path=source, field=where, fix=f"write it as a list, e.g. [{example}].")
+        if fixed:
             # tuple[int, int]: exactly that many items, each of its own type.
             if len(value) != len(args):
                 raise ConfigError(
@@ -184,6 +189,20 @@ def _example(tp: Any) -> str:
     return {int: "512", float: "0.5", str: '"text"', bool: "true"}.get(tp, "...")
 
 
+def _default_of(item: dataclasses.Field) -> Any:
+    if item.default_factory is not dataclasses.MISSING:
+        return item.default_factory()
+    return None if item.default is dataclasses.MISSING else item.default
+
+
+def _overlay(base: dict[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``given``'s keys put over it, nested tables key by key."""
+    out = dict(base)
+    for key, value in given.items():
+        out[key] = _overlay(out[key], value) if isinstance(out.get(key), dict) and isinstance(value, Mapping) else value
+    return out
+
+
 def config_from_dict(cls: type[C], data: Mapping[str, Any], *, source: str = "<config>", prefix: str = "") -> C:
     """Build ``cls`` from a mapping, checking every key and value type.
 
@@ -203,7 +222,14 @@ def config_from_dict(cls: type[C], data: Mapping[str, Any], *, source: str = "<c
             field=prefix + unknown[0],
             fix=f"valid keys here are: {', '.join(sorted(fields))}.",
         )
-    values = {key: _coerce(value, hints[key], prefix + key, source) for key, value in data.items()}
+    values = {}
+    for key, value in data.items():
+        default = _default_of(fields[key])
+        if dataclasses.is_dataclass(default) and isinstance(value, Mapping):
+            # A nested table changes only the keys it names: the rest keep this field's default (a bake's
+            # own training defaults), not the nested class's.
+            value = _overlay(dataclasses.asdict(default), value)  # type: ignore[arg-type]
+        values[key] = _coerce(value, hints[key], prefix + key, source)
     try:
         return cls(**values)
     except (TypeError, ValueError) as exc:  # a __post_init__ that refuses a combination of values

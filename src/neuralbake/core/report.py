@@ -14,6 +14,7 @@ text (``PSNR inf dB (exact)``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,9 @@ from typing import Any
 import torch
 
 from neuralbake.core.device import describe_device, versions
-from neuralbake.io.files import atomic_path, atomic_write_json, json_safe
+from neuralbake.io.files import atomic_path, atomic_write_json, json_path, json_safe
 
-__all__ = ["NON_FINITE", "plot_loss_curve", "write_report"]
+__all__ = ["NON_FINITE", "metric_text", "plot_loss_curve", "write_report"]
 
 NON_FINITE = "non_finite"
 """The report's entry that explains its ``null`` numbers (see the module docstring)."""
@@ -86,3 +87,37 @@ def plot_loss_curve(
     with atomic_path(path) as tmp:
         figure.savefig(tmp, format="png")
     plt.close(figure)
+
+
+def metric_text(report: Mapping[str, Any], *path: str | int, spec: str = ".2f", unit: str = "", scale: float = 1.0) -> str:
+    """The number at ``path`` in a report (``"psnr_db"``, or ``"stages", "fit", "psnr_union_db"``) as text for a
+    summary line: ``format(value * scale, spec) + unit``. It never fails: a number that is not finite (stored as
+    ``null`` and explained under the report's ``non_finite``, or still a float) shows as ``inf``, ``-inf`` or
+    ``nan`` with the unit, a PSNR (``..._db``) of a result equal to its reference as ``inf dB (exact)``; a value
+    that is missing or not a number as ``n/a``."""
+    value: Any = report
+    note: Any = None
+    for depth, part in enumerate(path):
+        if isinstance(value, Mapping) and note is None:
+            notes = value.get(NON_FINITE)  # a report embedded in another (a chain's stages) keeps its own notes
+            note = notes.get(json_path(path[depth:])) if isinstance(notes, Mapping) else None
+        try:
+            value = value[part]
+        except (KeyError, IndexError, TypeError):
+            return "n/a"
+    if value is None and isinstance(note, str):
+        value = note.split(":", 1)[0]  # the note starts with the value: "inf: ..."
+    if isinstance(value, str):  # a note, or a report written before non-finite numbers were null ("inf")
+        try:
+            value = float(value)
+        except ValueError:
+            return "n/a"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "n/a"
+    if not math.isfinite(value):
+        exact = value > 0 and isinstance(path[-1], str) and path[-1].endswith("_db") if path else False
+        return ("inf" if value > 0 else "-inf" if value < 0 else "nan") + unit + (" (exact)" if exact else "")
+    try:
+        return format(value * scale if scale != 1.0 else value, spec) + unit
+    except (TypeError, ValueError):
+        return f"{value}{unit}"

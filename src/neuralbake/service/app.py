@@ -40,6 +40,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from sse_starlette.sse import EventSourceResponse
 from starlette.datastructures import UploadFile
 
+from neuralbake.bakes.registry import service_kinds
 from neuralbake.core.config import field_docs
 from neuralbake.core.paths import path_fields
 from neuralbake.errors import InputError, NeuralbakeError
@@ -51,7 +52,7 @@ from neuralbake.service.paths import Redactor
 from neuralbake.service.settings import ServiceSettings
 from neuralbake.service.store import TERMINAL_STATES, JobStateError, Store
 from neuralbake.service.uploads import UploadStore
-from neuralbake.service.worker import KINDS, bake_of, job_folder
+from neuralbake.service.worker import bake_of, job_folder
 
 __all__ = ["create_app", "hash_token"]
 
@@ -211,14 +212,14 @@ def create_app(settings: ServiceSettings, store: Store | None = None) -> FastAPI
 
     @app.get("/api/health")
     def health() -> dict[str, Any]:
-        return {"ok": True, "kinds": list(KINDS)}
+        return {"ok": True, "kinds": list(service_kinds())}
 
     @app.get("/api/kinds")
     def kinds(caller: Caller = Depends(authorise)) -> dict[str, Any]:
         return {
             kind: {"inputs": [spec.name for spec in path_fields(bake_of(kind).config_type) if not spec.field.library and "[]" not in spec.name],
                    "fields": _describe(bake_of(kind).config_type)}
-            for kind in KINDS
+            for kind in service_kinds()
         }
 
     @app.post("/api/uploads", status_code=201)

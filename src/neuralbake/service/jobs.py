@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from neuralbake.bakes.run import apply_defaults, check_footprint
 from neuralbake.core.config import config_from_dict, config_to_dict
 from neuralbake.core.paths import path_fields
 from neuralbake.errors import ConfigError, NeuralbakeError
@@ -27,21 +28,19 @@ from neuralbake.service.paths import confine_paths, resolve_paths
 from neuralbake.service.settings import ServiceSettings
 from neuralbake.service.store import JobRecord, Store, TokenRecord
 from neuralbake.service.uploads import UploadStore
-from neuralbake.service.worker import KINDS, bake_of, job_folder
+from neuralbake.service.worker import bake_of, job_folder
 
 __all__ = ["Caller", "JobConfigs", "NotFound"]
 
 
 class NotFound(NeuralbakeError):
     """No such job or upload for this caller: another token's gets the same answer, so ids cannot be probed."""
-
     status = 404
 
 
 @dataclass(frozen=True)
 class Caller:
     """The token a request came with (``None``: a server without tokens, one user)."""
-
     token: TokenRecord | None
     store: Store
 
@@ -74,17 +73,14 @@ class Caller:
 
 class JobConfigs:
     """Requests' configs -> the configs jobs store (see the module docstring)."""
-
     def __init__(self, store: Store, uploads: UploadStore, settings: ServiceSettings) -> None:
         self.store, self.uploads, self.settings = store, uploads, settings
 
     def prepare(self, kind: Any, config: Any, inputs: Any, caller: Caller) -> tuple[str, dict[str, Any]]:
         """``(kind, config, inputs)`` of a request -> (kind, the config to store: references, not paths)."""
-        if kind not in KINDS:
-            raise ConfigError(f"unknown job kind {str(kind)[:40]!r}.", field="kind", fix=f"use one of {', '.join(KINDS)}.")
+        bake = bake_of(kind)  # an unknown kind is a ConfigError naming the known ones
         if not isinstance(config, dict) or not isinstance(inputs, dict):
             raise ConfigError("config and inputs must be JSON objects.", field="config", fix='send {"config": {...}, "inputs": {...}}.')
-        bake = bake_of(kind)
         data = _with_inputs(kind, bake.config_type, config, inputs)
         outputs: dict[str, str] = {}
 
@@ -104,7 +100,6 @@ class JobConfigs:
         """The bake's own validation, then its footprint, both with the sizes the workers' device picks."""
         import torch
 
-        from neuralbake.bakes.run import apply_defaults, check_footprint
 
         device = torch.device(self.settings.worker_device())
         trial = copy.deepcopy(config)

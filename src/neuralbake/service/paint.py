@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from neuralbake.errors import InputError
+from neuralbake.io.images import load_image
+from neuralbake.render.paint import project_strokes
 from neuralbake.service.store import TERMINAL_STATES, JobRecord, Store
 from neuralbake.service.uploads import UploadStore
 from neuralbake.service.worker import job_folder
@@ -49,7 +51,6 @@ STOP_WAIT_SECONDS = 20.0
 
 class PaintError(InputError):
     """A paint request that cannot be carried out; ``status`` is the HTTP status that says why."""
-
     def __init__(self, problem: str, *, status: int = 422, field: str | None = None, fix: str | None = None) -> None:
         super().__init__(problem, field=field, fix=fix)
         self.status = status
@@ -58,7 +59,6 @@ class PaintError(InputError):
 @dataclass
 class PaintRequest:
     """A parsed ``POST /api/jobs/<id>/paint`` body."""
-
     view: int
     strokes: np.ndarray
     """``[h, w]`` stroke strength in [0, 1]."""
@@ -132,7 +132,6 @@ def _load_view(folder: Path, view: int) -> dict[str, np.ndarray]:
 
 
 def _current_weights(job: JobRecord, uploads: UploadStore) -> np.ndarray:
-    from neuralbake.io.images import load_image
 
     reference = job.config.get("weights")
     if not reference:
@@ -168,7 +167,6 @@ def refit_with_strokes(
 ) -> dict[str, Any]:
     """Carry out a paint request on fit ``job`` (the caller's; see the module docstring); return the
     new job (the caller's too) and what was painted."""
-    from neuralbake.render.paint import project_strokes
 
     if job.kind != "fit":
         raise PaintError(f"only fit jobs take painted weights; this is a {job.kind} job.", status=409, field="job", fix="paint on a fit job.")

@@ -37,40 +37,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from neuralbake.bakes.folder import OutputLockedError
+from neuralbake.bakes.registry import registered
 from neuralbake.core.config import config_from_dict
 from neuralbake.errors import ConfigError, NeuralbakeError
 from neuralbake.io.files import json_safe
+from neuralbake.nn.trainer import TrainingInterrupted
+from neuralbake.service.paths import Redactor, resolve_paths
 from neuralbake.service.store import JobRecord, Store
+from neuralbake.service.uploads import UploadStore
 
-__all__ = ["KINDS", "JobCancelled", "StoreSink", "WorkerSettings", "bake_of", "job_folder", "run_job", "run_worker", "serve_workers", "serve_workers_ray"]
+__all__ = ["JobCancelled", "StoreSink", "WorkerSettings", "bake_of", "job_folder", "run_job", "run_worker", "serve_workers", "serve_workers_ray"]
 
 log = logging.getLogger("neuralbake.service.worker")
 
 
-def _kinds() -> dict[str, Any]:
-    # Imported on first use: a worker process pays for torch and the bakes, the store does not.
-    from neuralbake.bakes.fit import FIT
-    from neuralbake.bakes.lod import LOD
-    from neuralbake.bakes.mipmap import MIPMAP
-    from neuralbake.bakes.neural_material import NEURAL_MATERIAL
-    from neuralbake.bakes.neural_texture import NEURAL_TEXTURE
-    from neuralbake.bakes.ntc import NTC
-    from neuralbake.bakes.simplify import SIMPLIFY
-    from neuralbake.bakes.skin import SKIN
-    from neuralbake.postfx.chain import POSTFX
-
-    return {"texture": NEURAL_TEXTURE, "material": NEURAL_MATERIAL, "ntc": NTC, "mipmap": MIPMAP, "fit": FIT, "simplify": SIMPLIFY, "skin": SKIN, "lod": LOD, "postfx": POSTFX}
-
-
-KINDS = ("texture", "material", "ntc", "mipmap", "fit", "simplify", "skin", "lod", "postfx")
-"""Job kinds: the bakes a job may run."""
-
-
 def bake_of(kind: str) -> Any:
-    """The :class:`~neuralbake.bakes.run.Bake` of a job kind."""
-    if kind not in KINDS:
-        raise ConfigError(f"unknown job kind {kind!r}.", field="kind", fix=f"use one of {', '.join(KINDS)}.")
-    return _kinds()[kind]
+    """The :class:`~neuralbake.bakes.run.Bake` of a job kind (the registry's; unknown kinds are a ConfigError)."""
+    return registered(kind).bake
 
 
 def job_folder(data: Path, job_id: str) -> Path:
@@ -81,7 +65,6 @@ def job_folder(data: Path, job_id: str) -> Path:
 @dataclass
 class WorkerSettings:
     """How a worker runs."""
-
     db: str
     """The store's SQLAlchemy URL."""
     data: Path
@@ -150,7 +133,6 @@ class JobCancelled(BaseException):  # noqa: N818 - like KeyboardInterrupt: no `e
 
 class _Heartbeat(threading.Thread):
     """Extends the job's lease; notes a cancellation request or a lost lease."""
-
     def __init__(self, store: Store, job: JobRecord, worker: str, lease_seconds: float) -> None:
         super().__init__(daemon=True, name=f"heartbeat-{job.id[:8]}")
         self.store, self.job, self.worker, self.lease = store, job, worker, lease_seconds
@@ -221,11 +203,6 @@ class _Interruptible:
 
 def run_job(store: Store, job: JobRecord, worker: str, settings: WorkerSettings) -> str:
     """Run one claimed job to its end; return the state it ended in ("" if its lease was lost)."""
-    from neuralbake.bakes.run import OutputLockedError
-    from neuralbake.nn.trainer import TrainingInterrupted
-    from neuralbake.service.paths import Redactor, resolve_paths
-    from neuralbake.service.uploads import UploadStore
-
     out = job_folder(settings.data, job.id)
     redact = Redactor(settings.data, settings.models)
     heartbeat = _Heartbeat(store, job, worker, settings.lease_seconds)

@@ -9,11 +9,12 @@ from typing import Any, Literal
 
 import torch
 
+from neuralbake.bakes.config import TrainedConfig
+from neuralbake.core.paths import InputPath
 from neuralbake.errors import ConfigError
 from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES
 from neuralbake.nn.trainer import TrainerConfig
 from neuralbake.render.tonemap import TONE_MAP_OPERATORS
-from neuralbake.core.paths import InputPath
 
 __all__ = [
     "FIT_TARGETS",
@@ -55,7 +56,7 @@ def _default_train() -> TrainerConfig:
 
 
 @dataclass
-class FitConfig:
+class FitConfig(TrainedConfig):
     """Everything that determines a PBR-to-LOD fit."""
 
     asset: InputPath = ""
@@ -130,12 +131,7 @@ class FitConfig:
     """Vertical field of view of every view."""
     max_triangles: int = DEFAULT_MAX_TRIANGLES
     """Triangle budget: larger assets are refused before their attributes are decoded."""
-    device: str = "auto"
-    """auto, cpu, cuda or cuda:N."""
-    train: TrainerConfig = field(default_factory=_default_train)
-    """Optimisation: learning rate of the stored values (values in [0, 1]), schedule, Adam, seed (view order,
-    held-out views, environment sampling), checkpoints. Steps, logging and evaluation follow from epochs: one
-    train log and one held-out evaluation per epoch."""
+    train: TrainerConfig = field(default_factory=_default_train)  # this bake's training defaults
 
     def validate(self) -> None:
         """Raise :class:`~neuralbake.errors.ConfigError` for unusable settings."""

@@ -9,13 +9,14 @@ from typing import Any, Literal
 
 import torch
 
+from neuralbake.bakes.config import TrainedConfig
 from neuralbake.bakes.footprint import PROCESS_BYTES, dominant_field, footprint
 from neuralbake.bakes.run import Footprint
+from neuralbake.core.paths import InputPath
 from neuralbake.errors import ConfigError
 from neuralbake.io.limits import check_memory
 from neuralbake.nn.trainer import TrainerConfig
 from neuralbake.render.mip import is_power_of_two
-from neuralbake.core.paths import InputPath
 
 __all__ = [
     "CPU_TEXTURE_SIZE",
@@ -43,7 +44,7 @@ def _default_train() -> TrainerConfig:
 
 
 @dataclass
-class MipmapConfig:
+class MipmapConfig(TrainedConfig):
     """Everything that determines a learned-mipmap bake."""
 
     base_color: InputPath = ""
@@ -70,10 +71,7 @@ class MipmapConfig:
     """Fraction of light directions drawn around the view's mirror direction (where highlights are)."""
     init: Literal["box", "toksvig"] = "toksvig"
     """Starting point of the learned texels: Toksvig's maps (converges faster) or the box-filtered ones."""
-    device: str = "auto"
-    """auto, cpu, cuda or cuda:N (auto picks the GPU when there is one)."""
-    train: TrainerConfig = field(default_factory=_default_train)
-    """Optimisation: steps, learning rate, seed, cadence of logs and evaluations (precision must be fp32)."""
+    train: TrainerConfig = field(default_factory=_default_train)  # this bake's training defaults
 
     def validate(self) -> None:
         """Raise ConfigError on settings no bake can use (before any file is read)."""

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
+from neuralbake.bakes.config import KernelsConfig
 from neuralbake.bakes.footprint import (
     MIB,
     PROCESS_BYTES,
@@ -20,11 +21,11 @@ from neuralbake.bakes.footprint import (
 )
 from neuralbake.bakes.neural_material.model import DIRECTION_FEATURES
 from neuralbake.bakes.run import Footprint
+from neuralbake.core.paths import InputPath, InputPathOrFolder
 from neuralbake.errors import ConfigError
 from neuralbake.kernels import KERNEL_MODES
 from neuralbake.nn.mlp import MAX_LAYERS
 from neuralbake.nn.trainer import TrainerConfig
-from neuralbake.core.paths import InputPath, InputPathOrFolder
 
 __all__ = ["LATENT_CHANNELS", "NeuralMaterialConfig", "device_defaults", "material_memory", "neural_material_footprint"]
 
@@ -41,7 +42,7 @@ def _default_train() -> TrainerConfig:
 
 
 @dataclass
-class NeuralMaterialConfig:
+class NeuralMaterialConfig(KernelsConfig):
     """Everything that determines a neural material bake."""
 
     material: InputPath = ""
@@ -90,12 +91,7 @@ class NeuralMaterialConfig:
     """Samples per pixel of those renders (both use the reference's sampling and one seed)."""
     normal: tuple[float, float, float] = (0.0, 1.0, 0.0)
     """World-space surface normal the material's orientation masks are baked for (+y: facing up)."""
-    device: str = "auto"
-    """auto, cpu, cuda or cuda:N."""
-    train: TrainerConfig = field(default_factory=_default_train)
-    """Optimisation settings (trained in fp32 by default, as in the paper)."""
-    kernels: Literal["auto", "triton", "torch"] = "auto"
-    """triton: the fused Triton kernels on a CUDA GPU for the decode in the comparison renders and throughput (fp32, latent fetch included) and for training the encoder and decoder; torch: PyTorch; auto: PyTorch here (fused fp16 training measured 1.0-1.5x the CUDA-graph step on an H100; in the default fp32 the Triton kernels compile for minutes and trained the copper tray in 225 s against 8.6 s)."""
+    train: TrainerConfig = field(default_factory=_default_train)  # this bake's training defaults
 
     def validate(self) -> None:
         """Raise ConfigError on settings no bake can use (before any file is touched)."""

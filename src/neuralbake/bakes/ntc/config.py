@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import torch
 
-from neuralbake.bakes.footprint import MIB, PROCESS_BYTES, TRAINED_PARAMETER_BYTES, dominant_field, footprint, mlp_parameters, mlp_training_bytes
+from neuralbake.bakes.config import KernelsConfig
+from neuralbake.bakes.footprint import (
+    MIB,
+    PROCESS_BYTES,
+    TRAINED_PARAMETER_BYTES,
+    dominant_field,
+    footprint,
+    mlp_parameters,
+    mlp_training_bytes,
+)
 from neuralbake.bakes.ntc.layout import (
     LATENT_SHAPES,
     MAX_HIDDEN_LAYERS,
@@ -39,7 +48,7 @@ def _default_train() -> TrainerConfig:
 
 
 @dataclass
-class NTCConfig:
+class NTCConfig(KernelsConfig):
     """Everything that determines an NTC compression."""
 
     sources: list[Annotated[str, PathField(split=split_source)]] = field(default_factory=list)
@@ -69,12 +78,7 @@ class NTCConfig:
     """Also round-trip the set through BC1 / BC7 (+ BC5 for normals) and report their PSNR."""
     bc7_uber_level: int = 1
     """bc7enc effort for the BC7 baseline, 0 (fastest) to 4 (best)."""
-    device: str = "auto"
-    """auto, cpu, cuda or cuda:N."""
-    train: TrainerConfig = field(default_factory=_default_train)
-    """Main (noise-quantised) phase: steps, learning rate, precision, seed, cadence of logs and checkpoints."""
-    kernels: Literal["auto", "triton", "torch"] = "auto"
-    """Decoding for the quality report (fp32): torch under auto (fp32 Triton kernels compile for minutes), triton (the fused decode on a CUDA GPU), or torch; training is PyTorch."""
+    train: TrainerConfig = field(default_factory=_default_train)  # this bake's training defaults
 
     def rates(self) -> list[float]:
         """The target rates, ascending (one compression each)."""

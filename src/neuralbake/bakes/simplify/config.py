@@ -8,11 +8,12 @@ from typing import Any
 
 import torch
 
+from neuralbake.bakes.config import SeededConfig
 from neuralbake.bakes.footprint import ASSUMED_ASSET_BYTES, RENDERER_BASE_BYTES, dominant_field, footprint
 from neuralbake.bakes.run import Footprint
+from neuralbake.core.paths import InputPath
 from neuralbake.errors import ConfigError
 from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES
-from neuralbake.core.paths import InputPath
 
 __all__ = ["CPU_DEFAULTS", "GPU_DEFAULTS", "SimplifyConfig", "device_defaults", "simplify_footprint"]
 
@@ -22,7 +23,7 @@ CPU_DEFAULTS = {"render_size": 128, "views": 16, "epochs": 12}
 
 
 @dataclass
-class SimplifyConfig:
+class SimplifyConfig(SeededConfig):
     """Everything that determines an appearance-driven simplification."""
 
     asset: InputPath = ""
@@ -67,10 +68,6 @@ class SimplifyConfig:
     """Vertical field of view of every view."""
     max_triangles: int = DEFAULT_MAX_TRIANGLES
     """Triangle budget of the input: larger assets are refused before their attributes are decoded."""
-    device: str = "auto"
-    """auto, cpu, cuda or cuda:N."""
-    seed: int = 0
-    """Seeds the held-out views, the view order and the environment sampling."""
 
     def validate(self) -> None:
         """Raise :class:`~neuralbake.errors.ConfigError` for unusable settings."""

@@ -8,11 +8,12 @@ from typing import Any
 
 import torch
 
+from neuralbake.bakes.config import SeededConfig
 from neuralbake.bakes.footprint import ASSUMED_ASSET_BYTES, ASSUMED_TRIANGLES, RENDERER_BASE_BYTES, dominant_field, footprint
 from neuralbake.bakes.run import Footprint
+from neuralbake.core.paths import InputPath
 from neuralbake.errors import ConfigError
 from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES
-from neuralbake.core.paths import InputPath
 
 __all__ = ["SkinConfig", "device_defaults", "skin_footprint"]
 
@@ -21,7 +22,7 @@ CPU_DEFAULTS = {"steps": 300, "render_size": 96, "views": 6}
 
 
 @dataclass
-class SkinConfig:
+class SkinConfig(SeededConfig):
     """Everything that determines a skin-weight fit."""
 
     lod: InputPath = ""
@@ -51,10 +52,6 @@ class SkinConfig:
     """Vertical field of view of every view."""
     max_triangles: int = DEFAULT_MAX_TRIANGLES
     """Triangle budget of each input."""
-    device: str = "auto"
-    """auto, cpu, cuda or cuda:N."""
-    seed: int = 0
-    """Seeds the view and frame order."""
 
     def validate(self) -> None:
         """Raise :class:`~neuralbake.errors.ConfigError` for unusable settings."""
