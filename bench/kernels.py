@@ -284,8 +284,8 @@ def _replay_us(trainer: Trainer, replays: int, rounds: int = 1) -> float:
     """Microseconds per replay of ``trainer``'s captured step (captured after six steps), the best of ``rounds`` timings of
     ``replays`` replays."""
     for _ in range(6):
-        trainer._graphed_step()
-    graph = trainer._graph
+        trainer.graphed_step()
+    graph = trainer.graph
     assert graph is not None
     best = math.inf
     for _ in range(rounds):
@@ -382,10 +382,10 @@ def bench_train_material(device, sizes, steps, peak) -> list[dict]:
 def sweep(device, repeats, kind: str, tile: tuple[int, int]) -> None:
     """Time the kernels of one kind (forward, trilinear, ntc or train) at one (rows per program, warps) tile.
 
-    The fastest tile that bench/kernels_parity.py passes goes into ``kernels.fused.TILES``. One
+    The fastest tile that bench/kernels_parity.py passes goes into ``kernels.tuning.TILES``. One
     tile per process: a tile the compiler gets wrong can take the CUDA context down with it. ``train`` times the
     trainer's graphed step (replays, as ``--profile-step``) at 2^14 and 2^18 rows, the autograd one and the fused one
-    with 1-4 training programs per SM, the gradients carried in registers (where ``_carries`` allows) or in the slots:
+    with 1-4 training programs per SM, the gradients carried in registers (where ``carries_gradients`` allows) or in the slots:
     with a register cap (``REGISTERS``) more programs fit on an SM.
     """
     from neuralbake.kernels import fused as fused_module
@@ -430,8 +430,8 @@ def sweep(device, repeats, kind: str, tile: tuple[int, int]) -> None:
                 except Exception as exc:  # noqa: BLE001  (a tile the compiler gets wrong is a failed line)
                     print(f"train step {batch} tile {tile} programs {per_sm}x SMs: failed ({type(exc).__name__}: {str(exc)[:160]})", flush=True)
                     continue
-                assert trainer._fused_update is not None
-                where = "registers" if trainer._fused_update.buffers.carry else "slots"
+                assert trainer.fused_update is not None
+                where = "registers" if trainer.fused_update.buffers.carry else "slots"
                 print(f"train step {batch} tile {tile} programs {per_sm}x SMs, gradients in {where}: {batch / t:8.1f} M/s ({t:.1f} us)", flush=True)
 
 
@@ -448,12 +448,12 @@ def profile_step(device, blocks: tuple[int, int] | None = None) -> None:
     image = _image(device)
     settings = mock.patch.multiple(FusedForwardBackward, _adam_block=blocks[0], _reduce_rows=blocks[1]) if blocks else contextlib.nullcontext()
     with settings:
-        print(f"fused step's Adam block {FusedForwardBackward._adam_block}, slots summed {FusedForwardBackward._reduce_rows} at once", flush=True)
+        print(f"fused step's Adam block {FusedForwardBackward.adam_block}, slots summed {FusedForwardBackward._reduce_rows} at once", flush=True)
         for fused in (False, True):
             for n in (1 << 10, 1 << 14, 1 << 18):
                 trainer = _trainer(device, image, n, 10**6, fused)
                 wall_us = _replay_us(trainer, 50 if n >= 1 << 18 else 200)
-                graph = trainer._graph
+                graph = trainer.graph
                 assert graph is not None
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
                     for _ in range(20):
@@ -478,7 +478,7 @@ def decode_launches(device) -> None:
     profiler to attach to:
 
         ncu --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \\
-            --section InstructionStats -k regex:_ntc_kernel -c 1 python bench/kernels.py --decode-launches
+            --section InstructionStats -k regex:ntc_kernel -c 1 python bench/kernels.py --decode-launches
     """
     n = 1 << 22
     material = _material(device)
@@ -498,7 +498,7 @@ def train_launches(device) -> None:
     profiler to attach to:
 
         ncu --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \\
-            --section InstructionStats -k regex:_mlp_train_kernel -s 1 -c 1 python bench/kernels.py --train-launches
+            --section InstructionStats -k regex:mlp_train_kernel -s 1 -c 1 python bench/kernels.py --train-launches
     """
     image = _image(device)
     net = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device)
@@ -513,9 +513,9 @@ def train_launches(device) -> None:
 def ab(device, repeats, peak) -> list[dict]:
     """The decodes at 2^24 samples (NTC: the 4K frame) with each of three decode choices on and off, in one run.
 
-    ``kernels.fused.HALF_SUMS`` (hidden layers summed in fp16), ``kernels.fused.SPLIT_FEATURES``
+    ``kernels.tuning.HALF_SUMS`` (hidden layers summed in fp16), ``kernels.tuning.SPLIT_FEATURES``
     (the neural material's latents and directions as two half-width tiles) and
-    ``kernels.fused.NARROW_OUTPUTS`` (the output layer padded to 4 columns, not 16); ``torch.compile`` of
+    ``kernels.tuning.NARROW_OUTPUTS`` (the output layer padded to 4 columns, not 16); ``torch.compile`` of
     the same decode once, for the ratios. Each row's error is against the fp32 network on the first
     2^20 samples, relative to max(|v|, 1).
     """
@@ -625,7 +625,7 @@ def seed_spread(device, seeds: int = 12) -> list[dict]:
             trainer = _trainer(device, image, 1 << 14, 1024, path == "fused", seed=seed)
             net = trainer.model
             losses.append(trainer.fit().final_loss)
-            assert path == "autograd" or trainer._fused_draws is not None
+            assert path == "autograd" or trainer.fused_draws is not None
             with torch.no_grad():
                 psnrs.append(psnr(net(grid).float(), reference))
         loss, quality = torch.tensor(losses), torch.tensor(psnrs)
@@ -713,7 +713,7 @@ def ab_tiles(device, repeats) -> list[dict]:
 
 @contextlib.contextmanager
 def _tile(kind: str, tile: tuple[int, int]):
-    """``kernels.fused.TILES[kind]`` set to ``tile`` inside, restored after."""
+    """``kernels.tuning.TILES[kind]`` set to ``tile`` inside, restored after."""
     from neuralbake.kernels import fused as fused_module
 
     with mock.patch.dict(fused_module.TILES, {kind: tile}):

@@ -209,7 +209,7 @@ def check_drawn_graph(device: torch.device, image: torch.Tensor) -> None:
         for label, run in (("unbroken", unbroken), ("resumed at step 100", resumed)):
             counter = int(run.forward_backward.draw_counter)
             curve = [event["loss"] for event in run.history if event["event"] == "train"]
-            ok = run._fused_draws is not None and run._graph is not None and counter == run.step == 200 and curve[-1] < curve[0]
+            ok = run.fused_draws is not None and run.graph is not None and counter == run.step == 200 and curve[-1] < curve[0]
             print(f"{'ok  ' if ok else 'FAIL'} {'drawn batches, graphed trainer, ' + label:60s} counter {counter} at step {run.step}, "
                   f"loss {curve[0]:.5f} -> {curve[-1]:.5f}", flush=True)  # fmt: skip
             if not ok:
@@ -287,7 +287,7 @@ def check_gluon_train(device: torch.device, image: torch.Tensor) -> None:
 
     losses = {"mse": torch.nn.functional.mse_loss, "l1": torch.nn.functional.l1_loss, "relative_l1": relative_l1}
     torch.manual_seed(6)
-    # the last with kernels.fused.HALF_ACTIVATIONS: hidden sums rounded to fp16 before a ReLU
+    # the last with kernels.tuning.HALF_ACTIVATIONS: hidden sums rounded to fp16 before a ReLU
     shapes = ((4, "leaky_relu", "sigmoid", "mse", False), (3, "relu", "none", "relative_l1", False), (2, "leaky_relu", "exp", "l1", False),
               (3, "tanh", "none", "mse", False), (4, "relu", "sigmoid", "l1", True))  # fmt: skip
     for layers, act, out_act, loss, half in shapes:
@@ -447,7 +447,7 @@ def main() -> None:
         level = torch.full_like(x, level_index)
         check(f"ntc int8 random access level {level_index}", fused_int8.texels(level, x, y), decode_texels_int8(container, calibration, level, x, y), torch.float16)
 
-    # the fp16 decodes with fp32 sums (kernels.fused.HALF_SUMS off): the path every decode took before fp16 sums
+    # the fp16 decodes with fp32 sums (kernels.tuning.HALF_SUMS off): the path every decode took before fp16 sums
     with _flags(HALF_SUMS=False):
         mlp = MLP(MLPConfig(inputs=12, hidden=64, layers=3, outputs=5, hidden_activation="relu", output_activation="none")).to(device).half()
         x = torch.rand(1 << 18, 12, device=device).half()
@@ -489,7 +489,7 @@ def main() -> None:
                 check_gradient(f"{name} input gradient", dx_fused, dx_ref, dx_exact, dtype)
                 check_gradients(name, g_fused, g_ref, g_exact, dtype)
 
-    # the fp16 training activations with kernels.fused.HALF_ACTIVATIONS (off by default) through identity layers: bit for
+    # the fp16 training activations with kernels.tuning.HALF_ACTIVATIONS (off by default) through identity layers: bit for
     # bit PyTorch's
     torch.manual_seed(3)
     for act in ("relu", "leaky_relu"):
@@ -522,7 +522,7 @@ def main() -> None:
             compute.load_state_dict(model.state_dict())
             params = dict(compute.named_parameters())
             exact_model = cast_model(compute, torch.float32)  # the compute weights in fp32: what both paths approximate
-            # the running gradients carried in registers (where kernels.fused._carries takes them: fp16 networks whose
+            # the running gradients carried in registers (where kernels.training.carries_gradients takes them: fp16 networks whose
             # gradients fit) and added to the slots, on the same batches
             with _flags(CARRY_GRADIENTS=True):
                 carried = FusedForwardBackward(model, loss, dtype=dtype)
@@ -593,7 +593,7 @@ def main() -> None:
             refuse = mock.patch.object(FusedForwardBackward, "can_update", staticmethod(lambda optimizer: "the PyTorch step"))
             with contextlib.nullcontext() if fused_update else refuse:
                 trainer = Trainer(net, Sampler(), losses["mse"], config, device=device, forward_backward=FusedForwardBackward(net, "mse", dtype=dtype))
-            assert (trainer._fused_update is not None) == fused_update
+            assert (trainer.fused_update is not None) == fused_update
             trainers.append(trainer)
         return trainers
 

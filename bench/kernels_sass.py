@@ -1,19 +1,19 @@
 """Static SASS of the fused kernels for an H100 (sm_90), compiled on any machine, no GPU needed.
 
-Compiles :func:`neuralbake.kernels.triton_mlp._neural_material_kernel` at the copper tray's shape
+Compiles :func:`neuralbake.kernels.triton_decode.neural_material_kernel` at the copper tray's shape
 (8 latents, wi and wo: decoder 14 -> 64 x 3 -> 3, fp16, 128 rows x 2 warps, ``mma.sync``; pointers
 16-byte aligned as the launches are) with each of the decode's three speed choices
-(``kernels.fused.HALF_SUMS``, ``SPLIT_FEATURES``, ``NARROW_OUTPUTS``) added one after another, and
+(``kernels.tuning.HALF_SUMS``, ``SPLIT_FEATURES``, ``NARROW_OUTPUTS``) added one after another, and
 counts the instructions per program with the CUDA tools Triton's wheel carries (``cuobjdump``,
 ``nvdisasm``). ``--gluon`` compiles the Gluon decode of :mod:`neuralbake.kernels.gluon_decode` at its parity
 shapes and counts its persistent tile loop apart from what comes before it (the weights' stores); ``--gluon-train`` the
-same for the Gluon training kernel of :mod:`neuralbake.kernels.gluon_train`. ``--train`` does the same for :func:`~neuralbake.kernels.triton_mlp._mlp_train_kernel`
+same for the Gluon training kernel of :mod:`neuralbake.kernels.gluon_train`. ``--train`` does the same for :func:`~neuralbake.kernels.triton_train.mlp_train_kernel`
 at the RTXNS network's shape (2 coordinates, 3 octaves: 12 -> 64 x 4 -> 3, leaky ReLU, sigmoid, MSE,
 fp16, 64 rows x 4 warps): gradients added to the slots, carried in registers, carried with the
-weights loaded once (``kernels.fused.CARRY_GRADIENTS``, ``HOIST_WEIGHTS``), and that with the batch drawn in the
+weights loaded once (``kernels.tuning.CARRY_GRADIENTS``, ``HOIST_WEIGHTS``), and that with the batch drawn in the
 kernel (``SAMPLE``, as the neural texture bake's trainer runs it), counting the loop body
 and the epilogue once and the barriers apart. ``--lines N`` also lists, for each, the N source lines
-of triton_mlp.py with the most instructions.
+of the kernels' triton_*.py sources with the most instructions.
 
     python bench/kernels_sass.py [--train] [--lines 12]
     python bench/kernels_sass.py --gluon [--json]
@@ -38,7 +38,7 @@ from pathlib import Path
 
 if os.environ.get("TRITON_INTERPRET") == "1":
     sys.exit("bench/kernels_sass.py compiles for the GPU; unset TRITON_INTERPRET.")
-os.environ["DISABLE_MMA_V3"] = "1"  # as kernels.fused.mma_sync sets it around every launch
+os.environ["DISABLE_MMA_V3"] = "1"  # as kernels.tuning.mma_sync sets it around every launch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -47,10 +47,12 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from neuralbake.kernels import triton_mlp
-from neuralbake.kernels.fused import TILES
+from neuralbake.kernels import triton_decode, triton_train
+from neuralbake.kernels.tuning import TILES
 
 TOOLS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+KERNELS = Path(triton_decode.__file__).resolve().parent
+"""The folder of the kernels' sources, whose lines the listings count."""
 
 SIGNATURE = {
     "uv_ptr": "*fp32", "wi_ptr": "*fp32", "wo_ptr": "*fp32", "lod_ptr": "*fp32", "lat_ptr": "*fp16",
@@ -79,7 +81,7 @@ def _compile(kernel, signature: dict, constants: dict, tile: tuple[int, int], so
 
 def compile_decode(choices: dict) -> bytes:
     constants = {"C": 8, "DIR0": 0, "DIR1": 1, "DIR2": -1, "TRILINEAR": False, "KP": 16, "HP": 64, "HIDDEN": 2, "HACT": 1, "LEAK": 0.01, "DOT": "tf32", "WIDE": False}
-    return _compile(triton_mlp._neural_material_kernel, SIGNATURE, constants | choices, TILES["forward"])
+    return _compile(triton_decode.neural_material_kernel, SIGNATURE, constants | choices, TILES["forward"])
 
 
 TRAIN_SIGNATURE = {
@@ -100,11 +102,11 @@ def compile_train(choices: dict) -> bytes:
     constants = {"K": 2, "O": 3, "FREQ": 3, "KP": 16, "HP": 64, "OP": 16, "HIDDEN": 3, "HACT": 2, "OACT": 5, "LEAK": 0.01, "LOSS": 0,
                  "FLOOR": 0.01, "DOT": "tf32", "DX": False, "HALF_ACT": False, "SAMPLE": False, "TRANSFORM": 0}  # fmt: skip
     signature = TRAIN_SIGNATURE | ({"in_ptr": "*i64"} if choices.get("SAMPLE") else {})  # a drawn batch: the step counter, then the image
-    return _compile(triton_mlp._mlp_train_kernel, signature, constants | choices, TILES["train"])
+    return _compile(triton_train.mlp_train_kernel, signature, constants | choices, TILES["train"])
 
 
 def instructions(cubin: bytes) -> tuple[collections.Counter, collections.Counter, str]:
-    """Opcode counts, instruction counts per source line of triton_mlp.py, and the resource line."""
+    """Opcode counts, instruction counts per ``(file name, line)`` of the kernels' triton_*.py sources, and the resource line."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "decode.cubin"
         path.write_bytes(cubin)
@@ -114,7 +116,8 @@ def instructions(cubin: bytes) -> tuple[collections.Counter, collections.Counter
     for text in listing.splitlines():
         where = re.search(r'//## File "([^"]+)", line (\d+)', text)
         if where:
-            line = int(where.group(2)) if where.group(1).endswith("triton_mlp.py") else None
+            name = Path(where.group(1)).name
+            line = (name, int(where.group(2))) if name.startswith("triton_") and (KERNELS / name).is_file() else None
             continue
         op = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", text)
         if op:
@@ -138,7 +141,7 @@ activation code): those bench/kernels_parity.py checks on the GPU, the copper tr
 
 
 def compile_gluon(shape: tuple, trilinear: bool) -> bytes:
-    """:func:`neuralbake.kernels.gluon_decode._neural_material_gluon_kernel` compiled for sm_90 at ``shape``."""
+    """:func:`neuralbake.kernels.gluon_decode.neural_material_gluon_kernel` compiled for sm_90 at ``shape``."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
     from neuralbake.kernels import gluon_decode
@@ -149,7 +152,7 @@ def compile_gluon(shape: tuple, trilinear: bool) -> bytes:
         "HIDDEN": hidden, "HACT": act, "LEAK": 0.01, "W": gluon_decode.TILE[1], **gluon_decode.launch_constants(kp, hp, 4, hidden),
     }  # fmt: skip
     signature = SIGNATURE | {"EACH": "i32"}  # then the tiles per program
-    return _compile(gluon_decode._neural_material_gluon_kernel, signature, constants, gluon_decode.TILE, GluonASTSource)
+    return _compile(gluon_decode.neural_material_gluon_kernel, signature, constants, gluon_decode.TILE, GluonASTSource)
 
 
 def loop_counts(cubin: bytes) -> dict:
@@ -189,7 +192,7 @@ MSE), then those bench/kernels_parity.py --gluon-train-only checks on the GPU, p
 
 
 def compile_gluon_train(shape: dict, tile: tuple[int, int]) -> bytes:
-    """:func:`neuralbake.kernels.gluon_train._mlp_train_gluon_kernel` compiled for sm_90 with ``shape``'s constants at
+    """:func:`neuralbake.kernels.gluon_train.mlp_train_gluon_kernel` compiled for sm_90 with ``shape``'s constants at
     ``tile`` (rows, warps)."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -197,7 +200,7 @@ def compile_gluon_train(shape: dict, tile: tuple[int, int]) -> bytes:
 
     constants = {"O": 3, "HP": 64, "OP": 16, "LEAK": 0.01, "FLOOR": 0.01, "HALF_ACT": False, "TRANSFORM": 0, "W": tile[1]} | shape
     signature = GLUON_TRAIN_SIGNATURE | ({"in_ptr": "*i64"} if shape["SAMPLE"] else {})  # a drawn batch: the draw counter
-    return _compile(gluon_train._mlp_train_gluon_kernel, signature, constants, tile, GluonASTSource)
+    return _compile(gluon_train.mlp_train_gluon_kernel, signature, constants, tile, GluonASTSource)
 
 
 def _count_variants(variants, as_json: bool, opcodes: tuple[str, ...]) -> None:
@@ -261,7 +264,7 @@ def main() -> None:
     else:
         print(f"Triton {triton.__version__}, sm_90, neural-material decode 14 -> 64 x 3 -> 3 fp16, {TILES['forward'][0]} rows x {TILES['forward'][1]} warps", flush=True)
         steps, build, per = STEPS, compile_decode, None
-    source = Path(triton_mlp.__file__).read_text().splitlines()
+    sources = {path.name: path.read_text().splitlines() for path in KERNELS.glob("triton_*.py")}
     for label, choices in steps:
         opcodes, lines, resources = instructions(build(choices))
         total = sum(opcodes.values())
@@ -270,8 +273,8 @@ def main() -> None:
             print(f"{label:40s} {total:6,d} instructions {per}, {opcodes['BAR']} barriers, {opcodes['HMMA']} HMMA, {spills} spill loads/stores; {resources}", flush=True)
         else:
             print(f"{label:50s} {total:6,d} instructions ({total * 2 / 128:5.1f} warp instructions per sample), {opcodes['HMMA']} HMMA; {resources}", flush=True)
-        for number, count in lines.most_common(args.lines):
-            print(f"    {count:6d}  triton_mlp.py:{number}  {source[number - 1].strip()[:90]}")
+        for (name, number), count in lines.most_common(args.lines):
+            print(f"    {count:6d}  {name}:{number}  {sources[name][number - 1].strip()[:90]}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ On a machine without a GPU the kernels run in Triton's interpreter (tests/confte
 agree to 1e-5 (the same sums in another order); fp16 weights to 2e-2 relative to the output's
 scale, the largest value of the reference (fp16 has 11 significant bits; PyTorch sums each layer in
 fp32 and rounds to fp16 after it, the training kernels do the same, and the decodes of fp16
-networks sum their hidden layers in fp16, as tiny-cuda-nn does: kernels.fused.HALF_SUMS).
+networks sum their hidden layers in fp16, as tiny-cuda-nn does: kernels.tuning.HALF_SUMS).
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ from neuralbake.bakes.ntc.layout import LatentShape, NTCLayout
 from neuralbake.bakes.ntc.model import NTCModel
 from neuralbake.bakes.ntc.texture_set import ChannelGroup
 from neuralbake.errors import ConfigError
-from neuralbake.kernels import fused as fused_module
+from neuralbake.kernels import training, tuning
 from neuralbake.kernels import interpreting, resolve_kernels, unsupported_reason
-from neuralbake.kernels.fused import FusedForwardBackward, FusedMLP, FusedNeuralMaterial, FusedNTC, PackedMLP, mlp_forward
-from neuralbake.kernels.triton_mlp import _sin_cos_turns
+from neuralbake.kernels.decoders import FusedNeuralMaterial, FusedNTC
+from neuralbake.kernels.packing import PackedMLP, mlp_forward
+from neuralbake.kernels.training import FusedForwardBackward, FusedMLP
+from neuralbake.kernels.triton_network import _sin_cos_turns
 from neuralbake.nn.activations import activation_fn
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
 from neuralbake.nn.trainer import AutogradForwardBackward, Batch, Trainer, TrainerConfig, cast_model
@@ -175,7 +177,7 @@ def test_neural_material_decode_matches_torch(dtype: torch.dtype, latent: int, d
 @pytest.mark.parametrize("half_sums", [True, False])
 def test_fp16_decodes_with_either_sum_precision_match_torch(monkeypatch: pytest.MonkeyPatch, half_sums: bool) -> None:
     """fp16 decodes sum their hidden layers in fp16 by default (HALF_SUMS); fp32 sums stay available and both meet the fp16 tolerance."""
-    monkeypatch.setattr(fused_module, "HALF_SUMS", half_sums)
+    monkeypatch.setattr(tuning, "HALF_SUMS", half_sums)
     mlp = _mlp(12, 32, 3, 5, "leaky_relu", "none", seed=4).half()
     packed = PackedMLP.from_mlp(mlp)
     assert packed.half_sums == half_sums
@@ -197,7 +199,7 @@ def test_fp16_decodes_with_either_sum_precision_match_torch(monkeypatch: pytest.
 
 @pytest.mark.parametrize("narrow", [True, False])
 def test_a_decode_output_layer_padded_to_4_or_16_gives_the_same_values(monkeypatch: pytest.MonkeyPatch, narrow: bool) -> None:
-    monkeypatch.setattr(fused_module, "NARROW_OUTPUTS", narrow)
+    monkeypatch.setattr(tuning, "NARROW_OUTPUTS", narrow)
     mlp = _mlp(12, 32, 2, 3, "relu", "none", seed=6)
     packed = PackedMLP.from_mlp(mlp)
     assert packed.op == (4 if narrow else 16)
@@ -246,12 +248,12 @@ def test_ntc_random_access_matches_torch(dtype: torch.dtype, features: int) -> N
 def test_ntc_int8_arithmetic_matches_its_reference_and_stays_near_fp32() -> None:
     """The int8 decode (int8 activations x the container's int8 weights, int32 sums) against its PyTorch arithmetic
     (``decode_texels_int8``), random access and a whole level; and that arithmetic against the fp32 decode."""
-    from neuralbake.bakes.ntc.int8 import calibrate_int8, decode_texels_int8
+    from neuralbake.bakes.ntc.int8 import calibrate_int8, decode_texels_int8, int8_factors
 
     container = _ntc_container()
     calibration = calibrate_int8(container, texels=4096)
     assert len(calibration.steps) == len(container.weights_int8) and all(step > 0 for step in calibration.steps)
-    fused = FusedNTC(container, torch.int8, calibration)
+    fused = FusedNTC(container, torch.int8, int8_factors(container, calibration))
     g = torch.Generator().manual_seed(8)
     sizes = container.layout.level_sizes
     level = torch.randint(0, len(sizes), (600,), generator=g)
@@ -272,7 +274,7 @@ def test_ntc_int8_arithmetic_matches_its_reference_and_stays_near_fp32() -> None
     with pytest.raises(ConfigError, match="activation steps"):
         FusedNTC(container, torch.int8)
     with pytest.raises(ConfigError, match="int8 decode"):
-        FusedNTC(container, torch.float16, calibration)
+        FusedNTC(container, torch.float16, int8_factors(container, calibration))
 
 
 def test_int8_calibration_steps_and_factors() -> None:
@@ -364,8 +366,8 @@ def test_gradients_carried_in_registers_or_added_to_the_slots_agree(monkeypatch:
     tensors = [layer.weight for layer in model.layers] + [layer.bias for layer in model.layers]
     results = []
     for carry, hoist in ((False, False), (True, False), (True, True)):
-        monkeypatch.setattr(fused_module, "CARRY_GRADIENTS", carry)
-        monkeypatch.setattr(fused_module, "HOIST_WEIGHTS", hoist)
+        monkeypatch.setattr(tuning, "CARRY_GRADIENTS", carry)
+        monkeypatch.setattr(tuning, "HOIST_WEIGHTS", hoist)
         step = FusedForwardBackward(model, "mse", dtype=torch.float16, programs=3)
         # 128 x 3: 37,264 gradient values, past 128 registers x 64 threads
         assert step.buffers.carry == (carry and not (hidden == 128 and layers == 3))
@@ -383,7 +385,7 @@ def test_which_networks_carry_their_gradients_in_registers() -> None:
     """fp16 and bf16 networks whose gradients fit the register estimate carry them; wider or deeper ones and fp32 ones keep the slots."""
 
     def carries(inputs: int, hidden: int, layers: int, dtype: torch.dtype = torch.float16) -> bool:
-        return fused_module._carries(PackedMLP.from_mlp(_mlp(inputs, hidden, layers, 3, "leaky_relu", "sigmoid"), dtype, training=True))
+        return training.carries_gradients(PackedMLP.from_mlp(_mlp(inputs, hidden, layers, 3, "leaky_relu", "sigmoid"), dtype, training=True))
 
     assert carries(12, 64, 4) and carries(12, 128, 1) and carries(24, 64, 2)  # the RTXNS network, the neural material's encoder
     assert not carries(12, 64, 5) and not carries(12, 128, 2) and not carries(64, 64, 4)
@@ -394,9 +396,9 @@ def test_which_networks_carry_their_gradients_in_registers() -> None:
 @pytest.mark.parametrize("half", [True, False])
 @pytest.mark.parametrize("hidden_act", ["relu", "leaky_relu"])
 def test_fp16_training_with_either_activation_arithmetic_matches_autograd(monkeypatch: pytest.MonkeyPatch, half: bool, hidden_act: str) -> None:
-    """The fp16 training kernel's ReLUs on fp16-rounded sums (kernels.fused.HALF_ACTIVATIONS) or in fp32: the loss and
+    """The fp16 training kernel's ReLUs on fp16-rounded sums (kernels.tuning.HALF_ACTIVATIONS) or in fp32: the loss and
     FusedMLP's values as PyTorch's fp16 layers compute them, every gradient as close to the exact one as autograd's."""
-    monkeypatch.setattr(fused_module, "HALF_ACTIVATIONS", half)
+    monkeypatch.setattr(tuning, "HALF_ACTIVATIONS", half)
     model = _mlp(10, 32, 3, 3, hidden_act, "sigmoid", seed=7).half()
     g = torch.Generator().manual_seed(8)
     batch = Batch(inputs=(torch.rand(300, 10, generator=g) * 2 - 1).to(DEVICE).half(), targets=torch.rand(300, 3, generator=g).to(DEVICE))
@@ -415,10 +417,10 @@ def test_fp16_training_with_either_activation_arithmetic_matches_autograd(monkey
 
 @pytest.mark.parametrize("hidden_act", ["relu", "leaky_relu"])
 def test_fp16_training_activations_are_pytorchs_bit_for_bit(monkeypatch: pytest.MonkeyPatch, hidden_act: str) -> None:
-    """With kernels.fused.HALF_ACTIVATIONS, through identity layers the training pack's forward (FusedMLP's) and the
+    """With kernels.tuning.HALF_ACTIVATIONS, through identity layers the training pack's forward (FusedMLP's) and the
     training kernel's input gradient are the fp16 activation and its slope alone: bit for bit PyTorch's fp16 ``relu`` /
     ``leaky_relu`` and their backward."""
-    monkeypatch.setattr(fused_module, "HALF_ACTIVATIONS", True)
+    monkeypatch.setattr(tuning, "HALF_ACTIVATIONS", True)
     model = _mlp(16, 16, 1, 16, hidden_act, "none")
     with torch.no_grad():
         for layer in model.layers:
@@ -468,7 +470,7 @@ def test_fused_mlp_inside_autograd_matches_autograd(dtype: torch.dtype, hidden_a
         (torch.sin(y.float()) * upstream).sum().backward()  # any graph around the MLP
         results.append((y, rows.grad, [p.grad for p in model.parameters()]))
     (y_ref, dx_ref, grads_ref), (y_fused, dx_fused, grads_fused) = results
-    assert isinstance(fused._fused, FusedMLP)  # the kernels ran, not the PyTorch layers
+    assert isinstance(fused.runner, FusedMLP)  # the kernels ran, not the PyTorch layers
     assert y_fused.shape == y_ref.shape and y_fused.dtype == dtype and dx_fused.dtype == dtype
     _close(y_fused, y_ref, dtype)
     _close(dx_fused, dx_ref, dtype)
@@ -547,7 +549,7 @@ def _pair(
         refuse = mock.patch.object(FusedForwardBackward, "can_update", staticmethod(lambda optimizer: "the test's PyTorch step"))
         with contextlib.nullcontext() if fused_update else refuse:
             trainer = Trainer(net, _Sampler(rows), LOSSES["mse"], config, device=DEVICE, forward_backward=step, on_step=on_step)
-        assert (trainer._fused_update is not None) == fused_update
+        assert (trainer.fused_update is not None) == fused_update
         trainers.append(trainer)
     return trainers
 
@@ -730,9 +732,9 @@ def test_auto_leaves_fp32_kernels_to_pytorch_on_a_gpu(monkeypatch: pytest.Monkey
 
 def test_int64_addressing_gives_the_same_results(monkeypatch: pytest.MonkeyPatch) -> None:
     """Buffers past 2^31 elements switch the decodes to int64 addresses; forced on small ones, nothing changes."""
-    from neuralbake.kernels import fused
+    from neuralbake.kernels import decoders, packing
 
-    assert not fused._wide(2**31 - 1, 5) and fused._wide(7, 2**31)
+    assert not tuning.wide_addresses(2**31 - 1, 5) and tuning.wide_addresses(7, 2**31)
     mlp = _mlp(12, 32, 2, 5, "relu", "none")
     x = torch.rand(300, 12, device=DEVICE)
     material = _neural_material(8, ("wi", "wo"), torch.float32)
@@ -743,7 +745,8 @@ def test_int64_addressing_gives_the_same_results(monkeypatch: pytest.MonkeyPatch
     container = _ntc_container()
     ntc = FusedNTC(container, torch.float32)
     narrow = [mlp_forward(PackedMLP.from_mlp(mlp), x), material.decode(uv, wi, wo), material.decode(uv, wi, wo, lod), ntc.level(1)]
-    monkeypatch.setattr(fused, "_wide", lambda *counts: True)
+    for module in (packing, decoders):  # the modules that launch these decodes
+        monkeypatch.setattr(module, "wide_addresses", lambda *counts: True)
     material._fused = None
     wide = [mlp_forward(PackedMLP.from_mlp(mlp), x), material.decode(uv, wi, wo), material.decode(uv, wi, wo, lod), ntc.level(1)]
     for a, b in zip(narrow, wide):
@@ -849,7 +852,7 @@ def test_a_trainer_lets_the_kernel_draw_the_batches_and_resumes_the_draws(tmp_pa
         net, step = _small_net(23)
         path = tmp_path / f"{run}.ckpt"
         trainer = Trainer(net, counting("flip", 128), LOSSES["mse"], config, device=DEVICE, forward_backward=step, checkpoint_path=path)
-        assert trainer._fused_draws is not None
+        assert trainer.fused_draws is not None
         if run == "resumed":
             for _ in range(4):
                 trainer.train_step()
@@ -868,11 +871,11 @@ def test_a_trainer_lets_the_kernel_draw_the_batches_and_resumes_the_draws(tmp_pa
         assert torch.equal(a, b) and torch.equal(a, c)
     net, step = _small_net(23)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(fused_module, "DRAW_BATCHES", False)
+        patch.setattr(tuning, "DRAW_BATCHES", False)
         trainer = Trainer(net, counting("flip", 128), LOSSES["mse"], config, device=DEVICE, forward_backward=step)
-    assert trainer._fused_draws is None
+    assert trainer.fused_draws is None
     trainer.train_step()
-    assert len(calls) == 1 and trainer._fused_draws is None
+    assert len(calls) == 1 and trainer.fused_draws is None
 
 
 def test_only_a_trainer_whose_step_needs_them_keeps_fp16_compute_weights() -> None:
@@ -881,14 +884,14 @@ def test_only_a_trainer_whose_step_needs_them_keeps_fp16_compute_weights() -> No
     config = TrainerConfig(steps=2, precision="fp16", log_every=2, eval_every=0, checkpoint_every=0, checkpoint_seconds=0)
     net, step = _small_net(3)
     fused = Trainer(net, _Sampler(64), LOSSES["mse"], config, device=DEVICE, forward_backward=step)
-    assert fused._fused_update is not None and fused.compute_model is net
+    assert fused.fused_update is not None and fused.compute_model is net
     autograd = Trainer(_small_net(3, fused=False)[0], _Sampler(64), LOSSES["mse"], config, device=DEVICE)
     assert autograd.compute_model is not autograd.model
     assert {p.dtype for p in autograd.compute_params.values()} == {torch.float16}
     net, step = _small_net(3)
     with mock.patch.object(FusedForwardBackward, "can_update", staticmethod(lambda optimizer: "refused")):
         torch_step = Trainer(net, _Sampler(64), LOSSES["mse"], config, device=DEVICE, forward_backward=step)
-    assert torch_step._fused_update is None and torch_step.compute_model is not net
+    assert torch_step.fused_update is None and torch_step.compute_model is not net
     assert {p.dtype for p in torch_step.compute_params.values()} == {torch.float16}
     torch_step.fit()
     fused.fit()

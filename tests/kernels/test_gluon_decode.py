@@ -25,9 +25,9 @@ import torch
 pytest.importorskip("triton")
 
 from neuralbake.bakes.neural_material.model import NeuralMaterial
-from neuralbake.kernels import fused as fused_module
+from neuralbake.kernels import decoders
 from neuralbake.kernels import gluon_decode
-from neuralbake.kernels.fused import FusedNeuralMaterial
+from neuralbake.kernels.decoders import FusedNeuralMaterial
 from neuralbake.nn.mlp import MLP, MLPConfig
 
 SUPPORTED = {
@@ -147,7 +147,7 @@ def test_the_decode_launches_the_gluon_kernel_with_each_argument_in_its_place(mo
     calls = []
     monkeypatch.setattr(gluon_decode, "gluon_reason", lambda **_: None)
     monkeypatch.setattr(gluon_decode, "launch", lambda tiles, sms, args, constants: calls.append((tiles, sms, args, constants)))
-    monkeypatch.setattr(fused_module, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(decoders, "sm_count", lambda device: 132)
     material = _material(5, ("half", "wi"))  # 11 inputs: 5 latents and 6 direction features in two 8-column tiles
     fused = FusedNeuralMaterial(material)
     assert fused.kernel == "gluon" and fused.feature_columns == 8
@@ -157,7 +157,7 @@ def test_the_decode_launches_the_gluon_kernel_with_each_argument_in_its_place(mo
     ((tiles, sms, args, constants),) = calls
     assert tiles == -(-n // gluon_decode.TILE[0]) and sms == 132
     rows, warps = gluon_decode.TILE
-    kernel = gluon_decode._neural_material_gluon_kernel
+    kernel = gluon_decode.neural_material_gluon_kernel
     bound = inspect.signature(kernel.fn).bind(*args, 1, BM=rows, W=warps, **constants).arguments
     assert bound["N"] == n and bound["TRILINEAR"] is filtered and bound["LEVELS"] == 2
     assert torch.equal(bound["uv_ptr"], uv) and torch.equal(bound["wi_ptr"], wi) and torch.equal(bound["wo_ptr"], wo)
@@ -179,7 +179,7 @@ def test_a_gluon_kernel_that_fails_here_leaves_the_triton_decode_with_a_warning(
         raise RuntimeError("PTX assembly failed\n(details)")
 
     monkeypatch.setattr(gluon_decode, "launch", failing)
-    monkeypatch.setattr(fused_module, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(decoders, "sm_count", lambda device: 132)
     material = _material(8, ("wi", "wo"))
     fused = FusedNeuralMaterial(material)
     uv, wi = torch.rand(40, 2), torch.nn.functional.normalize(torch.rand(40, 3), dim=1)
@@ -226,7 +226,7 @@ def test_the_gluon_decode_on_the_interpreter_matches_pytorch_and_the_triton_deco
     lod = torch.rand(n, generator=g) * 3.4 - 0.2 if filtered else None  # past both ends of the chain too
     triton_decode = FusedNeuralMaterial(material)
     assert triton_decode.kernel == "triton"  # on the CPU: no GPU to ask for a capability
-    monkeypatch.setattr(fused_module, "_nvidia_capability", lambda device: (9, 0))
+    monkeypatch.setattr(decoders, "nvidia_capability", lambda device: (9, 0))
     monkeypatch.setattr(gluon_decode, "SPREAD", 2)
     decode = FusedNeuralMaterial(material)
     assert decode.kernel == "gluon", decode.gluon_reason

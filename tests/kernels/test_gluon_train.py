@@ -26,9 +26,9 @@ import torch
 pytest.importorskip("triton")
 
 from neuralbake.errors import ConfigError
-from neuralbake.kernels import fused as fused_module
+from neuralbake.kernels import training, tuning
 from neuralbake.kernels import gluon_train, interpreting
-from neuralbake.kernels.fused import FusedForwardBackward
+from neuralbake.kernels.training import FusedForwardBackward
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
 from neuralbake.nn.trainer import Batch
 from tests.kernels.test_gluon_decode import _tools_present
@@ -119,12 +119,12 @@ def test_the_step_launches_the_gluon_kernel_with_each_argument_in_its_place(monk
     step.buffers.sms = 132
 
     class Recorder:  # the kernel, as gluon_train.launch launches it: kernel[grid](*args, **constants)
-        fn = gluon_train._mlp_train_gluon_kernel.fn
+        fn = gluon_train.mlp_train_gluon_kernel.fn
 
         def __getitem__(self, grid):
             return lambda *args, **constants: calls.append((grid, args, constants))
 
-    monkeypatch.setattr(gluon_train, "_mlp_train_gluon_kernel", Recorder())
+    monkeypatch.setattr(gluon_train, "mlp_train_gluon_kernel", Recorder())
     monkeypatch.setattr(gluon_train, "gluon_launchable", lambda kernel: kernel)  # launched as on a GPU, not on the interpreter
     params = {name: p.detach().half() for name, p in model.named_parameters()}
     n = 300
@@ -157,7 +157,7 @@ def test_the_step_launches_the_gluon_kernel_with_each_argument_in_its_place(monk
     constants.pop("num_warps")
     bound = signature.bind(*args, **constants).arguments
     assert bound["SAMPLE"] is True and bound["in_ptr"] is step.draw_counter and bound["target_ptr"] is draws.image
-    assert (bound["SEED"], bound["IMG_W"], bound["IMG_H"], bound["TRANSFORM"]) == (9, 24, 16, fused_module._draw_arguments(draws, 9)[1])
+    assert (bound["SEED"], bound["IMG_W"], bound["IMG_H"], bound["TRANSFORM"]) == (9, 24, 16, training.draw_arguments(draws, 9)[1])
     assert bound["N"] == 200 and bound["K"] == 2
 
 
@@ -277,7 +277,7 @@ def test_the_gluon_step_on_the_interpreter_matches_the_triton_kernel_and_the_exa
     from neuralbake.nn.trainer import AutogradForwardBackward, cast_model
     from tests.kernels.test_fused import LOSSES, _close
 
-    monkeypatch.setattr(fused_module, "HALF_ACTIVATIONS", half)
+    monkeypatch.setattr(tuning, "HALF_ACTIVATIONS", half)
     model = network().half()
     mlp = model.mlp if isinstance(model, CoordinateNetwork) else model
     columns = 2 if isinstance(model, CoordinateNetwork) else mlp.config.inputs  # a coordinate network's uv, else the MLP's inputs

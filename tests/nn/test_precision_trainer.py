@@ -227,7 +227,7 @@ def test_cuda_graph_step_matches_eager_steps(precision):
     assert graphed.use_cuda_graph and not eager.use_cuda_graph
     graphed.fit()
     eager.fit()
-    assert graphed._graph is not None
+    assert graphed.graph is not None
     for name, p in eager.master.items():
         torch.testing.assert_close(graphed.master[name], p, rtol=0, atol=0, msg=name)
     assert graphed.scaler.scale == eager.scaler.scale
@@ -256,6 +256,6 @@ def test_cuda_graph_overflow_skips_and_backs_off():
 
     trainer.on_step = snapshot
     trainer.fit()
-    assert trainer._graph is not None
+    assert trainer.graph is not None
     assert trainer.skipped_steps == 2
     assert trainer.scaler.scale == 256.0

@@ -215,7 +215,7 @@ def render_network(
     param = next(network.parameters())
     evaluate: Callable[[torch.Tensor], torch.Tensor] = network
     if kernels == "triton":
-        from neuralbake.kernels.fused import PackedMLP, mlp_forward  # imports Triton
+        from neuralbake.kernels.packing import PackedMLP, mlp_forward  # imports Triton
 
         packed = PackedMLP.from_mlp(network.mlp)
         evaluate = lambda uv: mlp_forward(packed, uv, frequencies=network.config.frequencies)
@@ -286,7 +286,7 @@ def _bake_body(run: BakeRun) -> BakeOutcome:
     kernels = resolve_kernels(config.kernels, run.device, fused_training_reason(config.network), dtype=compute_dtype(config.train.precision))
     fused, draws = None, None
     if kernels == "triton":
-        from neuralbake.kernels.fused import FusedForwardBackward  # imports Triton
+        from neuralbake.kernels.training import FusedForwardBackward  # imports Triton
 
         dtype = compute_dtype(config.train.precision)
         fused = FusedForwardBackward(network, "mse", dtype=dtype)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from neuralbake.errors import ConfigError
+from neuralbake.nn.mlp import MLP, register_mlp_kernels
 
 __all__ = [
     "ACTIVATION_CODES",
@@ -128,3 +129,13 @@ def try_kernels(mode: str, resolved: str, trial: Callable[[], object], note: Cal
         note(f"the fused Triton kernels failed here ({type(exc).__name__}: {first_line}); using PyTorch")
         return "torch"
     return "triton"
+
+
+def _fused_mlp(mlp: MLP) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``MLP.kernels = "triton"``: the MLP's forward and backward on the fused kernels."""
+    from neuralbake.kernels.training import FusedMLP  # imports Triton, an optional dependency
+
+    return FusedMLP(mlp)
+
+
+register_mlp_kernels("triton", _fused_mlp)

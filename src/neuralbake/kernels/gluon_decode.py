@@ -1,6 +1,6 @@
 """The neural-material decode in Gluon, Triton's lower-level dialect: the weights stay in shared memory.
 
-:func:`neuralbake.kernels.triton_mlp._neural_material_kernel` gives ``tl.dot`` its operands in
+:func:`neuralbake.kernels.triton_decode.neural_material_kernel` gives ``tl.dot`` its operands in
 registers, so each 128-sample program loads the decoder's weights (18.5 KB at the copper tray's
 shape) from global memory and stores them into shared memory again before its products can read
 them. On an H100 (Nsight Compute, 2026-11-27) the L1 / shared-memory pipe was that decode's busiest
@@ -17,7 +17,7 @@ differences elsewhere (``bench/kernels_parity.py`` checks every supported shape 
 decode and against PyTorch, and says how many values differ).
 
 The latent fetch and the direction features are the Triton decode's own helpers
-(``triton_mlp._bilinear_repeat``, ``_direction_tile``), called from Gluon: they take their layouts from their
+(``triton_decode._bilinear_repeat``, ``_direction_tile``), called from Gluon: they take their layouts from their
 arguments. Only what needs an explicit layout (the activation's constants, the tiles, shared memory, the products) is
 written here.
 
@@ -25,7 +25,7 @@ Triton's CPU interpreter does not run Gluon; under ``TRITON_INTERPRET=1`` :func:
 body on it through :mod:`neuralbake.kernels.gluon_interpret` (layouts dropped, shared memory and the products in
 numpy). The CPU tests (``tests/kernels/test_gluon_decode.py``) check its values that way at the parity shapes, against
 PyTorch and the Triton decode; they also compile it for sm_90 and check its structure, and the arguments
-:class:`~neuralbake.kernels.fused.FusedNeuralMaterial` launches it with. Its layouts, barriers and the hardware's sums
+:class:`~neuralbake.kernels.decoders.FusedNeuralMaterial` launches it with. Its layouts, barriers and the hardware's sums
 are checked on a GPU (``bench/kernels_parity.py``). :func:`gluon_reason` says which decodes it runs; the others take
 the Triton kernel.
 """
@@ -35,10 +35,10 @@ from __future__ import annotations
 import triton
 
 from neuralbake.kernels import gluon_launchable
-from neuralbake.kernels.triton_mlp import _bilinear_repeat, _direction_tile
+from neuralbake.kernels.triton_decode import _bilinear_repeat, _direction_tile
 
 GLUON_DECODE = True
-"""Whether :class:`~neuralbake.kernels.fused.FusedNeuralMaterial` runs this kernel where :func:`gluon_reason` allows
+"""Whether :class:`~neuralbake.kernels.decoders.FusedNeuralMaterial` runs this kernel where :func:`gluon_reason` allows
 (False: always the Triton decode). Read when a decode is built."""
 
 TILES_PER_PROGRAM = 16
@@ -101,7 +101,7 @@ if _AVAILABLE:
 
     @gluon.jit
     def _directions(wi_ptr, wo_ptr, rows, rmask, cols, BM: gl.constexpr, FP: gl.constexpr, FL: gl.constexpr, DIR0: gl.constexpr, DIR1: gl.constexpr, DIR2: gl.constexpr):
-        """The direction features' tile ``[BM, FP]`` fp32, from column 0 (``triton_mlp._direction_tile`` each)."""
+        """The direction features' tile ``[BM, FP]`` fp32, from column 0 (``triton_decode._direction_tile`` each)."""
         d = gl.zeros([BM, FP], gl.float32, FL)
         if DIR0 >= 0:
             d += _direction_tile(wi_ptr, wo_ptr, rows, rmask, cols, 0, DIR0)
@@ -113,7 +113,7 @@ if _AVAILABLE:
 
     @gluon.jit
     def _activate(acc, HACT: gl.constexpr, LEAK: gl.constexpr):
-        """ReLU or leaky ReLU in fp16, as ``triton_mlp._activate_half``."""
+        """ReLU or leaky ReLU in fp16, as ``triton_network._activate_half``."""
         if HACT == 1:
             acc = gl.maximum(acc, gl.zeros_like(acc))
         else:
@@ -121,7 +121,7 @@ if _AVAILABLE:
         return acc
 
     @gluon.jit
-    def _neural_material_gluon_kernel(
+    def neural_material_gluon_kernel(
         uv_ptr, wi_ptr, wo_ptr, lod_ptr, lat_ptr, level_offset, level_width, level_height, LEVELS, out_ptr, N,
         w_in, b_in, w_hid, b_hid, w_out, b_out, EACH,
         C: gl.constexpr, FP: gl.constexpr, DIR0: gl.constexpr, DIR1: gl.constexpr, DIR2: gl.constexpr, TRILINEAR: gl.constexpr,
@@ -129,7 +129,7 @@ if _AVAILABLE:
         BM: gl.constexpr, W: gl.constexpr,
         HR: gl.constexpr, PX: gl.constexpr, MX: gl.constexpr, PW: gl.constexpr, MW: gl.constexpr, PO: gl.constexpr, MO: gl.constexpr,
     ):  # fmt: skip
-        """``out[N, 3]`` as ``triton_mlp._neural_material_kernel`` computes it with fp16 sums and split feature tiles."""
+        """``out[N, 3]`` as ``triton_decode.neural_material_kernel`` computes it with fp16 sums and split feature tiles."""
         FL: gl.constexpr = gl.BlockedLayout([1, FP], [32, 1], [W, 1], [1, 0])  # a feature row per thread
         RL: gl.constexpr = gl.SliceLayout(1, FL)
         WL: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [W, 1], [1, 0])
@@ -221,7 +221,7 @@ if _AVAILABLE:
         gl.store(out_ptr + gl.expand_dims(orow * 3, 1) + gl.expand_dims(mo, 0), value.to(out_ptr.dtype.element_ty), mask=store_mask)
 
 else:  # pragma: no cover
-    _neural_material_gluon_kernel = None
+    neural_material_gluon_kernel = None
 
 
 def tiles_per_program(tiles: int, sms: int) -> int:
@@ -234,7 +234,7 @@ def launch(tiles: int, sms: int, args: tuple, constants: dict) -> None:
     """Launch the decode over ``tiles`` tiles of :data:`TILE` rows on a GPU of ``sms`` SMs."""
     rows, warps = TILE
     each = tiles_per_program(tiles, sms)
-    gluon_launchable(_neural_material_gluon_kernel)[(triton.cdiv(tiles, each),)](*args, each, BM=rows, W=warps, num_warps=warps, **constants)
+    gluon_launchable(neural_material_gluon_kernel)[(triton.cdiv(tiles, each),)](*args, each, BM=rows, W=warps, num_warps=warps, **constants)
 
 
 __all__ = ["GLUON_DECODE", "SPREAD", "TILE", "TILES_PER_PROGRAM", "gluon_reason", "launch", "launch_constants", "tiles_per_program"]

@@ -1,6 +1,6 @@
 """The fused training step's kernel in Gluon with Hopper's warpgroup MMA: weights and activations in shared memory.
 
-:func:`neuralbake.kernels.triton_mlp._mlp_train_kernel` gives ``tl.dot`` its operands in registers. On an H100
+:func:`neuralbake.kernels.triton_train.mlp_train_kernel` gives ``tl.dot`` its operands in registers. On an H100
 (Nsight Compute, docs/benchmarks.md) its shared-memory pipe was the busiest unit: every product's operands (the
 weights, the transposed activations, ``dz``) are staged through shared memory by layout conversions, and the
 weights hoisted in registers plus the carried gradients spill. This kernel runs the same step with the operands
@@ -40,7 +40,7 @@ Triton's CPU interpreter does not run Gluon; under ``TRITON_INTERPRET=1`` :func:
 body on it through :mod:`neuralbake.kernels.gluon_interpret`. The CPU tests (``tests/kernels/test_gluon_train.py``)
 check its gradients and losses that way, at both tiles, against the Triton kernel and the exact gradient; they also
 compile it for sm_90 (``bench/kernels_sass.py --gluon-train``) and check its structure and the arguments
-:func:`neuralbake.kernels.fused._train` launches it with. Its layouts, barriers and the tensor cores' sums are checked
+:func:`neuralbake.kernels.training.launch_training` launches it with. Its layouts, barriers and the tensor cores' sums are checked
 on a GPU. :func:`gluon_train_reason` says which steps it runs (on the CPU none: it needs a Hopper GPU's capability);
 the others take the Triton kernel.
 """
@@ -48,17 +48,15 @@ the others take the Triton kernel.
 from __future__ import annotations
 
 from neuralbake.kernels import gluon_launchable
-from neuralbake.kernels.triton_mlp import (
+from neuralbake.kernels.triton_network import (
     _activate,
     _activate_rounded,
     _activation_slope,
-    _draw_uv,
     _encode_at,
     _frequency_columns,
-    _loss_terms,
-    _replaced,
     _times_slope,
 )
+from neuralbake.kernels.triton_train import _draw_uv, _loss_terms, _replaced
 
 GLUON_TRAIN = True
 """Whether the fused training step runs this kernel where :func:`gluon_train_reason` allows (False: always the
@@ -113,9 +111,9 @@ if _AVAILABLE:
 
     @gluon.jit
     def _hidden(z, dtype: gl.constexpr, HACT: gl.constexpr, LEAK: gl.constexpr, HALF_ACT: gl.constexpr):
-        """A hidden layer's activation of its fp32 sum ``z``, in ``dtype``, as ``triton_mlp._layer`` computes it for
+        """A hidden layer's activation of its fp32 sum ``z``, in ``dtype``, as ``triton_network._layer`` computes it for
         training: the activation in fp32, then rounded; with ``HALF_ACT`` the sum rounded first
-        (``triton_mlp._activate_rounded``)."""
+        (``triton_network._activate_rounded``)."""
         if HALF_ACT:
             a = _activate_rounded(z.to(dtype), HACT, LEAK)
         elif HACT == 2 and LEAK >= 0.0 and LEAK <= 1.0:  # where(z > 0, z, LEAK z), the same values in two instructions
@@ -126,7 +124,7 @@ if _AVAILABLE:
 
     @gluon.jit
     def _slope_times(da, a, HACT: gl.constexpr, LEAK: gl.constexpr, HALF_ACT: gl.constexpr):
-        """``triton_mlp._times_slope``: ``da * act'(z)`` in ``a``'s dtype from the activation's output ``a``; without
+        """``triton_network._times_slope``: ``da * act'(z)`` in ``a``'s dtype from the activation's output ``a``; without
         ``HALF_ACT``, a ReLU's or leaky ReLU's slope as a select on the fp16 output itself (the same values as through
         fp32, fewer instructions)."""
         if not HALF_ACT and HACT == 1:
@@ -143,13 +141,13 @@ if _AVAILABLE:
         return gl.zeros([BM, cols.shape[0]], gl.float32, LAYOUT) + gl.expand_dims(gl.load(ptr + cols), 0)
 
     @gluon.jit(do_not_specialize=["SEED"])  # one compiled kernel whatever the run's seed
-    def _mlp_train_gluon_kernel(
+    def mlp_train_gluon_kernel(
         in_ptr, target_ptr, N, grad_ptr, loss_ptr, scale_ptr, w_in, b_in, w_hid, b_hid, w_out, b_out,
         K: gl.constexpr, O: gl.constexpr, FREQ: gl.constexpr, KP: gl.constexpr, HP: gl.constexpr, OP: gl.constexpr,
         HIDDEN: gl.constexpr, HACT: gl.constexpr, OACT: gl.constexpr, LEAK: gl.constexpr, LOSS: gl.constexpr, FLOOR: gl.constexpr, HALF_ACT: gl.constexpr,
         BM: gl.constexpr, W: gl.constexpr, SEED, IMG_W, IMG_H, SAMPLE: gl.constexpr, TRANSFORM: gl.constexpr,
     ):  # fmt: skip
-        """Forward, loss and backward of ``N`` rows, as ``triton_mlp._mlp_train_kernel`` with ``CARRY`` computes them: program ``p`` takes tiles ``p, p + P, ...`` and writes its slot (``grad_ptr + p * G``, the
+        """Forward, loss and backward of ``N`` rows, as ``triton_train.mlp_train_kernel`` with ``CARRY`` computes them: program ``p`` takes tiles ``p, p + P, ...`` and writes its slot (``grad_ptr + p * G``, the
         packed layout) once at the end, and its loss sum to ``loss_ptr[p]``. ``SAMPLE``: the rows are drawn here
         (``in_ptr`` the draw counter, ``target_ptr`` the image), as the Triton kernel draws them."""
         dtype: gl.constexpr = w_in.dtype.element_ty
@@ -304,7 +302,7 @@ if _AVAILABLE:
         gl.store(loss_ptr + pid, loss_sum)
 
 else:  # pragma: no cover
-    _mlp_train_gluon_kernel = None
+    mlp_train_gluon_kernel = None
 
 
 def tile_for(n: int, sms: int) -> tuple[int, int]:
@@ -327,11 +325,11 @@ def programs_for(tiles: int, programs: int, sms: int, warps: int) -> int:
 
 
 def launch(grid: tuple[int], tile: tuple[int, int], args: tuple, constants: dict) -> None:
-    """Launch the kernel on ``grid`` programs of ``tile``: ``args`` up to the weights (see :func:`_mlp_train_gluon_kernel`),
+    """Launch the kernel on ``grid`` programs of ``tile``: ``args`` up to the weights (see :func:`mlp_train_gluon_kernel`),
     ``constants`` the network's, the loss's and, for a drawn batch, ``SEED``/``TRANSFORM``/``IMG_W``/``IMG_H``/``SAMPLE``."""
     rows, warps = tile
     draws = {name: constants.pop(name) for name in ("SEED", "IMG_W", "IMG_H") if name in constants}
-    gluon_launchable(_mlp_train_gluon_kernel)[grid](
+    gluon_launchable(mlp_train_gluon_kernel)[grid](
         *args, SEED=draws.get("SEED", 0), IMG_W=draws.get("IMG_W", 1), IMG_H=draws.get("IMG_H", 1), BM=rows, W=warps, num_warps=warps,
         **({"SAMPLE": False, "TRANSFORM": 0} | constants),
     )  # fmt: skip

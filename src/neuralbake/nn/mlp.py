@@ -7,8 +7,8 @@ trainer makes), so mixed precision needs no separate model class.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any
 
 import torch
 from torch import nn
@@ -17,12 +17,26 @@ from neuralbake.io.device_layout import LayerTensors
 from neuralbake.nn.activations import ACTIVATIONS, DEFAULT_LEAK, activation_fn
 from neuralbake.nn.encoding import FrequencyEncoding
 
-__all__ = ["MLP", "CoordinateNetwork", "CoordinateNetworkConfig", "LayerShape", "MLPConfig"]
+__all__ = ["MLP", "CoordinateNetwork", "CoordinateNetworkConfig", "LayerShape", "MLPConfig", "register_mlp_kernels"]
 
 
 def _check_activation(name: str, field: str) -> None:
     if name not in ACTIVATIONS:
         raise ValueError(f"{field}: unknown activation {name!r}; choose one of {sorted(ACTIVATIONS)}")
+
+
+MLPRunner = Callable[[torch.Tensor], torch.Tensor]
+
+_MLP_KERNELS: dict[str, Callable[[MLP], MLPRunner]] = {}
+
+
+def register_mlp_kernels(name: str, build: Callable[[MLP], MLPRunner]) -> None:
+    """Let ``MLP.kernels = name`` run an MLP's forward (and, through autograd, its backward) as ``build(mlp)(x)``.
+
+    :mod:`neuralbake.kernels` registers its fused kernels as ``"triton"`` when it is imported: this layer sits below
+    the kernels, so the MLP names them only through this table. Registering a name again replaces its builder.
+    """
+    _MLP_KERNELS[name] = build
 
 
 MAX_LAYERS = 64
@@ -92,17 +106,21 @@ class MLP(nn.Module):
         self._hidden_act = activation_fn(config.hidden_activation, config.leak)
         self._output_act = activation_fn(config.output_activation, config.leak)
         self.kernels = "torch"
-        """``"triton"``: forward and backward through the fused kernels
-        (:class:`neuralbake.kernels.fused.FusedMLP`); set from a bake's resolved ``--kernels``."""
-        self._fused: Any = None
+        """``"torch"``: PyTorch's layers. Another name runs forward and backward through what
+        :func:`register_mlp_kernels` registered under it (``"triton"``: the fused kernels'
+        :class:`neuralbake.kernels.training.FusedMLP`); set from a bake's resolved ``--kernels``."""
+        self.runner: MLPRunner | None = None
+        """The kernels' forward for :attr:`kernels`, built at the first forward that needs it (None: not yet)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernels == "triton":
-            if self._fused is None:
-                from neuralbake.kernels.fused import FusedMLP
-
-                self._fused = FusedMLP(self)
-            return self._fused(x)
+        if self.kernels != "torch":
+            if self.runner is None:
+                build = _MLP_KERNELS.get(self.kernels)
+                if build is None:
+                    known = ", ".join(["torch", *sorted(_MLP_KERNELS)])
+                    raise ValueError(f"MLP.kernels is {self.kernels!r}; registered: {known} (import neuralbake.kernels for triton)")
+                self.runner = build(self)
+            return self.runner(x)
         x = x.to(self.layers[0].weight.dtype)
         for layer in self.layers[:-1]:
             x = self._hidden_act(layer(x))

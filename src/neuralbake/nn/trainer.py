@@ -166,7 +166,7 @@ class ForwardBackward(Protocol):
     ``can_update(optimizer)`` returns None the trainer calls ``update_step(batch, master, optimizer,
     scaler, found_inf, counters)`` in place of the forward/backward, unscale, Adam, loss-scale and
     bookkeeping below, and it must leave the masters, ``optimizer.state``, the scaler and the
-    counters as that sequence would (see :class:`neuralbake.kernels.fused.FusedForwardBackward`).
+    counters as that sequence would (see :class:`neuralbake.kernels.training.FusedForwardBackward`).
     Such a step may also draw the batches itself: where its ``draws_from(sampler)`` returns a
     :class:`TexelDraws`, the trainer sets its draw counter with ``seek_draws(step)`` at the start of
     each fit and calls ``update_step(None, ..., draws=draws, seed=config.seed)`` without sampling.
@@ -317,25 +317,28 @@ class Trainer:
         self.compute_model: nn.Module = model if self.dtype == torch.float32 or fuses else cast_model(model, self.dtype)
         self.compute_params = dict(self.compute_model.named_parameters())
         self.forward_backward: ForwardBackward = forward_backward or AutogradForwardBackward(self.compute_model, loss_fn)
-        self._fused_update = self.forward_backward if fuses else None
+        self.fused_update = self.forward_backward if fuses else None
+        """The forward/backward when it also takes the optimizer step (``update_step``), else None: PyTorch's Adam runs."""
         # ... and may draw the batches in its kernel too, when the sampler's are uniform uv and nearest texels
-        self._fused_draws = self._fused_update.draws_from(sampler) if self._fused_update is not None and hasattr(self._fused_update, "draws_from") else None
-        if self._fused_draws is not None:
-            self._fused_update.seek_draws(0)
+        self.fused_draws = self.fused_update.draws_from(sampler) if self.fused_update is not None and hasattr(self.fused_update, "draws_from") else None
+        """What the fused step draws in its kernel instead of calling the sampler (``draws_from``'s), else None."""
+        if self.fused_draws is not None:
+            self.fused_update.seek_draws(0)
         # A custom forward/backward joins the graph when it says it can be captured (a fused kernel
         # that reads the loss scale on the device does); the sampler too, unless the kernel draws the batches itself.
         self.use_cuda_graph = (
             config.cuda_graph
             and device.type == "cuda"
             and (forward_backward is None or getattr(forward_backward, "capturable", False))
-            and (self._fused_draws is not None or getattr(sampler, "capturable", False))
+            and (self.fused_draws is not None or getattr(sampler, "capturable", False))
         )
         # On CUDA the default generator is used: CUDA graphs capture its Philox offsets.
         self.generator = torch.cuda.default_generators[device.index or 0] if device.type == "cuda" else torch.Generator()
         self.generator.manual_seed(config.seed)
         zeros = lambda: torch.zeros((), device=device)
         self._found_inf, self._loss_sum, self._loss_count, self._skipped, self._nonfinite_run = (zeros() for _ in range(5))
-        self._graph: torch.cuda.CUDAGraph | None = None
+        self.graph: torch.cuda.CUDAGraph | None = None
+        """The captured step that :meth:`graphed_step` replays (None until captured, and again after a checkpoint loads)."""
         self.step = 0
         self.samples_seen = 0
         self.train_seconds = 0.0
@@ -378,13 +381,13 @@ class Trainer:
 
     def _device_step(self) -> None:
         """One step with every decision on the device (no host sync), so it can be graph-captured."""
-        if self._fused_update is not None:
+        if self.fused_update is not None:
             counters = (self._loss_sum, self._loss_count, self._skipped, self._nonfinite_run)
-            if self._fused_draws is not None:  # the kernel draws the step's batch (its own counter, the run's seed)
-                self._fused_update.update_step(None, self.master, self.optimizer, self.scaler, self._found_inf, counters, draws=self._fused_draws, seed=self.config.seed)
+            if self.fused_draws is not None:  # the kernel draws the step's batch (its own counter, the run's seed)
+                self.fused_update.update_step(None, self.master, self.optimizer, self.scaler, self._found_inf, counters, draws=self.fused_draws, seed=self.config.seed)
             else:
                 batch = self.sampler.sample(self.generator)
-                self._fused_update.update_step(batch, self.master, self.optimizer, self.scaler, self._found_inf, counters)
+                self.fused_update.update_step(batch, self.master, self.optimizer, self.scaler, self._found_inf, counters)
             return
         batch = self.sampler.sample(self.generator)
         if self.compute_model is not self.model:
@@ -415,10 +418,10 @@ class Trainer:
         self.samples_seen += self.sampler.batch_size
         return not bool(self._found_inf)
 
-    def _graphed_step(self) -> None:
+    def graphed_step(self) -> None:
         """Replay the captured step, capturing it first after a few eager warm-up steps."""
         self._set_learning_rate()
-        if self._graph is None:
+        if self.graph is None:
             # Warm-up on a side stream initialises autograd, cuBLAS and Adam state outside capture.
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
@@ -429,9 +432,9 @@ class Trainer:
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):
                     self._device_step()
-                self._graph = graph
+                self.graph = graph
         else:
-            self._graph.replay()
+            self.graph.replay()
         self.step += 1
         self.samples_seen += self.sampler.batch_size
 
@@ -446,8 +449,8 @@ class Trainer:
             # Re-seed here too: on CUDA the generator is the device's shared default one, which
             # another trainer built since this one may have advanced.
             self.generator.manual_seed(self.config.seed)
-        if self._fused_draws is not None:  # the kernel's batches follow the step count, so a resumed run draws on as before
-            self._fused_update.seek_draws(self.step)
+        if self.fused_draws is not None:  # the kernel's batches follow the step count, so a resumed run draws on as before
+            self.fused_update.seek_draws(self.step)
         self.started_at = self.step  # where this fit began (a resumed one: the checkpoint's step)
         self.events.emit("start", step=self.step, total_steps=self.config.steps, resumed=resume)
         if not resume and self.evaluate is not None:
@@ -485,7 +488,7 @@ class Trainer:
                     fix="run the same command with --resume to continue." if self.checkpoint_path else None,
                 )
             if self.use_cuda_graph:
-                self._graphed_step()
+                self.graphed_step()
             else:
                 self.train_step()
             at_end = self.step == cfg.steps
@@ -585,4 +588,4 @@ class Trainer:
     def _load_checkpoint(self) -> None:
         load_checkpoint(self)
         # Loading gave the optimizer new state tensors: a step captured before reads the old ones.
-        self._graph = None
+        self.graph = None

@@ -300,7 +300,7 @@ class NeuralMaterial:
         """``f(wi, wo) cos`` ``[N, 3]`` at ``uv``: latent fetch (bilinear, or trilinear at ``lod``) and decoder, on the ``kernels`` path."""
         if self.kernels == "triton":
             if getattr(self, "_fused", None) is None:
-                from neuralbake.kernels.fused import FusedNeuralMaterial
+                from neuralbake.kernels.decoders import FusedNeuralMaterial
 
                 self._fused = FusedNeuralMaterial(self)
             return self._fused(uv, wi, wo, lod)

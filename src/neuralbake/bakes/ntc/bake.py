@@ -134,7 +134,7 @@ def _compress_rate(
     container = read_container(folder / CONTAINER_NAME).to(device)
     kernels = resolve_decode_kernels(container, config.kernels)
     if kernels == "triton":
-        from neuralbake.kernels.fused import FusedNTC  # imports Triton
+        from neuralbake.kernels.decoders import FusedNTC  # imports Triton
 
         one = torch.zeros(1, dtype=torch.int64, device=device)
         kernels = try_kernels(config.kernels, kernels, lambda: FusedNTC(container, torch.float32).texels(one, one, one), run.note)

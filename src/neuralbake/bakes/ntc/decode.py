@@ -90,7 +90,7 @@ def decode_all_levels(
     device = container.latents_high.device
     fused = None
     if resolve_decode_kernels(container, kernels) == "triton":
-        from neuralbake.kernels.fused import FusedNTC  # imports Triton
+        from neuralbake.kernels.decoders import FusedNTC  # imports Triton
 
         fused = FusedNTC(container, torch.float32)
     levels = []

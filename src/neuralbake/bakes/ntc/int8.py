@@ -13,7 +13,7 @@ static step per layer, multiplied by the int8 codes with exact integer sums, and
 The steps come from a calibration decode (:func:`calibrate_int8`): fp32 decodes of random texels
 of every level, each layer's input step the 99.99th percentile of ``|x|`` over 127 (a step sized for
 the few largest inputs wastes the 8 bits on the rest; those few clip). :func:`decode_texels_int8` is the reference the fused kernel
-(:class:`neuralbake.kernels.fused.FusedNTC` with a calibration) is checked against; the bench
+(:class:`neuralbake.kernels.decoders.FusedNTC` with a calibration) is checked against; the bench
 ``bench/ntc_int8.py`` reports what the arithmetic costs in quality on a real container.
 
 Written here: the int8 scheme is the container's own (its codes and scales), and PyTorch's

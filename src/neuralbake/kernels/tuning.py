@@ -1,0 +1,207 @@
+"""The fused kernels' tiles, switches and launch helpers, in one place that the launching modules read at every use.
+
+The module-level switches (:data:`HALF_SUMS`, :data:`CARRY_GRADIENTS`, ...) and tables (:data:`TILES`,
+:data:`REGISTERS`) are read as ``tuning.NAME`` where they take effect, so a benchmark or a test sets them
+here (``mock.patch.multiple(tuning, ...)``) and every launching module (:mod:`~neuralbake.kernels.packing`,
+:mod:`~neuralbake.kernels.decoders`, :mod:`~neuralbake.kernels.training`) sees the change. Each one's
+docstring says when it is read and what measurement chose its value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import warnings
+from collections.abc import Iterator
+
+import torch
+
+
+def pad_width(n: int, dtype: torch.dtype, minimum: int | None = None) -> int:
+    """The kernels' width for ``n``: a power of two, at least ``minimum``; by default 16 (``tl.dot``'s smallest depth),
+    32 for int8 (the int8 MMA's depth)."""
+    if minimum is None:
+        minimum = 32 if dtype == torch.int8 else 16
+    return max(minimum, 1 << (int(n) - 1).bit_length())
+
+
+TILES: dict[str, tuple[int, int]] = {
+    "forward": (128, 2),
+    "forward_wide": (64, 2),
+    "trilinear": (128, 4),
+    "trilinear_wide": (64, 2),
+    "ntc": (128, 4),
+    "ntc_wide": (32, 1),
+    "train": (64, 4),
+    "train_wide": (32, 2),
+}
+"""``(rows per program, warps per program)`` by kernel kind; ``wide_addresses`` for hidden layers over 64.
+
+Every launch compiles with Hopper's warpgroup MMA turned off (:func:`mma_sync`), so ``tl.dot``
+is ``mma.sync`` whatever the warp count: Triton 3.6's warpgroup code for these kernels crashed
+(compute-sanitizer: invalid shared-memory reads, out-of-range local addresses) or gave wrong values
+in about half of the tile shapes tried with 4 or more warps (a fused MLP, the neural-material and
+NTC decodes). The sizes are the fastest of sweeps on an H100 and H200s (bench/kernels.py --sweep;
+bench/kernels_parity.py checks them); with ``mma.sync`` at any warp count the NTC decode and the
+training step gained from 4 warps (2026-11-26, H200: 3.2 against 2.9 G texels/s, 485 against 321 M
+training samples/s at 2^18 rows). ``trilinear`` is the neural-material decode with a level per sample
+(two sets of bilinear taps): on an H100 (2026-11-26, ``--sweep trilinear``, 2^22 samples) it ran 10.2 G samples/s
+at 128 x 4 against 8.5 at the bilinear decode's 128 x 2. ``trilinear_wide`` is
+``forward_wide``'s tile, not swept (``--sweep trilinear`` sets the narrow key).
+"""
+
+
+REGISTERS: dict[str, int | None] = {kind: None for kind in TILES}
+"""A register cap per thread by kernel kind, keyed as :data:`TILES` (Triton's ``maxnreg``; None: the compiler's choice).
+
+The decodes are latency-bound at 12-19 % occupancy, limited by registers (Nsight Compute on an H200,
+2026-11-26: the neural-material decode at 255 registers a thread and 12.5 % occupancy, the NTC decode
+at 158 and 18.8 %, issue slots 39-45 % busy). Caps of 80-168 registers swept on H200s
+(``bench/kernels.py --sweep KIND ROWS WARPS REGISTERS``) moved the rates by no more than the
+machine-to-machine spread (about 10 %), so none is set.
+"""
+
+
+HALF_SUMS = True
+"""Whether the decodes of fp16 networks sum their hidden layers in fp16 (:attr:`PackedMLP.half_sums`).
+
+The products of each hidden layer are summed on the tensor cores in fp16, starting from the bias,
+and the activation runs on packed fp16 pairs, as tiny-cuda-nn's fully fused MLPs accumulate; the
+output layer still sums in fp32. Half the accumulator registers and fewer instructions between
+the matrix products. ``bench/kernels.py --ab`` on an H100 (2026-11-26, fp32 sums -> fp16 sums):
+the neural-material decode 12.4 -> 13.5 G samples/s, the plain MLP 12.6 -> 14.6, the NTC 4K frame
+1.77 -> 1.58 ms; the error against the fp32 network, relative to max(|v|, 1), 7.5e-5 -> 1.2e-4
+(decode), 1.3e-4 -> 2.2e-4 (MLP), 6.3e-5 -> 1.0e-4 (NTC). Training kernels, and the forward of
+:class:`FusedMLP` (which the training kernel differentiates), always sum in fp32. A partial sum past
+fp16's range (65,504) becomes inf, where an fp32 sum would not, and ReLU's ``max`` then turns a NaN
+(inf - inf) into 0: networks with such activations decode in fp32 (set this False). False: every
+decode sums in fp32.
+"""
+
+
+NARROW_OUTPUTS = True
+"""Whether a decode's output layer pads to a power of two of at least 4 instead of 16 (:class:`PackedMLP`).
+
+Triton 3.6 pads a narrow product on the tensor cores itself; the decode's epilogue (``expm1``, the
+hemisphere test, the store) then runs over 4 columns instead of 16. Static SASS of the neural-material
+decode (bench/kernels_sass.py, Triton 3.6): 1,848 -> 1,576 instructions per program; ``bench/kernels.py --ab`` on an H100 (2026-11-26):
+12.3 -> 13.5 G samples/s bilinear. Training keeps 16: the backward's products take the
+outputs as their depth, which ``tl.dot`` wants at least 16. False: 16 everywhere. Read when a
+:class:`PackedMLP` is built (as :data:`SPLIT_FEATURES` is when a :class:`FusedNeuralMaterial` is;
+:data:`HALF_SUMS` at every launch).
+"""
+
+
+SPLIT_FEATURES = True
+"""Whether the neural-material decode builds its latents and direction features as two half-width
+tiles joined side by side, where both fit in half the input width (:attr:`FusedNeuralMaterial.feature_columns`).
+
+The bilinear taps then load and blend only half the columns. The copper tray's shape (8 latents,
+wi and wo: 14 inputs in 16 columns), ``bench/kernels.py --ab`` on an H100 (2026-11-26, one tile
+-> split): 9.9 -> 13.5 G samples/s bilinear, 6.4 -> 10.1 trilinear; the same values. False: one
+tile of the full input width.
+"""
+
+
+HALF_ACTIVATIONS = False
+"""Whether the training kernel of an fp16 network with ReLU or leaky ReLU hidden layers (:attr:`PackedMLP.half_activations`),
+and :class:`FusedMLP`'s forward that it differentiates, round each hidden layer's fp32 sum to fp16 before the activation
+and compute the activation and its slope on fp16 values, bit for bit as PyTorch's fp16 layers do (the linear output is
+rounded, then activated). Off by default: it cost 15 % of the RTXNS network's training rate at 2^18 rows on an H100
+(``bench/kernels.py --ab-train``, 2026-11-26: 811 against 956 M rows/s; the leaky ReLU's product in fp32 and its
+conversions). Off, the activation runs in fp32 on the unrounded sum, rounded after: the same values for ReLU; for leaky
+ReLU some of the negative activations differ from PyTorch's in their last bit. Read at every launch.
+"""
+
+HOIST_WEIGHTS = True
+"""Whether the training kernel loads the weights once, before its tiles, where it carries the gradients in registers
+(:data:`CARRY_GRADIENTS`), instead of at every tile. Read at every launch."""
+
+CARRY_GRADIENTS = True
+"""Whether the training kernel keeps each program's running weight gradients in registers across its tiles
+(fp16 and bf16 networks whose gradients fit: :func:`carries_gradients`) instead of adding every tile's gradients to the
+program's slot in memory. Read when a network's training buffers are built (:class:`FusedForwardBackward`, the first
+backward of a :class:`FusedMLP` in a dtype)."""
+
+DRAW_BATCHES = True
+"""Whether :class:`FusedForwardBackward` draws a sampler's batches in the training kernel where the sampler says what
+they are (:class:`~neuralbake.nn.trainer.TexelDraws`: uniform uv, nearest texels), instead of the trainer calling the
+sampler (about ten small launches a step). Read when a trainer is built."""
+
+CARRY_REGISTERS = 128
+"""The most registers a thread the weight and bias gradients may take by :func:`carries_gradients`'s estimate (their fp32 values
+over the program's threads). The estimate leaves out the working registers, the hoisted weights and the bias
+accumulators' padding to 16 rows, so every carried kernel measured sits at the 255-register cap with some spills,
+and was still as fast as the slots or faster (see docs/benchmarks.md)."""
+
+
+
+def tile_key(kind: str, hidden: int) -> str:
+    """The key of :data:`TILES` and :data:`REGISTERS` for a kernel kind and hidden width."""
+    return f"{kind}wide_addresses" if hidden > 64 else kind
+
+
+def launch_options(kind: str, hidden: int) -> dict[str, int]:
+    key = tile_key(kind, hidden)
+    options = {"num_warps": TILES[key][1]}
+    if REGISTERS[key] is not None:
+        options["maxnreg"] = int(REGISTERS[key])
+    return options
+
+
+_MMA_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def mma_sync() -> Iterator[None]:
+    """Compile the kernels launched inside with ``mma.sync`` only (Triton's ``DISABLE_MMA_V3``).
+
+    Triton reads the variable when it compiles a kernel, and its on-disk cache is keyed on it; its
+    in-memory cache of a process is not, so every launch of a ``tl.dot`` kernel in this module goes
+    through here (a kernel first compiled outside would be reused inside). The variable is set only
+    around these launches, and a lock keeps two of them from interleaving their set and restore.
+    Other Triton code, such as ``torch.compile``'s GEMMs, keeps the warpgroup MMA, except a compile
+    that happens on another thread during one of these launches: it sees the variable too (only a
+    speed difference, never a wrong result).
+    """
+    with _MMA_LOCK:
+        previous = os.environ.get("DISABLE_MMA_V3")
+        os.environ["DISABLE_MMA_V3"] = "1"
+        try:
+            yield
+        finally:
+            if previous is None:
+                del os.environ["DISABLE_MMA_V3"]
+            else:
+                os.environ["DISABLE_MMA_V3"] = previous
+
+
+def wide_addresses(*element_counts: int) -> bool:
+    """Whether a kernel must compute addresses in int64 (some buffer reaches 2^31 elements); int32 is faster."""
+    return max(element_counts) >= 1 << 31
+
+
+def nvidia_capability(device: torch.device) -> tuple[int, int] | None:
+    """The compute capability of an NVIDIA GPU (None on a CPU or a ROCm GPU: the Gluon kernels' gates read it)."""
+    return torch.cuda.get_device_capability(device) if device.type == "cuda" and torch.version.hip is None else None
+
+
+def sm_count(device: torch.device) -> int:
+    """The SMs of a CUDA GPU (1 elsewhere: a Gluon kernel on Triton's CPU interpreter runs one program at a time)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+
+
+def gluon_failed(exc: Exception, work: str, fallback: str) -> str:
+    """Why a Gluon kernel cannot run here after ``exc`` (a Triton that cannot compile or launch it), warned once for
+    ``work``, which takes ``fallback`` from then on."""
+    first_line = str(exc).splitlines()[0][:200] if str(exc) else ""
+    reason = f"the Gluon kernel failed here ({type(exc).__name__}: {first_line})"
+    warnings.warn(f"{work}: {reason}; using {fallback}", RuntimeWarning, stacklevel=3)
+    return reason
+
+
+def block_rows(kind: str, hidden: int) -> int:
+    """Rows per program of a kernel kind (:data:`TILES`)."""
+    return TILES[tile_key(kind, hidden)][0]
+
