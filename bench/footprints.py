@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from timing import Stopwatch
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -212,9 +213,7 @@ def _child(name: str, work: Path) -> None:
 
 def _measure(name: str, work: Path) -> tuple[float, float]:
     """Run case ``name`` in a child process; its peak RSS (bytes) and seconds."""
-    import time
-
-    started = time.perf_counter()
+    watch = Stopwatch().start()
     log = work / f"{name}.log"
     with open(log, "wb") as stderr:  # a file, not a pipe: a chatty child cannot block on a full pipe
         child = subprocess.Popen([sys.executable, __file__, "--child", name, "--work", str(work)], stdout=subprocess.DEVNULL, stderr=stderr)
@@ -222,7 +221,7 @@ def _measure(name: str, work: Path) -> tuple[float, float]:
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode != 0:
         raise RuntimeError(f"case {name} failed ({child.returncode}):\n{log.read_text(errors='replace')[-3000:]}")
-    return usage.ru_maxrss * 1024.0, time.perf_counter() - started  # Linux: KiB
+    return usage.ru_maxrss * 1024.0, watch.stop()  # Linux: KiB
 
 
 def _estimate(name: str, work: Path) -> tuple[float, float | None, str]:

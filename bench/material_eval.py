@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from neuralbake.core.device import describe_device, resolve_device  # noqa: E402
 from neuralbake.errors import NeuralbakeError  # noqa: E402
 from neuralbake.material.loader import load_material  # noqa: E402
+from timing import measure  # noqa: E402
 
 
 def directions(n: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
@@ -46,18 +46,9 @@ def throughput(path: Path, device: torch.device, batch: int, repeats: int) -> fl
         with torch.no_grad():
             return material(uv, normal).eval(wi, wo)
 
-    run()
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        out = run()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - start)
-        assert torch.isfinite(out).all(), f"{path.name}: non-finite BSDF values"
-    return batch / statistics.median(times)
+    timing = measure(run, repeats=repeats, device=device)
+    assert torch.isfinite(timing.value).all(), f"{path.name}: non-finite BSDF values"
+    return timing.rate(batch, best=False)
 
 
 def main() -> None:

@@ -15,13 +15,13 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 from neuralbake.bakes.mipmap import METHODS, MipmapConfig, bake_mipmap
 from neuralbake.core.device import resolve_device
+from timing import Stopwatch
 
 HELMET = Path(__file__).resolve().parents[1].parent / "shared" / "assets" / "DamagedHelmet"
 
@@ -58,10 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps is not None:
         config.train.steps = args.steps
 
-    start = time.perf_counter()
+    watch = Stopwatch().start()
     with tempfile.TemporaryDirectory() as scratch:
         report = bake_mipmap(config, args.out or scratch, progress=sys.stderr.isatty())
-    wall = time.perf_counter() - start
+    wall = watch.stop()
 
     print(
         f"device {report['device']['name']} ({report['device']['type']}), {torch.get_num_threads()} threads; "

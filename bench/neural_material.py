@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -35,6 +34,8 @@ from neuralbake.core.device import describe_device, resolve_device  # noqa: E402
 from neuralbake.errors import NeuralbakeError  # noqa: E402
 from neuralbake.material.loader import load_material  # noqa: E402
 
+import timing  # noqa: E402  (bench/timing.py)
+
 
 def _directions(n: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
     v = torch.randn(n, 3, generator=generator, device=device)
@@ -44,18 +45,9 @@ def _directions(n: int, generator: torch.Generator, device: torch.device) -> tor
 
 def _rate(run, batch: int, repeats: int, device: torch.device) -> float:
     with torch.no_grad():
-        run()
-        times = []
-        for _ in range(repeats):
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            start = time.perf_counter()
-            out = run()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            times.append(time.perf_counter() - start)
-    assert torch.isfinite(out).all()
-    return batch / statistics.median(times)
+        result = timing.measure(run, repeats=repeats, device=device)
+    assert torch.isfinite(result.value).all()
+    return result.rate(batch, best=False)
 
 
 def measure(path: Path, bake_dir: Path, device: torch.device, batch: int, repeats: int, compile_neural: bool = False) -> dict:

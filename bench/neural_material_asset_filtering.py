@@ -18,7 +18,6 @@ import argparse
 import json
 import math
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -32,6 +31,7 @@ from neuralbake.render.camera import look_at
 from neuralbake.render.gbuffer import render_gbuffer
 from neuralbake.render.pictures import comparison_row, panel_grid
 from neuralbake.render.tonemap import tone_map
+from timing import Stopwatch
 
 
 def _sun_image(rs, camera, size: int, neural, filtering: bool, index: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,7 +64,7 @@ def main() -> None:
     direction = torch.nn.functional.normalize(torch.tensor([-0.35, 0.45, 0.82]), dim=0)  # on the sun's side
     rows, results = [], {"asset": args.asset.name, "bundle": str(args.bundle), "size": args.size, "supersampling": args.ss,
                          "latent_side": int(neural.latents[0].shape[0]), "distances": []}
-    started = time.perf_counter()
+    watch = Stopwatch().start()
     for distance in args.distances:
         radius = framing * distance
         camera = look_at(tuple(c + radius * float(d) for c, d in zip(target, direction, strict=True)), target, fov_y_deg=40.0)
@@ -87,7 +87,7 @@ def main() -> None:
         errors = [((images[k] - ref_ldr).abs() * 4).clamp(0, 1) * full[..., None] for k in ("level0", "filtered")]
         rows.append([*row, *[e.cpu().numpy() for e in errors]])
     neural.filtering = False
-    results["seconds"] = round(time.perf_counter() - started, 2)
+    results["seconds"] = round(watch.stop(), 2)
     results["device"] = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     args.out.mkdir(parents=True, exist_ok=True)
     save_png(args.out / "asset_filtering.png", panel_grid(rows, gap=2))

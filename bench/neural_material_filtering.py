@@ -19,7 +19,6 @@ import argparse
 import json
 import math
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -31,6 +30,7 @@ from neuralbake.bakes.neural_material import load_neural_material
 from neuralbake.io.images import save_png
 from neuralbake.render.pictures import comparison_row, panel_grid
 from neuralbake.render.preview import render_preview
+from timing import Stopwatch
 
 
 def _lod_map(material, size: int):
@@ -56,7 +56,7 @@ def main() -> None:
     device = torch.device(args.device)
     material = load_neural_material(args.bundle, device=device)
     options = {"size": args.size, "light": "directional", "scenes": ("plane",), "seed": 7, "device": device}
-    start = time.perf_counter()
+    watch = Stopwatch().start()
     rendered = render_preview(material, spp=args.reference_spp, **options)
     reference = rendered["plane"]
     inside = rendered.coverage["plane"] > 0.999
@@ -73,7 +73,7 @@ def main() -> None:
             images[(spp, filtering)] = image
             print(f"spp {spp:3d}  {row['latents']:9s}  RMSE {rmse:.5f}  PSNR {row['psnr_db']:6.2f} dB (peak {peak:.3f})", flush=True)
     material.filtering = False
-    result["seconds"] = time.perf_counter() - start
+    result["seconds"] = watch.stop()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "filtering.json").write_text(json.dumps(result, indent=2))
     exposure = 0.8 / max(float(torch.quantile(reference[inside].flatten(), 0.99)), 1e-6)  # linear radiance, scaled to show

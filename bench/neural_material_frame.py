@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -55,22 +54,12 @@ from neuralbake.render.camera import look_at
 from neuralbake.render.envmap import EnvironmentLight, default_environment
 from neuralbake.render.gbuffer import evaluate_materials, render_gbuffer
 from neuralbake.render.tonemap import tone_map
+from timing import measure, synchronizer
 
 BUDGET_MS = 16.0
 BOUNDS = {"shader_scalar": 1e-3, "shader_tensor": 2e-2}
 """Largest error of each kernel, of max(|v|, 1), against PyTorch in its arithmetic: fp32 on
 fp16-rounded weights and latents for the scalar kernel, fp16 products for the tensor kernel."""
-
-
-def _median_ms(work, sync, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        sync()
-        start = time.perf_counter()
-        work()
-        sync()
-        times.append(time.perf_counter() - start)
-    return 1000.0 * statistics.median(times)
 
 
 def _pack_bundles(folder: Path) -> list[Path]:
@@ -95,7 +84,7 @@ def main() -> None:
     args = parser.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync = synchronizer(device)
     bundles = _pack_bundles(args.bundle)
     pack = len(bundles) > 1 or bundles[0] != args.bundle
     loaded = [load_asset_bundle(args.asset, bundle, device=device) for bundle in bundles]
@@ -107,7 +96,7 @@ def main() -> None:
                      "height": height, "budget_ms": BUDGET_MS, "torch": torch.__version__,
                      "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "date": time.strftime("%Y-%m-%d")}
 
-    results["gbuffer_ms"] = _median_ms(lambda: render_gbuffer(rs, camera, width, height), sync, args.repeats)
+    results["gbuffer_ms"] = 1000.0 * measure(lambda: render_gbuffer(rs, camera, width, height), repeats=args.repeats, warmup=0, sync=sync).median
     g = render_gbuffer(rs, camera, width, height)
     # the pixels of each baked material, grouped by material (material id order)
     groups = [torch.nonzero(g.material_id == material.index).reshape(-1) for material, _ in loaded]
@@ -163,8 +152,8 @@ def main() -> None:
             return out
 
         neurals = [neural for _, neural in loaded]
-        results["torch_reference_ms"] = _median_ms(reference_frame, sync, args.repeats)
-        results["torch_neural_ms"] = _median_ms(lambda: per_material(neurals), sync, args.repeats)
+        results["torch_reference_ms"] = 1000.0 * measure(reference_frame, repeats=args.repeats, warmup=0, sync=sync).median
+        results["torch_neural_ms"] = 1000.0 * measure(lambda: per_material(neurals), repeats=args.repeats, warmup=0, sync=sync).median
         # what the kernels compute: the scalar kernel fp32 arithmetic on fp16-rounded weights and
         # latents, the tensor kernel fp16 products of them (fp32 sums)
         halves = [neural.to(torch.float16) for neural in neurals]
@@ -234,7 +223,7 @@ def main() -> None:
             results[f"{name}_error"] = error
             if not np.isfinite(error) or error > BOUNDS[name]:
                 failures.append(f"{name}: {error:.3e} of max(|v|, 1) from its PyTorch model (bound {BOUNDS[name]:.0e})")
-            results[f"{name}_ms"] = _median_ms(dispatch, sdevice.wait_for_idle, args.repeats)
+            results[f"{name}_ms"] = 1000.0 * measure(dispatch, repeats=args.repeats, warmup=0, sync=sdevice.wait_for_idle).median
             if name == "shader_tensor" or "shader_tensor" not in kernels:
                 shader_values = got
     for key in ("shader_tensor_ms", "shader_scalar_ms", "torch_neural_ms", "torch_reference_ms"):

@@ -27,7 +27,6 @@ import argparse
 import json
 import math
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -41,6 +40,7 @@ from neuralbake.io.images import save_png
 from neuralbake.material.loader import load_material
 from neuralbake.render.pictures import panel_grid
 from neuralbake.render.preview import SCENES, render_preview
+from timing import Stopwatch
 
 
 def _mse(images: dict, reference: dict, coverage: dict) -> float:
@@ -74,7 +74,7 @@ def main() -> None:
     source = Path(read_bundle(args.bundle).manifest["material"]["source"])
     reference_material = load_material(source, device=device) if source.suffix in (".json", ".mtlx") and source.is_file() else None
     options = {"size": args.size, "light": "environment", "device": device}
-    start = time.perf_counter()
+    watch = Stopwatch().start()
     converged = render_preview(neural, spp=args.reference_spp, seed=1000, **options)
     coverage = converged.coverage
     result = {"bundle": str(args.bundle), "size": args.size, "reference_spp": args.reference_spp, "repeats": args.repeats, "device": str(device),
@@ -99,7 +99,7 @@ def main() -> None:
         print(f"spp {spp:4d}  cosine {row['cosine']['psnr_db']:6.2f} dB  head {row['head']['psnr_db']:6.2f} dB"
               + (f"  reference own {row['reference_own']['psnr_db']:6.2f} dB" if "reference_own" in row else "")
               + f"  (RMSE cosine / head {row['rmse_cosine_over_head']})", flush=True)
-    result["seconds"] = round(time.perf_counter() - start, 1)
+    result["seconds"] = round(watch.stop(), 1)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "sampling.json").write_text(json.dumps(result, indent=2))
     rows = []

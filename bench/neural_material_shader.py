@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -32,6 +31,7 @@ from neuralbake.bakes.neural_material import load_neural_material  # noqa: E402
 from neuralbake.export.neural_material import export_neural_material_shader  # noqa: E402
 from neuralbake.export.neural_material_codegen import POINT_FLOATS  # noqa: E402
 from neuralbake.material.loader import load_material  # noqa: E402
+from timing import measure  # noqa: E402
 
 
 def _directions(n: int, generator: torch.Generator) -> torch.Tensor:
@@ -83,29 +83,13 @@ def main() -> None:
             expected = neural.evaluate(neural.latent_at(uv[:check]), wi[:check], wo[:check])
         error = float((shader[:check] - expected).abs().max())
         relative = float(((shader[:check] - expected).abs() / expected.abs().clamp(min=1.0)).max())
-        times = []
-        for _ in range(args.repeats):
-            device.wait_for_idle()
-            start = time.perf_counter()
-            kernel.dispatch(thread_count=[n, 1, 1], vars=bindings)
-            device.wait_for_idle()
-            times.append(time.perf_counter() - start)
-        shader_rate = n / statistics.median(times)
+        shader_rate = measure(lambda: kernel.dispatch(thread_count=[n, 1, 1], vars=bindings), repeats=args.repeats, warmup=0, sync=device.wait_for_idle).rate(n, best=False)  # noqa: B023
         manifest = json.loads((bundle / "network.json").read_text())
         reference = load_material(manifest["material"]["source"], device=torch_device)
         normal = torch.tensor([[0.0, 1.0, 0.0]], device=torch_device).expand(n, 3)
         tuv, twi, two = uv.to(torch_device), wi.to(torch_device), wo.to(torch_device)
-        ref_times = []
         with torch.no_grad():
-            for _ in range(max(2, args.repeats // 2) + 1):
-                if torch_device.type == "cuda":
-                    torch.cuda.synchronize()
-                start = time.perf_counter()
-                reference(tuv, normal).eval(twi, two)
-                if torch_device.type == "cuda":
-                    torch.cuda.synchronize()
-                ref_times.append(time.perf_counter() - start)
-        ref_rate = n / statistics.median(ref_times[1:])
+            ref_rate = measure(lambda: reference(tuv, normal).eval(twi, two), repeats=max(2, args.repeats // 2), device=torch_device).rate(n, best=False)  # noqa: B023
         row = {"bundle": str(bundle), "module": m, "points": n, "max_abs_error_vs_pytorch": error, "max_error_relative_to_max_1_value": relative,
                "max_value": float(expected.abs().max()), "shader_samples_per_second": shader_rate,
                "reference_samples_per_second": ref_rate, "speedup": shader_rate / ref_rate, "precision": args.precision}

@@ -21,11 +21,10 @@ each). ``NB_SLANG_DEVICE=cpu`` runs the same script on slangpy's CPU device (sma
 
 import json
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
+from timing import measure  # bench/timing.py: carry it beside this script
 
 
 def prepare(bundle: str, out: str) -> None:
@@ -77,18 +76,6 @@ def _errors(got: np.ndarray, expected: np.ndarray) -> dict:
 def _read(path: str, mode: str = "r"):
     with open(path, mode) as file:
         return file.read()
-
-
-def _time(dispatch, device) -> float:
-    """Median seconds of 10 dispatches, the device idle before and after each."""
-    times = []
-    for _ in range(10):
-        device.wait_for_idle()
-        start = time.perf_counter()
-        dispatch()
-        device.wait_for_idle()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def run(here: str, result_path: str) -> None:
@@ -148,7 +135,7 @@ def run(here: str, result_path: str) -> None:
                     if variant == "tensor":
                         row["against_fp16_model"] = _errors(got, np.load(f"{here}/tensor_{prec}.npy"))
                 else:
-                    row[f"samples_per_second_{count}"] = count / _time(dispatch, device)
+                    row[f"samples_per_second_{count}"] = count / measure(dispatch, repeats=10, warmup=0, sync=device.wait_for_idle).median
             print(variant, prec, row, flush=True)
             save()
         for variant, bound, key in (("scalar", 1e-5, "against_pytorch"), ("tensor", 2e-3, "against_fp16_model")):

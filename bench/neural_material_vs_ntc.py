@@ -42,6 +42,7 @@ from neuralbake.render.pictures import panel_grid
 from neuralbake.render.scene import prepare_scene
 from neuralbake.render.tonemap import tone_map
 from neuralbake.render.visibility import warp_available
+from timing import Stopwatch
 
 NTC_MAX_BPP = BPP_RANGE[1]
 """The highest rate ``ntc compress`` takes."""
@@ -94,7 +95,7 @@ def main() -> None:
     texture_set = load_gltf_material(args.asset, material=str(material.index))
     height, width = texture_set.images[0].shape[:2]
     rate = neural_bytes * 8.0 / (height * width)
-    started = time.perf_counter()
+    watch = Stopwatch().start()
     asked = min(rate, NTC_MAX_BPP)  # past NTC's highest rate it is compared at that rate (the report says so)
     config = NTCConfig(sources=[str(args.asset)], material=str(material.index), bpp=[round(asked, 3)], device=device.type, baselines=False)
     if args.steps:
@@ -102,7 +103,7 @@ def main() -> None:
     ntc_report = compress_texture_set(config, args.out / "ntc", progress=False)
     container = open_container(args.out / "ntc")
     levels = decode_all_levels(container)
-    ntc_seconds = time.perf_counter() - started
+    ntc_seconds = watch.stop()
     ntc_bytes = (args.out / "ntc" / "texture.ntc").stat().st_size
     rs_ntc = prepare_scene(_ntc_scene(material.scene, material.index, levels, texture_set.groups), device=device)
 

@@ -35,6 +35,7 @@ from neuralbake.bakes.neural_texture import NeuralTextureConfig, bake_neural_tex
 from neuralbake.core.device import describe_device, resolve_device  # noqa: E402
 from neuralbake.io.files import atomic_path, atomic_write_json  # noqa: E402
 from neuralbake.io.images import load_image, resize_image, save_png  # noqa: E402
+from timing import Stopwatch  # noqa: E402
 
 DEFAULT_IMAGE = ROOT.parent / "shared" / "assets" / "DamagedHelmet" / "Default_albedo.jpg"
 SPEC = re.compile(r"^(\d+)x(\d+)f(\d+)b(\d+)(?:p(fp16|bf16|fp32))?$")
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> list[dict]:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
         baseline = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-        started = time.perf_counter()
+        watch = Stopwatch().start()
         report = bake_neural_texture(
             make_config(prepared, spec, args.device, steps, args.lr, max(steps // args.evals, 1)), out / text, progress=not args.quiet
         )
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace) -> list[dict]:
             "params": report["params"],
             "steps": report["steps"],
             "train_seconds": report["seconds"],
-            "wall_seconds": round(time.perf_counter() - started, 2),
+            "wall_seconds": round(watch.stop(), 2),
             "samples_per_second": report["samples_per_second"],
             "psnr_db": round(report["psnr_db"], 3),
             "psnr_lowp_db": round(report[f"psnr_{spec['precision']}_db"], 3),

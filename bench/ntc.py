@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -34,6 +33,7 @@ from neuralbake.bakes.ntc import NTCConfig, compress_rate_distortion, decode_tex
 from neuralbake.core.device import describe_device, resolve_device
 from neuralbake.io.files import atomic_write_json
 from neuralbake.nn.trainer import TrainerConfig
+from timing import Stopwatch, measure
 
 DEFAULT_GLTF = ROOT.parent / "shared" / "assets" / "DamagedHelmet" / "DamagedHelmet.gltf"
 FRAME = (3840, 2160)
@@ -46,15 +46,7 @@ def decode_throughput(folder: Path, device: torch.device, repeats: int) -> dict:
     frame_x = torch.arange(FRAME[0], device=device).repeat(FRAME[1]) % width
     frame_y = torch.arange(FRAME[1], device=device).repeat_interleave(FRAME[0]) % height
     level = torch.zeros_like(frame_x)
-    best = float("inf")
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        decode_texels(container, level, frame_x, frame_y, chunk=1 << 20)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        best = min(best, time.perf_counter() - start)
+    best = measure(lambda: decode_texels(container, level, frame_x, frame_y, chunk=1 << 20), repeats=repeats, warmup=0, device=device).best
     texels = FRAME[0] * FRAME[1]
     return {"frame": list(FRAME), "texels": texels, "seconds": round(best, 4), "ms_per_frame": round(best * 1000, 2), "texels_per_second": round(texels / best)}
 
@@ -93,7 +85,7 @@ def main() -> None:
         train=TrainerConfig(steps=steps, learning_rate=args.lr, precision=args.precision, eval_every=max(steps // 5, 1), checkpoint_every=0, log_every=100),
     )
     out = args.out / f"{device.type}_{size}"
-    wall = time.perf_counter()
+    wall = Stopwatch(device).start()
     summary = compress_rate_distortion(config, bpps, out, progress=not args.quiet)
     reports = [json.loads((out / f"bpp_{b:g}" / "report.json").read_text()) for b in sorted(bpps)]
     summary["runs"] = [
@@ -114,7 +106,7 @@ def main() -> None:
     summary["decode"] = decode_throughput(out / f"bpp_{max(bpps):g}", device, args.repeats)
     summary["settings"] = {"size": size, "steps": steps, "finetune_steps": config.finetune_steps, "batch_size": config.batch_size, "lr": args.lr, "precision": args.precision, "hidden": list(config.hidden)}
     summary["device"] = describe_device(device)
-    summary["wall_seconds"] = round(time.perf_counter() - wall, 1)
+    summary["wall_seconds"] = round(wall.stop(), 1)
     atomic_write_json(out / "rd.json", summary)
 
     print(f"DamagedHelmet {size}x{size}, 11 channels, {describe_device(device)['name']} ({device.type})")

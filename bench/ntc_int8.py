@@ -27,6 +27,7 @@ from neuralbake.bakes.ntc.container import open_container
 from neuralbake.bakes.ntc.decode import decode_all_levels, set_quality
 from neuralbake.bakes.ntc.int8 import CALIBRATION_QUANTILE, calibrate_int8, decode_texels_int8
 from neuralbake.bakes.ntc.texture_set import load_texture_set
+from timing import Stopwatch
 
 
 def _int8_levels(container, calibration, device) -> list[np.ndarray]:
@@ -62,7 +63,7 @@ def main() -> None:
     if (texture_set.width, texture_set.height) != (layout.width, layout.height):
         texture_set = texture_set.resized(layout.width)
     reference = texture_set.mip_chain()
-    start = time.perf_counter()
+    watch = Stopwatch().start()
     fp32 = decode_all_levels(container)
     calibration = calibrate_int8(container, quantile=args.quantile)
     int8 = _int8_levels(container, calibration, device)
@@ -77,7 +78,7 @@ def main() -> None:
         "int8_vs_source": set_quality(int8, reference, layout.groups),
         "int8_vs_fp32": set_quality(int8, fp32, layout.groups),
         "int8_path": "triton kernel" if device.type == "cuda" else "pytorch arithmetic",
-        "seconds": round(time.perf_counter() - start, 1),
+        "seconds": round(watch.stop(), 1),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -40,7 +40,6 @@ import io
 import json
 import math
 import sys
-import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -57,6 +56,7 @@ from neuralbake.bakes.ntc import decode as ntc_decode
 from neuralbake.bakes.ntc import layout as ntc_layout
 from neuralbake.bakes.ntc import model as ntc_model
 from neuralbake.nn.trainer import TrainerConfig
+from timing import Stopwatch
 
 DEFAULT_GLTF = ROOT.parent / "shared" / "assets" / "DamagedHelmet" / "DamagedHelmet.gltf"
 
@@ -301,7 +301,7 @@ def main() -> None:
         train=TrainerConfig(steps=args.steps, learning_rate=args.lr, precision="fp32", eval_every=args.eval_every, checkpoint_every=0, log_every=500),
         **extra,
     )
-    start = time.time()
+    watch = Stopwatch().start()
     report = ntc.compress_texture_set(config, args.out, progress=False)
     evals = [json.loads(line)["psnr_db"] for line in (args.out / "events.jsonl").read_text().splitlines() if '"eval"' in line]
     print(
@@ -313,7 +313,7 @@ def main() -> None:
                 "evals_all_levels_db": [round(e, 2) for e in evals],
                 "groups_mip0_db": {k: round(v["mip0_db"], 2) for k, v in report["ntc"]["groups"].items()},
                 "saturated_high_latents": None if args.saturated is None else round(args.saturated, 3),
-                "seconds": round(time.time() - start),
+                "seconds": round(watch.stop()),
             }
         ),
         flush=True,

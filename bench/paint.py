@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import time
 
 import numpy as np
 
 from neuralbake.render.paint import project_strokes, view_uv_buffer
+from timing import measure
 
 
 def main() -> None:
@@ -35,12 +35,9 @@ def main() -> None:
     strokes = (((xs - n / 2) ** 2 + (ys - n / 2) ** 2) <= radius * radius).astype(np.float32)
     first = None
     for side in args.masks:
-        times = []
-        for _ in range(args.repeats):
-            started = time.perf_counter()
-            mask, texels = project_strokes(buffer, strokes, np.zeros((side, side), np.float32))
-            times.append(time.perf_counter() - started)
-        best = min(times)
+        timed = measure(lambda: project_strokes(buffer, strokes, np.zeros((side, side), np.float32)), repeats=args.repeats, warmup=0)  # noqa: B023
+        _, texels = timed.value
+        best = timed.best
         first = first or best
         print(json.dumps({"view": n, "stroke_pixels": int(strokes.sum()), "mask": side, "texels": int(texels), "seconds": round(best, 3),
                           "relative_to_first": round(best / first, 2)}), flush=True)

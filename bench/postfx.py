@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 
 import numpy as np
 import torch
@@ -28,6 +27,7 @@ from neuralbake.postfx.chain import Chain, PostfxConfig
 from neuralbake.postfx.conditions import canny_condition
 from neuralbake.postfx.models import chain_pipeline, make_random_model
 from neuralbake.postfx.upscale import upscale
+from timing import Stopwatch
 
 FAMILIES = {"tiny": ("sd", "tiny"), "sd15": ("sd", "sd15"), "sdxl": ("sdxl", "sdxl")}
 
@@ -41,24 +41,18 @@ def _frame(size: int) -> np.ndarray:
     return image.astype(np.float32)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _one_frame(chain: Chain, image: np.ndarray, control: bool, factor: int, device: torch.device, gpu: int) -> dict[str, float]:
     """One frame through the chain's code: condition, diffusion, upscale; seconds of each."""
     side = image.shape[0]
-    t0 = time.perf_counter()
-    controls = [canny_condition(image)] if control else []
-    t1 = time.perf_counter()
-    out = chain.diffuse(image, controls, prompt="a weathered copper statue in a museum, studio light", negative="", loras=[], strength=1.0)
-    _sync(device)
-    t2 = time.perf_counter()
-    out = upscale(out, factor, tile=0 if side <= 512 else 512, gpu=gpu)
-    t3 = time.perf_counter()
+    with Stopwatch(device) as conditions:
+        controls = [canny_condition(image)] if control else []
+    with Stopwatch(device) as diffusion:
+        out = chain.diffuse(image, controls, prompt="a weathered copper statue in a museum, studio light", negative="", loras=[], strength=1.0)
+    with Stopwatch(device) as upscaling:
+        out = upscale(out, factor, tile=0 if side <= 512 else 512, gpu=gpu)
     assert out.shape[0] == side * factor
-    return {"conditions": t1 - t0, "diffusion": t2 - t1, "upscale": t3 - t2, "total": t3 - t0}
+    seconds = {"conditions": conditions.seconds, "diffusion": diffusion.seconds, "upscale": upscaling.seconds}
+    return seconds | {"total": sum(seconds.values())}
 
 
 def main() -> None:
@@ -77,11 +71,11 @@ def main() -> None:
     print(json.dumps({"device": name, "torch": torch.__version__, "dtype": str(dtype)}), flush=True)
     for family_name in args.families:
         family, size_class = FAMILIES[family_name]
-        started = time.perf_counter()
+        build = Stopwatch(device).start()
         made = make_random_model("", family=family, size=size_class, controlnet=True, save=False, device=str(device))  # type: ignore[arg-type]
         base, net = made["pipeline"].to(device, dtype), made["controlnet"].to(device, dtype)
         print(json.dumps({"family": family_name, "parameters_millions": {k: round(v / 1e6, 1) for k, v in made["parameters"].items()},
-                          "build_seconds": round(time.perf_counter() - started, 1)}), flush=True)
+                          "build_seconds": round(build.stop(), 1)}), flush=True)
         pipes = {False: chain_pipeline(base, [], family=family), True: chain_pipeline(base, [net], family=family)}
         for side in args.sizes:
             image = _frame(side)

@@ -36,7 +36,7 @@ TILES: dict[str, tuple[int, int]] = {
     "train": (64, 4),
     "train_wide": (32, 2),
 }
-"""``(rows per program, warps per program)`` by kernel kind; ``wide_addresses`` for hidden layers over 64.
+"""``(rows per program, warps per program)`` by kernel kind; ``_wide`` for hidden layers over 64.
 
 Every launch compiles with Hopper's warpgroup MMA turned off (:func:`mma_sync`), so ``tl.dot``
 is ``mma.sync`` whatever the warp count: Triton 3.6's warpgroup code for these kernels crashed
@@ -139,7 +139,7 @@ and was still as fast as the slots or faster (see docs/benchmarks.md)."""
 
 def tile_key(kind: str, hidden: int) -> str:
     """The key of :data:`TILES` and :data:`REGISTERS` for a kernel kind and hidden width."""
-    return f"{kind}wide_addresses" if hidden > 64 else kind
+    return f"{kind}_wide" if hidden > 64 else kind
 
 
 def launch_options(kind: str, hidden: int) -> dict[str, int]:
