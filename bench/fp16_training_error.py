@@ -28,9 +28,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import torch
 
-from neuralbake.kernels import fused as fused_module
-from neuralbake.kernels import gluon_train
-from neuralbake.kernels.fused import FusedForwardBackward
+from neuralbake.kernels import gluon_train, tuning
+from neuralbake.kernels.training import FusedForwardBackward
 from neuralbake.nn.mlp import CoordinateNetwork, CoordinateNetworkConfig
 from neuralbake.nn.trainer import AutogradForwardBackward, Batch, cast_model
 
@@ -79,7 +78,7 @@ def _fused(model: CoordinateNetwork, batch: Batch, tile: tuple[int, int] | None)
 
 
 def main() -> None:
-    with mock.patch.object(fused_module, "HALF_ACTIVATIONS", True):  # the tests' half-activations shape
+    with mock.patch.object(tuning, "HALF_ACTIVATIONS", True):  # the tests' half-activations shape
         model, batch = _network()
         exact = _emulated(model, batch, inputs=False, activations=False, output_dz=False, hidden_dz=False)
         exact_model = cast_model(model, torch.float32)

@@ -68,10 +68,14 @@ from neuralbake.bakes.ntc.texture_set import ChannelGroup
 from neuralbake.core.device import describe_device
 from neuralbake.core.metrics import psnr
 from neuralbake.kernels import gluon_decode
-from neuralbake.kernels.fused import FusedForwardBackward, FusedNeuralMaterial, FusedNTC, PackedMLP, mlp_forward
+from neuralbake.kernels import tuning
+from neuralbake.kernels.decoders import FusedNeuralMaterial, FusedNTC
+from neuralbake.kernels.packing import PackedMLP, mlp_forward
+from neuralbake.kernels.training import FusedForwardBackward
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
 from neuralbake.nn.precision import compute_dtype
 from neuralbake.nn.trainer import Batch, Trainer, TrainerConfig, cast_model
+from timing import measure
 
 PEAK_FP16 = {"H100": 989e12, "H200": 989e12}
 """Dense fp16 tensor-core peak FLOP/s by GPU name fragment (SXM parts)."""
@@ -80,19 +84,6 @@ PEAK_FP16 = {"H100": 989e12, "H200": 989e12}
 def _peak(device: torch.device) -> float | None:
     name = torch.cuda.get_device_name(device)
     return next((value for key, value in PEAK_FP16.items() if key in name), None)
-
-
-def _time(fn, repeats: int) -> float:
-    fn()
-    torch.cuda.synchronize()
-    best = math.inf
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def _macs(widths: list[int]) -> int:
@@ -128,18 +119,16 @@ def _try_time(fn, repeats: int) -> float | None:
     if fn is None:
         return None
     try:
-        return _time(fn, repeats)
+        return measure(fn, repeats=repeats).best
     except Exception as exc:  # noqa: BLE001
         print(f"  (a path failed: {type(exc).__name__}: {str(exc)[:200]})", flush=True)
         return None
 
 
 @contextlib.contextmanager
-def _flags(**values):
-    """``kernels.fused``'s module switches (``HALF_SUMS``, ``CARRY_GRADIENTS``, ...) set to ``values`` inside, restored after."""
-    from neuralbake.kernels import fused as fused_module
-
-    with mock.patch.multiple(fused_module, **values):
+def tuning_flags(**values):
+    """``kernels.tuning``'s switches (``HALF_SUMS``, ``CARRY_GRADIENTS``, ...) set to ``values`` inside, restored after."""
+    with mock.patch.multiple(tuning, **values):
         yield
 
 
@@ -155,14 +144,14 @@ def bench_mlp(device, sizes, repeats, peak) -> list[dict]:
         times = {
             "eager": _try_time(lambda: mlp(x), repeats),
             "compile": _try_time(None if compiled is None else (lambda: compiled(x)), repeats),
-            "triton": _time(lambda: mlp_forward(packed, x, out_dtype=torch.float16), repeats),
+            "triton": measure(lambda: mlp_forward(packed, x, out_dtype=torch.float16), repeats=repeats).best,
         }
         del out
         rows.append(_row("mlp 32-64x3-32", n, times, _macs([32, 64, 64, 64, 32]), peak))
     return rows
 
 
-def _material(device) -> NeuralMaterial:
+def copper_material(device) -> NeuralMaterial:
     torch.manual_seed(1)
     latents, side = [], 1024
     while side >= 1:
@@ -173,7 +162,7 @@ def _material(device) -> NeuralMaterial:
 
 
 def bench_neural_material(device, sizes, repeats, peak) -> list[dict]:
-    material = _material(device)
+    material = copper_material(device)
     reference = NeuralMaterial(material.latents, material.decoder, material.direction_inputs)
     fused = NeuralMaterial(material.latents, material.decoder, material.direction_inputs)
     fused.kernels = "triton"
@@ -181,7 +170,7 @@ def bench_neural_material(device, sizes, repeats, peak) -> list[dict]:
     kernel = fused.decode_kernel
     with mock.patch.object(gluon_decode, "GLUON_DECODE", False):
         plain = FusedNeuralMaterial(material)  # the Triton (tl.dot) decode, timed beside the shipped one where that is Gluon
-    print(f"  the neural-material decode runs the {kernel} kernel" + (f" ({fused._fused.gluon_reason})" if kernel != "gluon" else ""), flush=True)
+    print(f"  the neural-material decode runs the {kernel} kernel" + (f" ({FusedNeuralMaterial(material).gluon_reason})" if kernel != "gluon" else ""), flush=True)
     compiled = _compiled(lambda uv, wi, wo: reference.decode(uv, wi, wo))
     compiled_lod = _compiled(lambda uv, wi, wo, lod: reference.decode(uv, wi, wo, lod))
     widths = [14, 64, 64, 64, 3]
@@ -195,25 +184,25 @@ def bench_neural_material(device, sizes, repeats, peak) -> list[dict]:
         times = {
             "eager": _try_time(lambda: reference.decode(uv, wi, wo), repeats),
             "compile": _try_time(None if compiled is None else (lambda: compiled(uv, wi, wo)), repeats),
-            "triton": _time(lambda: fused.decode(uv, wi, wo), repeats),
+            "triton": measure(lambda: fused.decode(uv, wi, wo), repeats=repeats).best,
         }
         if kernel == "gluon":
-            times["tl_dot"] = _time(lambda: plain(uv, wi, wo), repeats)
+            times["tl_dot"] = measure(lambda: plain(uv, wi, wo), repeats=repeats).best
         rows.append(_row("neural material bilinear", n, times, _macs(widths), peak) | {"kernel": kernel})
         times = {
             "eager": _try_time(lambda: reference.decode(uv, wi, wo, lod), repeats) if n <= 1 << 22 else None,
             "compile": _try_time(None if compiled_lod is None else (lambda: compiled_lod(uv, wi, wo, lod)), repeats),
-            "triton": _time(lambda: fused.decode(uv, wi, wo, lod), repeats),
+            "triton": measure(lambda: fused.decode(uv, wi, wo, lod), repeats=repeats).best,
         }
         if kernel == "gluon":
-            times["tl_dot"] = _time(lambda: plain(uv, wi, wo, lod), repeats)
+            times["tl_dot"] = measure(lambda: plain(uv, wi, wo, lod), repeats=repeats).best
         rows.append(_row("neural material trilinear", n, times, _macs(widths), peak) | {"kernel": kernel})
     diff = (fused.decode(uv, wi, wo) - reference.decode(uv, wi, wo)).abs().max().item()
     print(f"  parity at {n:,}: max |triton - torch| = {diff:.3g}", flush=True)
     return rows
 
 
-def _ntc_container(device):
+def helmet_ntc_container(device):
     groups = (
         ChannelGroup("base_color", ("R", "G", "B")),
         ChannelGroup("normal", ("X", "Y"), "normal_xy"),
@@ -226,7 +215,7 @@ def _ntc_container(device):
 
 
 def bench_ntc(device, repeats, peak) -> list[dict]:
-    container = _ntc_container(device)
+    container = helmet_ntc_container(device)
     fused = FusedNTC(container)
     frame = (3840, 2160)
     n = frame[0] * frame[1]
@@ -239,24 +228,24 @@ def bench_ntc(device, repeats, peak) -> list[dict]:
     times = {
         "eager": _try_time(lambda: decode_texels(container, level, x, y, chunk=1 << 22), repeats),
         "compile": _try_time(None if compiled is None else (lambda: compiled(level, x, y)), repeats),
-        "triton": _time(lambda: fused.texels(level, x, y, out_dtype=torch.float16), repeats),
+        "triton": measure(lambda: fused.texels(level, x, y, out_dtype=torch.float16), repeats=repeats).best,
     }
     rows = [_row("ntc 4K frame random access", n, times, _macs(widths), peak)]
     rows[-1]["ms_per_frame_triton"] = round(n / rows[-1]["triton_per_s"] * 1e3, 3)
     level0 = width * height
-    times = {"triton": _time(lambda: fused.level(0, out_dtype=torch.float16), repeats)}
+    times = {"triton": measure(lambda: fused.level(0, out_dtype=torch.float16), repeats=repeats).best}
     rows.append(_row("ntc mip 0 (2048x2048)", level0, times, _macs(widths), peak))
     diff = (fused.texels(level[:65536], x[:65536], y[:65536]) - decode_texels(container, level[:65536], x[:65536], y[:65536])).abs().max().item()
     print(f"  ntc parity: max |triton - torch| = {diff:.3g}; 4K frame {rows[0]['ms_per_frame_triton']} ms", flush=True)
     # the same decode in int8 arithmetic (int8 activations x the container's int8 weights, int32 sums)
-    from neuralbake.bakes.ntc.int8 import calibrate_int8, decode_texels_int8
+    from neuralbake.bakes.ntc.int8 import calibrate_int8, decode_texels_int8, int8_factors
 
     calibration = calibrate_int8(container)
-    int8 = FusedNTC(container, torch.int8, calibration)
-    times = {"triton": _time(lambda: int8.texels(level, x, y, out_dtype=torch.float16), repeats)}
+    int8 = FusedNTC(container, torch.int8, int8_factors(container, calibration))
+    times = {"triton": measure(lambda: int8.texels(level, x, y, out_dtype=torch.float16), repeats=repeats).best}
     rows.append(_row("ntc int8 4K frame random access", n, times, _macs(widths), peak))
     rows[-1]["ms_per_frame_triton"] = round(n / rows[-1]["triton_per_s"] * 1e3, 3)
-    times = {"triton": _time(lambda: int8.level(0, out_dtype=torch.float16), repeats)}
+    times = {"triton": measure(lambda: int8.level(0, out_dtype=torch.float16), repeats=repeats).best}
     rows.append(_row("ntc int8 mip 0 (2048x2048)", level0, times, _macs(widths), peak))
     part = (level[:65536], x[:65536], y[:65536])
     diff = (int8.texels(*part) - decode_texels_int8(container, calibration, *part)).abs()
@@ -265,7 +254,7 @@ def bench_ntc(device, repeats, peak) -> list[dict]:
     return rows
 
 
-def _image(device) -> torch.Tensor:
+def rtxns_image(device) -> torch.Tensor:
     v, u = torch.meshgrid(torch.linspace(0, 1, 1024, device=device), torch.linspace(0, 1, 1024, device=device), indexing="ij")
     return torch.stack((0.5 + 0.5 * torch.sin(40 * u * v), 0.5 + 0.5 * torch.cos(25 * u + 7 * v * v), (u + v) / 2), dim=-1)
 
@@ -287,15 +276,12 @@ def _replay_us(trainer: Trainer, replays: int, rounds: int = 1) -> float:
         trainer.graphed_step()
     graph = trainer.graph
     assert graph is not None
-    best = math.inf
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
+
+    def replay() -> None:
         for _ in range(replays):
             graph.replay()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - start) / replays * 1e6)
-    return best
+
+    return measure(replay, repeats=rounds, warmup=0).best / replays * 1e6
 
 
 def _train(device, image, batch, steps, fused: bool, precision: str = "fp16") -> tuple[float, float]:
@@ -304,7 +290,7 @@ def _train(device, image, batch, steps, fused: bool, precision: str = "fp16") ->
 
 
 def bench_train(device, sizes, steps, peak, precision: str = "fp16") -> list[dict]:
-    image = _image(device)
+    image = rtxns_image(device)
     widths = [12, 64, 64, 64, 64, 3]
     rows = []
     for n in sizes:
@@ -388,13 +374,11 @@ def sweep(device, repeats, kind: str, tile: tuple[int, int]) -> None:
     with 1-4 training programs per SM, the gradients carried in registers (where ``carries_gradients`` allows) or in the slots:
     with a register cap (``REGISTERS``) more programs fit on an SM.
     """
-    from neuralbake.kernels import fused as fused_module
-
-    fused_module.TILES[kind] = tile
+    tuning.TILES[kind] = tile
     n = 1 << 22
     show = lambda t: f"{n / t / 1e9:7.2f} G/s" if t else "   failed"
     if kind == "trilinear":
-        material = _material(device)
+        material = copper_material(device)
         material.kernels = "triton"
         uv = torch.rand(n, 2, device=device)
         wi = torch.nn.functional.normalize(torch.rand(n, 3, device=device), dim=1)
@@ -404,7 +388,7 @@ def sweep(device, repeats, kind: str, tile: tuple[int, int]) -> None:
         mlp = MLP(MLPConfig(inputs=32, hidden=64, layers=3, outputs=32, hidden_activation="relu", output_activation="none")).to(device).half()
         packed = PackedMLP.from_mlp(mlp)
         x = torch.randn(n, 32, device=device, dtype=torch.float16)
-        material = _material(device)
+        material = copper_material(device)
         material.kernels = "triton"
         uv = torch.rand(n, 2, device=device)
         wi = torch.nn.functional.normalize(torch.rand(n, 3, device=device), dim=1)
@@ -412,18 +396,18 @@ def sweep(device, repeats, kind: str, tile: tuple[int, int]) -> None:
         t_nm = _try_time(lambda: material.decode(uv, wi, wi), repeats)
         print(f"forward tile {tile}: mlp {show(t_mlp)}  neural material {show(t_nm)}", flush=True)
     elif kind == "ntc":
-        ntc = FusedNTC(_ntc_container(device))
+        ntc = FusedNTC(helmet_ntc_container(device))
         x = torch.randint(0, 2048, (n,), device=device)
         print(f"ntc tile {tile}: {show(_try_time(lambda: ntc.texels(torch.zeros_like(x), x, x, out_dtype=torch.float16), repeats))}", flush=True)
     else:
-        image = _image(device)
+        image = rtxns_image(device)
         sms = torch.cuda.get_device_properties(device).multi_processor_count
         for batch in (1 << 14, 1 << 18):
             replays = 50 if batch >= 1 << 18 else 300
             t_auto = _replay_us(_trainer(device, image, batch, 10**6, False), replays, 3)
             print(f"train step {batch}: autograd {batch / t_auto:8.1f} M/s ({t_auto:.1f} us a graphed step)", flush=True)
             for carry, per_sm in itertools.product((False, True), (1, 2, 3, 4)):
-                fused_module.CARRY_GRADIENTS = carry  # one tile per process: nothing to restore
+                tuning.CARRY_GRADIENTS = carry  # one tile per process: nothing to restore
                 trainer = _trainer(device, image, batch, 10**6, True, programs=per_sm * sms)
                 try:
                     t = _replay_us(trainer, replays, 3)
@@ -441,14 +425,14 @@ def profile_step(device, blocks: tuple[int, int] | None = None) -> None:
     2^10, 2^14 and 2^18 rows, the PyTorch step (autograd + fused Adam) and the fused one (``update_step``).
 
     ``blocks``: ``(Adam block, slots summed at once)`` for the fused step's optimizer kernels instead of
-    ``FusedForwardBackward``'s (``_adam_block``, ``_reduce_rows``), to compare settings.
+    ``FusedForwardBackward``'s (``adam_block``, ``reduce_rows``), to compare settings.
     """
     from torch.profiler import ProfilerActivity, profile
 
-    image = _image(device)
-    settings = mock.patch.multiple(FusedForwardBackward, _adam_block=blocks[0], _reduce_rows=blocks[1]) if blocks else contextlib.nullcontext()
+    image = rtxns_image(device)
+    settings = mock.patch.multiple(FusedForwardBackward, adam_block=blocks[0], reduce_rows=blocks[1]) if blocks else contextlib.nullcontext()
     with settings:
-        print(f"fused step's Adam block {FusedForwardBackward.adam_block}, slots summed {FusedForwardBackward._reduce_rows} at once", flush=True)
+        print(f"fused step's Adam block {FusedForwardBackward.adam_block}, slots summed {FusedForwardBackward.reduce_rows} at once", flush=True)
         for fused in (False, True):
             for n in (1 << 10, 1 << 14, 1 << 18):
                 trainer = _trainer(device, image, n, 10**6, fused)
@@ -481,11 +465,11 @@ def decode_launches(device) -> None:
             --section InstructionStats -k regex:ntc_kernel -c 1 python bench/kernels.py --decode-launches
     """
     n = 1 << 22
-    material = _material(device)
+    material = copper_material(device)
     material.kernels = "triton"
     uv = torch.rand(n, 2, device=device)
     wi = torch.nn.functional.normalize(torch.rand(n, 3, device=device), dim=1)
-    ntc = FusedNTC(_ntc_container(device))
+    ntc = FusedNTC(helmet_ntc_container(device))
     x = torch.randint(0, 2048, (n,), device=device)
     for _ in range(2):
         material.decode(uv, wi, wi)
@@ -500,7 +484,7 @@ def train_launches(device) -> None:
         ncu --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \\
             --section InstructionStats -k regex:mlp_train_kernel -s 1 -c 1 python bench/kernels.py --train-launches
     """
-    image = _image(device)
+    image = rtxns_image(device)
     net = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device)
     half = cast_model(net, torch.float16)
     sample = ImageSampler(image, "identity", 1 << 18).sample(torch.Generator(device=device).manual_seed(0))
@@ -520,7 +504,7 @@ def ab(device, repeats, peak) -> list[dict]:
     2^20 samples, relative to max(|v|, 1).
     """
     n, m = 1 << 24, 1 << 20
-    material = _material(device)
+    material = copper_material(device)
     exact = material.to(torch.float32)  # the same latents and decoder in fp32, on the PyTorch path
     exact.kernels = "torch"
     g = torch.Generator(device=device).manual_seed(2)
@@ -537,7 +521,7 @@ def ab(device, repeats, peak) -> list[dict]:
     mlp = MLP(MLPConfig(inputs=32, hidden=64, layers=3, outputs=32, hidden_activation="relu", output_activation="none")).to(device).half()
     exact_mlp = cast_model(mlp, torch.float32)
     x = torch.randn(n, 32, device=device, dtype=torch.float16)
-    container = _ntc_container(device)
+    container = helmet_ntc_container(device)
     frame = 3840 * 2160
     fx = torch.arange(3840, device=device).repeat(2160) % 2048
     fy = torch.arange(2160, device=device).repeat_interleave(3840) % 2048
@@ -549,19 +533,19 @@ def ab(device, repeats, peak) -> list[dict]:
         sums = f"{'fp16' if half else 'fp32'} sums"
         label = f"{sums}, {'split' if split else 'one'} feature tile, {4 if narrow else 16} output columns"
         first = len(rows)
-        with _flags(HALF_SUMS=half, SPLIT_FEATURES=split, NARROW_OUTPUTS=narrow):
+        with tuning_flags(HALF_SUMS=half, SPLIT_FEATURES=split, NARROW_OUTPUTS=narrow):
             fused = NeuralMaterial(material.latents, material.decoder, material.direction_inputs)
             fused.kernels = "triton"
             for filtering, extra in (("bilinear", ()), ("trilinear", (lod,))):
-                t = _time(lambda: fused.decode(uv, wi, wo, *extra), repeats)
+                t = measure(lambda: fused.decode(uv, wi, wo, *extra), repeats=repeats).best
                 rows.append(_row(f"neural material {filtering}, {label}", n, {"compile": t_compile[filtering], "triton": t}, _macs([14, 64, 64, 64, 3]), peak))
                 rows[-1]["error"] = relative(fused.decode(uv[:m], wi[:m], wo[:m], *(e[:m] for e in extra)), expected[filtering])
             if split and narrow:  # the MLP (32 outputs) and NTC (11) decodes have no feature tiles to split and pad as before
                 packed = PackedMLP.from_mlp(mlp)
-                rows.append(_row(f"mlp 32-64x3-32, {sums}", n, {"triton": _time(lambda: mlp_forward(packed, x, out_dtype=torch.float16), repeats)}, _macs([32, 64, 64, 64, 32]), peak))
+                rows.append(_row(f"mlp 32-64x3-32, {sums}", n, {"triton": measure(lambda: mlp_forward(packed, x, out_dtype=torch.float16), repeats=repeats).best}, _macs([32, 64, 64, 64, 32]), peak))
                 rows[-1]["error"] = relative(mlp_forward(packed, x[:m]), exact_mlp(x[:m].float()))
                 ntc = FusedNTC(container)
-                rows.append(_row(f"ntc 4K frame, {sums}", frame, {"triton": _time(lambda: ntc.texels(fl, fx, fy, out_dtype=torch.float16), repeats)}, _macs(container.layout.layer_widths), peak))
+                rows.append(_row(f"ntc 4K frame, {sums}", frame, {"triton": measure(lambda: ntc.texels(fl, fx, fy, out_dtype=torch.float16), repeats=repeats).best}, _macs(container.layout.layer_widths), peak))
                 rows[-1]["ms_per_frame_triton"] = round(frame / rows[-1]["triton_per_s"] * 1e3, 3)
                 rows[-1]["error"] = float((ntc.texels(fl[:m], fx[:m], fy[:m]) - exact_ntc).abs().max())
         for row in rows[first:]:
@@ -570,7 +554,7 @@ def ab(device, repeats, peak) -> list[dict]:
 
 
 TRAIN_CHOICES = ("CARRY_GRADIENTS", "HOIST_WEIGHTS", "HALF_ACTIVATIONS", "DRAW_BATCHES")
-"""The training kernel's choices in ``kernels.fused`` that ``--ab-train`` flips one at a time."""
+"""The training kernel's choices in ``kernels.tuning`` that ``--ab-train`` flips one at a time."""
 
 
 def ab_train(device, sizes, steps, precision: str = "fp16") -> list[dict]:
@@ -585,11 +569,9 @@ def ab_train(device, sizes, steps, precision: str = "fp16") -> list[dict]:
     activations and their slopes bit for bit PyTorch's fp16 ones (fp16 only: in bf16 that variant is the shipped one).
     ``precision``: the trainer's, fp16 or bf16.
     """
-    from neuralbake.kernels import fused as fused_module
-
-    image = _image(device)
+    image = rtxns_image(device)
     widths = [12, 64, 64, 64, 64, 3]
-    shipped = {name: getattr(fused_module, name) for name in TRAIN_CHOICES}
+    shipped = {name: getattr(tuning, name) for name in TRAIN_CHOICES}
     flipped = [(f"{name} {'off' if shipped[name] else 'on'}", {name: not shipped[name]}) for name in TRAIN_CHOICES]
     variants = [("shipped", {}), *flipped, ("all off", dict.fromkeys(TRAIN_CHOICES, False))]
     rows = []
@@ -599,7 +581,7 @@ def ab_train(device, sizes, steps, precision: str = "fp16") -> list[dict]:
         graph_rate, graph_loss = _train(device, image, n, count, False, precision)
         times, losses = {"graph autograd": n / graph_rate}, {"graph autograd": graph_loss}
         for label, choices in variants:
-            with _flags(**choices):
+            with tuning_flags(**choices):
                 _train(device, image, n, 8, True, precision)
                 rate, losses[label] = _train(device, image, n, count, True, precision)
             times[label] = n / rate
@@ -615,7 +597,7 @@ def seed_spread(device, seeds: int = 12) -> list[dict]:
     (the PyTorch sampler's batches) against the fused one (batches drawn in the kernel): the mean and spread of the final
     training loss, and of the PSNR of the trained network on a 512x512 grid of texel centres. Two paths that draw different
     random batches can only be compared through such spreads."""
-    image = _image(device)
+    image = rtxns_image(device)
     grid = uv_grid(512, 512, device)
     reference = texel_lookup(image, grid)
     rows = []
@@ -642,7 +624,7 @@ def ab_gluon_train(device, sizes: list[int]) -> list[dict]:
     2^14 rows with each kernel, the final losses side by side."""
     from neuralbake.kernels import gluon_train
 
-    image = _image(device)
+    image = rtxns_image(device)
     rows = []
     tiles = {"small": gluon_train.SMALL_TILE, "large": gluon_train.LARGE_TILE}
     for n in sizes:
@@ -682,7 +664,7 @@ def ab_tiles(device, repeats) -> list[dict]:
     the graphed fp16 RTXNS training step (``TILES["train"]``) at 64 x 4 and 32 x 4, 2^14 to 2^18 rows, two rounds."""
 
     rows = []
-    material = _material(device)
+    material = copper_material(device)
     material.kernels = "triton"
     for n in (1 << 22, 1 << 24):
         g = torch.Generator(device=device).manual_seed(2)
@@ -692,10 +674,10 @@ def ab_tiles(device, repeats) -> list[dict]:
         for _ in range(3):
             for tile in ((128, 2), (128, 4)):
                 with _tile("forward", tile):
-                    rates.setdefault(f"{tile[0]}x{tile[1]}", []).append(n / _time(lambda: material.decode(uv, wi, wi), repeats))
+                    rates.setdefault(f"{tile[0]}x{tile[1]}", []).append(n / measure(lambda: material.decode(uv, wi, wi), repeats=repeats).best)
         print(f"bilinear decode {n} samples: " + ", ".join(f"{k} " + " / ".join(f"{r / 1e9:.2f}" for r in v) + " G/s" for k, v in rates.items()), flush=True)
         rows.append({"row": "ab tiles neural material bilinear", "samples": n, "per_s": rates})
-    image = _image(device)
+    image = rtxns_image(device)
     for n in (1 << 14, 1 << 16, 1 << 18):
         count = min(4000, max(200, (1 << 24) // n))
         for tile in ((64, 4), (32, 4)):
@@ -714,9 +696,7 @@ def ab_tiles(device, repeats) -> list[dict]:
 @contextlib.contextmanager
 def _tile(kind: str, tile: tuple[int, int]):
     """``kernels.tuning.TILES[kind]`` set to ``tile`` inside, restored after."""
-    from neuralbake.kernels import fused as fused_module
-
-    with mock.patch.dict(fused_module.TILES, {kind: tile}):
+    with mock.patch.dict(tuning.TILES, {kind: tile}):
         yield
 
 
@@ -766,9 +746,7 @@ def main() -> None:
         if kind not in ("forward", "trilinear", "ntc", "train") or len(numbers) not in (2, 3) or not all(v.isdigit() and int(v) > 0 for v in numbers):
             sys.exit("--sweep takes KIND ROWS WARPS [REGISTERS]: KIND forward, trilinear, ntc or train, then positive whole numbers")
         if len(numbers) == 3:
-            from neuralbake.kernels import fused as fused_module
-
-            fused_module.REGISTERS[kind] = int(numbers[2])
+            tuning.REGISTERS[kind] = int(numbers[2])
         sweep(device, args.repeats, kind, (int(numbers[0]), int(numbers[1])))
         return
     if args.profile_step is not None:

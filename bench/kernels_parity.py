@@ -29,20 +29,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from kernels import _flags, _image, _material, _ntc_container
+from kernels import tuning_flags, rtxns_image, copper_material, helmet_ntc_container
 
 from neuralbake.bakes.neural_material.model import NeuralMaterial, relative_l1
 from neuralbake.bakes.ntc.decode import decode_texels
 from neuralbake.kernels import gluon_train
-from neuralbake.kernels.fused import (
-    FusedForwardBackward,
-    FusedMLP,
-    FusedNeuralMaterial,
-    FusedNTC,
-    PackedMLP,
-    _unpack_gradients,
-    mlp_forward,
-)
+from neuralbake.kernels.decoders import FusedNeuralMaterial, FusedNTC
+from neuralbake.kernels.packing import PackedMLP, mlp_forward
+from neuralbake.kernels.training import FusedForwardBackward, FusedMLP, unpack_gradients
 from neuralbake.nn.activations import activation_fn
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
 from neuralbake.nn.precision import PRECISIONS
@@ -307,7 +301,7 @@ def check_gluon_train(device: torch.device, image: torch.Tensor) -> None:
         for label, batch, draws in batches:
             scale = 256.0
             arguments = (params, None if draws else batch, torch.tensor(scale, device=device))
-            with _flags(HALF_ACTIVATIONS=half):
+            with tuning_flags(HALF_ACTIVATIONS=half):
                 fast = step(*arguments, draws=draws, seed=7)
                 kernel = step.buffers.kernel
                 with mock.patch.object(gluon_train, "GLUON_TRAIN", False):
@@ -369,15 +363,15 @@ def main() -> None:
     torch.manual_seed(0)
     arguments = sys.argv[1:]
     if "--drawn-graph-only" in arguments:  # the graphed trainer with drawn batches alone
-        check_drawn_graph(device, _image(device))
+        check_drawn_graph(device, rtxns_image(device))
         print(f"\n{len(FAILURES)} failed" if FAILURES else "\nall checks passed")
         sys.exit(1 if FAILURES else 0)
     if "--gluon-train-only" in arguments:
-        check_gluon_train(device, _image(device))
+        check_gluon_train(device, rtxns_image(device))
         print(f"\n{len(FAILURES)} failed" if FAILURES else "\nall checks passed")
         sys.exit(1 if FAILURES else 0)
     if "--gluon-only" in arguments:
-        check_gluon_decode(device, [(int(level.shape[1]), int(level.shape[0])) for level in _material(device).latents])
+        check_gluon_decode(device, [(int(level.shape[1]), int(level.shape[0])) for level in copper_material(device).latents])
         print(f"\n{len(FAILURES)} failed" if FAILURES else "\nall checks passed")
         sys.exit(1 if FAILURES else 0)
     if "--fp16-only" in arguments:
@@ -400,7 +394,7 @@ def main() -> None:
         exact = cast_model(net.mlp, torch.float32)(net.encoding(uv).to(dtype).float())
         check(f"coordinate network {dtype}", mlp_forward(PackedMLP.from_mlp(net.mlp), uv, frequencies=3), net.mlp(net.encoding(uv).to(dtype)), dtype, exact)
 
-    material = _material(device)
+    material = copper_material(device)
     # 14 and 17 inputs: latents and directions in two half-width tiles; 12 latents + wi: one tile (FusedNeuralMaterial.feature_columns)
     twelve = [torch.randn(level.shape[0], level.shape[1], 12, device=device).half() for level in material.latents]
     for latents, directions in ((material.latents, ("wi", "wo")), (material.latents, ("half", "wo", "wi")), (twelve, ("wi",))):
@@ -419,7 +413,7 @@ def main() -> None:
 
     check_gluon_decode(device, [(int(level.shape[1]), int(level.shape[0])) for level in material.latents])
 
-    container = _ntc_container(device)
+    container = helmet_ntc_container(device)
     for dtype in (torch.float16,):
         fused_ntc = FusedNTC(container, dtype)
         for level_index in (0, 1, 5, 11):
@@ -435,10 +429,10 @@ def main() -> None:
         check(f"ntc {dtype} whole level 3", fused_ntc.level(3), expected, dtype)
     # int8 arithmetic against its PyTorch arithmetic (the same integer sums; a rare one-step rounding difference allowed,
     # hence the fp16 tolerance)
-    from neuralbake.bakes.ntc.int8 import calibrate_int8, decode_texels_int8
+    from neuralbake.bakes.ntc.int8 import calibrate_int8, decode_texels_int8, int8_factors
 
     calibration = calibrate_int8(container)
-    fused_int8 = FusedNTC(container, torch.int8, calibration)
+    fused_int8 = FusedNTC(container, torch.int8, int8_factors(container, calibration))
     for level_index in (0, 5):
         width, height = container.layout.level_sizes[level_index]
         n = min(width * height, 1 << 18)
@@ -448,7 +442,7 @@ def main() -> None:
         check(f"ntc int8 random access level {level_index}", fused_int8.texels(level, x, y), decode_texels_int8(container, calibration, level, x, y), torch.float16)
 
     # the fp16 decodes with fp32 sums (kernels.tuning.HALF_SUMS off): the path every decode took before fp16 sums
-    with _flags(HALF_SUMS=False):
+    with tuning_flags(HALF_SUMS=False):
         mlp = MLP(MLPConfig(inputs=12, hidden=64, layers=3, outputs=5, hidden_activation="relu", output_activation="none")).to(device).half()
         x = torch.rand(1 << 18, 12, device=device).half()
         check("mlp fp16 sums in fp32", mlp_forward(PackedMLP.from_mlp(mlp), x), mlp(x), torch.float16)
@@ -505,7 +499,7 @@ def main() -> None:
         rows = x.clone().requires_grad_()
         activation(rows).backward(upstream)
         tensors = [layer.weight for layer in identity.layers] + [layer.bias for layer in identity.layers]
-        with _flags(HALF_ACTIVATIONS=True):
+        with tuning_flags(HALF_ACTIVATIONS=True):
             values = mlp_forward(PackedMLP.from_mlp(identity, training=True), x, out_dtype=torch.float16)
             dx, _ = FusedMLP(identity).backward(x, upstream.float(), tensors)
         same = torch.equal(values, activation(x)) and torch.equal(dx.half(), rows.grad)
@@ -524,9 +518,9 @@ def main() -> None:
             exact_model = cast_model(compute, torch.float32)  # the compute weights in fp32: what both paths approximate
             # the running gradients carried in registers (where kernels.training.carries_gradients takes them: fp16 networks whose
             # gradients fit) and added to the slots, on the same batches
-            with _flags(CARRY_GRADIENTS=True):
+            with tuning_flags(CARRY_GRADIENTS=True):
                 carried = FusedForwardBackward(model, loss, dtype=dtype)
-            with _flags(CARRY_GRADIENTS=False):
+            with tuning_flags(CARRY_GRADIENTS=False):
                 slots = FusedForwardBackward(model, loss, dtype=dtype)
             steps = [carried, slots] if carried.buffers.carry else [slots]
             for n in (1000, 1 << 16):
@@ -545,7 +539,7 @@ def main() -> None:
     # step against autograd on the batch the kernel drew (FusedForwardBackward.drawn_batch)
     from neuralbake.bakes.neural_texture import ImageSampler, texel_lookup, transform_uv
 
-    image = _image(device)
+    image = rtxns_image(device)
     torch.manual_seed(4)
     for dtype in dtypes:
         model = CoordinateNetwork(CoordinateNetworkConfig(outputs=3)).to(device)
@@ -620,14 +614,14 @@ def main() -> None:
             compared += 1
             programs = min(fb.buffers.programs, -(-Sampler.batch_size // fb.buffers.block_rows))
             expected = fb.buffers.grads[:programs].sum(0) / scale
-            check(f"optimizer step {precision} step {step} gradient sum", fb._flat.grad, expected, torch.float32)
+            check(f"optimizer step {precision} step {step} gradient sum", fb.adam_state.grad, expected, torch.float32)
             reference = {name: torch.nn.Parameter(value.clone()) for name, value in before.items()}
             lr = torch.tensor(float(run.optimizer.param_groups[0]["lr"]), device=device)  # this step's, from the schedule
             adam = torch.optim.Adam(list(reference.values()), lr=lr, betas=(0.9, 0.99), eps=1e-10, fused=True, capturable=True)
             for name, param in reference.items():
                 if states[name]:
                     adam.state[param] = {k: v.clone() for k, v in states[name].items()}
-            for param, grad in zip(reference.values(), _unpack_gradients(fb.packed, fb._flat.grad)):
+            for param, grad in zip(reference.values(), unpack_gradients(fb.packed, fb.adam_state.grad)):
                 param.grad = grad.contiguous().clone()
             adam.step()
             for name, param in run.model.named_parameters():
@@ -644,7 +638,7 @@ def main() -> None:
         results = [trainer.fit() for trainer in trainers]
         losses_200 = [result.final_loss for result in results]
         scalers = [(result.loss_scale, result.skipped_steps) for result in results]
-        flat = trainers[0].forward_backward._flat
+        flat = trainers[0].forward_backward.adam_state
         ticket = int(flat.ticket) if flat is not None else -1  # Adam's programs, closing out of order on a GPU, left it at 0
         steps = {float(trainers[0].optimizer.state[p]["step"]) for p in trainers[0].model.parameters()}
         ok = abs(losses_200[0] - losses_200[1]) <= 0.05 * losses_200[1] and scalers[0] == scalers[1] and ticket == 0 and steps == {200.0 - scalers[0][1]}

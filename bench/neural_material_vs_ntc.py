@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from neuralbake.bakes.neural_material.asset import _view_radiance, asset_views, load_asset_bundle
+from neuralbake.bakes.neural_material.asset import GltfLayer, asset_views, load_asset_bundle, shade_layer, vertex_frame
 from neuralbake.bakes.ntc.bake import compress_texture_set
 from neuralbake.bakes.ntc.config import NTCConfig
 from neuralbake.bakes.ntc.container import open_container
@@ -36,8 +36,9 @@ from neuralbake.bakes.ntc.layout import BPP_RANGE
 from neuralbake.bakes.ntc.texture_set import load_gltf_material
 from neuralbake.core.metrics import psnr
 from neuralbake.io.images import save_png
+from neuralbake.material.frame import normalize
 from neuralbake.render.envmap import EnvironmentLight, default_environment
-from neuralbake.render.gbuffer import render_gbuffer
+from neuralbake.render.gbuffer import evaluate_materials, render_gbuffer
 from neuralbake.render.pictures import panel_grid
 from neuralbake.render.scene import prepare_scene
 from neuralbake.render.tonemap import tone_map
@@ -79,6 +80,34 @@ def _ntc_scene(scene, index: int, levels: list[np.ndarray], groups) -> object:
     return out
 
 
+def _view_radiance(material, g, neural, environment, spp: int, *, seed: int, shadows: bool, ntc_scene):
+    """Radiance of a G-buffer's rows with the reference maps, with the neural material on the material's pixels (the
+    asset's other materials as they are; its occlusion and emission from the NTC maps, as the neural material keeps
+    them as textures) and with the NTC-decoded maps, all lit with the same samples (``shade_layer``)."""
+    rs, index = material.render_scene, material.index
+    frame = vertex_frame(g)
+    s = evaluate_materials(rs, g)
+    s_ntc = evaluate_materials(ntc_scene, g)
+    mine = torch.nonzero(g.material_id == index).reshape(-1)
+    others = torch.nonzero(g.material_id != index).reshape(-1)
+    every = torch.arange(g.pixel.shape[0], device=rs.device)
+
+    def gltf(p):
+        return GltfLayer(p.base_color, p.metallic, p.roughness, normalize(frame.local(p.normal)))
+
+    def shade(rows, layer, p):
+        return shade_layer(rs, g, rows, frame.rows(rows), layer, p.occlusion[rows], p.emissive[rows], environment, spp, seed=seed, shadows=shadows)
+
+    ref = torch.zeros_like(s.emissive)
+    if others.numel():
+        ref[others] = shade(others, gltf(s).rows(others), s)
+    net = ref.clone()
+    if mine.numel():
+        ref[mine] = shade(mine, material.render_layer(g, frame, s, mine), s)
+        net[mine] = shade(mine, neural(g.uv[0][mine], None, footprint=(g.uv_dx[0][mine], g.uv_dy[0][mine])), s_ntc)
+    return ref, net, shade(every, gltf(s_ntc), s_ntc)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("asset", type=Path)
@@ -115,7 +144,7 @@ def main() -> None:
     for view, camera in enumerate(asset_views(material.render_scene, 4)):
         g = render_gbuffer(material.render_scene, camera, args.size, args.size)
         with torch.no_grad():
-            ref, net, ntc = _view_radiance(material, g, neural, environment, args.spp, seed=view, shadows=warp_available(), compressed_scene=rs_ntc)
+            ref, net, ntc = _view_radiance(material, g, neural, environment, args.spp, seed=view, shadows=warp_available(), ntc_scene=rs_ntc)
         mine = (g.material_id == material.index).to(ref.dtype)[:, None]
         mask = g.image(mine, 0.0)[..., 0] > 0.5
         images = {k: tone_map(g.image(v, background)) for k, v in (("ref", ref), ("neural", net), ("ntc", ntc))}

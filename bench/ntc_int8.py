@@ -5,7 +5,7 @@ weights, what ``ntc decompress`` writes) and in int8 arithmetic (int8 activation
 int8 weights, int32 sums; :mod:`neuralbake.bakes.ntc.int8`, activation steps from a calibration
 decode), and scores both against the source maps (PSNR over mip 0 and over every level, per
 channel group) and against each other. On a GPU the int8 decode runs the fused kernel
-(``FusedNTC(container, torch.int8, calibration)``), elsewhere its PyTorch arithmetic.
+(``FusedNTC(container, torch.int8, int8_factors(container, calibration))``), elsewhere its PyTorch arithmetic.
 
     python bench/ntc_int8.py out/crate_ntc examples/crate/crate.gltf --out out/ntc_int8.json
 """
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from neuralbake.bakes.ntc.container import open_container
 from neuralbake.bakes.ntc.decode import decode_all_levels, set_quality
-from neuralbake.bakes.ntc.int8 import CALIBRATION_QUANTILE, calibrate_int8, decode_texels_int8
+from neuralbake.bakes.ntc.int8 import CALIBRATION_QUANTILE, calibrate_int8, decode_texels_int8, int8_factors
 from neuralbake.bakes.ntc.texture_set import load_texture_set
 from timing import Stopwatch
 
@@ -33,9 +33,9 @@ from timing import Stopwatch
 def _int8_levels(container, calibration, device) -> list[np.ndarray]:
     fused = None
     if device.type == "cuda":
-        from neuralbake.kernels.fused import FusedNTC
+        from neuralbake.kernels.decoders import FusedNTC  # imports Triton, on CUDA machines only
 
-        fused = FusedNTC(container, torch.int8, calibration)
+        fused = FusedNTC(container, torch.int8, int8_factors(container, calibration))
     levels = []
     for index, (width, height) in enumerate(container.layout.level_sizes):
         if fused is not None:

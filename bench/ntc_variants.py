@@ -203,7 +203,9 @@ def apply_variants(args: argparse.Namespace) -> None:
             u = (x.to(high.dtype) + 0.5) / tables.level_w[level].to(high.dtype)
             v = (y.to(high.dtype) + 0.5) / tables.level_h[level].to(high.dtype)
             pair = torch.div(level, 2, rounding_mode="floor")
-            *_, fx, fy = ntc_model._cell_coords(u, v, tables.high_w[pair], tables.high_h[pair])
+            px = u * tables.high_w[pair].to(u.dtype) - 0.5  # the cell-centred grid's lower-left cell and fractions
+            py = v * tables.high_h[pair].to(v.dtype) - 0.5
+            fx, fy = px - torch.floor(px), py - torch.floor(py)
             fx, fy = fx[:, None], fy[:, None]
             blended = (c[:, 0] * (1 - fx) + c[:, 1] * fx) * (1 - fy) + (c[:, 2] * (1 - fx) + c[:, 3] * fx) * fy
             return torch.cat((blended, out[:, 4 * features :]), dim=1)
