@@ -902,7 +902,7 @@ def test_a_ticket_left_by_an_interrupted_step_does_not_change_the_next_steps() -
     them (an exception in the interpreter) is reset by the next step's gradient sum, so the steps after it are exact."""
     fused, torch_step = _pair("fp16")
     assert fused.train_step() and torch_step.train_step()
-    flat = fused.forward_backward._flat
+    flat = fused.forward_backward.adam_state
     assert flat is not None and int(flat.ticket) == 0
     flat.ticket.fill_(5)
     for _ in range(3):
