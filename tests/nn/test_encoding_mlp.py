@@ -125,3 +125,26 @@ def test_configs_share_their_layer_fields_by_keyword_only():
     assert (mlp.inputs, mlp.hidden, mlp.layers, mlp.outputs, mlp.leak) == (8, 16, 2, 4, 0.1)
     docs = field_docs(CoordinateNetworkConfig)  # the CLI's help text reads the shared fields' docs
     assert {"hidden", "layers", "hidden_activation", "frequencies"} <= set(docs)
+
+
+def test_mlp_kernels_run_through_what_is_registered_under_their_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``MLP.kernels`` other than torch builds its runner once from the registered builder; an unknown name says what is known."""
+    from neuralbake.nn import mlp as mlp_module
+
+    monkeypatch.setattr(mlp_module, "_MLP_KERNELS", {})  # this test's own table, restored after
+    net = MLP(MLPConfig(inputs=4, hidden=8, layers=1, outputs=2))
+    x = torch.rand(5, 4)
+    net.kernels = "doubled"
+    with pytest.raises(ValueError, match="registered: torch"):
+        net(x)
+    built = []
+
+    def build(mlp: MLP):
+        built.append(mlp)
+        return lambda rows: 2 * rows[..., :2]
+
+    mlp_module.register_mlp_kernels("doubled", build)
+    assert torch.equal(net(x), 2 * x[:, :2]) and torch.equal(net(x), 2 * x[:, :2])
+    assert built == [net]
+    net.kernels = "torch"
+    assert net(x).shape == (5, 2) and not torch.equal(net(x), 2 * x[:, :2])

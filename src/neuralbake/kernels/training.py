@@ -284,8 +284,9 @@ class FusedForwardBackward:
     updated = False
     """Whether :meth:`update_step` has run (the trainer took the fused optimizer step)."""
 
-
     adam_state: FusedAdamState | None = None
+    """The fused optimizer step's buffers (masters, Adam's moments, the summed gradient, the flags), made by the first
+    :meth:`update_step`; None before it. Benchmarks and tests read the gradient sum and the ticket here."""
 
     def rehearse(self, batch: Batch | None, loss_scale: str = "dynamic", draws: TexelDraws | None = None, seed: int = 0) -> None:
         """Run :meth:`update_step` once on copies of the weights with a scratch optimizer and a ``loss_scale`` scaler.
