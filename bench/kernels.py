@@ -25,7 +25,7 @@ neural-material decode on a GPU that is the Gluon kernel of ``kernels.gluon_deco
 Triton ``tl.dot`` decode as "tl_dot"), the shipped kernel's ratio to compile, and its TFLOP/s (multiply-adds of the real layer widths x 2) as a
 fraction of the GPU's dense fp16 tensor-core peak (989 TFLOP/s on an H100 SXM).
 
-    python bench/kernels.py --out docs/results/kernels_h100.json
+    python bench/kernels.py --out docs/results/kernels_h100_YYYY-MM-DD_COMMIT.json
     python bench/kernels.py --quick          # fewer sizes, for a smoke run
     python bench/kernels.py --sweep ntc 128 4 [REGISTERS]   # one tile (and register cap) of one kernel kind
                                                            # (--sweep, --ab, --ab-tiles and --ab-train: the Triton kernels, Gluon off)

@@ -12,7 +12,7 @@ quality (tone-mapped PSNR and HDR FLIP of preview renders against the reference)
 Times with device synchronisation after a warm-up, median of several repeats, all in one run.
 
     python bench/neural_material.py --device cpu --steps 300 --resolution 64
-    python bench/neural_material.py --device cuda --compile --steps 10000 --batch-size 16384 --out docs/results/neural_material_h100.json
+    python bench/neural_material.py --device cuda --compile --steps 10000 --batch-size 16384 --out docs/results/neural-material_h100_YYYY-MM-DD_COMMIT.json
 """
 
 from __future__ import annotations
