@@ -1,6 +1,6 @@
 """How far the fused fp16 training step's gradients are from the exact gradient, per layer, on the CPU.
 
-The network is the one docs/benchmarks.md ("The Gluon kernels on the CPU interpreter") discusses: a coordinate network
+The network is the one docs/dev/benchmarks-diary.md ("The Gluon kernels on the CPU interpreter") discusses: a coordinate network
 64 wide, 4 hidden layers, ReLU, sigmoid output, 700 rows, MSE, loss scale 64 (``tests/kernels/test_gluon_train.py``'s
 ``half-activations`` shape with MSE). For each linear layer's weight gradient it prints the largest error against the
 exact gradient (the same fp16 weights in float64, nothing rounded), relative to that gradient's largest value, for:

@@ -19,7 +19,7 @@ of the kernels' triton_*.py sources with the most instructions.
     python bench/kernels_sass.py --gluon [--json]
     python bench/kernels_sass.py --gluon-train [--json]
 
-The counts depend on the Triton version (docs/benchmarks.md quotes Triton 3.6.0:
+The counts depend on the Triton version (docs/dev/benchmarks-diary.md quotes Triton 3.6.0:
 ``pip install triton==3.6.0`` into a separate ``--target`` folder and put it first on PYTHONPATH).
 The speed is measured by ``bench/kernels.py --ab`` and ``--ab-train`` on a GPU; this only shows where the instructions go.
 """

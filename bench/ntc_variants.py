@@ -1,6 +1,6 @@
 """NTC diagnosis: one compression of DamagedHelmet's material set with one thing changed.
 
-The figures in the "Diagnosis" table of docs/benchmarks.md come from this script. Settings the
+The figures in the "Diagnosis" table of docs/dev/benchmarks-diary.md come from this script. Settings the
 bake exposes (rate, decoder width, positional encoding, learning rate, steps, batch) are passed
 straight to :class:`~neuralbake.bakes.ntc.NTCConfig`; the experimental variants the bake does not
 offer are made by swapping functions of the ``neuralbake.bakes.ntc`` modules *in this process only*:

@@ -52,7 +52,7 @@ Options: ``--jobs --workers --followers --steps --drop-mean --db URL --postgres 
 PostgreSQL) is stopped and the temporary folder removed at the end, on failure and on Ctrl-C too
 (the server is also tied to this process with PR_SET_PDEATHSIG, and its workers follow it).
 
-Figures measured with it, and what they show: ``docs/benchmarks.md``, "Asset service: load and faults".
+Figures measured with it, and what they show: ``docs/benchmarks.md``, "Asset service".
 """
 
 from __future__ import annotations
