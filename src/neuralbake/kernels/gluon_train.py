@@ -1,7 +1,7 @@
 """The fused training step's kernel in Gluon with Hopper's warpgroup MMA: weights and activations in shared memory.
 
 :func:`neuralbake.kernels.triton_train.mlp_train_kernel` gives ``tl.dot`` its operands in registers. On an H100
-(Nsight Compute, docs/benchmarks.md) its shared-memory pipe was the busiest unit: every product's operands (the
+(Nsight Compute, docs/dev/benchmarks-diary.md) its shared-memory pipe was the busiest unit: every product's operands (the
 weights, the transposed activations, ``dz``) are staged through shared memory by layout conversions, and the
 weights hoisted in registers plus the carried gradients spill. This kernel runs the same step with the operands
 where the tensor cores read them:

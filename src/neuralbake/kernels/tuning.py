@@ -133,7 +133,7 @@ CARRY_REGISTERS = 128
 """The most registers a thread the weight and bias gradients may take by :func:`carries_gradients`'s estimate (their fp32 values
 over the program's threads). The estimate leaves out the working registers, the hoisted weights and the bias
 accumulators' padding to 16 rows, so every carried kernel measured sits at the 255-register cap with some spills,
-and was still as fast as the slots or faster (see docs/benchmarks.md)."""
+and was still as fast as the slots or faster (see docs/dev/benchmarks-diary.md)."""
 
 
 

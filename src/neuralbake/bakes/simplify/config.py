@@ -19,7 +19,7 @@ __all__ = ["CPU_DEFAULTS", "GPU_DEFAULTS", "SimplifyConfig", "device_defaults", 
 
 GPU_DEFAULTS = {"render_size": 512, "views": 48, "epochs": 30}
 CPU_DEFAULTS = {"render_size": 128, "views": 16, "epochs": 12}
-"""About 15 s of shape fitting for DamagedHelmet at 10 % on a 2-core CPU (docs/benchmarks.md)."""
+"""About 15 s of shape fitting for DamagedHelmet at 10 % on a 2-core CPU (docs/dev/benchmarks-diary.md)."""
 
 
 @dataclass
