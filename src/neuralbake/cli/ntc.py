@@ -5,7 +5,8 @@
 ``manifest.json`` + ``report.json`` into ``--out``; several (``--bpp 1,2,4``, or ``--bpp`` repeated)
 write one folder per rate (``--out/bpp_<X>/``) plus ``rd.json`` and ``rd.png`` (the
 rate-distortion curve with the BC1 and BC7 sets as points). ``decompress`` checks a compressed
-folder and decodes every group and mip level to PNG or EXR.
+folder and decodes every group and mip level to PNG or EXR; ``transcode`` decodes it and
+BC-encodes every texture into a DDS file with its mips, as an engine would at load time.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import typer
 from typer.core import TyperGroup
 
 from neuralbake.bakes.ntc import decompress
+from neuralbake.bakes.ntc.transcode import transcode
+from neuralbake.core.report import metric_text
 from neuralbake.cli.common import print_done, run_action
 
 __all__ = ["ntc_app"]
@@ -73,3 +76,34 @@ def ntc_decompress(
     print_done(f"{len(written)} images -> {out}")
 
 
+
+
+@ntc_app.command("transcode")
+def ntc_transcode(
+    folder: Annotated[Path, typer.Argument(help="A folder written by `neuralbake ntc compress` (one rate: texture.ntc + manifest.json).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder for <texture>.dds and report.json.")],
+    formats: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--format",
+            help="bc1, bc3, bc4, bc5 or bc7 for every texture it fits, and/or NAME=FORMAT for one (comma-separated or repeated). "
+            "Default per texture: colour -> bc7 (sRGB), normal -> bc5, 1-channel data -> bc4, 2-channel -> bc5, 3-4-channel -> bc7; "
+            "a bare format leaves textures it cannot hold (e.g. normals) at their default.",
+        ),
+    ] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N (where the NTC decode runs).")] = "auto",
+    kernels: Annotated[str, typer.Option(help="triton (the fused Triton decode on a CUDA GPU), torch, or auto (PyTorch).")] = "auto",
+    bc7_uber_level: Annotated[int, typer.Option(help="bc7enc effort for BC7, 0 (fastest) to 4 (best).", min=0, max=4)] = 1,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Decode every mip of every texture and BC-encode it into one DDS file per texture (DX10 header, all mips, sRGB for colour), with report.json."""
+    report = run_action(
+        lambda: transcode(folder, out, formats=formats, device=device, kernels=kernels, bc7_uber_level=bc7_uber_level, progress=not quiet), out=out
+    )
+    source = report["reference"]["kind"] == "source"
+    versus = "the source" if source else "the NTC decode (sources not readable)"
+    plain = f" (plain BCn of the source {metric_text(report, 'plain_bcn_of_source', 'quality', 'overall_db', unit=' dB')})" if source else ""
+    print_done(
+        f"{len(report['textures'])} DDS files, {metric_text(report, 'bpp', spec='.2f')} bpp: PSNR {metric_text(report, 'psnr_db', unit=' dB')} "
+        f"at mip 0 vs {versus}{plain} -> {out}"
+    )

@@ -22,6 +22,8 @@ Formats:
   48.6 / 48.8 dB in 0.34 / 0.46 / 0.69 s on one core).
 - ``bc5`` (8 bpp): two channels, e.g. a tangent-space normal's X and Y (Z is rebuilt in the
   shader as ``sqrt(1 - x^2 - y^2)``). etcpak has a BC5 encoder (two BC4 blocks), used as is.
+- ``bc3`` (8 bpp): RGB as BC1 plus a BC4 alpha block (alpha 1 for an RGB input).
+- ``bc4`` (4 bpp): one channel (etcpak encodes the red byte), e.g. roughness.
 
 Decoded values are 8-bit (texture2ddecoder's output), which slightly understates BC4/BC5's
 precision (their interpolated values are finer than 1/255); the error this adds is at most
@@ -30,18 +32,18 @@ half a step, well below the format's own error.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from neuralbake.errors import ConfigError, InputError
 
-__all__ = ["BC_BITS_PER_PIXEL", "BC_CHANNELS", "bc_mip_chain_roundtrip", "bc_roundtrip"]
+__all__ = ["BC_BITS_PER_PIXEL", "BC_CHANNELS", "bc_encode_mip_chain", "bc_mip_chain_roundtrip", "bc_roundtrip"]
 
-BC_BITS_PER_PIXEL = {"bc1": 4, "bc5": 8, "bc7": 8}
-"""Bits per texel of each format (a 4x4 block is 8 bytes for bc1, 16 for bc5 and bc7)."""
+BC_BITS_PER_PIXEL = {"bc1": 4, "bc3": 8, "bc4": 4, "bc5": 8, "bc7": 8}
+"""Bits per texel of each format (a 4x4 block is 8 bytes for bc1 and bc4, 16 for bc3, bc5 and bc7)."""
 
-BC_CHANNELS = {"bc1": (3, 4), "bc5": (2,), "bc7": (3, 4)}
+BC_CHANNELS = {"bc1": (3, 4), "bc3": (3, 4), "bc4": (1,), "bc5": (2,), "bc7": (3, 4)}
 """Channel counts each format accepts in :func:`bc_roundtrip`."""
 
 BLOCK = 4
@@ -69,7 +71,7 @@ def _check_image(image: np.ndarray, fmt: str) -> np.ndarray:
     height, width, channels = image.shape
     if channels not in BC_CHANNELS[fmt]:
         wanted = " or ".join(str(c) for c in BC_CHANNELS[fmt])
-        hint = "pass the normal's X and Y channels (image[..., :2])" if fmt == "bc5" else "pass an RGB or RGBA image"
+        hint = {"bc5": "pass the normal's X and Y channels (image[..., :2])", "bc4": "pass one channel (image[..., :1])"}.get(fmt, "pass an RGB or RGBA image")
         raise InputError(f"{fmt} takes {wanted} channels, got {channels}.", field="image", fix=f"{hint}.")
     if height == 0 or width == 0 or height % BLOCK or width % BLOCK:
         raise InputError(
@@ -100,8 +102,8 @@ def _encode(rgba: np.ndarray, fmt: str, bc7_uber_level: int) -> bytes:
     data = np.ascontiguousarray(rgba).tobytes()
     if fmt == "bc1":
         return etcpak.compress_bc1(data, width, height)
-    if fmt == "bc5":
-        return etcpak.compress_bc5(data, width, height)
+    if fmt in ("bc3", "bc4", "bc5"):
+        return getattr(etcpak, f"compress_{fmt}")(data, width, height)
     params = etcpak.BC7CompressBlockParams()
     params.init_linear_weights()
     params.m_uber_level = bc7_uber_level
@@ -111,7 +113,7 @@ def _encode(rgba: np.ndarray, fmt: str, bc7_uber_level: int) -> bytes:
 def _decode(data: bytes, width: int, height: int, fmt: str) -> np.ndarray:
     import texture2ddecoder
 
-    decoder = {"bc1": texture2ddecoder.decode_bc1, "bc5": texture2ddecoder.decode_bc5, "bc7": texture2ddecoder.decode_bc7}[fmt]
+    decoder = getattr(texture2ddecoder, f"decode_{fmt}")
     bgra = np.frombuffer(decoder(data, width, height), dtype=np.uint8).reshape(height, width, 4)
     return bgra[..., [2, 1, 0, 3]]
 
@@ -129,10 +131,10 @@ def bc_roundtrip(image: np.ndarray, fmt: str, *, bc7_uber_level: int = 1) -> tup
     ----------
     image:
         float ``[H, W, C]`` in ``[0, 1]`` (values outside are clipped); ``C`` = 3 or 4 for
-        ``bc1``/``bc7``, 2 for ``bc5`` (a normal's X and Y, stored ``0.5 n + 0.5``). ``H`` and
+        ``bc1``/``bc3``/``bc7``, 2 for ``bc5``, 1 for ``bc4`` (a normal's X and Y, stored ``0.5 n + 0.5``). ``H`` and
         ``W`` must be multiples of 4.
     fmt:
-        ``"bc1"``, ``"bc5"`` or ``"bc7"`` (case-insensitive).
+        ``"bc1"``, ``"bc3"``, ``"bc4"``, ``"bc5"`` or ``"bc7"`` (case-insensitive).
     bc7_uber_level:
         bc7enc's search effort for ``bc7``, 0 (fastest) to 4 (best); ignored by other formats.
 
@@ -150,6 +152,12 @@ def bc_roundtrip(image: np.ndarray, fmt: str, *, bc7_uber_level: int = 1) -> tup
         Not a 3-D float array, wrong channel count for the format, a side that is not a multiple
         of 4, or NaN/inf values.
     """
+    decoded, compressed = _roundtrip_blocks(image, fmt, bc7_uber_level)
+    return decoded, len(compressed)
+
+
+def _roundtrip_blocks(image: np.ndarray, fmt: str, bc7_uber_level: int) -> tuple[np.ndarray, bytes]:
+    """:func:`bc_roundtrip`, returning the compressed blocks themselves."""
     fmt = _check_format(fmt)
     _check_uber(bc7_uber_level)
     image = _check_image(image, fmt)
@@ -159,7 +167,7 @@ def bc_roundtrip(image: np.ndarray, fmt: str, *, bc7_uber_level: int = 1) -> tup
     if len(compressed) != expected:  # an encoder that wrote the wrong amount must not pass silently
         raise RuntimeError(f"etcpak wrote {len(compressed)} bytes of {fmt} for {width}x{height}, expected {expected}")
     decoded = _decode(compressed, width, height, fmt)[..., :channels].astype(np.float32) / 255.0
-    return decoded, len(compressed)
+    return decoded, compressed
 
 
 def _pad_to_blocks(image: np.ndarray) -> np.ndarray:
@@ -182,11 +190,25 @@ def bc_mip_chain_roundtrip(levels: Sequence[np.ndarray], fmt: str, *, bc7_uber_l
     Returns ``(decoded_levels, bytes_per_level)``, each decoded level float32 with the shape of
     its input.
     """
+    decoded, blocks = bc_encode_mip_chain(levels, fmt, bc7_uber_level=bc7_uber_level)
+    return decoded, [len(data) for data in blocks]
+
+
+def bc_encode_mip_chain(
+    levels: Sequence[np.ndarray], fmt: str, *, bc7_uber_level: int = 1, progress: Callable[[int], None] | None = None
+) -> tuple[list[np.ndarray], list[bytes]]:
+    """Compress every level of a mip chain to ``fmt``: ``(decoded_levels, blocks_per_level)``.
+
+    The blocks of each level are what a GPU reads (row-major 4x4 blocks, the 2x2 and 1x1 tail
+    padded to one block as :func:`bc_mip_chain_roundtrip` describes), ready for a container such as
+    :mod:`neuralbake.io.dds`; the decoded levels are those blocks decoded again, cropped to each
+    level's size. ``progress`` (if given) is called with 1 after each level.
+    """
     if len(levels) == 0:
         raise InputError("the mip chain is empty.", field="levels", fix="pass at least one level.")
     fmt = _check_format(fmt)
     decoded_levels: list[np.ndarray] = []
-    sizes: list[int] = []
+    blocks: list[bytes] = []
     for index, level in enumerate(levels):
         if not isinstance(level, np.ndarray) or level.ndim != 3:
             shape = getattr(level, "shape", type(level).__name__)
@@ -196,7 +218,9 @@ def bc_mip_chain_roundtrip(levels: Sequence[np.ndarray], fmt: str, *, bc7_uber_l
         height, width = level.shape[:2]
         if height == 0 or width == 0:
             raise InputError(f"level {index} is empty ({width}x{height}).", field=f"levels[{index}]", fix="drop empty levels.")
-        decoded, size = bc_roundtrip(_pad_to_blocks(level), fmt, bc7_uber_level=bc7_uber_level)
+        decoded, data = _roundtrip_blocks(_pad_to_blocks(level), fmt, bc7_uber_level)
         decoded_levels.append(decoded[:height, :width])
-        sizes.append(size)
-    return decoded_levels, sizes
+        blocks.append(data)
+        if progress is not None:
+            progress(1)
+    return decoded_levels, blocks
