@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -342,3 +343,69 @@ def test_a_refused_bake_on_a_finished_bakes_folder_changes_nothing_and_resume_wo
     code, output = bake(image, 8, "--resume")
     assert code == 0, output
     assert json.loads((out / "report.json").read_text())["resumed"] is True
+
+
+# --- ntc transcode: a damaged texture.ntc, an unknown format, an output path that is a file -----------------
+
+
+@pytest.fixture(scope="module")
+def ntc_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny NTC folder (16x16 base colour, a few steps) for the transcode cases."""
+    from PIL import Image
+
+    from neuralbake.bakes.ntc import NTCConfig, compress_texture_set
+    from neuralbake.nn.trainer import TrainerConfig
+
+    root = tmp_path_factory.mktemp("ntc")
+    image = root / "base.png"
+    Image.fromarray((np.random.default_rng(0).random((16, 16, 3)) * 255).astype(np.uint8)).save(image)
+    config = NTCConfig(sources=[f"base_color={image}"], bpp=[40.0], hidden=(8,), pe_frequencies=1, batch_size=128, finetune_steps=2, baselines=False,
+                       device="cpu", train=TrainerConfig(steps=5, precision="fp32", eval_every=0, checkpoint_every=0))
+    compress_texture_set(config, root / "ntc", progress=False)
+    return root / "ntc"
+
+
+def _damage_ntc(folder: Path, damage: str) -> None:
+    """Truncate or flip a byte of texture.ntc; ``*_resealed`` also rewrites manifest.json and bake.json, so the container's own checks must catch it."""
+    import hashlib
+
+    path = folder / "texture.ntc"
+    data = bytearray(path.read_bytes())
+    if damage.startswith("truncate"):
+        data = data[: len(data) - 7]
+    else:
+        data[20] ^= 0x5A  # inside the JSON header
+    path.write_bytes(bytes(data))
+    if damage.endswith("resealed"):
+        manifest = json.loads((folder / "manifest.json").read_text())
+        manifest.update(bytes=len(data), sha256=hashlib.sha256(bytes(data)).hexdigest())
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        write_bake_manifest(folder, bake="ntc")
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "truncate_resealed", "flip_resealed"])
+def test_transcode_refuses_a_damaged_ntc(damage: str, ntc_bundle: Path, tmp_path: Path, watch: list[str]) -> None:
+    folder = _copy(ntc_bundle, tmp_path)
+    _damage_ntc(folder, damage)
+    out = tmp_path / "out"
+    _check_refusal(["ntc", "transcode", str(folder), "--out", str(out), "--device", "cpu"], out, "texture.ntc", 2, watch)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"], "a staging folder was left behind"
+
+
+@pytest.mark.parametrize(("argv", "expect"), [(["--format", "bc9"], "bc9"), (["--format", "albedo=bc7"], "albedo"), (["--format", "base_color=bc5"], "base_color")])
+def test_transcode_refuses_a_bad_format(argv: list[str], expect: str, ntc_bundle: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _check_refusal(["ntc", "transcode", str(ntc_bundle), "--out", str(out), "--device", "cpu", *argv], out, expect, 2, [])
+    code, output, _ = _run(["ntc", "transcode", str(ntc_bundle), "--out", str(out), "--device", "cpu", *argv])
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: --format") and "Fix:" in lines[0], output
+
+
+def test_transcode_refuses_an_out_that_is_a_file(ntc_bundle: Path, tmp_path: Path) -> None:
+    target = tmp_path / "taken.dds"
+    target.write_bytes(b"keep me")
+    code, output, exception = _run(["ntc", "transcode", str(ntc_bundle), "--out", str(target), "--device", "cpu"])
+    assert exception is None or isinstance(exception, SystemExit), output
+    flat = " ".join(output.split())
+    assert code == 2 and flat.startswith("error:") and "taken.dds" in flat and "is a file" in flat and "Fix:" in flat, output
+    assert target.read_bytes() == b"keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["taken.dds"]

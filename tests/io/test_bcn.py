@@ -25,9 +25,12 @@ def _normal_xy(size: int) -> np.ndarray:
     return np.stack((0.5 * nx + 0.5, 0.5 * ny + 0.5), axis=-1).astype(np.float32)
 
 
-@pytest.mark.parametrize(("fmt", "channels", "bound"), [("bc1", 3, 34.0), ("bc7", 3, 40.0), ("bc7", 4, 40.0), ("bc5", 2, 45.0)])
+@pytest.mark.parametrize(
+    ("fmt", "channels", "bound"),
+    [("bc1", 3, 34.0), ("bc7", 3, 40.0), ("bc7", 4, 40.0), ("bc5", 2, 45.0), ("bc3", 4, 34.0), ("bc4", 1, 45.0)],
+)
 def test_smooth_image_round_trips_well(fmt, channels, bound):
-    image = _normal_xy(32) if fmt == "bc5" else _smooth(32, channels)
+    image = _normal_xy(32) if fmt == "bc5" else _normal_xy(32)[..., :1] if fmt == "bc4" else _smooth(32, channels)
     decoded, size = bc_roundtrip(image, fmt)
     assert decoded.shape == image.shape and decoded.dtype == np.float32
     assert size == 32 * 32 * BC_BITS_PER_PIXEL[fmt] // 8
@@ -73,12 +76,14 @@ def test_bc5_keeps_x_and_y_apart():
     assert np.max(np.abs(decoded - image)) < 0.01
 
 
-def test_bc7_keeps_alpha_bc1_drops_it():
+def test_bc7_and_bc3_keep_alpha_bc1_drops_it():
     image = _smooth(16, 4)
     image[..., 3] = np.where(np.arange(16)[None, :] < 8, 0.25, 0.75)
     bc7, _ = bc_roundtrip(image, "bc7")
+    bc3, _ = bc_roundtrip(image, "bc3")
     bc1, _ = bc_roundtrip(image, "bc1")
     assert np.max(np.abs(bc7[..., 3] - image[..., 3])) < 0.02
+    assert np.max(np.abs(bc3[..., 3] - image[..., 3])) < 0.01
     assert np.all(bc1[..., 3] == 1.0)
 
 
@@ -93,8 +98,10 @@ def test_mip_chain_pads_small_levels_to_a_block():
 
 
 def test_errors_name_the_problem():
-    with pytest.raises(ConfigError, match="unknown block-compression format 'bc3'"):
-        bc_roundtrip(_smooth(8, 3), "bc3")
+    with pytest.raises(ConfigError, match="unknown block-compression format 'bc2'"):
+        bc_roundtrip(_smooth(8, 3), "bc2")
+    with pytest.raises(InputError, match="bc4 takes 1 channels, got 3"):
+        bc_roundtrip(_smooth(8, 3), "bc4")
     with pytest.raises(InputError, match="multiples of 4; got 6x8"):
         bc_roundtrip(_smooth(8, 3)[:, :6], "bc1")
     with pytest.raises(InputError, match="bc5 takes 2 channels, got 3"):

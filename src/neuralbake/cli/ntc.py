@@ -86,6 +86,7 @@ def ntc_transcode(
         list[str] | None,
         typer.Option(
             "--format",
+            metavar="FORMAT|NAME=FORMAT",
             help="bc1, bc3, bc4, bc5 or bc7 for every texture it fits, and/or NAME=FORMAT for one (comma-separated or repeated). "
             "Default per texture: colour -> bc7 (sRGB), normal -> bc5, 1-channel data -> bc4, 2-channel -> bc5, 3-4-channel -> bc7; "
             "a bare format leaves textures it cannot hold (e.g. normals) at their default.",

@@ -72,7 +72,7 @@ def parse_formats(spec: str | Sequence[str] | None) -> tuple[str | None, dict[st
         fmt = fmt.strip().lower()
         if fmt not in TRANSCODE_FORMATS:
             raise ConfigError(
-                f"unknown format {fmt or item!r} in {item!r}.",
+                f"unknown format {fmt or item!r}" + (f" in {item!r}." if name else "."),
                 field="--format",
                 fix=f"use one of {', '.join(TRANSCODE_FORMATS)}, or NAME=FORMAT for one texture.",
             )
