@@ -123,7 +123,7 @@ def test_pillow_reads_level_zero(ntc_folder: tuple[Path, list[str]], tmp_path: P
         report = transcode(folder, out, formats=spec, device="cpu")
         for entry in report["textures"].values():
             data = bytearray((out / entry["file"]).read_bytes())
-            header, levels = _read_dds(out / entry["file"])
+            _, levels = _read_dds(out / entry["file"])
             if entry["format"] in ("bc1", "bc3"):
                 data[128:132] = struct.pack("<I", struct.unpack_from("<I", data, 128)[0] - 1)  # *_UNORM_SRGB -> *_UNORM
             with Image.open(io.BytesIO(bytes(data))) as image:

@@ -396,7 +396,7 @@ def test_transcode_refuses_a_damaged_ntc(damage: str, ntc_bundle: Path, tmp_path
 def test_transcode_refuses_a_bad_format(argv: list[str], expect: str, ntc_bundle: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     _check_refusal(["ntc", "transcode", str(ntc_bundle), "--out", str(out), "--device", "cpu", *argv], out, expect, 2, [])
-    code, output, _ = _run(["ntc", "transcode", str(ntc_bundle), "--out", str(out), "--device", "cpu", *argv])
+    _, output, _ = _run(["ntc", "transcode", str(ntc_bundle), "--out", str(out), "--device", "cpu", *argv])
     lines = [line for line in output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: --format") and "Fix:" in lines[0], output
 

@@ -19,8 +19,8 @@ from typer.core import TyperGroup
 
 from neuralbake.bakes.ntc import decompress
 from neuralbake.bakes.ntc.transcode import transcode
-from neuralbake.core.report import metric_text
 from neuralbake.cli.common import print_done, run_action
+from neuralbake.core.report import metric_text
 
 __all__ = ["ntc_app"]
 

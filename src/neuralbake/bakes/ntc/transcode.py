@@ -11,7 +11,8 @@ bc7 (sRGB), a normal's XY -> bc5, one-channel data -> bc4, two-channel data -> b
 four-channel data -> bc7 (linear). A bare format goes to every texture whose channel count it
 holds (bc1: 3; bc3, bc7: 3-4; bc4: 1; bc5: 2); the others keep their default, so normals stay
 bc5. Colour textures are written with the ``_SRGB`` format (their values are sRGB-encoded, as the
-glTF and image sources store them); normals and data are linear.
+glTF and image sources store them); normals and data are linear. Every PSNR is measured on the
+stored values (sRGB-encoded for colour), as the ``ntc compress`` report measures its own.
 
 Quality is measured against the textures the set was compressed from when its ``config.json``
 names them and they still load to the same groups and size (the compressor's own reference:
@@ -131,7 +132,7 @@ def _source_reference(folder: Path, groups: Sequence[ChannelGroup], size: tuple[
             check_texture_set(texture_set)
     except (NeuralbakeError, KeyError, TypeError, OSError) as exc:
         return None, {"why_not_source": f"the sources in {config_path.name} do not load ({exc})"}
-    shape = lambda gs: [(g.name, len(g.channels), g.kind) for g in gs]  # noqa: E731
+    shape = lambda gs: [(g.name, len(g.channels), g.kind) for g in gs]
     if shape(texture_set.groups) != shape(groups) or (texture_set.width, texture_set.height) != size:
         return None, {"why_not_source": f"the sources in {config_path.name} no longer match the set's textures or size"}
     return texture_set.mip_chain(), {"sources": texture_set.sources}
@@ -194,6 +195,11 @@ def transcode(
     folder, out = Path(folder), Path(out_dir)
     parse_formats(formats)  # a misspelt format fails before the set is read
     _check_out(out)
+    if (folder / "rd.json").is_file() and not (folder / CONTAINER_NAME).exists():
+        rates = sorted(p.name for p in folder.glob("bpp_*") if (p / CONTAINER_NAME).is_file())
+        raise InputError(
+            "this is a rate-distortion sweep; each rate is its own NTC folder.", path=folder, fix=f"pass one of its rate folders ({', '.join(rates) or 'bpp_<X>'})."
+        )
     torch_device = resolve_device(device)
     container = open_container(folder).to(torch_device)
     decode_kernels = resolve_decode_kernels(container, kernels)
@@ -259,7 +265,7 @@ def transcode(
         total_data = sum(t["data_bytes"] for t in textures.values())
         ntc_bytes = (folder / CONTAINER_NAME).stat().st_size
         key = "transcoded_vs_source" if reference is not None else "transcoded_vs_ntc_decode"
-        stack = lambda per_group: [np.concatenate([g[i] for g in per_group], axis=2) for i in range(len(layout.level_sizes))]  # noqa: E731
+        stack = lambda per_group: [np.concatenate([g[i] for g in per_group], axis=2) for i in range(len(layout.level_sizes))]
         whole = stack(transcoded_levels)
         against = reference if reference is not None else decoded
         overall = set_quality(whole, against, groups)
@@ -284,6 +290,7 @@ def transcode(
             "bpp_counts": "compressed blocks of every mip level (4x4-padded tails included) * 8 / texels of mip 0; bytes include the 148-byte DDS headers",
             "decode_seconds": round(decode_seconds, 4),
             "encode_seconds": round(encode_seconds, 4),
+            "seconds_count": "decode: texture.ntc to float texels, every level (device synchronised); encode: etcpak, the check decode and the DDS writes",
             "kernels": {"decode": decode_kernels},
             "bc7_uber_level": bc7_uber_level,
         }
