@@ -48,7 +48,7 @@ def test_header_fields_and_levels(fmt: str, srgb: bool, tmp_path: Path) -> None:
     assert caps == 0x1000 | 0x8 | 0x400000
     dxgi, dimension, _misc, array_size, alpha_mode = struct.unpack_from("<5I", data, 128)
     assert (dxgi, dimension, array_size) == (DXGI[(fmt, srgb)], 3, 1)
-    assert alpha_mode == (1 if CHANNELS[fmt] == 4 else 3)
+    assert alpha_mode == (1 if CHANNELS[fmt] == 4 else 0 if fmt in ("bc4", "bc5") else 3)  # straight, unknown, opaque
     assert data[148:] == b"".join(blocks)
     info = read_dds_info(data)
     assert (info.format, info.srgb, info.width, info.height) == (fmt, srgb, width, height)
@@ -66,6 +66,8 @@ def test_pillow_reads_level_zero() -> None:
 
 def test_refusals(tmp_path: Path) -> None:
     _, blocks = bc_encode_mip_chain(_chain(8, 8, 2), "bc5")
+    with pytest.raises(ConfigError, match="bc5 stores no alpha"):
+        dds_bytes(8, 8, "bc5", blocks, alpha=True)
     with pytest.raises(ConfigError, match="no sRGB"):
         dds_bytes(8, 8, "bc5", blocks, srgb=True)
     with pytest.raises(ConfigError, match="unknown block-compression format 'bc6'"):

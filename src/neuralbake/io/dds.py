@@ -40,7 +40,8 @@ DDSD_MIPMAPCOUNT, DDSD_LINEARSIZE = 0x20000, 0x80000
 DDPF_FOURCC = 0x4
 DDSCAPS_COMPLEX, DDSCAPS_TEXTURE, DDSCAPS_MIPMAP = 0x8, 0x1000, 0x400000
 RESOURCE_DIMENSION_TEXTURE2D = 3
-ALPHA_MODE_STRAIGHT, ALPHA_MODE_OPAQUE = 1, 3
+ALPHA_MODE_UNKNOWN, ALPHA_MODE_STRAIGHT, ALPHA_MODE_OPAQUE = 0, 1, 3
+_NO_ALPHA_CHANNEL = ("bc4", "bc5")
 
 
 @dataclass(frozen=True)
@@ -86,11 +87,14 @@ def dds_bytes(width: int, height: int, fmt: str, levels: Sequence[bytes], *, srg
     """The bytes of a DDS file holding ``levels`` (the blocks of mip 0, 1, ... in order) of a ``width x height`` texture.
 
     ``srgb`` picks the ``*_UNORM_SRGB`` format (colour stored sRGB-encoded; only bc1, bc3 and bc7
-    have one); ``alpha`` marks the fourth channel as straight alpha, otherwise the texture is
-    declared opaque. Each level must hold exactly its block count, and the levels must be a
+    have one); ``alpha`` marks the fourth channel as straight alpha, otherwise a format with an
+    alpha channel is declared opaque (bc4 and bc5 have none: alpha mode unknown, as DirectXTex
+    writes them). Each level must hold exactly its block count, and the levels must be a
     prefix of the full chain (:func:`mip_sizes`), so a reader computes the same offsets.
     """
     spec = _format(fmt)
+    if alpha and fmt not in ("bc3", "bc7"):
+        raise ConfigError(f"{fmt} stores no alpha here.", field="format", fix="store a texture with alpha as bc3 or bc7.")
     if srgb and spec.dxgi_srgb is None:
         raise ConfigError(f"{fmt} has no sRGB variant.", field="format", fix="store colour textures as bc1, bc3 or bc7.")
     if not 1 <= width <= 1 << 16 or not 1 <= height <= 1 << 16:
@@ -109,9 +113,15 @@ def dds_bytes(width: int, height: int, fmt: str, levels: Sequence[bytes], *, srg
     header = struct.pack("<7I", HEADER_SIZE, flags, height, width, len(levels[0]), 0, mips) + bytes(44) + pixel_format
     header += struct.pack("<5I", caps, 0, 0, 0, 0)
     dxgi = spec.dxgi_srgb if srgb else spec.dxgi_linear
-    dx10 = struct.pack("<5I", dxgi, RESOURCE_DIMENSION_TEXTURE2D, 0, 1, ALPHA_MODE_STRAIGHT if alpha else ALPHA_MODE_OPAQUE)
+    dx10 = struct.pack("<5I", dxgi, RESOURCE_DIMENSION_TEXTURE2D, 0, 1, _alpha_mode(fmt, alpha))
     assert len(header) == HEADER_SIZE and len(dx10) == DX10_SIZE
     return b"".join([MAGIC, header, dx10, *levels])
+
+
+def _alpha_mode(fmt: str, alpha: bool) -> int:
+    if alpha:
+        return ALPHA_MODE_STRAIGHT
+    return ALPHA_MODE_UNKNOWN if fmt in _NO_ALPHA_CHANNEL else ALPHA_MODE_OPAQUE
 
 
 def write_dds(path: str | Path, width: int, height: int, fmt: str, levels: Sequence[bytes], *, srgb: bool = False, alpha: bool = False) -> int:
