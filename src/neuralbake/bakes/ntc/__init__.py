@@ -45,7 +45,8 @@ Modules: :mod:`.texture_set` (loading, checks, mip chains), :mod:`.layout` (rate
 :mod:`.model` (grid sampling, decoder, trainable model, texel sampler), :mod:`.container` (the
 file), :mod:`.decode` (decoding, quality, ``decompress``), :mod:`.baselines` (BCn),
 :mod:`.config`, :mod:`.bake` (the run on :mod:`neuralbake.bakes.run`), :mod:`.rd` (the
-rate-distortion record).
+rate-distortion record), :mod:`.transcode` (``ntc transcode``: the set decoded and BC-encoded
+into DDS files, as an engine without fast inference would at load time).
 """
 
 from __future__ import annotations
