@@ -173,6 +173,10 @@ def test_refusals_leave_nothing_behind(ntc_folder: tuple[Path, list[str]], tmp_p
     with pytest.raises(InputError, match="is a file"):
         transcode(folder, target, device="cpu")
     assert target.read_bytes() == b"keep"
+    before = sorted(p.name for p in folder.iterdir())
+    with pytest.raises(InputError, match="holds a bake"):
+        transcode(folder, folder, device="cpu")
+    assert sorted(p.name for p in folder.iterdir()) == before
     damaged = tmp_path / "damaged"
     shutil.copytree(folder, damaged)
     data = bytearray((damaged / "texture.ntc").read_bytes())

@@ -44,6 +44,7 @@ from neuralbake.errors import ConfigError, InputError, NeuralbakeError
 from neuralbake.io.bcn import bc_encode_mip_chain, bc_mip_chain_roundtrip
 from neuralbake.io.dds import DDS_FORMATS, mip_sizes, write_dds
 from neuralbake.io.limits import load_json_file
+from neuralbake.io.manifest import BAKE_MANIFEST
 
 __all__ = ["FORMAT_CHANNELS", "TRANSCODE_FORMATS", "choose_formats", "default_format", "parse_formats", "transcode"]
 
@@ -195,6 +196,8 @@ def transcode(
     folder, out = Path(folder), Path(out_dir)
     parse_formats(formats)  # a misspelt format fails before the set is read
     _check_out(out)
+    if (out / BAKE_MANIFEST).is_file():  # its report.json would be replaced: the NTC folder itself, or another bake's
+        raise InputError("the output folder holds a bake (bake.json); its report.json would be overwritten.", path=out, fix="pass a new or empty folder with --out.")
     if (folder / "rd.json").is_file() and not (folder / CONTAINER_NAME).exists():
         rates = sorted(p.name for p in folder.glob("bpp_*") if (p / CONTAINER_NAME).is_file())
         raise InputError(
