@@ -7,6 +7,6 @@ report`` on PyTorch, from a laptop CPU to a GPU.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from neuralbake.version import __version__
 
 __all__ = ["__version__"]

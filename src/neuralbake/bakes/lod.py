@@ -29,12 +29,16 @@ from typing import Annotated, Any, Literal
 import torch
 
 from neuralbake.bakes.config import SeededConfig
+from neuralbake.bakes.fit import FIT, FitConfig
 from neuralbake.bakes.folder import STATE_DIR
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, Footprint, apply_defaults, set_field
+from neuralbake.bakes.simplify import SIMPLIFY, SimplifyConfig
+from neuralbake.bakes.skin import SKIN, SkinConfig
 from neuralbake.core.config import coerce_field
 from neuralbake.core.paths import InputPath, StageConfigs
 from neuralbake.errors import ConfigError
 from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES, load_bake_input, write_gltf
+from neuralbake.render.skinning import pose_scene
 
 __all__ = ["LOD", "LodConfig", "make_lod"]
 
@@ -43,11 +47,7 @@ STAGES_FILE = "lod.pt"
 
 
 def _stage_types() -> dict[str, type]:
-    """Each stage's config type (imported late: the chain's module loads before its stages')."""
-    from neuralbake.bakes.fit import FitConfig
-    from neuralbake.bakes.simplify import SimplifyConfig
-    from neuralbake.bakes.skin import SkinConfig
-
+    """Each stage's config type."""
     return {"simplify": SimplifyConfig, "skin": SkinConfig, "fit": FitConfig}
 
 
@@ -103,16 +103,10 @@ def _stage_config(stage: str, config: LodConfig, asset: str, original: str) -> A
     """The ``stage``'s config: the chain's settings, then its ``stage_options``."""
     common = {"device": config.device, "max_triangles": config.max_triangles}
     if stage == "simplify":
-        from neuralbake.bakes.simplify import SimplifyConfig
-
         out: Any = SimplifyConfig(asset=asset, ratio=float(config.ratio), triangles=config.triangles, seed=config.seed, **common)
     elif stage == "skin":
-        from neuralbake.bakes.skin import SkinConfig
-
         out = SkinConfig(lod=asset, reference=original, seed=config.seed, **common)
     else:
-        from neuralbake.bakes.fit import FitConfig
-
         # 8-bit stored values, trained through the quantiser: what lod.glb ships is what the fit scored
         out = FitConfig(asset=asset, reference=original, target=config.target, shape=config.shape, texture_size=config.texture_size,
                         shadows=config.shadows, quantize=8, **common)
@@ -148,14 +142,10 @@ def _finished(folder: Path) -> dict[str, Any] | None:
 
 
 def _body(run: BakeRun) -> BakeOutcome:
-    from neuralbake.bakes.fit import FIT
-    from neuralbake.bakes.simplify import SIMPLIFY
-    from neuralbake.bakes.skin import SKIN
-
     started = time.perf_counter()
     config: LodConfig = run.config
     asset = Path(config.asset)
-    scene = load_bake_input(asset, max_triangles=config.max_triangles)
+    scene = load_bake_input(asset, max_triangles=config.max_triangles)  # bind pose: only its skins and clips are asked about
     skinned = any(m.skin is not None for m in scene.meshes)
     animated = skinned and scene.rig is not None and any(c.duration > 0 for c in scene.rig.clips)
     stages = run.checkpoints / "stages"
@@ -177,7 +167,7 @@ def _body(run: BakeRun) -> BakeOutcome:
         reports[stage] = report
         current = str(folder / ("lod.gltf" if stage == "fit" else "lod.glb"))
     out = run.stage
-    lod = load_bake_input(current, field="lod")
+    lod = pose_scene(load_bake_input(current, field="lod"))
     write_gltf(out / "lod.glb", lod, texture_bits=8)
     pictures = {"simplify": ("triptych.png", "simplify.png"), "skin": ("frames.png", "frames.png"), "fit": ("triptych.png", "triptych.png")}
     for stage in plan:
@@ -230,10 +220,6 @@ def stage_footprints(config: LodConfig, device: torch.device) -> dict[str, Footp
     stage's device defaults filled), after the stage's own checks: the stage options are any values,
     and a stage would refuse them only when it starts. The skin stage is counted always: whether the
     asset is skinned and animated is known only once it is read."""
-    from neuralbake.bakes.fit import FIT
-    from neuralbake.bakes.simplify import SIMPLIFY
-    from neuralbake.bakes.skin import SKIN
-
     out = {}
     for stage, bake in (("simplify", SIMPLIFY), ("skin", SKIN), ("fit", FIT)):
         if stage == "skin" and not config.skin:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from neuralbake.bakes.neural_material import NeuralMaterialConfig, bake_material
+from neuralbake.bakes.neural_material import NeuralMaterialConfig, bake_material, bake_materials_jointly
 from neuralbake.bakes.footprint import dominant_field, footprint
 from neuralbake.bakes.neural_material.config import MATERIAL_BASE_BYTES, device_defaults, material_knobs, material_memory, material_steps
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, Footprint, run_bake
@@ -47,6 +47,7 @@ from neuralbake.core.events import EventSink
 from neuralbake.core.report import plot_loss_curve, write_report
 from neuralbake.errors import ConfigError, InputError, NeuralbakeError
 from neuralbake.io.files import atomic_write_json
+from neuralbake.io.gltf import load_bake_input
 from neuralbake.io.limits import load_json_file
 from neuralbake.io.manifest import verify_bake_folder, write_bake_manifest
 from neuralbake.nn.trainer import TrainerConfig
@@ -124,8 +125,6 @@ def _bundle_name(path: Path) -> str:
 
 def _scene_materials(path: Path) -> list[str]:
     """The lit materials a glTF scene's meshes use, in the scene's material order (the pack's material ids)."""
-    from neuralbake.io.gltf import load_bake_input
-
     scene = load_bake_input(path, field="materials", fix="pass a .gltf or .glb scene.")
     used = {mesh.material for mesh in scene.meshes if len(mesh.indices)}
     names: list[str] = []
@@ -240,8 +239,6 @@ def _pack_body(run: BakeRun) -> BakeOutcome:
 
 def _joint_body(run: BakeRun, config: MaterialPackConfig, entries: list[tuple[Path, str]], names: list[str]) -> BakeOutcome:
     """``shared_decoder``: the materials to bake train as one phase with one decoder; baked folders are packed as they are."""
-    from neuralbake.bakes.neural_material import bake_materials_jointly
-
     todo = [(i, path, gltf_name) for i, (path, gltf_name) in enumerate(entries) if not _is_bundle(path)]
     configs, folders = [], []
     for index, path, gltf_name in todo:

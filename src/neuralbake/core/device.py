@@ -10,6 +10,8 @@ import numpy as np
 import torch
 
 from neuralbake.errors import ConfigError
+from neuralbake.io.limits import available_memory_bytes
+from neuralbake.version import __version__
 
 __all__ = ["describe_device", "device_memory_bytes", "resolve_device", "seed_everything", "versions"]
 
@@ -52,8 +54,6 @@ def device_memory_bytes(device: torch.device) -> int | None:
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(free)
-    from neuralbake.io.limits import available_memory_bytes
-
     return available_memory_bytes()
 
 
@@ -76,8 +76,6 @@ def describe_device(device: torch.device) -> dict[str, Any]:
 
 def versions() -> dict[str, str]:
     """Versions of neuralbake and of the libraries that shape its numbers."""
-    from neuralbake import __version__
-
     info = {
         "neuralbake": __version__,
         "python": platform.python_version(),

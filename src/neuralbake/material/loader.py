@@ -11,6 +11,7 @@ import torch
 
 from neuralbake.errors import InputError
 from neuralbake.material.graph import compile_material
+from neuralbake.material.mtlx_compiler import compile_materialx
 
 __all__ = ["MATERIAL_SUFFIXES", "load_material"]
 
@@ -24,8 +25,6 @@ def load_material(path: str | Path, *, device: torch.device | str = "cpu", dtype
     if suffix == ".json":
         return compile_material(path, device=device, dtype=dtype)
     if suffix == ".mtlx":
-        from neuralbake.material.mtlx_compiler import compile_materialx
-
         return compile_materialx(path, device=device, dtype=dtype)
     raise InputError(
         f"unknown material file type {suffix or '(none)'!r}.",

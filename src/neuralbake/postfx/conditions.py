@@ -298,8 +298,9 @@ def scene_passes(path: Path, size: int) -> RenderPasses:
     from neuralbake.render.deferred import DirectionalLight, Lighting
     from neuralbake.render.envmap import EnvironmentLight, default_environment
     from neuralbake.render.scene import prepare_scene
+    from neuralbake.render.skinning import pose_scene
 
-    scene = load_bake_input(path, field="render")
+    scene = pose_scene(load_bake_input(path, field="render"))
     lo, hi = scene.bounds()
     centre = (lo + hi) / 2
     extent = max(float(np.sqrt(((m.positions - centre) ** 2).sum(-1)).max()) for m in scene.meshes)

@@ -26,6 +26,7 @@ import torch
 
 from neuralbake.errors import InputError
 from neuralbake.io.images import load_image
+from neuralbake.material.texture import srgb_to_linear
 
 __all__ = [
     "LUMINANCE_WEIGHTS",
@@ -225,8 +226,6 @@ def load_environment(path: str | Path, *, device: torch.device | str | None = No
     elif suffix == ".hdr":
         array = _read_hdr(path)
     else:
-        from neuralbake.material.texture import srgb_to_linear
-
         image, _ = load_image(path)
         colour = image[..., :3] if image.shape[2] >= 3 else np.repeat(image[..., :1], 3, axis=2)
         array = srgb_to_linear(torch.from_numpy(np.ascontiguousarray(colour))).numpy()

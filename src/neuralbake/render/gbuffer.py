@@ -13,7 +13,8 @@ differentiable in the texels) on the pixels whose material id selects it and ret
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 
@@ -26,7 +27,7 @@ from neuralbake.render.mip import sample_trilinear
 from neuralbake.render.scene import RenderScene, TextureSlot, prepare_scene
 from neuralbake.render.visibility import VisibilityBuffer, ray_triangle_barycentrics, visibility_buffer
 
-__all__ = ["GBuffer", "SurfaceParameters", "as_render_scene", "evaluate_materials", "interpolate", "render_gbuffer", "shading_frame"]
+__all__ = ["GBuffer", "GBufferRows", "SurfaceParameters", "as_render_scene", "evaluate_materials", "interpolate", "render_gbuffer", "shading_frame"]
 
 
 # --- interpolation and the G-buffer ------------------------------------------------------------------
@@ -54,19 +55,45 @@ def interpolate(attributes: torch.Tensor, faces: torch.Tensor, triangle_id: torc
 
 
 @dataclass(eq=False)
-class GBuffer:
-    """Surface attributes at the ``N`` pixels that hit the mesh (compact, row-major pixel order)."""
+class GBufferRows:
+    """The rows of a G-buffer that locate each hit on the mesh and in its uv sets: enough to
+    interpolate vertex attributes and to sample textures there (trilinear, by the uv footprint).
+    A fit keeps only these of each view (:meth:`rows`), not the whole :class:`GBuffer`."""
 
-    visibility: VisibilityBuffer
-    """The non-differentiable visibility buffer it was built from."""
     pixel: torch.Tensor
     """int64 ``[N]`` flat pixel index ``row * width + col`` of each hit."""
     triangle: torch.Tensor
     """int64 ``[N]``."""
-    material_id: torch.Tensor
-    """int64 ``[N]``."""
     barycentrics: torch.Tensor
     """``[N, 2]`` recomputed from the positions (differentiable)."""
+    uv: tuple[torch.Tensor, torch.Tensor]
+    """``(uv0, uv1)``, each ``[N, 2]``."""
+    uv_dx: tuple[torch.Tensor, torch.Tensor]
+    """Change of ``(uv0, uv1)`` one pixel to the right, each ``[N, 2]``."""
+    uv_dy: tuple[torch.Tensor, torch.Tensor]
+    """Change of ``(uv0, uv1)`` one pixel down, each ``[N, 2]``."""
+
+    def rows(self, *, detach: bool = False) -> dict[str, Any]:
+        """The :class:`GBufferRows` fields as keywords (``detach``: cut from the autograd graph),
+        for building a :class:`GBufferRows` or a subclass of it from a :class:`GBuffer`."""
+        out = {}
+        for f in fields(GBufferRows):
+            value = getattr(self, f.name)
+            if detach:
+                value = tuple(v.detach() for v in value) if isinstance(value, tuple) else value.detach()
+            out[f.name] = value
+        return out
+
+
+@dataclass(eq=False)
+class GBuffer(GBufferRows):
+    """Surface attributes at the ``N`` pixels that hit the mesh (compact, row-major pixel order):
+    the :class:`GBufferRows` and the attributes interpolated there."""
+
+    visibility: VisibilityBuffer
+    """The non-differentiable visibility buffer it was built from."""
+    material_id: torch.Tensor
+    """int64 ``[N]``."""
     position: torch.Tensor
     """``[N, 3]`` world hit points."""
     geometric_normal: torch.Tensor
@@ -75,12 +102,6 @@ class GBuffer:
     """``[N, 3]`` unit interpolated vertex normals (not flipped)."""
     tangent: torch.Tensor
     """``[N, 4]`` interpolated tangents (xyz not normalised) and handedness (w)."""
-    uv: tuple[torch.Tensor, torch.Tensor]
-    """``(uv0, uv1)``, each ``[N, 2]``."""
-    uv_dx: tuple[torch.Tensor, torch.Tensor]
-    """Change of ``(uv0, uv1)`` one pixel to the right, each ``[N, 2]``."""
-    uv_dy: tuple[torch.Tensor, torch.Tensor]
-    """Change of ``(uv0, uv1)`` one pixel down, each ``[N, 2]``."""
     color: torch.Tensor
     """``[N, 4]`` interpolated vertex colours."""
     view: torch.Tensor

@@ -21,6 +21,7 @@ import torch
 from neuralbake.errors import InputError
 from neuralbake.io.gltf import Material, Mesh, Scene, TextureRef, generate_normals, generate_tangents
 from neuralbake.material.texture import linear_to_srgb, srgb_to_linear
+from neuralbake.render.antialias import edge_neighbours as find_edge_neighbours
 from neuralbake.render.mip import build_mip_pyramid
 from neuralbake.render.visibility import RayCaster
 
@@ -128,9 +129,7 @@ class RenderScene:
         welded by position), computed on first use and kept: moving vertices with
         :meth:`set_positions` does not change the topology."""
         if self._edge_neighbours is None:
-            from neuralbake.render.antialias import edge_neighbours
-
-            self._edge_neighbours = edge_neighbours(self.faces, self.positions)
+            self._edge_neighbours = find_edge_neighbours(self.faces, self.positions)
         return self._edge_neighbours
 
     @property

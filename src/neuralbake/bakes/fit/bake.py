@@ -37,8 +37,12 @@ from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, Footprint
 from neuralbake.core.events import EventSink, EventWriter
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.gltf import Scene, load_bake_input
+from neuralbake.render.paint import view_uv_buffer
+from neuralbake.nn.checkpoint import CHECKPOINT_FORMAT
 from neuralbake.render.scene import prepare_scene
+from neuralbake.render.skinning import pose_scene
 from neuralbake.render.uv_raster import generate_uv1_atlas
+from neuralbake.render.visibility import warp_available
 
 __all__ = ["FIT", "fit_lod"]
 
@@ -65,8 +69,6 @@ def _check_inputs(config: FitConfig) -> None:
             fix="fit the shape with --target unlit or vertex-color, or leave --shape off.",
         )
     if config.shadows:
-        from neuralbake.render.visibility import warp_available
-
         if not warp_available():
             raise ConfigError(
                 "shadows need warp-lang's BVH ray casts, and warp-lang cannot be imported here.",
@@ -76,7 +78,7 @@ def _check_inputs(config: FitConfig) -> None:
 
 
 def _load_asset(config: FitConfig) -> Scene:
-    scene = load_bake_input(config.asset, max_triangles=config.max_triangles)
+    scene = pose_scene(load_bake_input(config.asset, max_triangles=config.max_triangles))
     if config.weights is not None and any(m.uv0 is None for m in scene.meshes):
         raise InputError(
             "the weights mask lives in uv0 space, but a mesh has no TEXCOORD_0.",
@@ -108,8 +110,9 @@ def _load_asset(config: FitConfig) -> Scene:
 def _load_reference(config: FitConfig) -> Scene | None:
     if config.reference is None:
         return None
-    return load_bake_input(config.reference, field="reference", max_triangles=config.max_triangles, problem="the reference asset does not exist.",
-                           fix="pass the original .gltf or .glb, or leave reference unset.")
+    reference = load_bake_input(config.reference, field="reference", max_triangles=config.max_triangles, problem="the reference asset does not exist.",
+                                fix="pass the original .gltf or .glb, or leave reference unset.")
+    return pose_scene(reference)
 
 
 def _compatibility(config: FitConfig) -> dict[str, Any]:
@@ -237,8 +240,6 @@ PAINT_VIEWS = 8
 
 def warm_start(model: LodAppearance, config: FitConfig) -> None:
     """Load the stored values (and tone map) of a previous fit's checkpoint into ``model``."""
-    from neuralbake.nn.checkpoint import CHECKPOINT_FORMAT
-
     path = Path(str(config.warm_start))
     fix = "pass the fit.pt of a fit of the same asset with the same target and sizes, or leave warm_start unset."
     try:
@@ -272,8 +273,6 @@ def _publish_paint_views(run: BakeRun, scene: Scene, held_views: list, config: F
     """Give a watcher the first held-out views to paint weights on: each view's reference picture
     (preview ``view<k>``) and its uv0 buffer (``view<k>.npz``, see :mod:`neuralbake.render.paint`),
     announced by a ``paint_view`` event. Skipped when a mesh has no uv0 (weights live in uv0)."""
-    from neuralbake.render.paint import view_uv_buffer
-
     if any(m.uv0 is None for m in scene.meshes):
         return
     for k, view in enumerate(held_views[:PAINT_VIEWS]):

@@ -114,8 +114,7 @@ def shape_view(rs: Any, target: ShapeTarget, mask: torch.Tensor | None, weight_m
         weight = 1.0 + (weight_max - 1.0) * m
     reference = target.image.reshape(-1, 3)[g.pixel]
     view = View(
-        pixel=g.pixel, triangle=g.triangle, barycentrics=g.barycentrics, uv=g.uv, uv_dx=g.uv_dx, uv_dy=g.uv_dy,
-        reference=reference, weight=weight, hdr=reference, image=target.image, alpha=target.alpha,
+        **g.rows(), reference=reference, weight=weight, hdr=reference, image=target.image, alpha=target.alpha,
     )
     return view, g
 

@@ -19,8 +19,9 @@ from neuralbake.io.limits import check_memory
 from neuralbake.render.camera import Camera, fibonacci_orbit, framing_radius, random_orbit
 from neuralbake.render.deferred import DirectionalLight, Lighting, render
 from neuralbake.render.envmap import EnvironmentLight, default_environment
-from neuralbake.render.gbuffer import GBuffer, render_gbuffer
+from neuralbake.render.gbuffer import GBuffer, GBufferRows, render_gbuffer
 from neuralbake.render.mip import sample_bilinear
+from neuralbake.render.tonemap import tone_map
 
 __all__ = [
     "View",
@@ -43,15 +44,10 @@ RENDER_BYTES_PER_PIXEL = 1024
 
 
 @dataclass(eq=False)
-class View:
-    """What one fitting view keeps: hit pixels, their G-buffer rows and the reference."""
+class View(GBufferRows):
+    """What one fitting view keeps: its hits' G-buffer rows (:class:`~neuralbake.render.gbuffer.GBufferRows`)
+    and the reference there."""
 
-    pixel: torch.Tensor
-    triangle: torch.Tensor
-    barycentrics: torch.Tensor
-    uv: tuple[torch.Tensor, torch.Tensor]
-    uv_dx: tuple[torch.Tensor, torch.Tensor]
-    uv_dy: tuple[torch.Tensor, torch.Tensor]
     reference: torch.Tensor
     """``[N, 3]`` display values of the PBR render at the hits."""
     weight: torch.Tensor | None
@@ -93,8 +89,6 @@ def fit_cameras(scene: Scene, config: FitConfig) -> tuple[list[Camera], list[Cam
 
 def display_background(config: FitConfig, lighting: Lighting, device: torch.device) -> torch.Tensor:
     """``[3]`` display colour of the lighting's constant background (what a frame shows where nothing is hit)."""
-    from neuralbake.render.tonemap import tone_map
-
     hdr = torch.as_tensor(lighting.background, dtype=torch.float32, device=device).reshape(1, 1, 3)
     return tone_map(hdr, operator=config.display_tone_map, exposure=config.exposure).reshape(3)
 
@@ -171,15 +165,9 @@ def render_views(
         if mask is not None:
             m = sample_bilinear(mask, g.uv[0], wrap_s="repeat", wrap_t="repeat")[:, 0]
             weight = 1.0 + (config.weight_max - 1.0) * m
-        detach = lambda t: t.detach()
         views.append(
             View(
-                pixel=rows,
-                triangle=g.triangle,
-                barycentrics=detach(g.barycentrics),
-                uv=(detach(g.uv[0]), detach(g.uv[1])),
-                uv_dx=(detach(g.uv_dx[0]), detach(g.uv_dx[1])),
-                uv_dy=(detach(g.uv_dy[0]), detach(g.uv_dy[1])),
+                **g.rows(detach=True),
                 reference=out.ldr.reshape(-1, 3)[rows].detach(),
                 weight=weight,
                 hdr=out.hdr.reshape(-1, 3)[rows].detach(),

@@ -53,6 +53,7 @@ from neuralbake.render.envmap import EnvironmentLight, default_environment
 from neuralbake.render.gbuffer import GBuffer, SurfaceParameters, evaluate_materials, render_gbuffer, shading_frame
 from neuralbake.render.mip import sample_bilinear
 from neuralbake.render.scene import RenderScene, prepare_scene
+from neuralbake.render.skinning import pose_scene
 from neuralbake.render.tonemap import tone_map
 from neuralbake.render.visibility import warp_available
 
@@ -359,7 +360,7 @@ def _pick_material(rs: RenderScene, path: Path, name: str) -> int:
 def place_material(layered: Any, source: str | Path, asset: str | Path, name: str = "", *, fallback_normal: torch.Tensor, device: torch.device | str = "cpu") -> PlacedMaterial:
     """Put a compiled layered material on the triangles of the asset's material ``name`` (or of the one on the most triangles)."""
     path = Path(asset)
-    scene = load_bake_input(path, field="asset", fix="pass a .gltf or .glb asset with --asset.")
+    scene = pose_scene(load_bake_input(path, field="asset", fix="pass a .gltf or .glb asset with --asset."))
     rs = prepare_scene(scene, device=device)
     return PlacedMaterial(layered, Path(source), scene, rs, _pick_material(rs, path, name), path, fallback_normal)
 
@@ -367,7 +368,7 @@ def place_material(layered: Any, source: str | Path, asset: str | Path, name: st
 def load_asset_material(path: str | Path, name: str = "", *, device: torch.device | str = "cpu") -> AssetMaterial:
     """Read a glTF asset and pick the material to bake: ``name``, or the one on the most triangles."""
     path = Path(path)
-    scene = load_bake_input(path, field="material", fix="pass a .gltf or .glb asset, a .json material or a .mtlx document.")
+    scene = pose_scene(load_bake_input(path, field="material", fix="pass a .gltf or .glb asset, a .json material or a .mtlx document."))
     rs = prepare_scene(scene, device=device)
     index = _pick_material(rs, path, name)
     if rs.materials[index].unlit:

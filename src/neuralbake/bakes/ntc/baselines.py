@@ -13,6 +13,7 @@ import numpy as np
 
 from neuralbake.bakes.ntc.decode import set_quality
 from neuralbake.bakes.ntc.texture_set import ChannelGroup
+from neuralbake.io.bcn import bc_mip_chain_roundtrip
 
 __all__ = ["bc_baselines"]
 
@@ -42,8 +43,6 @@ def bc_baselines(
     the decoded chain and its quality (:func:`set_quality`). ``progress`` (if given) is called
     with 1 after each group's round trip (``2 * len(groups)`` calls in all).
     """
-    from neuralbake.io.bcn import bc_mip_chain_roundtrip
-
     results: dict[str, Any] = {}
     for family in ("bc1", "bc7"):
         decoded_groups, total_bytes, formats = [], 0, {}

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from neuralbake.errors import InputError
+from neuralbake.io.gltf import load_gltf_materials
 from neuralbake.io.images import load_image, resize_image
 from neuralbake.render.mip import build_mip_pyramid, is_power_of_two
 
@@ -165,8 +166,6 @@ def load_gltf_material(path: str | Path, *, material: str = "0") -> TextureSet:
     compressed as stored. The file is read by :func:`neuralbake.io.gltf.load_gltf_materials`
     (validation, confinement of image URIs, embedded images too).
     """
-    from neuralbake.io.gltf import load_gltf_materials
-
     path = Path(path)
     materials = load_gltf_materials(path)
     if not materials:

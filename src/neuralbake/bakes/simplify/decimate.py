@@ -43,6 +43,7 @@ import numpy as np
 from neuralbake.errors import InputError
 from neuralbake.io.gltf.geometry import drop_degenerate_triangles
 from neuralbake.io.gltf.model import Mesh, Scene
+from neuralbake.render.skinning import pose_scene
 
 __all__ = ["PROTECT_WEIGHT", "Decimated", "decimate_scene", "non_manifold_edges", "triangle_budget", "weld"]
 
@@ -275,7 +276,5 @@ def decimate_scene(
         sources.append(source)
     result = replace(scene, meshes=meshes)
     if scene.rig is not None and any(m.skin is not None for m in meshes):
-        from neuralbake.render.skinning import pose_scene
-
         result = pose_scene(result)  # skinned meshes were decimated in their bind pose
     return Decimated(scene=result, source_vertex=sources, triangles_before=before, triangles_after=result.num_triangles)

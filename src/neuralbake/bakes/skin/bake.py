@@ -23,7 +23,7 @@ from neuralbake.render.deferred import DirectionalLight, Lighting, render
 from neuralbake.render.gbuffer import interpolate
 from neuralbake.render.pictures import panel_grid
 from neuralbake.render.posing import Posable
-from neuralbake.render.skinning import blend_matrices, pose_scene, skin_positions
+from neuralbake.render.skinning import blend_matrices, pose_scene, skin_normals, skin_positions
 from neuralbake.render.visibility import closest_points
 
 __all__ = ["SKIN", "skin_lod"]
@@ -32,7 +32,7 @@ STRIP_FRAMES = 4
 
 
 def _inputs(config: SkinConfig) -> tuple[Scene, Scene]:
-    reference = load_bake_input(config.reference, field="reference", max_triangles=config.max_triangles)
+    reference = pose_scene(load_bake_input(config.reference, field="reference", max_triangles=config.max_triangles))
     skins = {m.skin for m in reference.meshes if m.skin is not None}
     if not skins:
         raise InputError("the reference has no skin: there are no joints to bind the LOD to.", path=config.reference, field="reference",
@@ -43,7 +43,7 @@ def _inputs(config: SkinConfig) -> tuple[Scene, Scene]:
     if not reference.rig.clips or reference.rig.clips[0].duration <= 0:
         raise InputError("the reference has no animation clip to fit the weights over.", path=config.reference, field="reference",
                          fix="export the original with at least one animation.")
-    lod = load_bake_input(config.lod, field="lod", max_triangles=config.max_triangles)
+    lod = pose_scene(load_bake_input(config.lod, field="lod", max_triangles=config.max_triangles))
     return lod, reference
 
 
@@ -110,8 +110,6 @@ def _candidates(reference: Posable, dense: torch.Tensor, count: int) -> tuple[to
 
 def _vertex_error(bind: torch.Tensor, joints: torch.Tensor, weights: torch.Tensor, matrices: list[torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
     """Mean distance of the skinned LOD vertices from their targets over frames (``[F]``)."""
-    from neuralbake.render.skinning import skin_positions
-
     return torch.stack([(skin_positions(bind, joints, weights, m) - t).norm(dim=1).mean() for m, t in zip(matrices, targets)])
 
 
@@ -167,8 +165,6 @@ def _body(run: BakeRun) -> BakeOutcome:
         return out.ldr, out.alpha
 
     def lod_render(camera: Any, t: float | None, joints: torch.Tensor, weights: torch.Tensor, matrices: torch.Tensor) -> Any:
-        from neuralbake.render.skinning import skin_normals, skin_positions
-
         rs = lod.rs
         rs.set_positions(skin_positions(bind, joints, weights, matrices).to(rs.dtype))
         rs.normals = skin_normals(lod_bind_normals, joints, weights, matrices).detach().to(rs.dtype)

@@ -107,9 +107,11 @@ class Mesh:
     weights: np.ndarray | None = None
     """float32 ``[V, 4]`` ``WEIGHTS_0``: the weights of :attr:`joints` (summing to about 1)."""
     skin: int | None = None
-    """Index into :attr:`Scene.rig`'s skins when the mesh is skinned; its :attr:`positions`,
-    :attr:`normals` and :attr:`tangents` are then the skinned rest pose (what a viewer shows
-    without animation), and the ``bind_*`` attributes what skinning starts from."""
+    """Index into :attr:`Scene.rig`'s skins when the mesh is skinned. As read, its :attr:`positions`,
+    :attr:`normals` and :attr:`tangents` are the bind pose (the file's attributes); the render's
+    :func:`~neuralbake.render.skinning.pose_scene` replaces them by a posed copy (the rest pose,
+    what a viewer shows without animation, or any frame), and the ``bind_*`` attributes keep what
+    skinning starts from."""
     bind_positions: np.ndarray | None = None
     """float32 ``[V, 3]`` bind-pose positions (the file's POSITION) of a skinned mesh."""
     bind_normals: np.ndarray | None = None

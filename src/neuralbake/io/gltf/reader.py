@@ -13,10 +13,10 @@ singular transform such as the zero scale that hides a node, tangents by the lin
 winding flipped under mirroring transforms), and every primitive becomes one
 :class:`~neuralbake.io.gltf.model.Mesh` holding its own material index. A skinned primitive (its
 node has a skin, it has ``JOINTS_0`` and ``WEIGHTS_0``) keeps its file attributes as the bind pose
-and is placed by its joints instead (the spec ignores the skinned node's own transform): its
-positions are the rest pose that skinning gives, and the file's skins and clips are read into
-``Scene.rig`` (:mod:`neuralbake.io.gltf.rig`) so that
-:func:`neuralbake.render.skinning.pose_scene` poses it at any frame.
+and is placed by its joints instead (the spec ignores the skinned node's own transform): it is
+read in its bind pose, and the file's skins and clips are read into ``Scene.rig``
+(:mod:`neuralbake.io.gltf.rig`) so that the caller poses it with
+:func:`neuralbake.render.skinning.pose_scene` (the rest pose, or any frame).
 
 What cannot be used is refused with an :class:`~neuralbake.errors.InputError` that names the file,
 the glTF field and the fix: meshopt compressed meshes and KTX2/WebP textures (convert them
@@ -415,6 +415,10 @@ def load_gltf(
 ) -> Scene:
     """Read a ``.gltf`` or ``.glb`` file into a world-space :class:`Scene`.
 
+    Skinned meshes come in their bind pose: posing is skinning, which belongs to the render
+    (:func:`neuralbake.render.skinning.pose_scene`), so a caller that shows or fits the scene as a
+    viewer would poses it (``pose_scene(load_gltf(path))`` is the rest pose).
+
     Parameters
     ----------
     path:
@@ -483,10 +487,6 @@ def load_gltf(
             scene.meshes.append(mesh)
     if not scene.meshes:
         raise InputError("the scene has no triangle meshes.", path=path, field="scenes", fix="export a scene with at least one mesh.")
-    if rig is not None and rig.skins:
-        from neuralbake.render.skinning import pose_scene
-
-        scene = pose_scene(scene)  # the skinned meshes in their rest pose, as a viewer shows them
     return scene
 
 
