@@ -176,10 +176,10 @@ def test_bad_config_and_inputs(tmp_path: Path) -> None:
 
 
 def test_shadows_without_warp_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from neuralbake.render import visibility
+    from neuralbake.bakes.fit import bake
 
     model = _write_asset(tmp_path / "asset")
-    monkeypatch.setattr(visibility, "warp_available", lambda: False)
+    monkeypatch.setattr(bake, "warp_available", lambda: False)
     with pytest.raises(ConfigError, match="no-shadows"):
         fit_lod(_config(model), tmp_path / "o", progress=False)
     assert _no_outputs(tmp_path / "o")
