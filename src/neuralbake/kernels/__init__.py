@@ -59,7 +59,7 @@ def gluon_launchable(kernel):
     ``TRITON_INTERPRET=1`` (:mod:`neuralbake.kernels.gluon_interpret`, imported only then)."""
     if not interpreting():
         return kernel
-    from neuralbake.kernels.gluon_interpret import interpreted
+    from neuralbake.kernels.gluon_interpret import interpreted  # patches Triton's interpreter: imported only under TRITON_INTERPRET=1
 
     return interpreted(kernel)
 
