@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from neuralbake.errors import ConfigError, TrainingError
+from neuralbake.io.neural_material_bundle import DIRECTION_INPUTS, DecoderInputLayout, InputSegment, decoder_input_layout
 from neuralbake.material.frame import cosine_hemisphere_pdf, square_to_cosine_hemisphere
 from neuralbake.material.texture import sample_texture
 from neuralbake.nn.mlp import MLP, MLPConfig
@@ -30,6 +31,7 @@ __all__ = [
     "NeuralMaterialLayer",
     "NeuralMaterialModel",
     "ReferenceSampler",
+    "assemble_inputs",
     "decoder_inputs",
     "directions_above",
     "footprint_probes",
@@ -39,17 +41,32 @@ __all__ = [
     "view_directions",
 ]
 
+def _direction_feature(segment: InputSegment, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
+    """One direction segment of the decoder's inputs, by its encoding (local frame, normal +z)."""
+    if segment.encoding == "halfway":
+        return F.normalize(wi + wo, dim=1, eps=1e-8)
+    if segment.encoding == "identity":
+        return {"wi": wi, "wo": wo}[segment.name]
+    raise ValueError(f"no PyTorch encoding {segment.encoding!r} for direction input {segment.name!r}")
+
+
 DIRECTION_FEATURES = {
-    "wi": lambda wi, wo: wi,
-    "wo": lambda wi, wo: wo,
-    "half": lambda wi, wo: F.normalize(wi + wo, dim=1, eps=1e-8),
+    segment.name: (lambda wi, wo, segment=segment: _direction_feature(segment, wi, wo)) for segment in decoder_input_layout(0, DIRECTION_INPUTS).directions
 }
 """Direction features a decoder can read after its latent (local frame, normal +z), by name."""
 
 
+def assemble_inputs(layout: DecoderInputLayout, latent: torch.Tensor, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
+    """The decoder's input rows, segment by segment as ``layout`` places them."""
+    pieces = [latent if segment.source == "latent" else _direction_feature(segment, wi, wo).to(latent.dtype) for segment in layout.segments]
+    order = sorted(range(len(pieces)), key=lambda index: layout.segments[index].offset)
+    return torch.cat([pieces[index] for index in order], dim=1)
+
+
 def decoder_inputs(latent: torch.Tensor, wi: torch.Tensor, wo: torch.Tensor, direction_inputs: tuple[str, ...] | list[str]) -> torch.Tensor:
-    """The decoder's input rows: ``[latent, feature(wi, wo) for each named direction feature]``."""
-    return torch.cat([latent, *(DIRECTION_FEATURES[name](wi, wo).to(latent.dtype) for name in direction_inputs)], dim=1)
+    """The decoder's input rows: ``[latent, feature(wi, wo) for each named direction feature]``
+    (:func:`neuralbake.io.neural_material_bundle.decoder_input_layout`, which the shader export reads too)."""
+    return assemble_inputs(decoder_input_layout(int(latent.shape[1]), direction_inputs), latent, wi, wo)
 
 
 def lod_from_derivatives(duv_dx: torch.Tensor, duv_dy: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -114,7 +131,7 @@ class NeuralMaterialModel(torch.nn.Module):
         relu_linear = {"hidden_activation": "relu", "output_activation": "none"}
         self.encoder = MLP(MLPConfig(inputs=features, hidden=config.encoder_hidden, layers=config.encoder_layers, outputs=config.latent, **relu_linear))
         self.direction_inputs = tuple(config.direction_inputs)
-        inputs = config.latent + 3 * len(self.direction_inputs)
+        inputs = decoder_input_layout(config.latent, self.direction_inputs).width
         self.decoder = MLP(MLPConfig(inputs=inputs, hidden=config.decoder_hidden, layers=config.decoder_layers, outputs=3, **relu_linear))
 
     def share_decoder(self, decoder: MLP, layers: int) -> None:
