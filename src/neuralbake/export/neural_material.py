@@ -33,6 +33,14 @@ from typing import Any
 from neuralbake.bakes.neural_material.latents import read_sampler
 from neuralbake.errors import BundleError, ConfigError
 from neuralbake.export.neural_material_codegen import POINT_FLOATS, generate_material_shader
+from neuralbake.export.neural_material_sampling import sampler_summary
+from neuralbake.export.neural_material_tensor import POINTS_PER_GROUP as TENSOR_POINTS_PER_GROUP
+from neuralbake.export.neural_material_tensor import THREADS as TENSOR_THREADS
+from neuralbake.export.neural_material_tensor import tensor_kernel_shape
+from neuralbake.export.slang import THREADS_PER_GROUP
+from neuralbake.io.bundle import LATENT_FORMATS, read_bundle, read_device_layout
+from neuralbake.io.device_layout import pack_device_layout
+from neuralbake.io.files import atomic_write_bytes, atomic_write_json, atomic_write_text, prepare_output_dir, sha256_file
 from neuralbake.io.neural_material_bundle import (
     ELEMENT_BYTES,
     PACK_COMPATIBILITY_FIELDS,
@@ -44,14 +52,6 @@ from neuralbake.io.neural_material_bundle import (
     read_latent_levels,
     read_neural_material_manifest,
 )
-from neuralbake.export.neural_material_sampling import sampler_summary
-from neuralbake.export.neural_material_tensor import POINTS_PER_GROUP as TENSOR_POINTS_PER_GROUP
-from neuralbake.export.neural_material_tensor import THREADS as TENSOR_THREADS
-from neuralbake.export.neural_material_tensor import tensor_kernel_shape
-from neuralbake.export.slang import THREADS_PER_GROUP
-from neuralbake.io.bundle import LATENT_FORMATS, read_bundle, read_device_layout
-from neuralbake.io.device_layout import pack_device_layout
-from neuralbake.io.files import atomic_write_bytes, atomic_write_json, atomic_write_text, prepare_output_dir, sha256_file
 
 __all__ = ["NeuralMaterialShaderExport", "export_material_pack_shader", "export_neural_material_shader"]
 

@@ -59,8 +59,8 @@ import torch
 
 from neuralbake.bakes.neural_material.model import decoder_inputs
 from neuralbake.export.neural_material_inputs import direction_input_lines
-from neuralbake.io.neural_material_bundle import ExportMaterial
 from neuralbake.io.device_layout import align
+from neuralbake.io.neural_material_bundle import ExportMaterial
 from neuralbake.nn.activations import activation_fn
 
 __all__ = [

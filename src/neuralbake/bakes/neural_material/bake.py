@@ -21,11 +21,11 @@ from torch.func import functional_call
 from neuralbake.bakes.neural_material.asset import (
     AssetMaterial,
     AssetSurface,
-    asset_comparison,
     is_asset,
     load_asset_material,
     place_material,
 )
+from neuralbake.bakes.neural_material.asset_scoring import asset_comparison
 from neuralbake.bakes.neural_material.comparison import compare, throughput
 from neuralbake.bakes.neural_material.config import NeuralMaterialConfig, device_defaults, neural_material_footprint
 from neuralbake.bakes.neural_material.latents import bake_latent_pyramid, load_neural_material, write_material_bundle
@@ -36,9 +36,8 @@ from neuralbake.bakes.neural_material.model import (
     decoder_inputs,
     relative_l1,
     texel_features,
-    view_directions,
 )
-from neuralbake.bakes.neural_material.sampling import fit_sampling_head, relative_variance
+from neuralbake.bakes.neural_material.sampling import fit_sampling_head, relative_variance, view_directions
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
 from neuralbake.errors import ConfigError
 from neuralbake.io.files import sha256_file

@@ -7,9 +7,9 @@ decoder in the network bundle format with its packed device layouts; the encoder
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import torch

@@ -9,12 +9,12 @@ the decoder ships, with the latent texture (:class:`NeuralMaterial`).
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 
+from neuralbake.bakes.neural_material.sampling import proxy_pdf, proxy_sample, view_directions
 from neuralbake.errors import ConfigError, TrainingError
 from neuralbake.io.neural_material_bundle import DIRECTION_INPUTS, DecoderInputLayout, InputSegment, decoder_input_layout
 from neuralbake.material.frame import cosine_hemisphere_pdf, square_to_cosine_hemisphere
@@ -38,7 +38,6 @@ __all__ = [
     "lod_from_derivatives",
     "relative_l1",
     "texel_features",
-    "view_directions",
 ]
 
 def _direction_feature(segment: InputSegment, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
@@ -161,17 +160,6 @@ class NeuralMaterialModel(torch.nn.Module):
 
 def directions_above(n: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
     return square_to_cosine_hemisphere(torch.rand(n, 2, generator=generator, device=device))
-
-
-def view_directions(n: int, uniform_fraction: float, generator: torch.Generator, device: torch.device) -> torch.Tensor:
-    """View directions: ``uniform_fraction`` of them uniform over the hemisphere, the rest cosine-distributed."""
-    u = torch.rand(n, 3, generator=generator, device=device)
-    cosine = square_to_cosine_hemisphere(u[:, :2])
-    z = u[:, 0:1]
-    r = torch.sqrt(torch.clamp(1.0 - z * z, min=0.0))
-    phi = 2.0 * math.pi * u[:, 1:2]
-    uniform = torch.cat([r * torch.cos(phi), r * torch.sin(phi), z], dim=1)
-    return torch.where(u[:, 2:3] < uniform_fraction, uniform, cosine)
 
 
 class ReferenceSampler:
@@ -317,7 +305,7 @@ class NeuralMaterial:
         """``f(wi, wo) cos`` ``[N, 3]`` at ``uv``: latent fetch (bilinear, or trilinear at ``lod``) and decoder, on the ``kernels`` path."""
         if self.kernels == "triton":
             if getattr(self, "_fused", None) is None:
-                from neuralbake.kernels.decoders import FusedNeuralMaterial
+                from neuralbake.kernels.decoders import FusedNeuralMaterial  # needs triton, an optional dependency
 
                 self._fused = FusedNeuralMaterial(self)
             return self._fused(uv, wi, wo, lod)
@@ -399,8 +387,6 @@ class NeuralMaterialLayer:
     def sample(self, wo: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         lobe = self._lobe()
         if lobe is not None:
-            from neuralbake.bakes.neural_material.sampling import proxy_sample
-
             wi, pdf = proxy_sample(*lobe, wo.float(), u.float())
             return wi.to(wo.dtype), pdf.to(wo.dtype)
         wi = square_to_cosine_hemisphere(u)
@@ -409,8 +395,6 @@ class NeuralMaterialLayer:
     def pdf(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
         lobe = self._lobe()
         if lobe is not None:
-            from neuralbake.bakes.neural_material.sampling import proxy_pdf
-
             return proxy_pdf(*lobe, wi.float(), wo.float()).to(wi.dtype)
         return cosine_hemisphere_pdf(wi) * (wo[:, 2] > 0)
 
