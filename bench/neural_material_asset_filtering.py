@@ -24,11 +24,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from neuralbake.bakes.neural_material.asset import SUN, asset_framing, load_asset_bundle, vertex_frame
+from neuralbake.bakes.neural_material.asset import load_asset_bundle
 from neuralbake.io.images import save_png
 from neuralbake.material.frame import normalize
-from neuralbake.render.camera import look_at
+from neuralbake.render.camera import bounds_framing, look_at
 from neuralbake.render.gbuffer import render_gbuffer
+from neuralbake.render.layer_shading import SUN, vertex_frame
 from neuralbake.render.pictures import comparison_row, panel_grid
 from neuralbake.render.tonemap import tone_map
 from timing import Stopwatch
@@ -60,7 +61,7 @@ def main() -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     material, neural = load_asset_bundle(args.asset, args.bundle, device=device)
     rs = material.render_scene
-    target, framing = asset_framing(rs, 40.0)
+    target, framing = bounds_framing(rs.positions, 40.0)
     direction = torch.nn.functional.normalize(torch.tensor([-0.35, 0.45, 0.82]), dim=0)  # on the sun's side
     rows, results = [], {"asset": args.asset.name, "bundle": str(args.bundle), "size": args.size, "supersampling": args.ss,
                          "latent_side": int(neural.latents[0].shape[0]), "distances": []}

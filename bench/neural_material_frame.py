@@ -45,14 +45,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from neuralbake.bakes.neural_material.asset import SUN, GltfLayer, asset_framing, load_asset_bundle, vertex_frame
+from neuralbake.bakes.neural_material.asset import GltfLayer, load_asset_bundle
 from neuralbake.bakes.neural_material.model import lod_from_derivatives
 from neuralbake.export.neural_material import export_material_pack_shader, export_neural_material_shader
 from neuralbake.io.images import save_png
 from neuralbake.material.frame import normalize
-from neuralbake.render.camera import look_at
+from neuralbake.render.camera import bounds_framing, look_at
 from neuralbake.render.envmap import EnvironmentLight, default_environment
 from neuralbake.render.gbuffer import evaluate_materials, render_gbuffer
+from neuralbake.render.layer_shading import SUN, vertex_frame
 from neuralbake.render.tonemap import tone_map
 from timing import measure, synchronizer
 
@@ -89,7 +90,7 @@ def main() -> None:
     pack = len(bundles) > 1 or bundles[0] != args.bundle
     loaded = [load_asset_bundle(args.asset, bundle, device=device) for bundle in bundles]
     rs = loaded[0][0].render_scene
-    target, distance = asset_framing(rs, 40.0)
+    target, distance = bounds_framing(rs.positions, 40.0)
     camera = look_at((target[0] + 0.6 * distance, target[1] + 0.25 * distance, target[2] + 0.75 * distance), target, fov_y_deg=40.0)
     width, height = args.width, args.height
     results: dict = {"asset": str(args.asset.name), "bundle": str(args.bundle), "materials": [m.name for m, _ in loaded], "width": width,

@@ -27,7 +27,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from neuralbake.bakes.neural_material.asset import GltfLayer, asset_views, load_asset_bundle, shade_layer, vertex_frame
+from neuralbake.bakes.neural_material.asset import GltfLayer, load_asset_bundle
+from neuralbake.bakes.neural_material.asset_scoring import asset_views
 from neuralbake.bakes.ntc.bake import compress_texture_set
 from neuralbake.bakes.ntc.config import NTCConfig
 from neuralbake.bakes.ntc.container import open_container
@@ -39,6 +40,7 @@ from neuralbake.io.images import save_png
 from neuralbake.material.frame import normalize
 from neuralbake.render.envmap import EnvironmentLight, default_environment
 from neuralbake.render.gbuffer import evaluate_materials, render_gbuffer
+from neuralbake.render.layer_shading import shade_layer, vertex_frame
 from neuralbake.render.pictures import panel_grid
 from neuralbake.render.scene import prepare_scene
 from neuralbake.render.tonemap import tone_map

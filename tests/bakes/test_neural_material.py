@@ -221,7 +221,7 @@ def test_view_directions_mix_cosine_and_uniform(fraction: float) -> None:
     wo = view_directions(20000, fraction, torch.Generator().manual_seed(3), torch.device("cpu"))
     assert torch.allclose(wo.norm(dim=1), torch.ones(len(wo)), atol=1e-5) and bool((wo[:, 2] >= 0).all())
     # cos(theta) has cdf (1 - f) c^2 + f c: cosine-distributed views have c^2 uniform, uniform ones c.
-    cdf = lambda c: (1.0 - fraction) * c**2 + fraction * c  # noqa: E731
+    cdf = lambda c: (1.0 - fraction) * c**2 + fraction * c
     assert stats.kstest(wo[:, 2].double().numpy(), cdf).pvalue > 1e-3
     azimuth = torch.atan2(wo[:, 1], wo[:, 0]).double().numpy()
     assert stats.kstest(azimuth, stats.uniform(loc=-math.pi, scale=2 * math.pi).cdf).pvalue > 1e-3

@@ -1,7 +1,6 @@
-"""The neural material bake of a glTF asset's material (bakes/neural_material/asset.py)."""
+"""The neural material bake of a glTF asset's material (bakes/neural_material/asset.py, asset_scoring.py)."""
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -13,19 +12,19 @@ from neuralbake.bakes.neural_material import NeuralMaterialConfig, bake_neural_m
 from neuralbake.bakes.neural_material.asset import (
     AssetMaterial,
     GltfLayer,
-    asset_views,
     load_asset_material,
-    mip_chain_bytes,
-    shade_layer,
-    vertex_frame,
+    place_material,
 )
+from neuralbake.bakes.neural_material.asset_scoring import asset_views
 from neuralbake.cli import app
 from neuralbake.errors import BundleError, ConfigError, InputError
+from neuralbake.io.bcn import mip_chain_bytes
 from neuralbake.io.gltf import Material, Mesh, Scene, TextureRef, write_gltf
 from neuralbake.material.frame import normalize
 from neuralbake.material.gltf import gltf_eval
 from neuralbake.render.envmap import EnvironmentLight
 from neuralbake.render.gbuffer import evaluate_materials, render_gbuffer
+from neuralbake.render.layer_shading import SUN, shade_layer, vertex_frame
 from tests.material._support import chi2_sampler_pvalue
 
 CRATE = Path(__file__).resolve().parents[2] / "examples" / "crate" / "crate.gltf"
@@ -110,7 +109,6 @@ def test_vertex_frame_follows_the_tangent_handedness() -> None:
 def test_shading_a_layer_agrees_with_the_deferred_renderer() -> None:
     """The bake's renderer (cosine + light samples, vertex frame with the map inside the layer)
     converges to the deferred renderer's image (GGX + light samples, normal-mapped frame)."""
-    from neuralbake.bakes.neural_material.asset import SUN
     from neuralbake.render.deferred import DirectionalLight, Lighting, shade
 
     material = load_asset_material(CRATE)
@@ -128,11 +126,6 @@ def test_shading_a_layer_agrees_with_the_deferred_renderer() -> None:
     theirs = shade(rs, g, lighting).radiance
     assert abs(float(mine.mean() / theirs.mean()) - 1.0) < 0.02
     assert float((mine - theirs).abs().mean()) < 0.05 * float(theirs.mean())
-
-
-def test_mip_chain_bytes() -> None:
-    assert mip_chain_bytes(256, 256, "bc7") == sum(max(1, math.ceil(s / 4)) ** 2 * 16 for s in (256, 128, 64, 32, 16, 8, 4, 2, 1))
-    assert mip_chain_bytes(4, 8, "bc1") == 2 * 8 + 8 + 8 + 8
 
 
 def _tiny(material: str | Path, **fields) -> NeuralMaterialConfig:
@@ -268,7 +261,6 @@ def test_cli_bakes_a_named_asset_material(tmp_path: Path) -> None:
 
 def test_a_placed_layered_material_reads_the_asset_normal_per_texel() -> None:
     """The copper tray's dust (an up_facing mask) lands on the crate's top face, not on its sides."""
-    from neuralbake.bakes.neural_material.asset import place_material
     from neuralbake.material.loader import load_material
 
     tray = CRATE.parents[1] / "materials" / "antique_copper_tray.json"

@@ -1,8 +1,10 @@
+import math
+
 import numpy as np
 import pytest
 
 from neuralbake.errors import ConfigError, InputError
-from neuralbake.io.bcn import BC_BITS_PER_PIXEL, bc_mip_chain_roundtrip, bc_roundtrip
+from neuralbake.io.bcn import BC_BITS_PER_PIXEL, bc_mip_chain_roundtrip, bc_roundtrip, mip_chain_bytes, pad_to_blocks
 
 from ..conftest import make_test_pattern
 
@@ -120,3 +122,17 @@ def test_errors_name_the_problem():
         bc_roundtrip(_smooth(8, 3), "bc7", bc7_uber_level=5)
     with pytest.raises(InputError, match="empty"):
         bc_mip_chain_roundtrip([], "bc1")
+
+
+def test_mip_chain_bytes_counts_whole_blocks_down_to_one_texel() -> None:
+    assert mip_chain_bytes(256, 256, "bc7") == sum(max(1, math.ceil(s / 4)) ** 2 * 16 for s in (256, 128, 64, 32, 16, 8, 4, 2, 1))
+    assert mip_chain_bytes(4, 8, "bc1") == 2 * 8 + 8 + 8 + 8
+    assert mip_chain_bytes(5, 5, "bc5") == 4 * 16 + 16 + 16
+
+
+def test_mip_chain_bytes_matches_the_round_trip_count() -> None:
+    """Level 0's share of the chain is what bc_roundtrip writes for it, padded to whole blocks."""
+    for fmt, channels in (("bc1", 3), ("bc5", 2), ("bc7", 4)):
+        image = np.full((6, 10, channels), 0.5, np.float32)
+        _, size = bc_roundtrip(pad_to_blocks(image), fmt)
+        assert mip_chain_bytes(6, 10, fmt) - mip_chain_bytes(3, 5, fmt) == size

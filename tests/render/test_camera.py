@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from neuralbake.errors import InputError
-from neuralbake.render.camera import Camera, fibonacci_orbit, framing_radius, look_at, orbit, random_orbit
+from neuralbake.render.camera import Camera, bounds_framing, fibonacci_orbit, framing_radius, look_at, orbit, random_orbit
 
 
 def test_rays_follow_the_pinhole_model() -> None:
@@ -81,3 +81,11 @@ def test_user_orbit_places_cameras_by_angle() -> None:
 def test_bad_camera_arguments(make) -> None:
     with pytest.raises(InputError, match="Fix:"):
         make()
+
+
+def test_bounds_framing_centres_the_box_and_fits_its_sphere() -> None:
+    points = np.array([[0.0, 0.0, 0.0], [2.0, 4.0, -2.0], [1.0, 1.0, -1.0]])
+    target, distance = bounds_framing(points, 40.0)
+    assert target == pytest.approx((1.0, 2.0, -1.0))
+    assert distance == pytest.approx(framing_radius(math.sqrt(6.0), 40.0))
+    assert bounds_framing(torch.tensor(points, dtype=torch.float32), 40.0)[1] == pytest.approx(distance, rel=1e-6)

@@ -8,9 +8,8 @@ they bind and a JSON manifest describing both. The decoder code comes from
 the latent fetch, the decoder's input assembly, the output transform and the material switch.
 
 The code generation is :mod:`neuralbake.export.neural_material_codegen` (the functions and
-bindings it generates are described there), the weight and latent buffer layouts are
-:mod:`neuralbake.export.neural_material_layout`, and the bundle's neural-material manifest is read
-by :mod:`neuralbake.export.neural_material_manifest`; this module reads the bundles, checks a pack
+bindings it generates are described there); the weight and latent buffer layouts and the
+bundle's neural-material manifest are :mod:`neuralbake.io.neural_material_bundle`; this module reads the bundles, checks a pack
 and writes the files. The Slang module also gets a tensor-core batch kernel per material
 (:mod:`neuralbake.export.neural_material_tensor`), described under ``tensor_kernels`` in the
 manifest.
@@ -34,13 +33,6 @@ from typing import Any
 from neuralbake.bakes.neural_material.latents import read_sampler
 from neuralbake.errors import BundleError, ConfigError
 from neuralbake.export.neural_material_codegen import POINT_FLOATS, generate_material_shader
-from neuralbake.export.neural_material_layout import ELEMENT_BYTES, ExportMaterial, LatentBufferLevel, pack_latents, pack_weights
-from neuralbake.export.neural_material_manifest import (
-    PACK_COMPATIBILITY_FIELDS,
-    NeuralMaterialManifest,
-    read_latent_levels,
-    read_neural_material_manifest,
-)
 from neuralbake.export.neural_material_sampling import sampler_summary
 from neuralbake.export.neural_material_tensor import POINTS_PER_GROUP as TENSOR_POINTS_PER_GROUP
 from neuralbake.export.neural_material_tensor import THREADS as TENSOR_THREADS
@@ -49,6 +41,17 @@ from neuralbake.export.slang import THREADS_PER_GROUP
 from neuralbake.io.bundle import LATENT_FORMATS, read_bundle, read_device_layout
 from neuralbake.io.device_layout import pack_device_layout
 from neuralbake.io.files import atomic_write_bytes, atomic_write_json, atomic_write_text, prepare_output_dir, sha256_file
+from neuralbake.io.neural_material_bundle import (
+    ELEMENT_BYTES,
+    PACK_COMPATIBILITY_FIELDS,
+    ExportMaterial,
+    LatentBufferLevel,
+    NeuralMaterialManifest,
+    pack_latents,
+    pack_weights,
+    read_latent_levels,
+    read_neural_material_manifest,
+)
 
 __all__ = ["NeuralMaterialShaderExport", "export_material_pack_shader", "export_neural_material_shader"]
 

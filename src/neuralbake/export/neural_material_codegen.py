@@ -41,7 +41,7 @@ Bindings: ``ByteAddressBuffer nb_<module>_weights`` (``<module>.weights.<precisi
 ``ByteAddressBuffer nb_<module>_latents`` (``<module>.latents.<format>.bin``).
 
 The decoder functions come from :mod:`neuralbake.export.slang` (the generator every exported MLP
-uses); the buffers they read are laid out by :mod:`neuralbake.export.neural_material_layout`.
+uses); the buffers they read are laid out by :mod:`neuralbake.io.neural_material_bundle`.
 """
 
 from __future__ import annotations
@@ -50,10 +50,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from neuralbake.bakes.neural_material.model import MAX_PROBES
-from neuralbake.export.neural_material_layout import ExportMaterial
+from neuralbake.export.neural_material_inputs import direction_input_lines
 from neuralbake.export.neural_material_sampling import helper_code, sampling_code, sampling_switch_code
 from neuralbake.export.neural_material_tensor import tensor_kernel_code
 from neuralbake.export.slang import THREADS_PER_GROUP, generate_mlp_hlsl, generate_mlp_slang
+from neuralbake.io.neural_material_bundle import ExportMaterial
 
 __all__ = ["POINT_FLOATS", "generate_material_shader"]
 
@@ -219,9 +220,8 @@ def _latent_code(material: ExportMaterial, table: list[dict[str, int]], module: 
 
 def _eval_code(material: ExportMaterial, module: str) -> list[str]:
     m = material.name
-    channels = material.fields["latent.channels"]
-    inputs = material.fields["architecture.inputs"]
-    directions = material.fields["architecture.direction_inputs"]
+    layout = material.inputs
+    channels, inputs, first = layout.latent.width, layout.width, layout.latent.offset
     zeros = f"{{ {', '.join(['0.0f'] * channels)} }}"
     lines = [
         "",
@@ -258,14 +258,9 @@ def _eval_code(material: ExportMaterial, module: str) -> list[str]:
         "        return float3(0.0f, 0.0f, 0.0f);",
         f"    float inputs[{inputs}] = {{ {', '.join(['0.0f'] * inputs)} }};",
         f"    for (uint c = 0; c < {channels}u; ++c)",
-        "        inputs[c] = latent[c];",
+        f"        inputs[{first}u + c] = latent[c];",
+        *direction_input_lines(layout, module, lambda index, value: f"inputs[{index}] = {value};", "    "),
     ]
-    if "half" in directions:
-        shade.append(f"    float3 halfway = nb_{module}_halfway(wi, wo);")
-    vectors = {"wi": "wi", "wo": "wo", "half": "halfway"}
-    for index, name in enumerate(directions):
-        for axis, component in enumerate("xyz"):
-            shade.append(f"    inputs[{channels + 3 * index + axis}] = {vectors[name]}.{component};")
     shade += [
         "    float y[3] = { 0.0f, 0.0f, 0.0f };",
         f"    nb_{m}_decoder(nb_{module}_weights, inputs, y);",

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from neuralbake.bakes.neural_material.sampling import MAX_TILT, MAX_W, MIN_ALPHA
-from neuralbake.export.neural_material_layout import ExportMaterial
+from neuralbake.io.neural_material_bundle import ExportMaterial
 
 __all__ = ["helper_code", "sampler_summary", "sampling_code", "sampling_switch_code"]
 

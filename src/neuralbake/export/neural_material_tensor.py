@@ -55,8 +55,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from neuralbake.export.neural_material_layout import ExportMaterial
+import torch
+
+from neuralbake.bakes.neural_material.model import decoder_inputs
+from neuralbake.export.neural_material_inputs import direction_input_lines
 from neuralbake.io.device_layout import align
+from neuralbake.io.neural_material_bundle import ExportMaterial
+from neuralbake.nn.activations import activation_fn
 
 __all__ = [
     "POINTS_PER_GROUP",
@@ -232,9 +237,8 @@ def _stage(m: str, module: str, shape: TensorKernelShape) -> list[str]:
 def _inputs(material: ExportMaterial, m: str, module: str, latent_format: str) -> list[str]:
     """``nb_<m>_tc_inputs``: the decoder inputs of a warp's ROWS points into its input tile."""
     M = m.upper()
-    channels = material.fields["latent.channels"]
-    directions = material.fields["architecture.direction_inputs"]
-    vectors = {"wi": "wi", "wo": "wo", "half": "halfway"}
+    layout = material.inputs
+    channels, first = layout.latent.width, layout.latent.offset
     # fp16 latents with a multiple of 8 channels: 8 channels per 128-bit load
     wide = latent_format == "fp16" and channels % 8 == 0
     lines = [
@@ -278,7 +282,7 @@ def _inputs(material: ExportMaterial, m: str, module: str, latent_format: str) -
             "                    }",
             "                }",
             "                for (uint c = 0; c < 8u; ++c)",
-            f"                    nb_{m}_tc_input[row + g * 8u + c] = half(sums[c]);",
+            f"                    nb_{m}_tc_input[row + {first}u + g * 8u + c] = half(sums[c]);",
             "            }",
         ]
     else:
@@ -286,13 +290,9 @@ def _inputs(material: ExportMaterial, m: str, module: str, latent_format: str) -
             f"            float latent[{channels}] = {{ {', '.join(['0.0f'] * channels)} }};",
             f"            nb_{m}_latent(uv, nb_{module}_mips[p], latent);",
             f"            for (uint c = 0; c < {channels}u; ++c)",
-            f"                nb_{m}_tc_input[row + c] = half(latent[c]);",
+            f"                nb_{m}_tc_input[row + {first}u + c] = half(latent[c]);",
         ]
-    if "half" in directions:
-        lines.append(f"            float3 halfway = nb_{module}_halfway(wi, wo);")
-    for index, name in enumerate(directions):
-        for axis, component in enumerate("xyz"):
-            lines.append(f"            nb_{m}_tc_input[row + {channels + 3 * index + axis}u] = half({vectors[name]}.{component});")
+    lines += direction_input_lines(layout, module, lambda index, value: f"nb_{m}_tc_input[row + {index}u] = half({value});", " " * 12)
     lines += [
         "        }",
         f"        nb_{m}_tc_visible[warp * {ROWS}u + s] = visible;",
@@ -550,11 +550,6 @@ def tensor_kernel_reference(material: Any, latent: Any, wi: Any, wo: Any) -> Any
     in fp32, biases added in fp32 (as stored: pass a material whose decoder holds the exported
     precision's values). The kernel differs from it only in summation order.
     """
-    import torch
-
-    from neuralbake.bakes.neural_material.model import decoder_inputs
-    from neuralbake.nn.activations import activation_fn
-
     config = material.decoder.config
     layers = list(material.decoder.layers)
     x = decoder_inputs(latent.float(), wi.float(), wo.float(), material.direction_inputs).half().float()

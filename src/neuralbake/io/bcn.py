@@ -38,7 +38,7 @@ import numpy as np
 
 from neuralbake.errors import ConfigError, InputError
 
-__all__ = ["BC_BITS_PER_PIXEL", "BC_CHANNELS", "bc_encode_mip_chain", "bc_mip_chain_roundtrip", "bc_roundtrip"]
+__all__ = ["BC_BITS_PER_PIXEL", "BC_CHANNELS", "bc_encode_mip_chain", "bc_mip_chain_roundtrip", "bc_roundtrip", "mip_chain_bytes", "pad_to_blocks"]
 
 BC_BITS_PER_PIXEL = {"bc1": 4, "bc3": 8, "bc4": 4, "bc5": 8, "bc7": 8}
 """Bits per texel of each format (a 4x4 block is 8 bytes for bc1 and bc4, 16 for bc3, bc5 and bc7)."""
@@ -170,7 +170,20 @@ def _roundtrip_blocks(image: np.ndarray, fmt: str, bc7_uber_level: int) -> tuple
     return decoded, compressed
 
 
-def _pad_to_blocks(image: np.ndarray) -> np.ndarray:
+def mip_chain_bytes(height: int, width: int, fmt: str) -> int:
+    """Bytes of a ``fmt`` texture of ``width`` x ``height`` with its full mip chain, every level
+    padded to whole 4x4 blocks (as :func:`bc_mip_chain_roundtrip` counts them)."""
+    block = BC_BITS_PER_PIXEL[_check_format(fmt)] * BLOCK * BLOCK // 8
+    total = 0
+    while True:
+        total += -(-height // BLOCK) * -(-width // BLOCK) * block
+        if height == 1 and width == 1:
+            return total
+        height, width = max(1, height // 2), max(1, width // 2)
+
+
+def pad_to_blocks(image: np.ndarray) -> np.ndarray:
+    """``image`` ``[H, W, C]`` with its edge texels repeated up to whole 4x4 blocks."""
     height, width = image.shape[:2]
     pad_h, pad_w = (-height) % BLOCK, (-width) % BLOCK
     if pad_h == 0 and pad_w == 0:
@@ -218,7 +231,7 @@ def bc_encode_mip_chain(
         height, width = level.shape[:2]
         if height == 0 or width == 0:
             raise InputError(f"level {index} is empty ({width}x{height}).", field=f"levels[{index}]", fix="drop empty levels.")
-        decoded, data = _roundtrip_blocks(_pad_to_blocks(level), fmt, bc7_uber_level)
+        decoded, data = _roundtrip_blocks(pad_to_blocks(level), fmt, bc7_uber_level)
         decoded_levels.append(decoded[:height, :width])
         blocks.append(data)
         if progress is not None:

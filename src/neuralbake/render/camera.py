@@ -24,6 +24,7 @@ from neuralbake.errors import InputError
 
 __all__ = [
     "Camera",
+    "bounds_framing",
     "fibonacci_orbit",
     "framing_radius",
     "look_at",
@@ -155,6 +156,15 @@ def framing_radius(extent: float, fov_y_deg: float, *, margin: float = 1.1) -> f
     """Orbit radius at which a bounding sphere of radius ``extent`` just fits the view height,
     times ``margin``: ``margin * extent / sin(fov_y / 2)``."""
     return margin * float(extent) / math.sin(math.radians(fov_y_deg) / 2.0)
+
+
+def bounds_framing(points: np.ndarray | torch.Tensor, fov_y_deg: float) -> tuple[Vec3, float]:
+    """``(target, distance)`` framing a point set: its bounding box's centre and the orbit radius at
+    which the bounding sphere about that centre fits the view (:func:`framing_radius`)."""
+    p = points.detach() if isinstance(points, torch.Tensor) else torch.from_numpy(np.asarray(points, np.float64))
+    centre = (p.min(0).values + p.max(0).values) / 2  # in the points' own precision
+    extent = float((p - centre).norm(dim=1).max())
+    return (float(centre[0]), float(centre[1]), float(centre[2])), framing_radius(extent, fov_y_deg)
 
 
 def _check_count(count: int) -> None:

@@ -55,7 +55,7 @@ from neuralbake.render.envmap import EnvironmentLight
 from neuralbake.render.gbuffer import GBuffer, SurfaceParameters, as_render_scene, evaluate_materials, render_gbuffer
 from neuralbake.render.scene import RenderScene
 
-__all__ = ["DirectionalLight", "Lighting", "RenderResult", "ShadeResult", "render", "shade"]
+__all__ = ["DirectionalLight", "Lighting", "RenderResult", "ShadeResult", "over_pdf", "power_heuristic", "render", "shade"]
 
 
 # --- lights and shading ------------------------------------------------------------------------------
@@ -137,12 +137,14 @@ class ShadeResult:
     """The per-pixel material inputs used."""
 
 
-def _power(p: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+def power_heuristic(p: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """The power heuristic's MIS weight of a sample drawn with pdf ``p`` against the other strategy's ``other`` (0 where ``p`` is)."""
     p2, o2 = p * p, other * other
     return torch.where(p > 0.0, p2 / torch.clamp(p2 + o2, min=torch.finfo(p.dtype).tiny), torch.zeros_like(p))
 
 
-def _over_pdf(value: torch.Tensor, pdf: torch.Tensor) -> torch.Tensor:
+def over_pdf(value: torch.Tensor, pdf: torch.Tensor) -> torch.Tensor:
+    """``value / pdf`` per row, 0 where the pdf is 0 (a sample that strategy cannot draw)."""
     ok = pdf > 0.0
     return torch.where(ok[:, None], value / torch.where(ok, pdf, torch.ones_like(pdf))[:, None], torch.zeros_like(value))
 
@@ -168,18 +170,18 @@ def _environment(scene: RenderScene, g: GBuffer, s: SurfaceParameters, lighting:
                 wi_world, p_light = wi_world.to(dtype), p_light.to(dtype)
                 wi = s.to_local(wi_world).detach()
                 p_bsdf = gltf_pdf(wi, wo.detach(), metallic=metallic, roughness=roughness)
-                weight, pdf = _power(p_light, p_bsdf), p_light
+                weight, pdf = power_heuristic(p_light, p_bsdf), p_light
             else:
                 wi, p_bsdf = gltf_sample(wo.detach(), u[:, 2:4].to(dtype), metallic=metallic, roughness=roughness)
                 wi_world = s.to_world(wi).detach()
                 p_light = env.pdf(wi_world.to(env.pmf.dtype)).to(dtype)
-                weight, pdf = _power(p_bsdf, p_light), p_bsdf
+                weight, pdf = power_heuristic(p_bsdf, p_light), p_bsdf
             above = ((wi_world * s.geometric_normal.detach()).sum(-1) > 0.0).to(dtype)
             if lighting.environment_shadows:
                 above = above * (~scene.caster.occluded(origin, wi_world)).to(dtype)
             radiance = env.eval(wi_world.to(env.pmf.dtype)).to(dtype)
             f = gltf_eval(wi, wo, **params)
-            total = total + _over_pdf(f * radiance, pdf) * (weight * above)[:, None]
+            total = total + over_pdf(f * radiance, pdf) * (weight * above)[:, None]
     return total * (s.occlusion[:, None] / spp)
 
 

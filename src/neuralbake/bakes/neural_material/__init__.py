@@ -43,9 +43,9 @@ from neuralbake.bakes.neural_material.model import (
     decoder_inputs,
     relative_l1,
     texel_features,
-    view_directions,
 )
 from neuralbake.bakes.neural_material.render import render_neural_material
+from neuralbake.bakes.neural_material.sampling import view_directions
 
 __all__ = [
     "BUNDLE_KIND",

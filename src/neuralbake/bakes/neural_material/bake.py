@@ -21,11 +21,11 @@ from torch.func import functional_call
 from neuralbake.bakes.neural_material.asset import (
     AssetMaterial,
     AssetSurface,
-    asset_comparison,
     is_asset,
     load_asset_material,
     place_material,
 )
+from neuralbake.bakes.neural_material.asset_scoring import asset_comparison
 from neuralbake.bakes.neural_material.comparison import compare, throughput
 from neuralbake.bakes.neural_material.config import NeuralMaterialConfig, device_defaults, neural_material_footprint
 from neuralbake.bakes.neural_material.latents import bake_latent_pyramid, load_neural_material, write_material_bundle
@@ -36,12 +36,12 @@ from neuralbake.bakes.neural_material.model import (
     decoder_inputs,
     relative_l1,
     texel_features,
-    view_directions,
 )
-from neuralbake.bakes.neural_material.sampling import fit_sampling_head, relative_variance
+from neuralbake.bakes.neural_material.sampling import fit_sampling_head, relative_variance, view_directions
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
 from neuralbake.errors import ConfigError
 from neuralbake.io.files import sha256_file
+from neuralbake.io.neural_material_bundle import decoder_input_layout
 from neuralbake.kernels import resolve_kernels, try_kernels, unsupported_reason
 from neuralbake.material.frame import cosine_hemisphere_pdf, square_to_cosine_hemisphere
 from neuralbake.material.loader import load_material
@@ -355,7 +355,7 @@ def decode_kernels(config: NeuralMaterialConfig, device: torch.device) -> str:
     Resolved before training, so an impossible ``--kernels triton`` fails before the work.
     """
     directions = len(config.direction_inputs)
-    widths = [config.latent + 3 * directions, *[config.decoder_hidden] * config.decoder_layers, 3]
+    widths = [decoder_input_layout(config.latent, config.direction_inputs).width, *[config.decoder_hidden] * config.decoder_layers, 3]
     reason = unsupported_reason(widths, ["relu", "none"])
     if reason is None and directions > 3:
         reason = f"the fused decode reads at most 3 direction features, and the bake has {directions}"

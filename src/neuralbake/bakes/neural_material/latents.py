@@ -7,9 +7,9 @@ decoder in the network bundle format with its packed device layouts; the encoder
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -22,6 +22,7 @@ from neuralbake.errors import BundleError
 from neuralbake.io.bundle import read_bundle, write_bundle
 from neuralbake.io.bundle_manifest import bundle_file_path
 from neuralbake.io.files import atomic_write_bytes, sha256_file
+from neuralbake.io.neural_material_bundle import read_latent_levels, read_neural_material_manifest
 from neuralbake.nn.mlp import MLP, MLPConfig
 from neuralbake.nn.quantize import dequantize_latents_affine_u8, quantize_latents_affine_u8
 from neuralbake.render.mip import build_mip_pyramid
@@ -122,12 +123,10 @@ def load_neural_material(bundle_dir: str | Path, *, device: torch.device | str =
     """Read a baked neural material (decoder bundle + fp16 or 8-bit latents).
 
     The manifest, the weights and the latent file are checked before use
-    (:func:`neuralbake.export.neural_material_manifest.read_neural_material_manifest` and
+    (:func:`neuralbake.io.neural_material_bundle.read_neural_material_manifest` and
     ``read_latent_levels``): anything missing, mistyped, truncated or inconsistent is a
     BundleError naming the file and the field.
     """
-    from neuralbake.export.neural_material_manifest import read_latent_levels, read_neural_material_manifest
-
     bundle = read_bundle(bundle_dir, kind=BUNDLE_KIND)
     info = read_neural_material_manifest(bundle)
     arch = {key: info.fields[f"architecture.{key}"] for key in ("inputs", "hidden", "layers", "outputs", "hidden_activation", "output_activation", "leak")}

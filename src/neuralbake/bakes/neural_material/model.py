@@ -9,13 +9,14 @@ the decoder ships, with the latent texture (:class:`NeuralMaterial`).
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 
+from neuralbake.bakes.neural_material.sampling import proxy_pdf, proxy_sample, view_directions
 from neuralbake.errors import ConfigError, TrainingError
+from neuralbake.io.neural_material_bundle import DIRECTION_INPUTS, DecoderInputLayout, InputSegment, decoder_input_layout
 from neuralbake.material.frame import cosine_hemisphere_pdf, square_to_cosine_hemisphere
 from neuralbake.material.texture import sample_texture
 from neuralbake.nn.mlp import MLP, MLPConfig
@@ -30,26 +31,41 @@ __all__ = [
     "NeuralMaterialLayer",
     "NeuralMaterialModel",
     "ReferenceSampler",
+    "assemble_inputs",
     "decoder_inputs",
     "directions_above",
     "footprint_probes",
     "lod_from_derivatives",
     "relative_l1",
     "texel_features",
-    "view_directions",
 ]
 
+def _direction_feature(segment: InputSegment, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
+    """One direction segment of the decoder's inputs, by its encoding (local frame, normal +z)."""
+    if segment.encoding == "halfway":
+        return F.normalize(wi + wo, dim=1, eps=1e-8)
+    if segment.encoding == "identity":
+        return {"wi": wi, "wo": wo}[segment.name]
+    raise ValueError(f"no PyTorch encoding {segment.encoding!r} for direction input {segment.name!r}")
+
+
 DIRECTION_FEATURES = {
-    "wi": lambda wi, wo: wi,
-    "wo": lambda wi, wo: wo,
-    "half": lambda wi, wo: F.normalize(wi + wo, dim=1, eps=1e-8),
+    segment.name: (lambda wi, wo, segment=segment: _direction_feature(segment, wi, wo)) for segment in decoder_input_layout(0, DIRECTION_INPUTS).directions
 }
 """Direction features a decoder can read after its latent (local frame, normal +z), by name."""
 
 
+def assemble_inputs(layout: DecoderInputLayout, latent: torch.Tensor, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
+    """The decoder's input rows, segment by segment as ``layout`` places them."""
+    pieces = [latent if segment.source == "latent" else _direction_feature(segment, wi, wo).to(latent.dtype) for segment in layout.segments]
+    order = sorted(range(len(pieces)), key=lambda index: layout.segments[index].offset)
+    return torch.cat([pieces[index] for index in order], dim=1)
+
+
 def decoder_inputs(latent: torch.Tensor, wi: torch.Tensor, wo: torch.Tensor, direction_inputs: tuple[str, ...] | list[str]) -> torch.Tensor:
-    """The decoder's input rows: ``[latent, feature(wi, wo) for each named direction feature]``."""
-    return torch.cat([latent, *(DIRECTION_FEATURES[name](wi, wo).to(latent.dtype) for name in direction_inputs)], dim=1)
+    """The decoder's input rows: ``[latent, feature(wi, wo) for each named direction feature]``
+    (:func:`neuralbake.io.neural_material_bundle.decoder_input_layout`, which the shader export reads too)."""
+    return assemble_inputs(decoder_input_layout(int(latent.shape[1]), direction_inputs), latent, wi, wo)
 
 
 def lod_from_derivatives(duv_dx: torch.Tensor, duv_dy: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -114,7 +130,7 @@ class NeuralMaterialModel(torch.nn.Module):
         relu_linear = {"hidden_activation": "relu", "output_activation": "none"}
         self.encoder = MLP(MLPConfig(inputs=features, hidden=config.encoder_hidden, layers=config.encoder_layers, outputs=config.latent, **relu_linear))
         self.direction_inputs = tuple(config.direction_inputs)
-        inputs = config.latent + 3 * len(self.direction_inputs)
+        inputs = decoder_input_layout(config.latent, self.direction_inputs).width
         self.decoder = MLP(MLPConfig(inputs=inputs, hidden=config.decoder_hidden, layers=config.decoder_layers, outputs=3, **relu_linear))
 
     def share_decoder(self, decoder: MLP, layers: int) -> None:
@@ -144,17 +160,6 @@ class NeuralMaterialModel(torch.nn.Module):
 
 def directions_above(n: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
     return square_to_cosine_hemisphere(torch.rand(n, 2, generator=generator, device=device))
-
-
-def view_directions(n: int, uniform_fraction: float, generator: torch.Generator, device: torch.device) -> torch.Tensor:
-    """View directions: ``uniform_fraction`` of them uniform over the hemisphere, the rest cosine-distributed."""
-    u = torch.rand(n, 3, generator=generator, device=device)
-    cosine = square_to_cosine_hemisphere(u[:, :2])
-    z = u[:, 0:1]
-    r = torch.sqrt(torch.clamp(1.0 - z * z, min=0.0))
-    phi = 2.0 * math.pi * u[:, 1:2]
-    uniform = torch.cat([r * torch.cos(phi), r * torch.sin(phi), z], dim=1)
-    return torch.where(u[:, 2:3] < uniform_fraction, uniform, cosine)
 
 
 class ReferenceSampler:
@@ -300,7 +305,7 @@ class NeuralMaterial:
         """``f(wi, wo) cos`` ``[N, 3]`` at ``uv``: latent fetch (bilinear, or trilinear at ``lod``) and decoder, on the ``kernels`` path."""
         if self.kernels == "triton":
             if getattr(self, "_fused", None) is None:
-                from neuralbake.kernels.decoders import FusedNeuralMaterial
+                from neuralbake.kernels.decoders import FusedNeuralMaterial  # needs triton, an optional dependency
 
                 self._fused = FusedNeuralMaterial(self)
             return self._fused(uv, wi, wo, lod)
@@ -382,8 +387,6 @@ class NeuralMaterialLayer:
     def sample(self, wo: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         lobe = self._lobe()
         if lobe is not None:
-            from neuralbake.bakes.neural_material.sampling import proxy_sample
-
             wi, pdf = proxy_sample(*lobe, wo.float(), u.float())
             return wi.to(wo.dtype), pdf.to(wo.dtype)
         wi = square_to_cosine_hemisphere(u)
@@ -392,8 +395,6 @@ class NeuralMaterialLayer:
     def pdf(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
         lobe = self._lobe()
         if lobe is not None:
-            from neuralbake.bakes.neural_material.sampling import proxy_pdf
-
             return proxy_pdf(*lobe, wi.float(), wo.float()).to(wi.dtype)
         return cosine_hemisphere_pdf(wi) * (wo[:, 2] > 0)
 

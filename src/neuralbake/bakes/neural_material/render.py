@@ -22,6 +22,7 @@ from neuralbake.core.report import write_report
 from neuralbake.errors import BundleError, InputError
 from neuralbake.io.bundle import read_bundle
 from neuralbake.io.files import prepare_output_dir, sha256_file
+from neuralbake.io.neural_material_bundle import read_neural_material_manifest
 from neuralbake.io.refs import outside_refs_allowed
 from neuralbake.material.loader import load_material
 from neuralbake.render.compare import compare_materials
@@ -120,8 +121,6 @@ def render_neural_material(
     bake) is refused with an InputError unless ``allow_other_material``, since the comparison
     would silently score the bake against the wrong reference.
     """
-    from neuralbake.export.neural_material_manifest import read_neural_material_manifest
-
     torch_device = resolve_device(device)
     bundle = read_bundle(bundle_dir, kind=BUNDLE_KIND)
     info = read_neural_material_manifest(bundle)

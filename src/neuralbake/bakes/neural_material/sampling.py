@@ -18,6 +18,7 @@ Written here rather than taken from a library: the lobe is the project's own GGX
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +28,7 @@ from neuralbake.material.frame import cosine_hemisphere_pdf, normalize, orthonor
 from neuralbake.material.microfacet import ggx_reflection_pdf, ggx_reflection_sample
 from neuralbake.nn.mlp import MLP, MLPConfig
 
-__all__ = ["MAX_W", "SamplingHead", "fit_sampling_head", "proxy_pdf", "proxy_sample", "relative_variance"]
+__all__ = ["MAX_W", "SamplingHead", "fit_sampling_head", "proxy_pdf", "proxy_sample", "relative_variance", "view_directions"]
 
 MIN_ALPHA = 0.02
 """Narrowest proxy lobe (GGX alpha): the head cannot chase a delta it would rarely sample."""
@@ -85,6 +86,17 @@ def _luminance(rgb: torch.Tensor) -> torch.Tensor:
     return rgb @ torch.tensor([0.2126, 0.7152, 0.0722], dtype=rgb.dtype, device=rgb.device)
 
 
+def view_directions(n: int, uniform_fraction: float, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    """View directions: ``uniform_fraction`` of them uniform over the hemisphere, the rest cosine-distributed."""
+    u = torch.rand(n, 3, generator=generator, device=device)
+    cosine = square_to_cosine_hemisphere(u[:, :2])
+    z = u[:, 0:1]
+    r = torch.sqrt(torch.clamp(1.0 - z * z, min=0.0))
+    phi = 2.0 * math.pi * u[:, 1:2]
+    uniform = torch.cat([r * torch.cos(phi), r * torch.sin(phi), z], dim=1)
+    return torch.where(u[:, 2:3] < uniform_fraction, uniform, cosine)
+
+
 def fit_sampling_head(
     neural: Any, draw_uv: Callable[[int, torch.Generator], torch.Tensor], *, steps: int, batch_size: int, seed: int = 0,
     learning_rate: float = 3e-3,
@@ -96,8 +108,6 @@ def fit_sampling_head(
     is the self-normalised cross-entropy ``-sum(f/q log p) / sum(f/q)`` of the head's density ``p``
     against the luminance of ``f cos``. Returns the head and its loss per step.
     """
-    from neuralbake.bakes.neural_material.model import view_directions
-
     device = neural.latents[0].device
     head = SamplingHead(neural.latents[0].shape[-1]).to(device)
     optimiser = torch.optim.Adam(head.parameters(), lr=learning_rate)
