@@ -10,7 +10,7 @@ slangpy wheel alone exceeds what can be carried there):
 draws 65,536 (uv, wi, wo) (uv over [-1, 2] to exercise the repeat wrap) and stores the PyTorch
 neural material's answers for them (for fp16, with the decoder weights rounded through fp16), and
 the answers of the PyTorch model of the tensor kernel's fp16 arithmetic
-(``tensor_kernel_reference``). ``run`` compiles both kernels of each module for CUDA (the scalar
+(``bakes.neural_material.model.tensor_kernel_reference``). ``run`` compiles both kernels of each module for CUDA (the scalar
 ``nb_<m>_kernel``, one thread per sample, and ``nb_<m>_tensor_kernel``, warp tiles on the tensor
 cores), compares them on those points and exits non-zero past the bounds (scalar: 1e-5 of
 max(|value|, 1) against PyTorch on the same weights; tensor: 2e-3 of it against its fp16 model,
@@ -34,8 +34,8 @@ def prepare(bundle: str, out: str) -> None:
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from neuralbake.bakes.neural_material import load_neural_material
+    from neuralbake.bakes.neural_material.model import tensor_kernel_reference
     from neuralbake.export.neural_material import export_neural_material_shader
-    from neuralbake.export.neural_material_tensor import tensor_kernel_reference
 
     folder = Path(out)
     for prec in ("fp32", "fp16"):

@@ -29,8 +29,8 @@ LAYERS: list[set[str]] = [
     {"material", "nn"},
     {"render", "kernels"},
     {"postfx"},  # the AI pass's library: its conditions are renders of the scene (render), so it sits above it
+    {"export"},  # shader code from baked bundles (io); a material pack bake writes its shader through it
     {"bakes"},
-    {"export"},
     {"client"},
     {"integrations"},
     {"service"},

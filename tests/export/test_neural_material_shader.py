@@ -31,13 +31,14 @@ from neuralbake.bakes.neural_material import (
     bake_neural_material,
     load_neural_material,
 )
+from neuralbake.bakes.neural_material.model import tensor_kernel_reference
 from neuralbake.cli import app as neuralbake_app
 from neuralbake.errors import BundleError, ConfigError
 from neuralbake.export.neural_material import export_material_pack_shader, export_neural_material_shader
 from neuralbake.export.neural_material_codegen import POINT_FLOATS
 from neuralbake.export.neural_material_tensor import POINTS_PER_GROUP as TENSOR_POINTS_PER_GROUP
 from neuralbake.export.neural_material_tensor import THREADS as TENSOR_THREADS
-from neuralbake.export.neural_material_tensor import tensor_kernel_reference, tensor_kernel_shape
+from neuralbake.export.neural_material_tensor import tensor_kernel_shape
 from neuralbake.io.bundle import read_bundle, write_bundle
 from neuralbake.io.device_layout import LayerTensors
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig

@@ -38,20 +38,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from neuralbake.bakes.neural_material import NeuralMaterialConfig, bake_material, bake_materials_jointly
 from neuralbake.bakes.footprint import dominant_field, footprint
+from neuralbake.bakes.neural_material import NeuralMaterialConfig, bake_material, bake_materials_jointly
 from neuralbake.bakes.neural_material.config import MATERIAL_BASE_BYTES, device_defaults, material_knobs, material_memory, material_steps
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, Footprint, run_bake
 from neuralbake.core.config import save_config
 from neuralbake.core.events import EventSink
+from neuralbake.core.paths import InputPath
 from neuralbake.core.report import plot_loss_curve, write_report
 from neuralbake.errors import ConfigError, InputError, NeuralbakeError
+from neuralbake.export.neural_material import export_material_pack_shader
 from neuralbake.io.files import atomic_write_json
 from neuralbake.io.gltf import load_bake_input
 from neuralbake.io.limits import load_json_file
 from neuralbake.io.manifest import verify_bake_folder, write_bake_manifest
 from neuralbake.nn.trainer import TrainerConfig
-from neuralbake.core.paths import InputPath
 
 __all__ = ["MATERIAL_PACK", "MaterialPackConfig", "pack_materials"]
 
@@ -63,7 +64,6 @@ def _default_bake() -> NeuralMaterialConfig:
 @dataclass
 class MaterialPackConfig:
     """Everything that determines a material pack."""
-
     materials: list[InputPath] = field(default_factory=list)
     """Materials (.json, .mtlx; baked here), glTF scenes (.gltf, .glb: each lit material their meshes use, baked here on the scene) or baked neural material folders; material ids follow this order."""
     share: bool = True
@@ -78,7 +78,6 @@ class MaterialPackConfig:
     """Shader name: nb_NAME_eval(material_id, uv, wi, wo, mip)."""
     bake: NeuralMaterialConfig = field(default_factory=_default_bake)
     """The settings every material is baked with (one architecture for the whole pack); its ``material`` is set per input."""
-
     @property
     def device(self) -> str:
         """The device every bake of the pack runs on (``bake.device``)."""
@@ -260,7 +259,6 @@ def _joint_body(run: BakeRun, config: MaterialPackConfig, entries: list[tuple[Pa
 
 
 def _export_pack(run: BakeRun, config: MaterialPackConfig, names: list[str], bundles: list[Path], reports: dict[str, Any], sharing: dict[str, Any]) -> BakeOutcome:
-    from neuralbake.export.neural_material import export_material_pack_shader
 
     shader = run.stage / "shader"
     export = export_material_pack_shader(bundles, shader, precision=config.precision, latent_format=config.latent_format, name=config.name)

@@ -30,7 +30,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from neuralbake.bakes.neural_material.latents import read_sampler
 from neuralbake.errors import BundleError, ConfigError
 from neuralbake.export.neural_material_codegen import POINT_FLOATS, generate_material_shader
 from neuralbake.export.neural_material_sampling import sampler_summary
@@ -39,7 +38,7 @@ from neuralbake.export.neural_material_tensor import THREADS as TENSOR_THREADS
 from neuralbake.export.neural_material_tensor import tensor_kernel_shape
 from neuralbake.export.slang import THREADS_PER_GROUP
 from neuralbake.io.bundle import LATENT_FORMATS, read_bundle, read_device_layout
-from neuralbake.io.device_layout import pack_device_layout
+from neuralbake.io.device_layout import LayerTensors, pack_device_layout
 from neuralbake.io.files import atomic_write_bytes, atomic_write_json, atomic_write_text, prepare_output_dir, sha256_file
 from neuralbake.io.neural_material_bundle import (
     ELEMENT_BYTES,
@@ -51,6 +50,7 @@ from neuralbake.io.neural_material_bundle import (
     pack_weights,
     read_latent_levels,
     read_neural_material_manifest,
+    read_sampler_weights,
 )
 
 __all__ = ["NeuralMaterialShaderExport", "export_material_pack_shader", "export_neural_material_shader"]
@@ -106,10 +106,12 @@ def _read_material(bundle_dir: str | Path, precision: str, latent_format: str) -
         LatentBufferLevel(int(data.shape[1]), int(data.shape[0]), data.tobytes(), scale, offset)
         for data, scale, offset in read_latent_levels(bundle, info, latent_format)
     ]
-    head = read_sampler(bundle, int(info.fields["latent.channels"]))
+    head = read_sampler_weights(bundle, int(info.fields["latent.channels"]))
     sampler_weights, sampler_layers = b"", None
     if head is not None:  # the importance-sampling head: its own device layout, packed after the decoders
-        sampler_weights, sampler_layers = pack_device_layout(head.mlp.linear_layers("sampler."), precision)
+        state = head[1]
+        layers = [LayerTensors(f"sampler.layers.{i}", state[f"mlp.layers.{i}.weight"], state[f"mlp.layers.{i}.bias"]) for i in range(2)]
+        sampler_weights, sampler_layers = pack_device_layout(layers, precision)
     return ExportMaterial(_material_name(info, directory), directory, bundle.manifest_path, info.fields, layers, weights, levels, sampler_layers, sampler_weights)
 
 

@@ -49,12 +49,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from neuralbake.bakes.neural_material.model import MAX_PROBES
 from neuralbake.export.neural_material_inputs import direction_input_lines
 from neuralbake.export.neural_material_sampling import helper_code, sampling_code, sampling_switch_code
 from neuralbake.export.neural_material_tensor import tensor_kernel_code
 from neuralbake.export.slang import THREADS_PER_GROUP, generate_mlp_hlsl, generate_mlp_slang
-from neuralbake.io.neural_material_bundle import ExportMaterial
+from neuralbake.io.neural_material_bundle import MAX_PROBES, ExportMaterial
 
 __all__ = ["POINT_FLOATS", "generate_material_shader"]
 

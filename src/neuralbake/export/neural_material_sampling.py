@@ -32,8 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from neuralbake.bakes.neural_material.sampling import MAX_TILT, MAX_W, MIN_ALPHA
-from neuralbake.io.neural_material_bundle import ExportMaterial
+from neuralbake.io.neural_material_bundle import MAX_TILT, MAX_W, MIN_ALPHA, ExportMaterial
 
 __all__ = ["helper_code", "sampler_summary", "sampling_code", "sampling_switch_code"]
 

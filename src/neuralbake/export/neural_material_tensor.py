@@ -20,7 +20,7 @@ the same buffers in warp tiles with the decoder on the tensor cores:
 
 Numerics: fp16 weights, inputs and hidden activations, fp32 sums (the tensor cores' fp16 mode), so
 the result is the fp16 decoder's whatever precision the weight buffer stores;
-:func:`tensor_kernel_reference` is that arithmetic in PyTorch.
+:func:`neuralbake.bakes.neural_material.model.tensor_kernel_reference` is that arithmetic in PyTorch.
 
 Targets, chosen with ``__target_switch``:
 
@@ -55,13 +55,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
-from neuralbake.bakes.neural_material.model import decoder_inputs
 from neuralbake.export.neural_material_inputs import direction_input_lines
 from neuralbake.io.device_layout import align
 from neuralbake.io.neural_material_bundle import ExportMaterial
-from neuralbake.nn.activations import activation_fn
 
 __all__ = [
     "POINTS_PER_GROUP",
@@ -69,7 +65,6 @@ __all__ = [
     "THREADS",
     "TensorKernelShape",
     "tensor_kernel_code",
-    "tensor_kernel_reference",
     "tensor_kernel_shape",
 ]
 
@@ -541,22 +536,3 @@ def tensor_kernel_code(material: ExportMaterial, module: str, first: bool, laten
     lines += _loop_form(m, module, shape)
     lines += _kernel(m, module, shape)
     return lines, shape, ""
-
-
-def tensor_kernel_reference(material: Any, latent: Any, wi: Any, wo: Any) -> Any:
-    """PyTorch model of the kernel's arithmetic: ``f cos`` ``[N, 3]`` for a ``NeuralMaterial``'s latents and directions.
-
-    Inputs and every hidden activation rounded to fp16, weights rounded to fp16, products summed
-    in fp32, biases added in fp32 (as stored: pass a material whose decoder holds the exported
-    precision's values). The kernel differs from it only in summation order.
-    """
-    config = material.decoder.config
-    layers = list(material.decoder.layers)
-    x = decoder_inputs(latent.float(), wi.float(), wo.float(), material.direction_inputs).half().float()
-    hidden = activation_fn(config.hidden_activation, config.leak)
-    output = activation_fn(config.output_activation, config.leak)
-    for index, layer in enumerate(layers):
-        y = x @ layer.weight.detach().half().float().T + layer.bias.detach().float()
-        x = hidden(y).half().float() if index < len(layers) - 1 else output(y)
-    valid = ((wi[:, 2] > 0) & (wo[:, 2] > 0)).float()[:, None]
-    return torch.clamp(torch.exp(x) - 1.0, min=0.0) * valid

@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+from safetensors.torch import load
 
 from neuralbake.errors import BundleError
 from neuralbake.io.bundle import LATENT_FORMATS, Bundle, LatentLevel, check_mlp_tensors, read_latent_textures
@@ -57,6 +59,12 @@ from neuralbake.io.bundle_manifest import (
 from neuralbake.io.device_layout import BIAS_ALIGNMENT, WEIGHT_ALIGNMENT, align
 
 __all__ = [
+    "MAX_PROBES",
+    "MAX_TILT",
+    "MAX_W",
+    "MIN_ALPHA",
+    "SAMPLER_FILE",
+    "read_sampler_weights",
     "DEFAULT_LEAK",
     "DIRECTION_INPUTS",
     "ELEMENT_BYTES",
@@ -76,6 +84,46 @@ __all__ = [
     "read_latent_levels",
     "read_neural_material_manifest",
 ]
+
+
+MAX_PROBES = 8
+"""Most trilinear probes an anisotropic footprint is covered with (as a GPU's 8x anisotropic filtering); the
+PyTorch decode and the exported shaders both use it."""
+SAMPLER_FILE = "sampler.safetensors"
+"""The importance-sampling head's weights in a bundle baked with ``--sampling-steps``."""
+MIN_ALPHA = 0.02
+"""Narrowest proxy lobe (GGX alpha): the head cannot chase a delta it would rarely sample."""
+MAX_W = 0.9
+"""Largest weight of the GGX lobe: the cosine lobe keeps at least a tenth, so a latent the head never saw (a filtered
+level) or light outside the proxy lobe still gets sampled (a defensive mixture)."""
+MAX_TILT = 0.8
+"""Largest tangential component of the (unnormalised) tilted normal ``(tx, ty, 1)``."""
+
+
+def read_sampler_weights(bundle: Bundle, latent: int) -> tuple[int, dict[str, Any]] | None:
+    """The bundle's importance-sampling head as ``(hidden width, its state dict)``, checked against its manifest
+    entry and for finite values; ``None`` for a bundle without one."""
+    meta = bundle.manifest.get("sampler")
+    if meta is None:
+        return None
+    fix = "re-run `neuralbake material bake` for this material."
+    hidden = meta.get("hidden") if isinstance(meta, dict) else None
+    if (not isinstance(meta, dict) or meta.get("file") != SAMPLER_FILE or meta.get("latent") != latent
+            or isinstance(hidden, bool) or not isinstance(hidden, int) or not 1 <= hidden <= 4096
+            or meta.get("min_alpha") != MIN_ALPHA or meta.get("max_tilt") != MAX_TILT or meta.get("max_w") != MAX_W):
+        raise BundleError(f"the sampler entry {str(meta)[:120]!r} does not describe a sampling head this neuralbake reads.",
+                          path=bundle.manifest_path, field="sampler", fix=fix)
+    path = bundle_file_path(bundle.manifest_path, SAMPLER_FILE, field="sampler.file")
+    shapes = {"mlp.layers.0.weight": (hidden, latent), "mlp.layers.0.bias": (hidden,), "mlp.layers.1.weight": (4, hidden), "mlp.layers.1.bias": (4,)}
+    try:
+        state = load(path.read_bytes())
+    except Exception as exc:  # safetensors' own errors are no ValueError
+        raise BundleError(f"the sampling head cannot be read ({type(exc).__name__}: {str(exc)[:120]}).", path=path, field="sampler", fix=fix) from exc
+    if {k: tuple(v.shape) for k, v in state.items()} != shapes:
+        raise BundleError(f"the sampling head's tensors are not those of a {latent} -> {hidden} -> 4 head.", path=path, field="sampler", fix=fix)
+    if not all(bool(torch.isfinite(v).all()) for v in state.values()):
+        raise BundleError("the sampling head holds non-finite weights.", path=path, field="sampler", fix=fix)
+    return hidden, state
 
 MANIFEST_ACTIVATIONS = ("none", "relu", "leaky_relu", "tanh", "exp", "sigmoid", "clamped_gelu")
 """Activation names a manifest may state (``neuralbake.nn.activations`` computes them, the shader export writes them)."""

@@ -17,12 +17,19 @@ from safetensors.torch import save
 
 from neuralbake.bakes.neural_material.config import NeuralMaterialConfig
 from neuralbake.bakes.neural_material.model import NeuralMaterial, NeuralMaterialModel, texel_features
-from neuralbake.bakes.neural_material.sampling import MAX_TILT, MAX_W, MIN_ALPHA, SamplingHead
+from neuralbake.bakes.neural_material.sampling import SamplingHead
 from neuralbake.errors import BundleError
 from neuralbake.io.bundle import read_bundle, write_bundle
-from neuralbake.io.bundle_manifest import bundle_file_path
 from neuralbake.io.files import atomic_write_bytes, sha256_file
-from neuralbake.io.neural_material_bundle import read_latent_levels, read_neural_material_manifest
+from neuralbake.io.neural_material_bundle import (
+    MAX_TILT,
+    MAX_W,
+    MIN_ALPHA,
+    SAMPLER_FILE,
+    read_latent_levels,
+    read_neural_material_manifest,
+    read_sampler_weights,
+)
 from neuralbake.nn.mlp import MLP, MLPConfig
 from neuralbake.nn.quantize import dequantize_latents_affine_u8, quantize_latents_affine_u8
 from neuralbake.render.mip import build_mip_pyramid
@@ -30,8 +37,6 @@ from neuralbake.render.mip import build_mip_pyramid
 __all__ = ["BUNDLE_FILES", "BUNDLE_KIND", "bake_latent_pyramid", "load_neural_material", "read_sampler", "uv_grid", "write_material_bundle"]
 
 BUNDLE_KIND = "neural_material"
-SAMPLER_FILE = "sampler.safetensors"
-"""The importance-sampling head's weights (bundles baked since it exists)."""
 BUNDLE_FILES = ("network.json", "network.safetensors", "network.fp16.bin", "network.fp32.bin", "latents.fp16.safetensors", "latents.u8.safetensors")
 """The files of a neural material bundle (decoder, its device layouts, the latent textures)."""
 
@@ -157,25 +162,11 @@ def load_neural_material(bundle_dir: str | Path, *, device: torch.device | str =
 
 def read_sampler(bundle: Any, latent: int) -> SamplingHead | None:
     """The bundle's importance-sampling head, checked against its manifest entry (``None`` for bundles without one)."""
-    from safetensors.torch import load
-
-    meta = bundle.manifest.get("sampler")
-    if meta is None:
+    read = read_sampler_weights(bundle, latent)
+    if read is None:
         return None
-    fix = "re-run `neuralbake material bake` for this material."
-    hidden = meta.get("hidden") if isinstance(meta, dict) else None
-    if (not isinstance(meta, dict) or meta.get("file") != SAMPLER_FILE or meta.get("latent") != latent
-            or isinstance(hidden, bool) or not isinstance(hidden, int) or not 1 <= hidden <= 4096
-            or meta.get("min_alpha") != MIN_ALPHA or meta.get("max_tilt") != MAX_TILT or meta.get("max_w") != MAX_W):
-        raise BundleError(f"the sampler entry {str(meta)[:120]!r} does not describe a sampling head this neuralbake reads.",
-                          path=bundle.manifest_path, field="sampler", fix=fix)
-    path = bundle_file_path(bundle.manifest_path, SAMPLER_FILE, field="sampler.file")
-    try:
-        head = SamplingHead(latent, hidden)
-        head.load_state_dict(load(path.read_bytes()))
-    except Exception as exc:  # safetensors' own errors are no ValueError
-        raise BundleError(f"the sampling head cannot be read ({type(exc).__name__}: {str(exc)[:120]}).", path=path, field="sampler", fix=fix) from exc
-    if not all(bool(torch.isfinite(p).all()) for p in head.parameters()):
-        raise BundleError("the sampling head holds non-finite weights.", path=path, field="sampler", fix=fix)
+    hidden, state = read
+    head = SamplingHead(latent, hidden)
+    head.load_state_dict(state)
     return head.eval()
 

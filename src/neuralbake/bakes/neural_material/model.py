@@ -16,9 +16,10 @@ import torch.nn.functional as F
 
 from neuralbake.bakes.neural_material.sampling import proxy_pdf, proxy_sample, view_directions
 from neuralbake.errors import ConfigError, TrainingError
-from neuralbake.io.neural_material_bundle import DIRECTION_INPUTS, DecoderInputLayout, InputSegment, decoder_input_layout
+from neuralbake.io.neural_material_bundle import DIRECTION_INPUTS, MAX_PROBES, DecoderInputLayout, InputSegment, decoder_input_layout
 from neuralbake.material.frame import cosine_hemisphere_pdf, square_to_cosine_hemisphere
 from neuralbake.material.texture import sample_texture
+from neuralbake.nn.activations import activation_fn
 from neuralbake.nn.mlp import MLP, MLPConfig
 from neuralbake.nn.trainer import Batch
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from neuralbake.bakes.neural_material.config import NeuralMaterialConfig
 
 __all__ = [
+    "tensor_kernel_reference",
     "DIRECTION_FEATURES",
     "NeuralMaterial",
     "NeuralMaterialLayer",
@@ -85,8 +87,6 @@ def _texel_lengths(duv_dx: torch.Tensor, duv_dy: torch.Tensor, size: tuple[int, 
     return (duv_dx.float() * scale).norm(dim=1), (duv_dy.float() * scale).norm(dim=1)
 
 
-MAX_PROBES = 8
-"""Most trilinear probes an anisotropic footprint is covered with (as a GPU's 8x anisotropic filtering)."""
 
 
 def footprint_probes(
@@ -398,3 +398,21 @@ class NeuralMaterialLayer:
             return proxy_pdf(*lobe, wi.float(), wo.float()).to(wi.dtype)
         return cosine_hemisphere_pdf(wi) * (wo[:, 2] > 0)
 
+
+def tensor_kernel_reference(material: Any, latent: Any, wi: Any, wo: Any) -> Any:
+    """PyTorch model of the kernel's arithmetic: ``f cos`` ``[N, 3]`` for a ``NeuralMaterial``'s latents and directions.
+
+    Inputs and every hidden activation rounded to fp16, weights rounded to fp16, products summed
+    in fp32, biases added in fp32 (as stored: pass a material whose decoder holds the exported
+    precision's values). The kernel differs from it only in summation order.
+    """
+    config = material.decoder.config
+    layers = list(material.decoder.layers)
+    x = decoder_inputs(latent.float(), wi.float(), wo.float(), material.direction_inputs).half().float()
+    hidden = activation_fn(config.hidden_activation, config.leak)
+    output = activation_fn(config.output_activation, config.leak)
+    for index, layer in enumerate(layers):
+        y = x @ layer.weight.detach().half().float().T + layer.bias.detach().float()
+        x = hidden(y).half().float() if index < len(layers) - 1 else output(y)
+    valid = ((wi[:, 2] > 0) & (wo[:, 2] > 0)).float()[:, None]
+    return torch.clamp(torch.exp(x) - 1.0, min=0.0) * valid

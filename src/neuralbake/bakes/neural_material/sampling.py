@@ -24,19 +24,13 @@ from typing import Any
 
 import torch
 
+from neuralbake.io.neural_material_bundle import MAX_TILT, MAX_W, MIN_ALPHA
 from neuralbake.material.frame import cosine_hemisphere_pdf, normalize, orthonormal_basis, square_to_cosine_hemisphere
 from neuralbake.material.microfacet import ggx_reflection_pdf, ggx_reflection_sample
 from neuralbake.nn.mlp import MLP, MLPConfig
 
 __all__ = ["MAX_W", "SamplingHead", "fit_sampling_head", "proxy_pdf", "proxy_sample", "relative_variance", "view_directions"]
 
-MIN_ALPHA = 0.02
-"""Narrowest proxy lobe (GGX alpha): the head cannot chase a delta it would rarely sample."""
-MAX_W = 0.9
-"""Largest weight of the GGX lobe: the cosine lobe keeps at least a tenth, so a latent the head never saw (a filtered
-level) or light outside the proxy lobe still gets sampled (a defensive mixture)."""
-MAX_TILT = 0.8
-"""Largest tangential component of the (unnormalised) tilted normal ``(tx, ty, 1)``."""
 
 
 class SamplingHead(torch.nn.Module):
