@@ -156,7 +156,8 @@ class PostfxConfig:
         needing = [name for name in ("prompt", "negative_prompt", "controlnets", "loras", "passes", "motion") if getattr(self, name)]
         if needing:
             raise ConfigError(f"{', '.join(needing)} {'needs' if len(needing) == 1 else 'need'} a diffusion model, and none is given.", field="model",
-                              fix="pass --model DIR, a diffusers-layout model folder; or drop them for an upscale-only pass (--upscale 2, 3 or 4).")
+                              fix=f"pass --model DIR, a diffusers-layout model folder; or drop {'it' if len(needing) == 1 else 'them'} for an upscale-only pass "
+                                  "(--upscale 2, 3 or 4).")
         if self.upscale == 1:
             raise ConfigError("no diffusion model given, and no upscale: there is nothing to do.", field="model",
                               fix="pass --model DIR, a diffusers-layout model folder (`neuralbake postfx make-model` writes a random one for trials), "
