@@ -27,7 +27,6 @@ ControlNets, LoRAs, timings per stage and seconds per frame. Finished frames are
 ``--resume`` continues a stopped sequence at the first missing frame.
 """
 
-
 from __future__ import annotations
 
 import dataclasses
