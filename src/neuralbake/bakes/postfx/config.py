@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 import torch
 
+from neuralbake.bakes.config import SeededConfig
 from neuralbake.core.paths import InputPathOrFolder, LibraryFolder, PathField
 from neuralbake.errors import ConfigError
 
@@ -52,8 +53,8 @@ class PassConfig:
 
 
 @dataclass
-class PostfxConfig:
-    """Everything that determines an AI render pass."""
+class PostfxConfig(SeededConfig):
+    """Everything that determines an AI render pass (``device`` and ``seed``, which seeds the starting noise of every frame, are the shared settings)."""
 
     render: InputPathOrFolder = ""
     """The render (PNG, JPEG, OpenEXR), a .gltf/.glb scene neuralbake renders with its passes, or a folder of frames."""
@@ -110,10 +111,6 @@ class PostfxConfig:
     """Render side when the input is a glTF scene."""
     precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
     """Network precision (auto: fp16 on a GPU, bf16 for Flux, fp32 on a CPU)."""
-    device: str = "auto"
-    """auto, cpu, cuda or cuda:N."""
-    seed: int = 0
-    """Seeds the starting noise (the same for every frame)."""
 
     def validate(self) -> None:
         """Raise :class:`~neuralbake.errors.ConfigError` for unusable settings."""

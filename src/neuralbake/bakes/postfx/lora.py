@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from neuralbake.bakes.config import TrainedConfig
 from neuralbake.bakes.footprint import TRAINED_PARAMETER_BYTES, dominant_field, footprint, precision_bytes
 from neuralbake.bakes.postfx.footprint import CHAIN_BASE_BYTES, SD15
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, Footprint
@@ -42,7 +43,7 @@ def _default_train() -> TrainerConfig:
 
 
 @dataclass
-class LoraTrainConfig:
+class LoraTrainConfig(TrainedConfig):
     """Everything that determines a style LoRA's training."""
 
     images: InputPathOrFolder = ""
@@ -62,9 +63,6 @@ class LoraTrainConfig:
     sample_steps: int | None = None
     """Denoising steps of the sample pictures (unset: 25 on a GPU, 4 on a CPU)."""
     train: TrainerConfig = field(default_factory=_default_train)
-    """Optimisation: steps, learning rate, precision, loss scaling, seed, cadence of logs and checkpoints."""
-    device: str = "auto"
-    """auto, cpu, cuda or cuda:N."""
 
     def validate(self) -> None:
         """Raise :class:`~neuralbake.errors.ConfigError` for unusable settings."""
