@@ -10,7 +10,7 @@ the runner fills them) and their ratio, in one table:
     python bench/footprints.py --json out.json
 
 The postfx chain and the LoRA training run the tiny random model of ``postfx make-model``; their
-footprints assume an SD 1.5-size model they cannot read from the config (``postfx.chain.SD15``), so
+footprints assume an SD 1.5-size model they cannot read from the config (``bakes.postfx.footprint.SD15``), so
 the table gives the estimate with the tiny model's sizes (``TINY``, the same arithmetic) as the
 compared figure and the declared footprint beside it.
 
@@ -36,7 +36,7 @@ The estimates sum what a bake holds, and its phases do not all peak at once, so 
 peak; most of these small runs' peak is the process's base (about 530 MiB whatever the bake). The
 mesh bakes (fit, simplify, skin, lod) are dominated at these sizes by the assumed glTF asset
 (``footprint.ASSUMED_ASSET_BYTES``: 100 k triangles and five 2K maps), which the config cannot see;
-the diffusion bakes by the assumed model (``postfx.chain.SD15``), likewise unseen.
+the diffusion bakes by the assumed model (``bakes.postfx.footprint.SD15``), likewise unseen.
 """
 
 from __future__ import annotations
@@ -150,7 +150,8 @@ def _tiny_model(work: Path) -> Path:
 
 
 def _postfx(work: Path) -> tuple[Any, Any]:
-    from neuralbake.postfx.chain import POSTFX, PostfxConfig
+    from neuralbake.bakes.postfx.chain import POSTFX
+    from neuralbake.bakes.postfx.config import PostfxConfig
 
     model = _tiny_model(work)
     crate = str(EXAMPLES / "crate" / "crate.gltf")
@@ -159,7 +160,7 @@ def _postfx(work: Path) -> tuple[Any, Any]:
 
 
 def _lora(work: Path) -> tuple[Any, Any]:
-    from neuralbake.postfx.lora import LORA_TRAIN, LoraTrainConfig
+    from neuralbake.bakes.postfx.lora import LORA_TRAIN, LoraTrainConfig
 
     model = _tiny_model(work)
     images = work / "lora-images"
@@ -235,12 +236,12 @@ def _estimate(name: str, work: Path) -> tuple[float, float | None, str]:
     declared = bake.footprint(config, device)
     compared: float | None = None
     if name == "postfx":
-        from neuralbake.postfx.chain import CHAIN_BASE_BYTES, TINY, postfx_memory
+        from neuralbake.bakes.postfx.footprint import CHAIN_BASE_BYTES, TINY, postfx_memory
 
         compared = CHAIN_BASE_BYTES + sum(postfx_memory(config, device, model=TINY).values())
     elif name == "lora":
-        from neuralbake.postfx.chain import CHAIN_BASE_BYTES, TINY
-        from neuralbake.postfx.lora import lora_memory
+        from neuralbake.bakes.postfx.footprint import CHAIN_BASE_BYTES, TINY
+        from neuralbake.bakes.postfx.lora import lora_memory
 
         compared = CHAIN_BASE_BYTES + sum(lora_memory(config, device, model=TINY).values())
     return declared.memory_bytes, compared, declared.field

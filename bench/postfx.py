@@ -3,7 +3,7 @@
 Builds Stable Diffusion 1.5- and SDXL-shaped networks with random weights straight on the device
 (the architecture sets the cost, not the weights; no model is downloaded), and times the chain's own
 code end to end on one frame: the Canny condition, the diffusion call
-(:class:`neuralbake.postfx.chain.Chain`: img2img at strength 1, so every scheduled step runs, with
+(:class:`neuralbake.bakes.postfx.chain.Chain`: img2img at strength 1, so every scheduled step runs, with
 and without a ControlNet) and, where asked, the Real-ESRGAN x2 upscale (ncnn; on the GPU through
 Vulkan when the machine has it). 1- and 4-step rows run without classifier-free guidance (how
 distilled models such as LCM or Turbo are run), 20-step rows with guidance 7 (two UNet passes a
@@ -23,7 +23,8 @@ import statistics
 import numpy as np
 import torch
 
-from neuralbake.postfx.chain import Chain, PostfxConfig
+from neuralbake.bakes.postfx.chain import Chain
+from neuralbake.bakes.postfx.config import PostfxConfig
 from neuralbake.postfx.conditions import canny_condition
 from neuralbake.postfx.models import chain_pipeline, make_random_model
 from neuralbake.postfx.upscale import upscale

@@ -20,7 +20,7 @@ import torch
 
 from neuralbake.io.images import save_png
 from neuralbake.nn.trainer import TrainerConfig
-from neuralbake.postfx.lora import LORA_TRAIN, LoraTrainConfig
+from neuralbake.bakes.postfx.lora import LORA_TRAIN, LoraTrainConfig
 from neuralbake.postfx.models import make_random_model
 
 

@@ -31,10 +31,11 @@ def _bakes() -> dict[str, tuple[Bake[Any], Callable[[], Any]]]:
     from neuralbake.bakes.neural_material import NEURAL_MATERIAL, NeuralMaterialConfig
     from neuralbake.bakes.neural_texture import NEURAL_TEXTURE, NeuralTextureConfig
     from neuralbake.bakes.ntc import NTC, NTCConfig
+    from neuralbake.bakes.postfx.chain import POSTFX
+    from neuralbake.bakes.postfx.config import PostfxConfig
+    from neuralbake.bakes.postfx.lora import LORA_TRAIN, LoraTrainConfig
     from neuralbake.bakes.simplify import SIMPLIFY, SimplifyConfig
     from neuralbake.bakes.skin import SKIN, SkinConfig
-    from neuralbake.postfx.chain import POSTFX, PostfxConfig
-    from neuralbake.postfx.lora import LORA_TRAIN, LoraTrainConfig
 
     return {
         "texture": (NEURAL_TEXTURE, lambda: NeuralTextureConfig(image="image.png")),

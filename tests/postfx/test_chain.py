@@ -13,11 +13,13 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from neuralbake.bakes.postfx.chain import POSTFX
+from neuralbake.bakes.postfx.config import PassConfig, PostfxConfig, parse_controlnet, parse_weighted
 from neuralbake.cli import app
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.images import load_image, save_exr, save_png
-from neuralbake.postfx.chain import POSTFX, PassConfig, PostfxConfig, parse_controlnet, parse_weighted, warp
 from neuralbake.postfx.compose import compose, feather, pass_mask
+from neuralbake.postfx.motion import warp
 
 pytest.importorskip("diffusers")
 
@@ -25,7 +27,7 @@ pytest.importorskip("diffusers")
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A tiny SD model + ControlNet, and two LoRAs (random B, so they change the output) made with peft."""
-    from neuralbake.postfx.lora import add_lora, save_lora
+    from neuralbake.postfx.adapters import add_lora, save_lora
     from neuralbake.postfx.models import inspect_model, load_pipeline, make_random_model
 
     root = tmp_path_factory.mktemp("postfx-models")

@@ -11,11 +11,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from neuralbake.bakes.postfx.chain import POSTFX
+from neuralbake.bakes.postfx.config import PostfxConfig
+from neuralbake.bakes.postfx.lora import LORA_TRAIN, LoraTrainConfig, LoraWeights, _DenoiseForwardBackward, _Sampler
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.images import load_image, save_png
 from neuralbake.nn.trainer import TrainerConfig, TrainingInterrupted
-from neuralbake.postfx.chain import POSTFX, PostfxConfig
-from neuralbake.postfx.lora import LORA_TRAIN, LoraTrainConfig, LoraWeights, _DenoiseForwardBackward, _Sampler, add_lora
+from neuralbake.postfx.adapters import add_lora
 
 pytest.importorskip("diffusers")
 

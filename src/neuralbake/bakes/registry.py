@@ -23,12 +23,12 @@ from neuralbake.bakes.mipmap import MIPMAP
 from neuralbake.bakes.neural_material import NEURAL_MATERIAL
 from neuralbake.bakes.neural_texture import NEURAL_TEXTURE
 from neuralbake.bakes.ntc import NTC
+from neuralbake.bakes.postfx.chain import POSTFX
+from neuralbake.bakes.postfx.lora import LORA_TRAIN
 from neuralbake.bakes.run import Bake
 from neuralbake.bakes.simplify import SIMPLIFY
 from neuralbake.bakes.skin import SKIN
 from neuralbake.errors import ConfigError
-from neuralbake.postfx.chain import POSTFX  # moves under bakes/ with the postfx split
-from neuralbake.postfx.lora import LORA_TRAIN
 
 __all__ = ["BAKES", "Arg", "Registered", "registered", "service_kinds"]
 

@@ -1,10 +1,11 @@
 """``neuralbake postfx``: AI render passes (seed 004).
 
 - ``neuralbake postfx RENDER --model DIR --prompt ... --out OUT`` (the same as ``postfx run``): the
-  chain of :mod:`neuralbake.postfx.chain` (conditions, diffusion with ControlNets and LoRAs,
-  composition, upscaler) as a bake;
+  chain of :mod:`neuralbake.bakes.postfx.chain` (conditions, diffusion with ControlNets and LoRAs,
+  composition, upscaler) as a bake; without ``--model``, ``--upscale N`` runs the upscaler alone;
 - ``postfx conditions``: only the ControlNet conditions of a render (:mod:`neuralbake.postfx.conditions`);
-- ``postfx make-model``: a diffusion model with random weights, built offline, for trials and timing.
+- ``postfx make-model``: a diffusion model with random weights, built offline, for trials and timing;
+- ``postfx addon``: the Blender add-on as a zip (:mod:`neuralbake.integrations.blender`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ import typer
 
 from neuralbake.cli.common import print_done, run_action
 from neuralbake.errors import ConfigError
-from neuralbake.io.files import atomic_path
-from neuralbake.postfx import blender_addon_source
+from neuralbake.integrations.blender.package import write_addon_zip
 from neuralbake.postfx.conditions import write_conditions
 from neuralbake.postfx.models import make_random_model
 
@@ -82,18 +82,11 @@ def postfx_addon(
     out: Annotated[Path, typer.Option("--out", "-o", help="The add-on zip to write (install it in Blender: Preferences > Add-ons > Install from Disk).")],
 ) -> None:
     """Write the Blender add-on (Render Properties > neuralbake AI pass) as an installable zip."""
-    import zipfile
-
 
     def action() -> Path:
         if out.suffix.lower() != ".zip":
             raise ConfigError("the add-on is written as a .zip file.", field="--out", fix="pass a path ending in .zip.")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(out) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
-            archive.writestr("neuralbake_postfx/__init__.py", blender_addon_source())
-        return out
+        return write_addon_zip(out)
 
     run_action(action, out=out)
     print_done(f"Blender add-on -> {out}")
-
-

@@ -267,14 +267,17 @@ def load_image(path: str | Path, *, max_pixels: int = MAX_IMAGE_PIXELS) -> tuple
     return _read_pillow(path, max_pixels)
 
 
-def resize_image(image: np.ndarray, width: int, height: int) -> np.ndarray:
-    """Resample ``[H, W, C]`` float image to ``[height, width, C]`` with an antialiased filter."""
+def resize_image(image: np.ndarray, width: int, height: int, *, nearest: bool = False) -> np.ndarray:
+    """Resample ``[H, W, C]`` float image to ``[height, width, C]`` with an antialiased filter, clamped to [0, 1].
+    ``nearest``: take the nearest pixel, unclamped, for maps whose values are labels (ids, segmentation colours)."""
     import torch
     import torch.nn.functional as F
 
     if image.shape[0] == height and image.shape[1] == width:
         return image
     tensor = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1)[None]
+    if nearest:
+        return F.interpolate(tensor, size=(height, width), mode="nearest-exact")[0].permute(1, 2, 0).numpy()
     resized = F.interpolate(tensor, size=(height, width), mode="bilinear", antialias=True, align_corners=False)
     return resized[0].permute(1, 2, 0).clamp(0.0, 1.0).numpy()
 

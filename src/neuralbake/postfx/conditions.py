@@ -28,9 +28,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from neuralbake.errors import ConfigError, InputError
-from neuralbake.io.images import MAX_IMAGE_SIDE
+from neuralbake.io.files import atomic_write_json, prepare_output_dir
+from neuralbake.io.gltf import load_bake_input
+from neuralbake.io.images import MAX_IMAGE_SIDE, load_image, save_png
+from neuralbake.render.camera import framing_radius, look_at
+from neuralbake.render.deferred import DirectionalLight, Lighting
+from neuralbake.render.deferred import render as deferred_render
+from neuralbake.render.envmap import EnvironmentLight, default_environment
+from neuralbake.render.scene import prepare_scene
+from neuralbake.render.skinning import pose_scene
 
 __all__ = [
     "PASS_FIXES",
@@ -251,12 +260,8 @@ def segmentation_condition(ids: np.ndarray) -> np.ndarray:
 def render_passes(scene: Any, camera: Any, width: int, height: int, lighting: Any = None, *, tone_map: str = "aces") -> RenderPasses:
     """A render of a glTF scene (a :class:`~neuralbake.render.scene.RenderScene`) by neuralbake's
     deferred renderer, with its true passes: camera distance, world normals and material index + 1."""
-    import torch
-
-    from neuralbake.render.deferred import render
-
     with torch.no_grad():
-        out = render(scene, camera, width, height, lighting, tone_map=tone_map)
+        out = deferred_render(scene, camera, width, height, lighting, tone_map=tone_map)
         g = out.gbuffer
         origin = torch.as_tensor(np.asarray(camera.position), dtype=g.position.dtype, device=g.position.device)
         depth = torch.full((height * width,), float("inf"), dtype=torch.float64)
@@ -277,8 +282,6 @@ def render_passes(scene: Any, camera: Any, width: int, height: int, lighting: An
 
 def load_render(path: Path) -> np.ndarray:
     """A render as a display image: PNG/JPEG as they are, OpenEXR (linear) through the sRGB curve, clamped."""
-    from neuralbake.io.images import load_image
-
     if path.suffix.lower() != ".exr":
         image, _ = load_image(path)
         if image.shape[2] < 3:
@@ -293,13 +296,6 @@ def load_render(path: Path) -> np.ndarray:
 
 def scene_passes(path: Path, size: int) -> RenderPasses:
     """Render a glTF asset with neuralbake's renderer from the front (the orbit's first view), sun and sky."""
-    from neuralbake.io.gltf import load_bake_input
-    from neuralbake.render.camera import framing_radius, look_at
-    from neuralbake.render.deferred import DirectionalLight, Lighting
-    from neuralbake.render.envmap import EnvironmentLight, default_environment
-    from neuralbake.render.scene import prepare_scene
-    from neuralbake.render.skinning import pose_scene
-
     scene = pose_scene(load_bake_input(path, field="render"))
     lo, hi = scene.bounds()
     centre = (lo + hi) / 2
@@ -327,9 +323,6 @@ def write_conditions(
     Writes ``canny.png``, ``depth.png``, ``normal.png``, ``segmentation.png``, ``masks/id_<k>.png`` and
     ``conditions.json``; each file appears whole (written to a temporary name, then renamed).
     """
-    from neuralbake.io.files import atomic_write_json, prepare_output_dir
-    from neuralbake.io.images import save_png
-
     render = Path(render)
     if not render.is_file():
         raise InputError("the render does not exist.", path=render, field="render", fix="pass the rendered image (PNG, JPEG, EXR) or a .gltf/.glb scene.")

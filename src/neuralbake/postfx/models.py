@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from neuralbake.errors import ConfigError, InputError
+from neuralbake.io.limits import parse_json_text
 
 # transformers reports optional packages it lacks (torchvision) while it is imported; the chain uses none of them.
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -79,8 +80,6 @@ class ModelInfo:
 
 
 def _read_json(path: Path, field: str, fix: str) -> dict[str, Any]:
-    from neuralbake.io.limits import parse_json_text
-
     try:
         data = parse_json_text(path.read_text(encoding="utf-8"), source=str(path))
     except InputError:

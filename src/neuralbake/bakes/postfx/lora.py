@@ -1,9 +1,5 @@
-"""LoRA adapters for the render pass's diffusion models, made with peft, and their training.
-
-:func:`add_lora` puts a peft LoRA (rank ``rank`` on the attention projections) on a UNet or Flux
-transformer; :func:`save_lora` writes its weights as one ``.safetensors`` file in the diffusers LoRA
-layout (``unet.…`` / ``transformer.…`` keys, the file ``pipe.load_lora_weights`` reads back). The
-chain loads such files, and kohya-layout files from other tools, through diffusers.
+"""A style LoRA for the render pass's diffusion models, trained as a bake (the adapters themselves:
+:mod:`neuralbake.postfx.adapters`).
 
 :data:`LORA_TRAIN` trains one as a bake on the one run path (``neuralbake postfx lora IMAGES --base
 MODEL``): the images are centre-cropped, encoded once by the VAE, their captions (``IMAGE.txt`` or one
@@ -26,53 +22,19 @@ import numpy as np
 import torch
 from torch import nn
 
+from neuralbake.bakes.config import TrainedConfig
 from neuralbake.bakes.footprint import TRAINED_PARAMETER_BYTES, dominant_field, footprint, precision_bytes
+from neuralbake.bakes.postfx.footprint import CHAIN_BASE_BYTES, SD15
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, Footprint
 from neuralbake.core.paths import InputPathOrFolder, LibraryFolder
 from neuralbake.errors import ConfigError, InputError
+from neuralbake.io.images import load_image, resize_image, save_png
 from neuralbake.nn.trainer import TrainerConfig
+from neuralbake.postfx.adapters import add_lora, save_lora
+from neuralbake.postfx.models import inspect_model, load_pipeline
+from neuralbake.render.pictures import panel_grid
 
-__all__ = ["LORA_TARGETS", "LORA_TRAIN", "LoraTrainConfig", "LoraWeights", "add_lora", "lora_footprint", "save_lora"]
-
-LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0")
-"""The attention projections a LoRA adapts (the choice of the diffusers training scripts)."""
-
-
-def add_lora(network: Any, *, rank: int = 4, alpha: float | None = None, random_b: bool = False, name: str = "default") -> Any:
-    """Add a trainable LoRA adapter to ``network`` (a UNet or Flux transformer) in place and return it.
-
-    ``random_b``: start B random instead of zero (peft's ``init_lora_weights=False``), so the adapter
-    changes the output from the start (tests; a trained LoRA starts from zero).
-    """
-    from peft import LoraConfig
-
-    config = LoraConfig(r=rank, lora_alpha=alpha if alpha is not None else rank, target_modules=list(LORA_TARGETS),
-                        init_lora_weights=not random_b)
-    network.add_adapter(config, adapter_name=name)
-    return network
-
-
-def save_lora(network: Any, path: str | Path, *, family: str = "sd", name: str = "default") -> Path:
-    """Write ``network``'s LoRA adapter ``name`` to ``path`` (``.safetensors``, diffusers layout), atomically."""
-    from diffusers import FluxPipeline, StableDiffusionPipeline, StableDiffusionXLPipeline
-    from diffusers.utils import convert_state_dict_to_diffusers
-    from peft.utils import get_peft_model_state_dict
-
-    from neuralbake.io.files import atomic_path
-
-    path = Path(path)
-    state = convert_state_dict_to_diffusers(get_peft_model_state_dict(network, adapter_name=name))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        if family == "flux":
-            FluxPipeline.save_lora_weights(tmp.parent, transformer_lora_layers=state, weight_name=tmp.name)
-        else:
-            pipeline = StableDiffusionXLPipeline if family == "sdxl" else StableDiffusionPipeline
-            pipeline.save_lora_weights(tmp.parent, unet_lora_layers=state, weight_name=tmp.name)
-    return path
-
-
-# -- training: a style LoRA as a bake on the one run path ------------------------------------
+__all__ = ["LORA_TRAIN", "LoraTrainConfig", "LoraWeights", "lora_footprint", "lora_memory"]
 
 
 def _default_train() -> TrainerConfig:
@@ -81,7 +43,7 @@ def _default_train() -> TrainerConfig:
 
 
 @dataclass
-class LoraTrainConfig:
+class LoraTrainConfig(TrainedConfig):
     """Everything that determines a style LoRA's training."""
 
     images: InputPathOrFolder = ""
@@ -101,9 +63,6 @@ class LoraTrainConfig:
     sample_steps: int | None = None
     """Denoising steps of the sample pictures (unset: 25 on a GPU, 4 on a CPU)."""
     train: TrainerConfig = field(default_factory=_default_train)
-    """Optimisation: steps, learning rate, precision, loss scaling, seed, cadence of logs and checkpoints."""
-    device: str = "auto"
-    """auto, cpu, cuda or cuda:N."""
 
     def validate(self) -> None:
         """Raise :class:`~neuralbake.errors.ConfigError` for unusable settings."""
@@ -225,23 +184,15 @@ def _training_images(config: LoraTrainConfig) -> list[tuple[Path, str]]:
 
 
 def _square(image: np.ndarray, side: int) -> np.ndarray:
-    """Centre crop to a square, then resize to ``side`` (area filter down, cubic up)."""
-    import cv2
-
+    """Centre crop to a square, then resize to ``side`` (antialiased)."""
     height, width = image.shape[:2]
     edge = min(height, width)
     top, left = (height - edge) // 2, (width - edge) // 2
-    crop = np.ascontiguousarray(image[top : top + edge, left : left + edge, :3])
-    mode = cv2.INTER_AREA if edge > side else cv2.INTER_CUBIC
-    return np.clip(cv2.resize(crop, (side, side), interpolation=mode), 0.0, 1.0)
+    return resize_image(np.ascontiguousarray(image[top : top + edge, left : left + edge, :3]), side, side)
 
 
 def _train_body(run: BakeRun) -> BakeOutcome:
-    import diffusers
-
-    from neuralbake.io.images import load_image, save_png
-    from neuralbake.postfx.models import inspect_model, load_pipeline
-    from neuralbake.render.pictures import panel_grid
+    import diffusers  # optional (the postfx extra): imported only when a LoRA is trained
 
     config: LoraTrainConfig = run.config
     device = run.device
@@ -350,11 +301,9 @@ ASSUMED_IMAGES = 100
 
 def lora_memory(config: LoraTrainConfig, device: torch.device, model: Any = None) -> dict[str, float]:
     """Bytes by the setting that drives them: the frozen model's weights (``base``; assumed, see
-    :data:`neuralbake.postfx.chain.SD15`), the adapter with its gradient and Adam state (``rank``), a
+    :data:`neuralbake.bakes.postfx.footprint.SD15`), the adapter with its gradient and Adam state (``rank``), a
     step's UNet activations kept for the backward pass (``batch_size`` images at ``resolution``), and
     the VAE's encoding of an image and the sample pictures' denoising, with guidance (``resolution``)."""
-    from neuralbake.postfx.chain import SD15
-
     model = model or SD15
     cuda = device.type == "cuda"
     values = precision_bytes(config.train.precision) if cuda else 4  # the CPU trains in fp32
@@ -371,8 +320,6 @@ def lora_memory(config: LoraTrainConfig, device: torch.device, model: Any = None
 
 def lora_footprint(config: LoraTrainConfig, device: torch.device) -> Footprint:
     """Peak memory of a LoRA training (:func:`lora_memory` on top of the chain's base) and its steps (``train.steps``)."""
-    from neuralbake.postfx.chain import CHAIN_BASE_BYTES
-
     terms = lora_memory(config, device)
     total = lambda c, d: sum(lora_memory(c, d).values())  # noqa: E731
     knobs = {"resolution": 512 if device.type == "cuda" else 128, "batch_size": 1, "rank": 8}
