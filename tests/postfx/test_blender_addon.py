@@ -40,7 +40,7 @@ def test_the_zip_vendors_a_client_that_needs_only_the_standard_library(tmp_path:
         archive.extractall(tmp_path / "unzipped")
     vendor = tmp_path / "unzipped" / "neuralbake_postfx" / "vendor"
     assert {"neuralbake_postfx/__init__.py", "neuralbake_postfx/remote.py", "neuralbake_postfx/selection.py"} <= names
-    assert {f"neuralbake_postfx/vendor/neuralbake/{n}" for n in ("__init__.py", "errors.py", "client/__init__.py", "client/client.py")} <= names
+    assert {f"neuralbake_postfx/vendor/neuralbake/{n}" for n in ("__init__.py", "version.py", "errors.py", "client/__init__.py", "client/client.py")} <= names
     assert not any("package.py" in n for n in names)  # the zip builder stays out of Blender
     remote = ast.parse((tmp_path / "unzipped" / "neuralbake_postfx" / "remote.py").read_text())
     assert any(isinstance(n, ast.ImportFrom) and n.module == "neuralbake.client" for n in remote.body)  # the add-on's HTTP is the client
@@ -49,7 +49,7 @@ def test_the_zip_vendors_a_client_that_needs_only_the_standard_library(tmp_path:
             modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module] if isinstance(node, ast.ImportFrom) else []
             for module in modules:
                 top = module.split(".")[0]
-                assert top in sys.stdlib_module_names or module in ("neuralbake.errors", "neuralbake.client.client"), (file.name, module)
+                assert top in sys.stdlib_module_names or module in ("neuralbake.version", "neuralbake.errors", "neuralbake.client.client"), (file.name, module)
     # a Python without site-packages (no httpx, no neuralbake install) runs the copy: a closed port is the client's own error
     code = (f"import sys; sys.path.insert(0, {str(vendor)!r}); import socket\n"
             "from neuralbake.client import ServiceClient, ServiceError\n"

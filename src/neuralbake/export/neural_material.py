@@ -110,8 +110,8 @@ def _read_material(bundle_dir: str | Path, precision: str, latent_format: str) -
     sampler_weights, sampler_layers = b"", None
     if head is not None:  # the importance-sampling head: its own device layout, packed after the decoders
         state = head[1]
-        layers = [LayerTensors(f"sampler.layers.{i}", state[f"mlp.layers.{i}.weight"], state[f"mlp.layers.{i}.bias"]) for i in range(2)]
-        sampler_weights, sampler_layers = pack_device_layout(layers, precision)
+        head_layers = [LayerTensors(f"sampler.layers.{i}", state[f"mlp.layers.{i}.weight"], state[f"mlp.layers.{i}.bias"]) for i in range(2)]
+        sampler_weights, sampler_layers = pack_device_layout(head_layers, precision)
     return ExportMaterial(_material_name(info, directory), directory, bundle.manifest_path, info.fields, layers, weights, levels, sampler_layers, sampler_weights)
 
 

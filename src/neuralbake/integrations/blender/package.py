@@ -1,7 +1,7 @@
 """The add-on as a zip Blender installs (Edit > Preferences > Add-ons > Install from Disk).
 
 The zip holds one package, ``neuralbake_postfx/``: this folder's modules (not this one) and, under
-``vendor/``, a copy of ``neuralbake/__init__.py``, ``neuralbake/errors.py`` and ``neuralbake/client/``,
+``vendor/``, a copy of ``neuralbake/__init__.py``, ``neuralbake/version.py``, ``neuralbake/errors.py`` and ``neuralbake/client/``,
 which the add-on puts on ``sys.path`` (Blender's Python cannot import the installed neuralbake). The
 client needs only the standard library, so the copy runs in any Blender.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-import neuralbake
 import neuralbake.client
 import neuralbake.errors
+import neuralbake.version
 from neuralbake.io.files import atomic_path
 
 __all__ = ["ADDON_PACKAGE", "addon_files", "write_addon_zip"]
@@ -27,7 +27,9 @@ _HERE = Path(__file__).resolve().parent
 def _vendored() -> dict[str, Path]:
     """The neuralbake modules the add-on carries, by their path under ``vendor/``."""
     client = Path(neuralbake.client.__file__).resolve().parent
-    files = {"neuralbake/__init__.py": Path(neuralbake.__file__), "neuralbake/errors.py": Path(neuralbake.errors.__file__)}
+    package = Path(neuralbake.errors.__file__).resolve().parent  # the top package itself stands above this layer
+    files = {"neuralbake/__init__.py": package / "__init__.py", "neuralbake/version.py": Path(neuralbake.version.__file__),
+             "neuralbake/errors.py": Path(neuralbake.errors.__file__)}
     files.update({f"neuralbake/client/{p.name}": p for p in sorted(client.glob("*.py"))})
     return files
 
