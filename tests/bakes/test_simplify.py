@@ -200,12 +200,12 @@ def test_simplify_writes_a_lod_a_triptych_and_a_report_comparing_with_qem(tmp_pa
 
 
 def test_simplify_refuses_bad_inputs_clearly(tmp_path: Path) -> None:
+    import json
+
     from neuralbake.bakes.simplify import simplify_lod
     from neuralbake.errors import ConfigError
 
     from ..render.test_skinning import _write_rig
-
-    import json
 
     rig = _write_rig(tmp_path / "rig")
     two = json.loads(rig.read_text())  # a second skin on a second copy of the mesh

@@ -29,8 +29,7 @@ from neuralbake.bakes.ntc.layout import LatentShape, NTCLayout
 from neuralbake.bakes.ntc.model import NTCModel
 from neuralbake.bakes.ntc.texture_set import ChannelGroup
 from neuralbake.errors import ConfigError
-from neuralbake.kernels import training, tuning
-from neuralbake.kernels import interpreting, resolve_kernels, unsupported_reason
+from neuralbake.kernels import interpreting, resolve_kernels, training, tuning, unsupported_reason
 from neuralbake.kernels.decoders import FusedNeuralMaterial, FusedNTC
 from neuralbake.kernels.packing import PackedMLP, mlp_forward
 from neuralbake.kernels.training import FusedForwardBackward, FusedMLP

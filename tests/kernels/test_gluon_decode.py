@@ -25,8 +25,7 @@ import torch
 pytest.importorskip("triton")
 
 from neuralbake.bakes.neural_material.model import NeuralMaterial
-from neuralbake.kernels import decoders
-from neuralbake.kernels import gluon_decode
+from neuralbake.kernels import decoders, gluon_decode
 from neuralbake.kernels.decoders import FusedNeuralMaterial
 from neuralbake.nn.mlp import MLP, MLPConfig
 

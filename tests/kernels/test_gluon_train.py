@@ -26,8 +26,7 @@ import torch
 pytest.importorskip("triton")
 
 from neuralbake.errors import ConfigError
-from neuralbake.kernels import training, tuning
-from neuralbake.kernels import gluon_train, interpreting
+from neuralbake.kernels import gluon_train, interpreting, training, tuning
 from neuralbake.kernels.training import FusedForwardBackward
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
 from neuralbake.nn.trainer import Batch

@@ -14,6 +14,7 @@ bpy.ops.preferences.addon_install(filepath=zip_path, overwrite=True)
 bpy.ops.preferences.addon_enable(module="neuralbake_postfx")
 
 import neuralbake_postfx.remote as remote  # noqa: E402  (importable once the add-on is enabled)
+
 from neuralbake.client import ServiceClient, ServiceError  # noqa: E402  (the add-on put its vendor folder on sys.path)
 
 with socket.socket() as probe:  # a port nothing listens on

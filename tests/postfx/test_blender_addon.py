@@ -8,11 +8,11 @@ runs on the standard library alone and is the one the add-on imports inside Blen
 
 from __future__ import annotations
 
+import ast
 import glob
 import json
 import os
 import shutil
-import ast
 import subprocess
 import sys
 import zipfile
@@ -78,9 +78,9 @@ def test_the_addon_loads_in_blender_with_its_vendored_client(blender_python: Pat
 
 def test_the_addon_runs_the_chain_on_renders_and_animations(blender_python: Path, tmp_path: Path) -> None:  # noqa: F811
     pytest.importorskip("diffusers")
-    from neuralbake.postfx.motion import read_motion, warp
     from neuralbake.postfx.conditions import load_render
     from neuralbake.postfx.models import make_random_model
+    from neuralbake.postfx.motion import read_motion, warp
 
     executable = shutil.which("neuralbake") or str(Path(sys.executable).with_name("neuralbake"))
     assert Path(executable).is_file()

@@ -6,7 +6,6 @@ requeues, cancel and retry, tokens, reads that never wait for a writer, restarts
 from __future__ import annotations
 
 import json
-
 import math
 import multiprocessing
 import threading

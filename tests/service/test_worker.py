@@ -16,7 +16,6 @@ import pytest
 
 from neuralbake.io.manifest import verify_bake_folder
 from neuralbake.service.store import Store
-
 from neuralbake.service.worker import StoreSink, WorkerSettings, _worker_process, job_folder, run_worker
 
 from ._support import uploaded

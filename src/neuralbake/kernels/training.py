@@ -24,7 +24,16 @@ from neuralbake.errors import ConfigError
 from neuralbake.kernels import ACTIVATION_CODES, LOSS_CODES, gluon_train, tuning
 from neuralbake.kernels.packing import PackedMLP, mlp_forward
 from neuralbake.kernels.triton_train import adam_kernel, draw_uv_kernel, mlp_train_kernel, pack_kernel, reduce_slots_kernel
-from neuralbake.kernels.tuning import block_rows, gluon_failed, launch_options, mma_sync, nvidia_capability, sm_count, tile_key, wide_addresses
+from neuralbake.kernels.tuning import (
+    block_rows,
+    gluon_failed,
+    launch_options,
+    mma_sync,
+    nvidia_capability,
+    sm_count,
+    tile_key,
+    wide_addresses,
+)
 from neuralbake.nn.mlp import MLP, CoordinateNetwork
 from neuralbake.nn.precision import LossScaler
 from neuralbake.nn.trainer import Batch, TexelDraws

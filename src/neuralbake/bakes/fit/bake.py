@@ -37,8 +37,8 @@ from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, Footprint
 from neuralbake.core.events import EventSink, EventWriter
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.gltf import Scene, load_bake_input
-from neuralbake.render.paint import view_uv_buffer
 from neuralbake.nn.checkpoint import CHECKPOINT_FORMAT
+from neuralbake.render.paint import view_uv_buffer
 from neuralbake.render.scene import prepare_scene
 from neuralbake.render.skinning import pose_scene
 from neuralbake.render.uv_raster import generate_uv1_atlas

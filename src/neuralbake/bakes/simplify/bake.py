@@ -26,8 +26,8 @@ from neuralbake.render.compare import flip_error_ldr
 from neuralbake.render.deferred import DirectionalLight, Lighting, render
 from neuralbake.render.envmap import EnvironmentLight, default_environment
 from neuralbake.render.pictures import error_heat_map, panel_grid
-from neuralbake.render.scene import RenderScene
 from neuralbake.render.posing import Posable
+from neuralbake.render.scene import RenderScene
 from neuralbake.render.skinning import pose_scene
 
 __all__ = ["SIMPLIFY", "simplify_lod"]

@@ -14,8 +14,8 @@ The package is split by concern: :mod:`~neuralbake.io.gltf.model` (the dataclass
 
 from neuralbake.io.gltf.geometry import generate_normals, generate_tangents
 from neuralbake.io.gltf.model import Material, Mesh, Scene, TextureRef
-from neuralbake.io.gltf.rig import Clip, Rig, Skin
 from neuralbake.io.gltf.reader import DEFAULT_MAX_JSON_BYTES, DEFAULT_MAX_TRIANGLES, load_bake_input, load_gltf, load_gltf_materials
+from neuralbake.io.gltf.rig import Clip, Rig, Skin
 from neuralbake.io.gltf.writer import write_gltf
 
 __all__ = [
