@@ -42,7 +42,7 @@ from neuralbake.bakes.footprint import dominant_field, footprint
 from neuralbake.bakes.neural_material import NeuralMaterialConfig, bake_material, bake_materials_jointly
 from neuralbake.bakes.neural_material.config import MATERIAL_BASE_BYTES, device_defaults, material_knobs, material_memory, material_steps
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, Footprint, run_bake
-from neuralbake.core.config import save_config
+from neuralbake.core.config import config_to_dict
 from neuralbake.core.events import EventSink
 from neuralbake.core.paths import InputPath
 from neuralbake.core.report import plot_loss_curve, write_report
@@ -199,11 +199,11 @@ def _bake_one(run: BakeRun, config: NeuralMaterialConfig, folder: Path, phase: s
 
 def _write_material(run: BakeRun, config: NeuralMaterialConfig, folder: Path, phase: str, metrics: dict[str, Any], fields: dict[str, Any], title: str) -> dict[str, Any]:
     """A baked material's own config, loss curve (of training phase ``phase``), report and bake.json in its folder."""
-    save_config(folder / "config.json", config)
+    atomic_write_json(folder / "config.json", run.shown(config_to_dict(config)))  # inputs as the caller sees them
     history = next(result.history for name, result in run.phases if name == phase)
     if history:
         plot_loss_curve(folder / "loss.png", history, title=title)
-    report = write_report(folder / "report.json", bake="neural_material", device=run.device, metrics=metrics, **fields, pack_phase=phase)
+    report = write_report(folder / "report.json", bake="neural_material", device=run.device, metrics=run.shown(metrics), **run.shown(fields), pack_phase=phase)
     write_bake_manifest(folder, bake="neural_material")
     return report
 
@@ -278,7 +278,7 @@ def _record_final_bundles(run: BakeRun, manifest: Path) -> None:
     data = load_json_file(manifest, what="shader manifest")
     for entry in data.get("materials", []):
         entry["bundle"] = _final(run, Path(entry["bundle"]))
-    atomic_write_json(manifest, data)
+    atomic_write_json(manifest, run.shown(data))
 
 
 # -- footprint --------------------------------------------------------------------------------
