@@ -37,7 +37,7 @@ from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, Footprint
 from neuralbake.core.events import EventSink, EventWriter
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.gltf import Scene, load_bake_input
-from neuralbake.nn.checkpoint import CHECKPOINT_FORMAT
+from neuralbake.nn.checkpoint import CHECKPOINT_FORMAT, checkpointed_buffers
 from neuralbake.render.paint import view_uv_buffer
 from neuralbake.render.scene import prepare_scene
 from neuralbake.render.skinning import pose_scene
@@ -260,8 +260,6 @@ def warm_start(model: LodAppearance, config: FitConfig) -> None:
                 raise InputError(f"the warm-start checkpoint has no {name} of shape {tuple(param.shape)}.", path=path, field="warm_start", fix=fix)
             param.copy_(value.to(param.device, param.dtype))
         if getattr(model, "checkpointed_buffers", ()):  # a shape fit: the moved vertices too
-            from neuralbake.nn.checkpoint import checkpointed_buffers
-
             for name, buffer in checkpointed_buffers(model).items():
                 value = (state.get("buffers") or {}).get(name)
                 if not isinstance(value, torch.Tensor) or value.shape != buffer.shape:
