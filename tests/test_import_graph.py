@@ -99,6 +99,7 @@ class _Collector(ast.NodeVisitor):
         self.path = path
         self.package = module if _is_package(path) else module.rpartition(".")[0]
         self.comments = _comment_lines(source)
+        self.lines = source.splitlines()
         self.edges: list[Edge] = []
         self.function_depth = 0
         self.type_checking_depth = 0
@@ -126,7 +127,9 @@ class _Collector(ast.NodeVisitor):
             return
         first = getattr(node, "lineno")
         last = getattr(node, "end_lineno", first) or first
-        commented = any(line in self.comments for line in range(first - 1, last + 1))
+        above = first - 1  # a comment line of its own just above counts; a trailing comment of the code above does not
+        commented = any(line in self.comments for line in range(first, last + 1)) or (
+            above in self.comments and self.lines[above - 1].lstrip().startswith("#"))
         if any(e.target == target and e.line == first for e in self.edges):
             return  # one edge per statement and module (``from m import a, b``)
         self.edges.append(Edge(self.module, target, self.path, first, self.function_depth > 0, self.type_checking_depth > 0, commented))
