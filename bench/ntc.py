@@ -14,7 +14,7 @@ second and milliseconds for a 3840x2160 frame of mip-0 texels decoded by random 
 (coordinates wrap over the texture), at the highest rate.
 
     python bench/ntc.py --device cpu --size 256
-    python bench/ntc.py --device cuda --size 2048 --bpp 1 2 4 8 20 28 44 --steps 20000
+    python bench/ntc.py --device cuda --size 2048 --bpp 1 2 4 8 20 28 44
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -32,7 +33,6 @@ sys.path.insert(0, str(ROOT / "src"))
 from neuralbake.bakes.ntc import NTCConfig, compress_rate_distortion, decode_texels, open_container
 from neuralbake.core.device import describe_device, resolve_device
 from neuralbake.io.files import atomic_write_json
-from neuralbake.nn.trainer import TrainerConfig
 from timing import Stopwatch, measure
 
 DEFAULT_GLTF = ROOT.parent / "shared" / "assets" / "DamagedHelmet" / "DamagedHelmet.gltf"
@@ -57,10 +57,10 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--size", type=int, default=None, help="larger side after resampling (default 256 on CPU, 2048 on GPU)")
     parser.add_argument("--bpp", type=float, nargs="+", default=None, help="NTC rates (default 2 4 8 20 at 256, 1 2 4 8 20 larger)")
-    parser.add_argument("--steps", type=int, default=None, help="main-phase steps (default 3000 on CPU, 20000 on GPU)")
+    parser.add_argument("--steps", type=int, default=None, help="main-phase steps (default: the bake's for the device)")
     parser.add_argument("--finetune-steps", type=int, default=None)
-    parser.add_argument("--batch-size", type=int, default=None, help="default 4096 on CPU, 65536 on GPU")
-    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--batch-size", type=int, default=None, help="default: the bake's for the device")
+    parser.add_argument("--lr", type=float, default=None, help="default: the bake's for the device")
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--hidden", type=int, nargs="+", default=None, help="decoder hidden widths (default the bake's 64 48 32)")
     parser.add_argument("--repeats", type=int, default=3, help="timing repeats of the 4K decode")
@@ -74,15 +74,15 @@ def main() -> None:
     gpu = device.type == "cuda"
     size = args.size or (2048 if gpu else 256)
     bpps = args.bpp or ([2.0, 4.0, 8.0, 20.0] if size <= 256 else [1.0, 2.0, 4.0, 8.0, 20.0])
-    steps = args.steps or (20000 if gpu else 3000)
-    config = NTCConfig(
-        sources=[str(args.gltf)],
+    base = NTCConfig(sources=[str(args.gltf)])
+    config = replace(
+        base,
         texture_size=size,
         device=str(device),
-        batch_size=args.batch_size or (65536 if gpu else 4096),
+        batch_size=args.batch_size,
         **({"hidden": tuple(args.hidden)} if args.hidden else {}),
-        finetune_steps=args.finetune_steps if args.finetune_steps is not None else steps // 6,
-        train=TrainerConfig(steps=steps, learning_rate=args.lr, precision=args.precision, eval_every=max(steps // 5, 1), checkpoint_every=0, log_every=100),
+        finetune_steps=args.finetune_steps,
+        train=replace(base.train, steps=args.steps, learning_rate=args.lr, precision=args.precision, checkpoint_every=0, log_every=100),
     )
     out = args.out / f"{device.type}_{size}"
     wall = Stopwatch(device).start()
@@ -104,7 +104,8 @@ def main() -> None:
     ]
     summary["bcn_groups_db"] = {family: {k: v["mip0_db"] for k, v in reports[0]["bcn"][family]["quality"]["groups"].items()} for family in reports[0]["bcn"]}
     summary["decode"] = decode_throughput(out / f"bpp_{max(bpps):g}", device, args.repeats)
-    summary["settings"] = {"size": size, "steps": steps, "finetune_steps": config.finetune_steps, "batch_size": config.batch_size, "lr": args.lr, "precision": args.precision, "hidden": list(config.hidden)}
+    chosen = json.loads((out / "report.json").read_text())["device_defaults"]
+    summary["settings"] = {"size": size, "steps": reports[0]["steps"], "device_defaults": chosen, "precision": args.precision, "hidden": list(config.hidden)}
     summary["device"] = describe_device(device)
     summary["wall_seconds"] = round(wall.stop(), 1)
     atomic_write_json(out / "rd.json", summary)

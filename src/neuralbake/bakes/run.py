@@ -260,8 +260,10 @@ class BakeRun:
         forward_backward: Any = None,
         on_step: Callable[[Trainer, int], None] | None = None,
         lr_scales: dict[str, float] | None = None,
+        quality_key: str | None = None,
     ) -> TrainResult:
-        """Run one training phase on the shared Trainer, checkpointed as ``phase``.
+        """Run one training phase on the shared Trainer, checkpointed as ``phase``; ``quality_key``
+        names the figure of ``evaluate``'s result that ``train.plateau_evals`` watches.
 
         On ``resume``, a phase with a checkpoint continues from it (a finished phase returns at
         once with its result); phases after the interrupted one start fresh.
@@ -282,6 +284,7 @@ class BakeRun:
         trainer = Trainer(
             model, sampler, loss_fn, train, device=self.device, checkpoint_path=checkpoint, events=self.events, evaluate=evaluate,
             forward_backward=forward_backward, on_step=each_step if hooks else None, compatibility=compatibility, lr_scales=lr_scales,
+            quality_key=quality_key,
         )
         self.events.emit("phase", phase=phase, resumed=resume)
         self._trainer, self._phase = trainer, phase

@@ -66,6 +66,7 @@ def checkpoint_state(self: Trainer) -> dict[str, Any]:
         # generator; on CUDA they share the trainer's (the device's default) one.
         "global_rng": torch.random.get_rng_state(),
         "history": self.history,
+        "stopped_by": self.stopped_by,
         "config": asdict(self.config),
         "compatibility": self.compatibility,
     }
@@ -149,6 +150,7 @@ def load_checkpoint(self: Trainer) -> None:
     for name, value in state["counters"].items():
         getattr(self, f"_{name}").fill_(value)
     self.history = list(state["history"])
+    self.stopped_by = state.get("stopped_by")  # a phase that ended on its time budget or a plateau stays ended
     self._saved_at_step = self.step
 
 

@@ -3,7 +3,8 @@
 Each step: the learning rate for the step, a batch from the sampler, low-precision copies of the
 fp32 master weights, forward and backward through a :class:`ForwardBackward` (by default PyTorch
 autograd; a fused GPU kernel can stand in without the bake noticing), unscale and check the
-gradients, then an Adam step on the masters or a skipped step. Around it: metric events,
+gradients, then an Adam step on the masters or a skipped step, then the model's own projection
+of its parameters if it has one (``constrain_()``). Around it: metric events,
 periodic evaluation, checkpoints that resume bit-exactly, a guard that stops a diverged run, and
 Ctrl-C or SIGTERM that stops at the next step boundary after saving a checkpoint.
 """
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -27,6 +28,7 @@ from neuralbake.errors import ConfigError, TrainingError
 from neuralbake.nn.checkpoint import StopOnSignals, load_checkpoint, save_checkpoint
 from neuralbake.nn.precision import LossScaler, compute_dtype
 from neuralbake.nn.schedule import learning_rate_at, parameter_groups
+from neuralbake.nn.train_config import TrainerConfig
 
 __all__ = [
     "AutogradForwardBackward",
@@ -40,74 +42,6 @@ __all__ = [
     "TrainingInterrupted",
     "cast_model",
 ]
-
-@dataclass
-class TrainerConfig:
-    """Optimisation settings shared by every bake."""
-
-    steps: int | None = 2000
-    """Number of optimiser steps (a bake may leave it to its device default)."""
-    learning_rate: float = 0.01
-    """Peak Adam learning rate."""
-    schedule: Literal["constant", "cosine"] = "cosine"
-    """Learning-rate schedule after warm-up: constant, or cosine decay to final_lr_fraction."""
-    warmup_steps: int = 0
-    """Steps of linear learning-rate warm-up."""
-    final_lr_fraction: float = 0.05
-    """Cosine schedule: learning rate at the last step as a fraction of the peak."""
-    precision: Literal["fp32", "fp16", "bf16"] = "fp16"
-    """Forward/backward precision; weights and Adam moments stay fp32 either way."""
-    loss_scale: Literal["dynamic", "static", "none"] = "dynamic"
-    """Loss scaling: dynamic (backs off on overflow, grows back), static, or none."""
-    initial_loss_scale: float = 4096.0
-    """Starting (or, for static, fixed) loss scale."""
-    loss_scale_growth_interval: int = 500
-    """Dynamic scaling: clean steps before the scale doubles."""
-    adam_beta1: float = 0.9
-    """Adam first-moment decay."""
-    adam_beta2: float = 0.99
-    """Adam second-moment decay."""
-    adam_eps: float = 1e-10
-    """Adam epsilon (the update is m / (sqrt(v) + eps))."""
-    seed: int = 0
-    """Seed for weight initialisation and batch sampling."""
-    log_every: int = 25
-    """Emit a training-loss event every this many steps."""
-    eval_every: int = 250
-    """Run the bake's evaluation every this many steps (0: only at the end)."""
-    checkpoint_every: int = 500
-    """Save a resumable checkpoint every this many steps (0: only by time, when stopped and at the end)."""
-    checkpoint_seconds: float = 60.0
-    """Also save one when this many seconds have passed since the last (0: by steps only), so a killed run loses at most this much."""
-    max_nonfinite_steps: int = 50
-    """Stop with an error after this many skipped steps in a row (the run has diverged)."""
-    cuda_graph: bool = True
-    """On a GPU, capture the whole training step in a CUDA graph (far less launch overhead); same results."""
-
-    def validate(self) -> None:
-        """Raise ConfigError on values no run can use."""
-        if self.steps is None:
-            raise ConfigError("the number of steps is not set.", field="steps", fix="pass --steps N (or let the bake choose it by device).")
-        positive = {"steps": self.steps, "learning_rate": self.learning_rate, "initial_loss_scale": self.initial_loss_scale}
-        for name, value in positive.items():
-            if not (value > 0 and math.isfinite(value)):
-                raise ConfigError(f"must be a positive number, got {value}.", field=name, fix=f"set {name} > 0.")
-        if not (self.checkpoint_seconds >= 0 and math.isfinite(self.checkpoint_seconds)):
-            raise ConfigError(f"must be >= 0, got {self.checkpoint_seconds}.", field="checkpoint_seconds", fix="set checkpoint_seconds to 0 or more.")
-        for name in ("warmup_steps", "log_every", "eval_every", "checkpoint_every"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"must be >= 0, got {getattr(self, name)}.", field=name, fix=f"set {name} to 0 or more.")
-        for name in ("adam_beta1", "adam_beta2", "final_lr_fraction"):
-            value = getattr(self, name)
-            if not 0.0 <= value < 1.0 + (name == "final_lr_fraction"):
-                raise ConfigError(f"out of range, got {value}.", field=name, fix="use a value in [0, 1).")
-        if self.precision not in ("fp32", "fp16", "bf16"):
-            raise ConfigError(f"unknown precision {self.precision!r}.", field="precision", fix="use fp32, fp16 or bf16.")
-        if self.schedule not in ("constant", "cosine"):
-            raise ConfigError(f"unknown schedule {self.schedule!r}.", field="schedule", fix="use constant or cosine.")
-        if self.loss_scale not in ("dynamic", "static", "none"):
-            raise ConfigError(f"unknown loss scaling {self.loss_scale!r}.", field="loss_scale", fix="use dynamic, static or none.")
-
 
 @dataclass
 class Batch:
@@ -216,6 +150,8 @@ class TrainResult:
     """Loss scale at the end."""
     history: list[dict[str, Any]] = field(default_factory=list)
     """Every train/eval event of the run (resumed runs included)."""
+    stopped_by: str = "steps"
+    """What ended the run: ``steps``, ``seconds`` (the time budget) or ``plateau`` (no gain over ``plateau_evals`` evaluations)."""
 
 
 class TrainingInterrupted(TrainingError):
@@ -258,6 +194,8 @@ class Trainer:
     lr_scales:
         Learning-rate multipliers by parameter-name prefix (``{"tone_map.": 0.1}``): each matching
         parameter follows the schedule times its scale (the longest matching prefix wins; others 1).
+    quality_key:
+        The key of ``evaluate``'s result that ``plateau_evals`` watches (higher is better, e.g. ``psnr_db``).
     """
 
     def __init__(
@@ -275,8 +213,14 @@ class Trainer:
         on_step: Callable[[Trainer, int], None] | None = None,
         compatibility: dict[str, Any] | None = None,
         lr_scales: dict[str, float] | None = None,
+        quality_key: str | None = None,
     ) -> None:
         config.validate()
+        if config.plateau_evals and (evaluate is None or quality_key is None):
+            raise ConfigError("stopping on a plateau needs the bake's evaluation, and this bake has none.", field="plateau_evals", fix="leave plateau_evals at 0.")
+        if config.keep_best and (evaluate is None or quality_key is None):
+            raise ConfigError("keeping the best weights needs the bake's evaluation, and this bake has none.", field="keep_best", fix="leave keep_best off.")
+        self.quality_key = quality_key
         self.model = model
         self.sampler = sampler
         self.config = config
@@ -347,6 +291,10 @@ class Trainer:
         self._stop_requested = False
         self._lr = config.learning_rate
         self._saved_at_step = -1
+        self._loop_started: float | None = None
+        self._best: tuple[float, int, dict[str, float], list[torch.Tensor]] | None = None
+        self.stopped_by: str | None = None
+        """Why the loop ended before ``steps`` (``seconds`` or ``plateau``); None while running or when it ran them all."""
         self.started_at = 0
         """The step the last ``fit`` began at (a resumed one: its checkpoint's)."""
         self._saved_at_time = time.monotonic()
@@ -367,9 +315,21 @@ class Trainer:
         self._stop_requested = True
 
     # -- one step ---------------------------------------------------------------------------
+    def elapsed_seconds(self) -> float:
+        """Training seconds so far, the running stretch included (host time: graphed steps may still be queued)."""
+        running = time.perf_counter() - self._loop_started if self._loop_started is not None else 0.0
+        return self.train_seconds + running
+
+    def _schedule_step(self) -> int:
+        """The step the schedule is at: the step, or with a time budget the share of it spent, whichever is further along."""
+        if self.config.seconds is None:
+            return self.step
+        spent = self.elapsed_seconds() / self.config.seconds
+        return max(self.step, min(int(spent * self.config.steps), self.config.steps - 1))
+
     def _set_learning_rate(self) -> None:
         self._lr = learning_rate_at(
-            self.step,
+            self._schedule_step(),
             base=self.config.learning_rate,
             total_steps=self.config.steps,
             schedule=self.config.schedule,
@@ -388,6 +348,7 @@ class Trainer:
             else:
                 batch = self.sampler.sample(self.generator)
                 self.fused_update.update_step(batch, self.master, self.optimizer, self.scaler, self._found_inf, counters)
+            self._constrain()
             return
         batch = self.sampler.sample(self.generator)
         if self.compute_model is not self.model:
@@ -403,12 +364,21 @@ class Trainer:
             param.grad = grad
         self.optimizer.found_inf = found
         self.optimizer.step()
+        self._constrain()
         self.scaler.update(found)
         clean = 1.0 - found
         self._loss_sum.add_(torch.where(found > 0, torch.zeros_like(loss), loss))
         self._loss_count.add_(clean)
         self._skipped.add_(found)
         self._nonfinite_run.mul_(found).add_(found)
+
+    def _constrain(self) -> None:
+        """The model's projection after each update (``constrain_()``, e.g. latents back into their
+        quantisation range), when it has one: device work, captured with the step."""
+        constrain = getattr(self.model, "constrain_", None)
+        if constrain is not None:
+            with torch.no_grad():
+                constrain()
 
     def train_step(self) -> bool:
         """Run one eager step; return True if the weights were updated, False if it was skipped."""
@@ -458,10 +428,12 @@ class Trainer:
         with StopOnSignals(self):
             self._loop()
         self._check_finished_finite()
-        if self._saved_at_step != self.step:
-            self._save_checkpoint()  # a finished phase resumes as finished (multi-phase bakes)
+        restored = False
         if self.evaluate is not None:
             self._run_eval()
+            restored = self.config.keep_best and self._restore_best()
+        if self._saved_at_step != self.step or restored:
+            self._save_checkpoint()  # a finished phase resumes as finished (multi-phase bakes)
         self.events.emit("end", step=self.step, train_seconds=self.train_seconds, skipped_steps=self.skipped_steps)
         return TrainResult(
             steps=self.step,
@@ -471,13 +443,14 @@ class Trainer:
             final_loss=self._last_loss,
             loss_scale=self.scaler.scale,
             history=list(self.history),
+            stopped_by=self.stopped_by or "steps",
         )
 
     def _loop(self) -> None:
         cfg = self.config
         self._sync()
-        started = time.perf_counter()
-        while self.step < cfg.steps:
+        started = self._loop_started = time.perf_counter()
+        while self.step < cfg.steps and self.stopped_by is None:
             if self._stop_requested:
                 self.train_seconds += self._elapsed(started)
                 self._save_checkpoint()
@@ -509,11 +482,24 @@ class Trainer:
                     self._log_train()
                 if eval_now:
                     self._run_eval()
+                    if self._on_plateau():
+                        self.stopped_by = "plateau"
                 if ckpt_now:
                     self._save_checkpoint()
                 self._sync()
-                started = time.perf_counter()
+                started = self._loop_started = time.perf_counter()
+            if cfg.seconds is not None and self.stopped_by is None and self.elapsed_seconds() >= cfg.seconds:
+                self.stopped_by = "seconds"
         self.train_seconds += self._elapsed(started)
+        self._loop_started = None
+
+    def _on_plateau(self) -> bool:
+        """Whether the last ``plateau_evals`` evaluations gained less than ``plateau_gain`` on the best before them."""
+        window = self.config.plateau_evals
+        values = [e[self.quality_key] for e in self.history if e.get("event") == "eval" and isinstance(e.get(self.quality_key), (int, float))]
+        if not window or len(values) <= window:
+            return False
+        return max(values[-window:]) - max(values[:-window]) < self.config.plateau_gain
 
     def _check_divergence(self, started: float) -> None:
         run = int(self._nonfinite_run)
@@ -580,6 +566,26 @@ class Trainer:
         record = {"event": "eval", "step": self.step, "train_seconds": round(self.train_seconds, 4), **metrics}
         self.history.append(record)
         self.events.emit(**record)
+        value = metrics.get(self.quality_key) if self.config.keep_best and self.quality_key else None
+        if isinstance(value, (int, float)) and math.isfinite(value) and (self._best is None or value > self._best[0]):
+            if self._best is None:
+                self._best = (value, self.step, metrics, [p.detach().clone() for p in self.master.values()])
+            else:
+                torch._foreach_copy_(self._best[3], [p.detach() for p in self.master.values()])
+                self._best = (value, self.step, metrics, self._best[3])
+
+    def _restore_best(self) -> bool:
+        """Put back the weights of the best evaluation when the last one is worse; True if it did."""
+        last = self.history[-1].get(self.quality_key) if self.history else None
+        if self._best is None or not isinstance(last, (int, float)) or self._best[0] <= last:
+            return False
+        value, step, metrics, weights = self._best
+        with torch.no_grad():
+            torch._foreach_copy_([p.data for p in self.master.values()], weights)
+        record = {"event": "eval", "step": self.step, "train_seconds": round(self.train_seconds, 4), **metrics, "restored_from_step": step}
+        self.history.append(record)
+        self.events.emit(**record)
+        return True
 
     # -- checkpoints ------------------------------------------------------------------------
     def _save_checkpoint(self) -> None:

@@ -40,6 +40,7 @@ from neuralbake.io.files import atomic_write_bytes, atomic_write_json, sha256_fi
 from neuralbake.io.images import save_png
 from neuralbake.io.manifest import write_bake_manifest
 from neuralbake.kernels import resolve_kernels, try_kernels, unsupported_reason
+from neuralbake.nn.convergence import convergence
 from neuralbake.nn.trainer import TrainResult
 from neuralbake.render.pictures import comparison_row, panel_grid
 
@@ -75,34 +76,69 @@ def _save_preview(path: Path, reference: np.ndarray, decoded: np.ndarray, groups
     save_png(path, _preview_image(reference, decoded, groups))
 
 
+EVAL_TEXELS = 1 << 18
+"""Texels of mip 0 that the evaluations during training decode (a fixed random set; all of them
+on a smaller set): enough for a PSNR within about 0.05 dB of the whole level's, and cheap enough
+to evaluate every ``eval_every`` steps of a long run. The report's figures decode everything."""
+
+
+def _eval_texels(layout: NTCLayout, sampler: TexelSampler, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Coordinates ``[N, 3]`` (level 0, x, y) and reference texels of the evaluation set."""
+    width, height = layout.level_sizes[0]
+    count = width * height
+    device = sampler.texels.device
+    if count > EVAL_TEXELS:
+        index = torch.randperm(count, generator=torch.Generator().manual_seed(seed))[:EVAL_TEXELS].to(device)
+    else:
+        index = torch.arange(count, device=device)
+    coords = torch.stack((torch.zeros_like(index), index % width, index // width), dim=1).to(torch.float32)
+    return coords, sampler.texels[index]
+
+
+def finetune_steps(config: NTCConfig, noise_steps: int) -> int:
+    """Steps of the hard-rounding phase: ``finetune_steps``, or a tenth of the noise phase's."""
+    return config.finetune_steps if config.finetune_steps is not None else max(1, noise_steps // 10)
+
+
 def _train(run: BakeRun, model: NTCModel, sampler: TexelSampler, compatibility: dict[str, Any], prefix: str) -> list[tuple[str, TrainResult]]:
-    """The noise-quantised phase, then (``finetune_steps``) the hard-rounded one."""
+    """The noise-quantised phase, then the hard-rounded one (see :class:`NTCConfig` for their schedules)."""
     config: NTCConfig = run.config
-    layout, device = model.layout, run.device
+    layout = model.layout
+    eval_coords, eval_targets = _eval_texels(layout, sampler, config.train.seed)
 
     def evaluate(net: nn.Module) -> dict[str, float]:
         mode = net.quant_mode
         net.quant_mode = "round"
-        coords = _all_texel_coords(layout, device)
         with torch.no_grad():
-            prediction = torch.cat([net(part).clamp(0, 1) for part in coords.split(1 << 16)])
+            prediction = torch.cat([net(part).clamp(0, 1) for part in eval_coords.split(1 << 16)])
+            run.preview_image("preview", lambda: _level0_preview(net, layout, sampler))  # decoded only when watched
         net.quant_mode = mode
-        width, height = layout.level_sizes[0]
-        level0 = lambda t: t[: width * height].reshape(height, width, -1).float().cpu().numpy()
-        run.preview_image("preview", lambda: _preview_image(level0(sampler.texels), level0(prediction), layout.groups))  # when watched
-        error = mse(prediction, sampler.texels)
+        error = mse(prediction, eval_targets)
         return {"psnr_db": 10 * math.log10(1 / error) if error > 0 else math.inf}
 
     results = []
     model.quant_mode = "noise"
     name = f"{prefix}noise"
-    results.append((name, run.train(model, sampler, F.mse_loss, config.train, phase=name, evaluate=evaluate, compatibility={**compatibility, "phase": "noise"})))
-    if config.finetune_steps > 0:
-        finetune = replace(config.train, steps=config.finetune_steps, learning_rate=config.train.learning_rate * config.finetune_lr_fraction, warmup_steps=0)
+    noise = run.train(model, sampler, F.mse_loss, config.train, phase=name, evaluate=evaluate, compatibility={**compatibility, "phase": "noise"}, quality_key="psnr_db")
+    results.append((name, noise))
+    steps = finetune_steps(config, noise.steps)
+    if steps > 0:
+        finetune = replace(
+            config.train, steps=steps, seconds=None, plateau_evals=0, learning_rate=config.train.learning_rate * config.finetune_lr_fraction, warmup_steps=0,
+            eval_every=max(1, min(config.train.eval_every or steps, steps // 4)),
+        )
         model.quant_mode = "round"
         name = f"{prefix}round"
-        results.append((name, run.train(model, sampler, F.mse_loss, finetune, phase=name, evaluate=evaluate, compatibility={**compatibility, "phase": "round"})))
+        results.append((name, run.train(model, sampler, F.mse_loss, finetune, phase=name, evaluate=evaluate, compatibility={**compatibility, "phase": "round"}, quality_key="psnr_db")))
     return results
+
+
+def _level0_preview(net: nn.Module, layout: NTCLayout, sampler: TexelSampler) -> np.ndarray:
+    width, height = layout.level_sizes[0]
+    coords = _all_texel_coords(layout, sampler.texels.device)[: width * height]
+    prediction = torch.cat([net(part).clamp(0, 1) for part in coords.split(1 << 16)])
+    level0 = lambda t: t[: width * height].reshape(height, width, -1).float().cpu().numpy()
+    return _preview_image(level0(sampler.texels), level0(prediction), layout.groups)
 
 
 def _compress_rate(
@@ -163,14 +199,33 @@ def _compress_rate(
         "train_seconds": round(sum(result.train_seconds for _, result in phases), 3),
         "decode_seconds_all_levels": round(decode_seconds, 4),
         "kernels": {"train": "torch", "decode": kernels},
-        "steps": {"noise": config.train.steps, "round": config.finetune_steps},
+        "steps": {name.removeprefix(prefix): result.steps for name, result in phases},
         "phases": [name for name, _ in phases],
+        "stopped_by": phases[0][1].stopped_by,
+        "convergence": convergence(phases[0][1].history, "psnr_db", tolerance=config.train.plateau_gain),
+        "psnr_curve": _psnr_curve(phases),
         **memory,
     }
     if baselines is not None:
         fields["bcn"] = {family: {k: v for k, v in result.items() if k != "levels"} for family, result in baselines.items()}
     fields["compress_seconds"] = round(time.perf_counter() - start, 3)
     return {"psnr_db": quality["overall_db"], "bpp": measured}, fields, history
+
+
+def _psnr_curve(phases: list[tuple[str, TrainResult]]) -> list[dict[str, float]]:
+    """The evaluation set's PSNR (hard-rounded latents) against step and training seconds, over both phases."""
+    points: list[dict[str, float]] = []
+    steps = seconds = 0.0
+    for _, result in phases:
+        for event in result.history:
+            if event.get("event") == "eval" and isinstance(event.get("psnr_db"), (int, float)):
+                point = {"step": event["step"] + steps, "seconds": round(event["train_seconds"] + seconds, 3), "psnr_db": round(event["psnr_db"], 3)}
+                if "restored_from_step" in event:  # the phase ended on the weights of an earlier, better evaluation
+                    point["restored_from_step"] = event["restored_from_step"] + steps
+                points.append(point)
+        steps += result.steps
+        seconds += result.train_seconds
+    return points
 
 
 def _curve_title(layout: NTCLayout) -> str:

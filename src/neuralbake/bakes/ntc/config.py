@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any
 
 import torch
@@ -35,7 +35,7 @@ from neuralbake.kernels import KERNEL_MODES
 from neuralbake.nn.trainer import TrainerConfig
 from neuralbake.render.mip import is_power_of_two
 
-__all__ = ["CPU_TEXTURE_SIZE", "NTCConfig", "device_defaults", "load_config_texture_set", "ntc_footprint"]
+__all__ = ["CPU_BATCH", "CPU_LR", "CPU_STEPS", "CPU_TEXTURE_SIZE", "GPU_BATCH", "GPU_LR", "GPU_STEPS", "NTCConfig", "device_defaults", "load_config_texture_set", "ntc_footprint"]
 
 CPU_TEXTURE_SIZE = 256
 """Largest side a CPU bake resamples a set to by default: DamagedHelmet's 11 channels at 2048² ran
@@ -43,8 +43,18 @@ past 15 minutes on a 2-core CPU, and about 12 at 512²; at 256² (the crate's si
 about 2 minutes (README)."""
 
 
+CPU_STEPS, CPU_BATCH, CPU_LR = 3000, 8192, 0.01
+"""A CPU bake's noise-phase steps, texels per step and learning rate: about 2 minutes for the crate
+on 2 cores; a higher rate than a GPU's, which a short run needs."""
+GPU_STEPS, GPU_BATCH, GPU_LR = 30_000, 32_768, 0.005
+"""A GPU bake's: about 40 s for DamagedHelmet at 2048² on an H200. Longer runs gain little: see
+``bench/ntc_convergence.py`` and docs/benchmarks.md for 3,000 against 30,000 and 100,000 steps."""
+TIME_BUDGET_STEPS = 10_000_000
+"""The step cap of a run given ``--seconds`` and no ``--steps``: the time ends it."""
+
+
 def _default_train() -> TrainerConfig:
-    return TrainerConfig(steps=3000, learning_rate=0.01, precision="fp32", eval_every=500, checkpoint_every=1000, log_every=50)
+    return TrainerConfig(steps=None, learning_rate=None, precision="fp32", eval_every=500, checkpoint_every=1000, log_every=50, keep_best=True)
 
 
 @dataclass
@@ -68,12 +78,15 @@ class NTCConfig(KernelsConfig):
     the decode work (docs/benchmarks.md)."""
     pe_frequencies: int = 3
     """Frequency octaves of the positional encoding of the texel inside its latent cell."""
-    batch_size: int = 8192
-    """Random texels per training step (over all mip levels)."""
-    finetune_steps: int = 500
-    """Steps after the main run with hard-rounded latents (straight-through), at finetune_lr_fraction of the learning rate."""
-    finetune_lr_fraction: float = 0.2
-    """Learning rate of the hard-quantisation phase as a fraction of train.learning_rate."""
+    batch_size: int | None = None
+    """Random texels per training step (over all mip levels). None: the device's default (8192 on
+    a CPU, 32768 on a GPU)."""
+    finetune_steps: int | None = None
+    """Steps after the main (noise) phase with hard-rounded latents (straight-through). None: a
+    tenth of the main phase's steps, however it ended (--steps, --seconds or a plateau)."""
+    finetune_lr_fraction: float = 0.05
+    """Peak learning rate of the hard-rounding phase as a fraction of train.learning_rate (the
+    main phase's own cosine schedule ends at train.final_lr_fraction of it)."""
     baselines: bool = True
     """Also round-trip the set through BC1 / BC7 (+ BC5 for normals) and report their PSNR."""
     bc7_uber_level: int = 1
@@ -107,15 +120,15 @@ class NTCConfig(KernelsConfig):
                 field="pe_frequencies",
                 fix="use e.g. 3 (decompress refuses a container with more).",
             )
-        if self.batch_size < 1:
+        if self.batch_size is not None and (isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1):
             raise ConfigError("must be >= 1.", field="batch_size", fix="use e.g. 8192.")
-        if self.finetune_steps < 0:
+        if self.finetune_steps is not None and (isinstance(self.finetune_steps, bool) or not isinstance(self.finetune_steps, int) or self.finetune_steps < 0):
             raise ConfigError("must be >= 0.", field="finetune_steps", fix="use e.g. 500.")
         if not 0 < self.finetune_lr_fraction <= 1:
             raise ConfigError("must be in (0, 1].", field="finetune_lr_fraction", fix="use e.g. 0.2.")
         if not 0 <= self.bc7_uber_level <= 4:
             raise ConfigError("must be 0 to 4.", field="bc7_uber_level", fix="use 1.")
-        self.train.validate()
+        replace(self.train, steps=self.train.steps or 1, learning_rate=self.train.learning_rate or CPU_LR).validate()  # None: the device decides
 
     def _validate_rates(self) -> None:
         if not isinstance(self.bpp, (list, tuple)) or not self.bpp:
@@ -130,8 +143,13 @@ class NTCConfig(KernelsConfig):
 
 
 def device_defaults(config: NTCConfig, device: torch.device) -> dict[str, Any]:
-    """The set's own size on a GPU; at most :data:`CPU_TEXTURE_SIZE` texels a side on a CPU."""
-    return {} if device.type == "cuda" else {"texture_size": CPU_TEXTURE_SIZE}
+    """On a GPU the set's own size and :data:`GPU_STEPS` (batch, learning rate); on a CPU at most
+    :data:`CPU_TEXTURE_SIZE` texels a side and :data:`CPU_STEPS`. With ``--seconds`` and no
+    ``--steps``, the time decides."""
+    gpu = device.type == "cuda"
+    steps = TIME_BUDGET_STEPS if config.train.seconds is not None else GPU_STEPS if gpu else CPU_STEPS
+    chosen: dict[str, Any] = {"train.steps": steps, "train.learning_rate": GPU_LR if gpu else CPU_LR, "batch_size": GPU_BATCH if gpu else CPU_BATCH}
+    return chosen if gpu else {"texture_size": CPU_TEXTURE_SIZE, **chosen}
 
 
 def load_config_texture_set(config: NTCConfig) -> TextureSet:
@@ -183,13 +201,14 @@ def estimated_memory(config: NTCConfig, device: torch.device) -> dict[str, float
     latents = max(sum(layout.latent_cells()) * layout.shape.features for layout in layouts)
     widths = max((layout.layer_widths for layout in layouts), key=sum)
     features = layouts[0].shape.features
+    batch = config.batch_size or (GPU_BATCH if device.type == "cuda" else CPU_BATCH)
     copies = SET_COPIES_ON_GPU if device.type == "cuda" else SET_COPIES
     # the four high cells, the four low cells and their blend, fake-quantised, kept for the backward pass
     per_sample = 4 * (10 * features) * 3
     return {
         "texture_size": texels * (ASSUMED_CHANNELS * 4 * copies + 3 * 4 + 3 * 8),
         "bpp": latents * TRAINED_PARAMETER_BYTES,
-        "batch_size": mlp_training_bytes(config.batch_size, widths, 4) + config.batch_size * per_sample,
+        "batch_size": mlp_training_bytes(batch, widths, 4) + batch * per_sample,
         "hidden": mlp_parameters(widths) * TRAINED_PARAMETER_BYTES + min(texels, EVAL_CHUNK) * (sum(widths) + 10 * features) * 4,
     }
 
@@ -199,9 +218,12 @@ def ntc_footprint(config: NTCConfig, device: torch.device) -> Footprint:
     both phases (``train.steps`` + ``finetune_steps``) for every rate."""
     terms = estimated_memory(config, device)
     total = lambda c, d: sum(estimated_memory(c, d).values())  # noqa: E731
-    knobs = {"batch_size": 8192, "texture_size": CPU_TEXTURE_SIZE if device.type != "cuda" else None, "hidden": (64, 48, 32), "bpp": [4.0]}
+    gpu = device.type == "cuda"
+    knobs = {"batch_size": GPU_BATCH if gpu else CPU_BATCH, "texture_size": None if gpu else CPU_TEXTURE_SIZE, "hidden": (64, 48, 32), "bpp": [4.0]}
     field = dominant_field(total, config, device, knobs, fallback=max(terms, key=lambda k: terms[k]))
     rates = max(1, len(config.bpp)) if isinstance(config.bpp, (list, tuple)) else 1
-    steps_field = "finetune_steps" if config.finetune_steps > (config.train.steps or 0) else "train.steps"
-    steps = rates * ((config.train.steps or 0) + config.finetune_steps)
+    main = config.train.steps or (GPU_STEPS if device.type == "cuda" else CPU_STEPS)
+    finetune = config.finetune_steps if config.finetune_steps is not None else main // 10
+    steps_field = "finetune_steps" if finetune > main else "train.steps"
+    steps = rates * (main + finetune)
     return footprint(terms, steps=steps, steps_field=steps_field, base=NTC_BASE_BYTES, field=field)
