@@ -9,7 +9,11 @@ and variant, PSNR by training length, and the default's distance to the longest 
 "within 0.3 dB of 100,000 steps").
 
 A variant is ``NAME:FIELD=VALUE,...`` over :class:`~neuralbake.bakes.ntc.NTCConfig` fields
-(dotted for ``train.*``; ``shape=HxFxB`` forces one latent shape, ``hidden=64x64x64``).
+(dotted for ``train.*``; ``shape=HxFxB`` forces one latent shape, ``hidden=64x64x64``). One
+experiment the bake does not offer is made in this process only: ``weight_clip=K`` also clamps
+every decoder layer's weights to K times their RMS after each update, which bounds the int8
+scale (``max|w| / 127``) that a few growing weights would otherwise coarsen for all the others.
+Each line also gives the stored int8 scale of every layer and its ratio to the layer's RMS.
 
     python bench/ntc_convergence.py --device cuda --sets helmet crate --steps default 100000
     python bench/ntc_convergence.py --device cpu --sets crate --size 64 --steps 200 400 --bpp 8
@@ -30,12 +34,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import neuralbake.bakes.ntc.layout as ntc_layout  # noqa: E402
-from neuralbake.bakes.ntc import NTCConfig, compress_texture_set, open_container  # noqa: E402
+from neuralbake.bakes.ntc import NTCConfig, NTCModel, compress_texture_set, open_container  # noqa: E402
 from neuralbake.core.config import config_from_dict  # noqa: E402
 from neuralbake.core.device import describe_device, resolve_device  # noqa: E402
 
@@ -45,15 +50,18 @@ SETS = {
 }
 
 
-def parse_variant(text: str) -> tuple[str, dict[str, Any], ntc_layout.LatentShape | None]:
-    """``NAME:FIELD=VALUE,...`` -> (name, nested config overrides, forced latent shape)."""
+def parse_variant(text: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """``NAME:FIELD=VALUE,...`` -> (name, nested config overrides, experiments: ``shape`` and ``weight_clip``)."""
     name, _, body = text.partition(":")
     overrides: dict[str, Any] = {}
-    shape = None
+    experiments: dict[str, Any] = {}
     for item in filter(None, body.split(",")):
         key, _, value = item.partition("=")
         if key == "shape":
-            shape = ntc_layout.LatentShape(*(int(v) for v in value.split("x")))
+            experiments["shape"] = ntc_layout.LatentShape(*(int(v) for v in value.split("x")))
+            continue
+        if key == "weight_clip":
+            experiments["weight_clip"] = float(value)
             continue
         parsed: Any = [int(v) for v in value.split("x")] if key == "hidden" else json.loads(value)
         node = overrides
@@ -61,31 +69,50 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any], ntc_layout.LatentShap
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = parsed
-    return name, overrides, shape
+    return name, overrides, experiments
 
 
-def clamp_share(folder: Path) -> float:
-    """Share of stored latent codes at either end of their range (stuck at the [-1, 1] clamp)."""
+def clamp_share(folder: Path) -> tuple[float, list[dict[str, float]]]:
+    """Share of stored latent codes at either end of their range, and each layer's int8 scale against its RMS."""
     container = open_container(folder)
     latents = np.concatenate([container.latents_high.numpy().ravel(), container.latents_low.numpy().ravel()])
-    return float(np.mean(np.abs(latents) > 0.999))
+    layers = [
+        {"scale": float(scale), "scale_over_rms": round(float(scale) / max(float(weight.pow(2).mean().sqrt()), 1e-12), 4)}
+        for scale, weight in zip(container.scales, container.weights())
+    ]
+    return float(np.mean(np.abs(latents) > 0.999)), layers
 
 
-def run_one(source: Path, bpp: float, steps: str, overrides: dict[str, Any], shape: ntc_layout.LatentShape | None, args: argparse.Namespace) -> dict[str, Any]:
+def clipped_constrain(factor: float):
+    """NTCModel.constrain_ that also clamps each layer's weights to ``factor`` times their RMS."""
+    plain = NTCModel.constrain_
+
+    def constrain_(model: NTCModel) -> None:
+        plain(model)
+        for layer in model.layers:
+            bound = factor * layer.weight.pow(2).mean().sqrt()
+            layer.weight.copy_(torch.maximum(torch.minimum(layer.weight, bound), -bound))
+
+    return constrain_
+
+
+def run_one(source: Path, bpp: float, steps: str, overrides: dict[str, Any], experiments: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     base = config_from_dict(NTCConfig, {"sources": [str(source)], "bpp": [bpp], "baselines": False, "device": args.device, **overrides})
     train = base.train if steps == "default" else replace(base.train, steps=int(steps))
     config = replace(base, train=train, texture_size=args.size if args.size else base.texture_size)
-    saved = ntc_layout.LATENT_SHAPES
-    if shape is not None:  # this process only: the rate table holds the one shape
-        ntc_layout.LATENT_SHAPES = (shape,)
+    saved, saved_constrain = ntc_layout.LATENT_SHAPES, NTCModel.constrain_
+    if "shape" in experiments:  # this process only: the rate table holds the one shape
+        ntc_layout.LATENT_SHAPES = (experiments["shape"],)
+    if "weight_clip" in experiments:  # this process only
+        NTCModel.constrain_ = clipped_constrain(experiments["weight_clip"])
     out = Path(tempfile.mkdtemp(prefix="ntc_convergence_"))
     try:
         start = time.perf_counter()
         report = compress_texture_set(config, out, progress=False)
         wall = time.perf_counter() - start
-        share = clamp_share(out)
+        share, layers = clamp_share(out)
     finally:
-        ntc_layout.LATENT_SHAPES = saved
+        ntc_layout.LATENT_SHAPES, NTCModel.constrain_ = saved, saved_constrain
         shutil.rmtree(out, ignore_errors=True)
     return {
         "steps_asked": steps,
@@ -100,6 +127,8 @@ def run_one(source: Path, bpp: float, steps: str, overrides: dict[str, Any], sha
         "wall_seconds": round(wall, 1),
         "convergence": report["convergence"],
         "clamped_share": round(share, 4),
+        "weight_scales": layers,
+        "psnr_curve": report["psnr_curve"],
     }
 
 
@@ -116,16 +145,16 @@ def main() -> None:
     device = resolve_device(args.device)
     args.device = str(device)
     print(f"# {describe_device(device)}", flush=True)
-    variants = [parse_variant(v) for v in args.variant] or [("defaults", {}, None)]
+    variants = [parse_variant(v) for v in args.variant] or [("defaults", {}, {})]
     rows = []
     for set_name in args.sets:
         source = SETS.get(set_name, Path(set_name))
-        for name, overrides, shape in variants:
+        for name, overrides, experiments in variants:
             for steps in args.steps:
-                row = {"set": set_name, "variant": name, **run_one(source, args.bpp, steps, overrides, shape, args)}
+                row = {"set": set_name, "variant": name, **run_one(source, args.bpp, steps, overrides, experiments, args)}
                 rows.append(row)
                 line = json.dumps(row)
-                print(line, flush=True)
+                print(json.dumps({k: v for k, v in row.items() if k != "psnr_curve"}), flush=True)
                 if args.out is not None:
                     with args.out.open("a") as handle:
                         handle.write(line + "\n")
