@@ -117,7 +117,7 @@ def run_one(source: Path, bpp: float, steps: str, overrides: dict[str, Any], exp
     return {
         "steps_asked": steps,
         "steps": report["steps"],
-        "stopped_by": report["stopped_by"],
+        "stopped_by": report["training"]["stopped_by"],
         "bpp": round(report["bpp_measured"], 3),
         "shape": report["latent_shape"]["name"],
         "hidden": report["decoder"]["widths"][1:-1],
@@ -125,7 +125,7 @@ def run_one(source: Path, bpp: float, steps: str, overrides: dict[str, Any], exp
         "groups_db": {name: g["mip0_db"] for name, g in report["ntc"]["groups"].items()},
         "train_seconds": report["train_seconds"],
         "wall_seconds": round(wall, 1),
-        "convergence": report["convergence"],
+        "convergence": {k: report["training"][k] for k in ("converged", "last_quarter_gain", "gain_per_1000_steps")},
         "clamped_share": round(share, 4),
         "weight_scales": layers,
         "psnr_curve": report["psnr_curve"],

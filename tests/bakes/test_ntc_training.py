@@ -36,14 +36,15 @@ def _config(sources: list[str], **train) -> NTCConfig:
 def test_the_report_gives_both_phases_the_curve_and_the_verdict(sources: list[str], tmp_path: Path) -> None:
     report = compress_texture_set(_config(sources), tmp_path / "out", progress=False)
     assert report["steps"] == {"noise": 60, "round": 6}  # the rounding phase: a tenth of the noise phase
-    assert report["stopped_by"] == "steps"
+    assert report["training"]["stopped_by"] == "steps"
     curve = report["psnr_curve"]
     assert [p["step"] for p in curve][:7] == [0, 10, 20, 30, 40, 50, 60]
     assert curve[-1]["step"] == 66
     assert all(b["seconds"] >= a["seconds"] for a, b in zip(curve, curve[1:]))
     assert curve[-1]["psnr_db"] > curve[0]["psnr_db"] + 3  # it learned
-    verdict = report["convergence"]
-    assert isinstance(verdict["converged"], bool) and verdict["evaluations"] == 7
+    verdict = report["training"]
+    assert verdict["main_phase"] == "noise" and isinstance(verdict["converged"], bool)
+    assert [p["phase"] for p in verdict["phases"]] == ["noise", "round"] and verdict["phases"][0]["evaluations"] == 7
 
 
 def test_a_time_budget_through_the_cli_ends_the_main_phase(sources: list[str], tmp_path: Path) -> None:
@@ -56,7 +57,7 @@ def test_a_time_budget_through_the_cli_ends_the_main_phase(sources: list[str], t
     result = CliRunner().invoke(ntc_app, args, env={"COLUMNS": "400"})
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert report["stopped_by"] == "seconds"
+    assert report["training"]["stopped_by"] == "seconds"
     assert 0 < report["steps"]["noise"] < 1_000_000
     assert report["steps"]["round"] == max(1, report["steps"]["noise"] // 10)
 
@@ -91,3 +92,17 @@ def test_device_defaults_choose_length_batch_and_rate(sources: list[str]) -> Non
     timed = replace(config, train=replace(config.train, seconds=60.0))
     assert device_defaults(timed, torch.device("cuda"))["train.steps"] > 1_000_000  # the time ends it
     config.validate()  # left to the device, the settings still check
+
+
+def test_an_undertrained_bake_says_so_in_its_report_and_summary_line(sources: list[str], tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from neuralbake.cli.ntc import ntc_app
+
+    args = ["compress", *sources, "--bpp", "16", "--steps", "40", "--eval-every", "5", "--batch-size", "256", "--hidden", "16",
+            "--pe-frequencies", "2", "--device", "cpu", "--quiet", "--no-baselines", "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(ntc_app, args, env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    training = json.loads((tmp_path / "out" / "report.json").read_text())["training"]
+    assert training["converged"] is False and training["last_quarter_gain"] > 0.25
+    assert "still improving when it stopped" in result.output and "--steps" in result.output

@@ -145,3 +145,17 @@ def test_keep_best_leaves_a_run_that_ended_best(tmp_path: Path) -> None:
     values = iter(float(v) for v in range(100))
     trainer = _trainer(tmp_path, steps=20, eval_every=4, keep_best=True, evaluate=lambda model: {"psnr_db": next(values)})
     assert "restored_from_step" not in trainer.fit().history[-1]
+
+
+def test_the_training_record_judges_the_longest_phase_and_the_warning_follows_it() -> None:
+    from neuralbake.nn.convergence import still_improving, training_record
+    from neuralbake.nn.trainer import TrainResult
+
+    rising = TrainResult(400, 0, 0, 1.0, 0.0, 1.0, history=_evals([10, 20, 25, 28, 30]), stopped_by="seconds")
+    flat = TrainResult(40, 0, 0, 0.1, 0.0, 1.0, history=_evals([30, 30, 30.01], every=20))
+    record = training_record([("main", rising), ("finetune", flat)], "psnr_db")
+    assert (record["main_phase"], record["converged"], record["stopped_by"]) == ("main", False, "seconds")
+    assert [p["converged"] for p in record["phases"]] == [False, True]
+    assert "+2.00 dB" in still_improving({"training": record})
+    assert still_improving({"training": training_record([("main", flat)], "psnr_db")}) == ""
+    assert still_improving({}) == ""

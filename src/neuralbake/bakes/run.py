@@ -65,6 +65,7 @@ from neuralbake.errors import ConfigError, NeuralbakeError
 from neuralbake.io.files import atomic_path, atomic_write_json, prepare_output_dir
 from neuralbake.io.images import resize_image, save_png
 from neuralbake.io.manifest import write_bake_manifest
+from neuralbake.nn.convergence import training_record
 from neuralbake.nn.trainer import Trainer, TrainerConfig, TrainingInterrupted, TrainResult
 
 __all__ = [
@@ -504,12 +505,14 @@ def _run_locked(
     history = run.history()
     if outcome.curve_title is not None and history:
         plot_loss_curve(stage / "loss.png", history, title=outcome.curve_title, quality_key=outcome.quality_key)
+    training = {"training": training_record(run.phases, outcome.quality_key)} if run.phases and "training" not in outcome.fields else {}
     report = write_report(
         stage / "report.json",
         bake=bake.name,
         device=device,
         metrics=record(outcome.metrics),
         **record(outcome.fields),
+        **training,
         device_defaults=chosen,
         resumed=resume,
         wall_seconds=round(time.perf_counter() - wall_start, 3),

@@ -47,6 +47,7 @@ from neuralbake.bakes.registry import Arg, Registered
 from neuralbake.bakes.run import Bake
 from neuralbake.core.config import config_from_dict, field_docs, load_config
 from neuralbake.errors import ConfigError, NeuralbakeError, short_repr
+from neuralbake.nn.convergence import still_improving
 from neuralbake.nn.trainer import TrainingInterrupted
 
 __all__ = [
@@ -418,7 +419,7 @@ def bake_command(app: typer.Typer, entry: Registered) -> Callable[..., None]:
             return bake_runner.run_bake(bake, config, out, resume=given["resume"], progress=not given["quiet"])
 
         report = run_action(action, out=out)
-        print_done(summary(report, out))
+        print_done(summary(report, out) + still_improving(report))
 
     command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     command.__annotations__ = {}

@@ -14,7 +14,11 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["convergence"]
+__all__ = ["CONVERGED_GAIN", "convergence", "still_improving", "training_record"]
+
+CONVERGED_GAIN = 0.25
+"""The most a run's last quarter may raise its quality figure (dB for a PSNR) for the run to count
+as converged: a quarter more of the same schedule would buy about that again."""
 
 
 def _value_at(points: Sequence[tuple[int, float]], step: float) -> float:
@@ -65,3 +69,38 @@ def convergence(history: Sequence[dict[str, Any]], key: str, *, tolerance: float
         "gain_per_1000_steps": round(1000.0 * gain / span, 4),
         "evaluations": len(points),
     }
+
+
+def training_record(phases: Sequence[tuple[str, Any]], key: str | None, *, higher_is_better: bool = True) -> dict[str, Any]:
+    """A report's ``training`` block from a bake's phases (``(name, TrainResult)``): per phase its
+    steps, seconds, what stopped it and its :func:`convergence`; ``converged`` is the verdict of the
+    longest phase (a bake's main one; fine-tuning phases are short by design) and
+    ``last_quarter_gain`` its gain."""
+    records = []
+    for name, result in phases:
+        verdict = convergence(result.history, key, tolerance=CONVERGED_GAIN, higher_is_better=higher_is_better) if key else {"converged": None}
+        records.append({"phase": name, "steps": result.steps, "train_seconds": round(result.train_seconds, 3), "stopped_by": result.stopped_by, **verdict})
+    main = max(records, key=lambda r: r["steps"]) if records else {}
+    return {
+        "converged": main.get("converged"),
+        "main_phase": main.get("phase"),
+        "stopped_by": main.get("stopped_by"),
+        "last_quarter_gain": main.get("last_quarter_gain"),
+        "gain_per_1000_steps": main.get("gain_per_1000_steps"),
+        "tolerance": CONVERGED_GAIN,
+        "quality_key": key,
+        "phases": records,
+    }
+
+
+def still_improving(report: dict[str, Any]) -> str:
+    """The warning a summary line ends with when the bake stopped while still improving (else "")."""
+    training = report.get("training") or {}
+    if training.get("converged") is not False:
+        return ""
+    gain = training.get("last_quarter_gain")
+    unit = " dB" if str(training.get("quality_key", "")).endswith("_db") else ""
+    return (
+        f"  [still improving when it stopped: +{gain:.2f}{unit} over its last quarter; more --steps (or --seconds) would gain more]"
+        if isinstance(gain, (int, float)) else ""
+    )

@@ -58,8 +58,7 @@ class TrainerConfig:
     last this-many evaluations (0: never stop early). Stopping early skips the end of the
     learning-rate decay, so it suits a constant schedule or a run with a later fine-tuning phase."""
     plateau_gain: float = 0.05
-    """The least gain of the quality figure (dB for PSNR) over ``plateau_evals`` evaluations, or
-    over the last quarter of the run, that counts as still improving (see ``converged`` in reports)."""
+    """The least gain of the quality figure (dB for PSNR) over ``plateau_evals`` evaluations that counts as still improving."""
     keep_best: bool = False
     """End on the weights of the evaluation with the best quality figure when the last one is
     worse (a run that lost quality late ships its best state; the report's curve shows both)."""

@@ -40,7 +40,7 @@ from neuralbake.io.files import atomic_write_bytes, atomic_write_json, sha256_fi
 from neuralbake.io.images import save_png
 from neuralbake.io.manifest import write_bake_manifest
 from neuralbake.kernels import resolve_kernels, try_kernels, unsupported_reason
-from neuralbake.nn.convergence import convergence
+from neuralbake.nn.convergence import training_record
 from neuralbake.nn.trainer import TrainResult
 from neuralbake.render.pictures import comparison_row, panel_grid
 
@@ -201,8 +201,7 @@ def _compress_rate(
         "kernels": {"train": "torch", "decode": kernels},
         "steps": {name.removeprefix(prefix): result.steps for name, result in phases},
         "phases": [name for name, _ in phases],
-        "stopped_by": phases[0][1].stopped_by,
-        "convergence": convergence(phases[0][1].history, "psnr_db", tolerance=config.train.plateau_gain),
+        "training": training_record(phases, "psnr_db"),
         "psnr_curve": _psnr_curve(phases),
         **memory,
     }
