@@ -155,9 +155,13 @@ def test_several_rates_put_every_rate_in_the_table(tmp_path: Path) -> None:
 
 def test_without_baselines_the_table_is_ntc_alone(tmp_path: Path) -> None:
     out = tmp_path / "ntc"
-    report = _compress(_sources(tmp_path / "textures"), out, bpp=[16.0], baselines=False)
-    assert [row["name"] for row in report["comparison"]["rows"]] == ["ntc"]
-    assert "ntc_to_bc7" in report["comparison"]["left_out"]
-    assert "transcode_seconds" not in report and "bcn" not in report
+    _compress(_sources(tmp_path / "textures"), out, bpp=[12.0, 18.0], baselines=False)
+    rate = json.loads((out / "bpp_12" / "report.json").read_text())
+    assert [row["name"] for row in rate["comparison"]["rows"]] == ["ntc"]
+    assert "ntc_to_bc7" in rate["comparison"]["left_out"]
+    assert "transcode_seconds" not in rate and "bcn" not in rate
+    rd = json.loads((out / "rd.json").read_text())
+    assert [(row["name"], row["rate"]) for row in rd["comparison"]["rows"]] == [("ntc", "bpp_12"), ("ntc", "bpp_18")]
+    assert rd["comparison"]["left_out"] == rate["comparison"]["left_out"] and rd["ntc_to_bc7"] == []
     assert _is_png(out / "rd.png")
     assert "NTC->BC7" not in ntc_summary(json.loads((out / "report.json").read_text()), out)

@@ -171,6 +171,9 @@ def rate_distortion_summary(runs: Sequence[dict[str, Any]], baselines: dict[str,
                 summary["ntc_to_bc7"].append({"bpp_target": run["bpp_target"], **point, "formats": formats})
     summary["comparison"]["what"] = _TABLE_WHAT + "; the ntc and ntc_to_bc7 rows are per rate"
     summary["comparison"]["rows"] = [row for name in COMPARISON_ROWS for row in rows[name]]
+    left_out = next((run["comparison"]["left_out"] for run in runs if "left_out" in run.get("comparison", {})), None)
+    if left_out is not None:
+        summary["comparison"]["left_out"] = left_out
     return summary
 
 
