@@ -117,7 +117,11 @@ def main() -> None:
         memory = {k: v for k, v in run.items() if k.startswith("peak_")}
         print(f"  NTC {run['bpp']:.2f} bpp ({run['latent_shape']}): {run['psnr_db']:.2f} dB  groups {run['groups_db']}  {run['compress_seconds']:.0f} s  {memory}")
     for key, value in summary["comparison"].items():
-        print(f"  {key}: {'n/a (outside the NTC curve)' if value is None else value if isinstance(value, dict) else round(value, 2)}")
+        if key not in ("what", "rows"):  # the table's rows: NTC->BC7 below, the rest above
+            print(f"  {key}: {'n/a (outside the NTC curve)' if value is None else value if isinstance(value, dict) else round(value, 2)}")
+    for point in summary.get("ntc_to_bc7", []):
+        gpu, download = point["bpp"], point["download_bpp"]
+        print(f"  NTC {point['bpp_target']:g} bpp -> BC7: {gpu:.2f} bpp in GPU memory ({download:.2f} download)  {point['psnr_db']:.2f} dB")
     decode = summary["decode"]
     print(f"  decode: {decode['texels_per_second'] / 1e6:.2f} M texels/s, {decode['ms_per_frame']:.1f} ms per 3840x2160 frame")
     print(f"  -> {out / 'rd.json'}, {out / 'rd.png'}")

@@ -45,10 +45,10 @@ def _as_read(report: dict, nan: tuple[str, ...] = ()) -> dict:
     in ``nan``, with its note."""
     notes: dict[str, str] = {}
 
-    def walk(node: dict, path: str) -> None:
-        for key, value in node.items():
-            where = f"{path}.{key}" if path else key
-            if isinstance(value, dict):
+    def walk(node: dict | list, path: str) -> None:
+        for key, value in node.items() if isinstance(node, dict) else enumerate(node):
+            where = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else key
+            if isinstance(value, dict | list):
                 walk(value, where)
             elif value is None:
                 notes[where] = "nan: not a number" if key in nan else "inf: the result equals the reference exactly (zero error)"
@@ -72,7 +72,10 @@ _SUMMARIES = {
                                               "fit": {"initial_psnr_union_db": 20.0, "psnr_union_db": None}},
                            "original_triangles": 1, "triangles": 1, "target": "unlit", "psnr_union_db": None, "lod_bytes": 10}),
     "ntc": (summaries.ntc_summary, {"bpp_measured": 2.0, "bytes": 10, "latent_shape": {"name": "a"}, "ntc": {"overall_db": None},
-                           "bcn": {"bc7": {"bpp": 8.0, "quality": {"overall_db": None}}}}),
+                           "bcn": {"bc7": {"bpp": 8.0, "quality": {"overall_db": None}}},
+                           "comparison": {"rows": [{"name": "ntc", "label": "NTC", "bpp": 2.0, "psnr_db": None},
+                                                   {"name": "bc7", "label": "BC7 set", "bpp": 8.0, "psnr_db": None},
+                                                   {"name": "ntc_to_bc7", "label": "NTC->BC7", "bpp": 8.0, "psnr_db": None}]}}),
     "material": (summaries.material_summary, {**_RUN, "texture_views": {"psnr_u8_latents_db": None, "psnr_db": None}, "asset": {},
                                                "psnr_db": None, "flip": 0.0, "decoder_params": 5, "throughput": {"speedup": 2.0}}),
     "material-pack": (summaries.material_pack_summary, {"materials": [{"id": 0, "name": "a.b"}], "bakes": {"a.b": {"psnr_db": None, "flip": 0.0}}}),
@@ -100,3 +103,20 @@ def test_every_summary_line_shows_an_infinite_metric_as_text(name: str, tmp_path
     assert "inf" in line and "n/a" not in line, line
     rd = {"rd": {"ntc": [{"bpp": 1.0, "psnr_db": None}]}, "non_finite": {"rd.ntc[0].psnr_db": "inf: exact"}}  # several rates
     assert "inf dB (exact)" in summaries.ntc_summary(rd, tmp_path)
+
+
+def test_ntc_summary_names_every_row_of_the_comparison(tmp_path: Path) -> None:
+    """One rate: NTC, then the BC sets and NTC->BC7 from ``comparison.rows``; a report from before the table: ``bcn``."""
+    summary, report = _SUMMARIES["ntc"]
+    rows = [{**row, "psnr_db": psnr} for row, psnr in zip(report["comparison"]["rows"], (30.0, 40.0, 29.5))]
+    line = summary({**report, "ntc": {"overall_db": 30.0}, "comparison": {"rows": rows}}, tmp_path)
+    assert line == f"2.000 bpp (10 B, a): PSNR 30.00 dB at mip 0, BC7 set 8.00 bpp 40.00 dB, NTC->BC7 8.00 bpp 29.50 dB -> {tmp_path}"
+    old = {key: value for key, value in report.items() if key != "comparison"}
+    assert "BC7 set 8.00 bpp inf dB (exact)" in summary(_as_read(old), tmp_path)
+    ntc = [{"bpp": 1.0, "psnr_db": 25.0}, {"bpp": 2.0, "psnr_db": 28.0}]
+    transcoded = {"name": "ntc_to_bc7", "label": "NTC->BC7", "bpp": 8.0}
+    rd_rows = [{"name": "ntc", "bpp": 1.0, "psnr_db": 25.0}, {"name": "bc1", "label": "BC1 set", "bpp": 4.0, "psnr_db": 27.0},
+               {**transcoded, "psnr_db": 24.5}, {**transcoded, "psnr_db": None}]  # one rate's NTC->BC7 equal to its source: inf
+    line = summary(_as_read({"rd": {"ntc": ntc, "comparison": {"rows": rd_rows}}}), tmp_path)
+    assert line == (f"NTC 1.00 bpp 25.00 dB, 2.00 bpp 28.00 dB, BC1 set 4.00 bpp 27.00 dB, NTC->BC7 (8.00 bpp) 24.50 dB, inf dB (exact); "
+                    f"rd.json + rd.png -> {tmp_path}")

@@ -63,19 +63,44 @@ def material_pack_summary(report: dict[str, Any], out: Path) -> str:
     return "\n".join(lines)
 
 
+def _ntc_rows_text(report: dict[str, Any], *where: str) -> str | None:
+    """``", BC1 set 26.67 bpp 25.94 dB, ..."``: the comparison rows after NTC's (one rate's, or ``rd``'s with an NTC->BC7
+    row per rate: ``NTC->BC7 (42.68 bpp) 30.1 dB, 33.2 dB``), ``None`` for a report without ``comparison.rows``."""
+    rows: Any = report
+    for key in (*where, "comparison", "rows"):
+        rows = rows.get(key) if isinstance(rows, dict) else None
+    if not isinstance(rows, list):
+        return None
+    parts: dict[str, list[tuple[str, str]]] = {}
+    for index, row in enumerate(rows):
+        if not isinstance(row, dict) or row.get("name") == "ntc":
+            continue
+        at = (*where, "comparison", "rows", index)
+        entry = (metric_text(report, *at, "bpp", unit=" bpp"), metric_text(report, *at, "psnr_db", unit=" dB"))
+        parts.setdefault(str(row.get("label", row.get("name"))), []).append(entry)
+
+    def text(label: str, entries: list[tuple[str, str]]) -> str:
+        if len(entries) > 1 and len({bpp for bpp, _ in entries}) == 1:  # one rate per NTC rate, all the same size
+            return f", {label} ({entries[0][0]}) {', '.join(psnr for _, psnr in entries)}"
+        return f", {label} {', '.join(f'{bpp} {psnr}' for bpp, psnr in entries)}"
+
+    return "".join(text(label, entries) for label, entries in parts.items())
+
+
 def ntc_summary(report: dict[str, Any], out: Path) -> str:
     if "rd" in report:
         points = ", ".join(
             f"{metric_text(report, 'rd', 'ntc', i, 'bpp', unit=' bpp')} {metric_text(report, 'rd', 'ntc', i, 'psnr_db', unit=' dB')}"
             for i in range(len(report["rd"]["ntc"]))
         )
-        return f"NTC {points}; rd.json + rd.png -> {out}"
-    bc = report.get("bcn", {})
-    extra = "".join(
-        f", {k.upper()} set {metric_text(report, 'bcn', k, 'bpp', unit=' bpp')} "
-        f"{metric_text(report, 'bcn', k, 'quality', 'overall_db', unit=' dB')}"
-        for k in bc
-    )
+        return f"NTC {points}{_ntc_rows_text(report, 'rd') or ''}; rd.json + rd.png -> {out}"
+    extra = _ntc_rows_text(report)
+    if extra is None:  # a report written before the comparison table
+        extra = "".join(
+            f", {k.upper()} set {metric_text(report, 'bcn', k, 'bpp', unit=' bpp')} "
+            f"{metric_text(report, 'bcn', k, 'quality', 'overall_db', unit=' dB')}"
+            for k in report.get("bcn", {})
+        )
     return (
         f"{metric_text(report, 'bpp_measured', spec='.3f', unit=' bpp')} ({report['bytes']} B, {report['latent_shape']['name']}): "
         f"PSNR {metric_text(report, 'ntc', 'overall_db', unit=' dB')} at mip 0{extra} -> {out}"

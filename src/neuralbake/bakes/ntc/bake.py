@@ -7,6 +7,11 @@ are one bake whose phases are the rates: ``bpp_<X>/`` per rate (the same files, 
 ``report.json``, ``loss.png`` and ``bake.json``), then ``rd.json`` and ``rd.png`` beside them.
 Phases are named ``noise`` and ``round`` (``bpp_<X>_noise``, ``bpp_<X>_round`` in a sweep), each
 with its checkpoint for ``--resume``.
+
+Every report holds ``comparison.rows`` (:func:`~neuralbake.bakes.ntc.rd.comparison_table`): NTC,
+the BC1 set, the BC7 set and NTC->BC7 (the decoded file BC-encoded as ``ntc transcode --format
+bc7`` does, timed as ``transcode_seconds``), and every compress draws ``rd.png`` (one NTC point
+for one rate). ``baselines = false`` leaves out the three BC rows.
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ from neuralbake.bakes.ntc.container import CONTAINER_NAME, MANIFEST_NAME, pack_c
 from neuralbake.bakes.ntc.decode import decode_all_levels, resolve_decode_kernels, set_quality
 from neuralbake.bakes.ntc.layout import CONTAINER_VERSION, NTCLayout, choose_layout
 from neuralbake.bakes.ntc.model import NTCModel, TexelSampler
-from neuralbake.bakes.ntc.rd import plot_rate_distortion, rate_distortion_summary
+from neuralbake.bakes.ntc.rd import comparison_table, plot_rate_distortion, rate_distortion_summary
 from neuralbake.bakes.ntc.texture_set import ChannelGroup, TextureSet
+from neuralbake.bakes.ntc.transcode import choose_formats, encode_textures, stack_groups
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
 from neuralbake.core.events import EventSink
 from neuralbake.core.metrics import mse
@@ -205,8 +211,12 @@ def _compress_rate(
         "psnr_curve": _psnr_curve(phases),
         **memory,
     }
+    transcoded = None
     if baselines is not None:
         fields["bcn"] = {family: {k: v for k, v in result.items() if k != "levels"} for family, result in baselines.items()}
+        transcoded = _transcode_to_bc7(run, decoded, reference, layout, prefix.rstrip("_") or CONTAINER_NAME)
+        fields["transcode_seconds"] = transcoded["seconds"]
+    fields["comparison"] = comparison_table(len(data), quality, texture_set.width * texture_set.height, baselines, transcoded)
     fields["compress_seconds"] = round(time.perf_counter() - start, 3)
     return {"psnr_db": quality["overall_db"], "bpp": measured}, fields, history
 
@@ -225,6 +235,18 @@ def _psnr_curve(phases: list[tuple[str, TrainResult]]) -> list[dict[str, float]]
         steps += result.steps
         seconds += result.train_seconds
     return points
+
+
+def _transcode_to_bc7(run: BakeRun, decoded: list[np.ndarray], reference: list[np.ndarray], layout: NTCLayout, what: str) -> dict[str, Any]:
+    """The decoded set BC-encoded as ``ntc transcode --format bc7`` does, measured against ``reference`` (the table's NTC->BC7 row)."""
+    start = time.perf_counter()
+    formats = choose_formats(layout.groups, "bc7")
+    with run.task(f"NTC->BC7 {what}", len(layout.groups) * len(layout.level_sizes), unit="texture mips") as advance:
+        encoded = encode_textures(decoded, layout.groups, formats, bc7_uber_level=run.config.bc7_uber_level, progress=advance)
+    group_bytes = {texture.group.name: texture.data_bytes for texture in encoded}
+    quality = set_quality(stack_groups([texture.levels for texture in encoded]), reference, layout.groups)
+    seconds = round(time.perf_counter() - start, 4)
+    return {"bytes": sum(group_bytes.values()), "group_bytes": group_bytes, "formats": formats, "quality": quality, "seconds": seconds}
 
 
 def _curve_title(layout: NTCLayout) -> str:
@@ -249,9 +271,12 @@ def _body(run: BakeRun) -> BakeOutcome:
     if config.baselines:
         with run.task("BC1/BC7 baselines", 2 * len(texture_set.groups), unit="textures") as advance:
             baselines = bc_baselines(reference, texture_set.groups, texture_set.width, texture_set.height, bc7_uber_level=config.bc7_uber_level, progress=advance)
+        for result in baselines.values():  # measured: their decoded chains are not needed (the memory goes to NTC->BC7's)
+            del result["levels"]
     if len(rates) == 1:
         layout = layouts[rates[0]]
         metrics, fields, _ = _compress_rate(run, rates[0], layout, texture_set, reference, baselines, run.stage, "")
+        plot_rate_distortion(run.stage / "rd.png", rate_distortion_summary([fields], baselines))
         return BakeOutcome(metrics, fields, curve_title=_curve_title(layout), quality_key="psnr_db")
 
     reports = []
@@ -267,7 +292,7 @@ def _body(run: BakeRun) -> BakeOutcome:
     summary = rate_distortion_summary(reports, baselines)
     atomic_write_json(run.stage / "rd.json", run.shown(summary))
     plot_rate_distortion(run.stage / "rd.png", summary)
-    metrics = {key: value for key, value in summary["comparison"].items() if not isinstance(value, dict)}
+    metrics = {key: value for key, value in summary["comparison"].items() if value is None or isinstance(value, int | float)}
     fields = {"rates": [f"bpp_{bpp:g}" for bpp in rates], "rd": summary, "size": [texture_set.width, texture_set.height], "sources": texture_set.sources}
     return BakeOutcome(metrics, fields, curve_title=f"NTC at {', '.join(f'{b:g}' for b in rates)} bpp (phases one after another)", quality_key="psnr_db")
 

@@ -39,13 +39,14 @@ def bc_baselines(
     """Round-trip every group's mip chain through BC1 and BC7 (BC5 for two-channel groups, e.g. normal XY).
 
     One-channel groups are replicated to RGB. Returns per family the measured bpp (all mip levels'
-    compressed bytes, 4x4-padded tails included, per texel of mip 0), the format of each group,
-    the decoded chain and its quality (:func:`set_quality`). ``progress`` (if given) is called
-    with 1 after each group's round trip (``2 * len(groups)`` calls in all).
+    compressed bytes, 4x4-padded tails included, per texel of mip 0), the bytes (``group_bytes``)
+    and format of each group, the decoded chain and its quality (:func:`set_quality`).
+    ``progress`` (if given) is called with 1 after each group's round trip (``2 * len(groups)``
+    calls in all).
     """
     results: dict[str, Any] = {}
     for family in ("bc1", "bc7"):
-        decoded_groups, total_bytes, formats = [], 0, {}
+        decoded_groups, group_bytes, formats = [], {}, {}
         start = 0
         for group in groups:
             stop = start + len(group.channels)
@@ -55,18 +56,19 @@ def bc_baselines(
             fmt = _bc_format(group, family)
             decoded, sizes = bc_mip_chain_roundtrip(chain, fmt, bc7_uber_level=bc7_uber_level)
             decoded_groups.append([level[..., : stop - start] for level in decoded])
-            total_bytes += sum(sizes)
+            group_bytes[group.name] = sum(sizes)
             formats[group.name] = fmt
             start = stop
             if progress is not None:
                 progress(1)
         levels = [np.concatenate([g[i] for g in decoded_groups], axis=2) for i in range(len(reference_levels))]
+        total_bytes = sum(group_bytes.values())
         results[family] = {
             "bytes": total_bytes,
+            "group_bytes": group_bytes,
             "bpp": round(8.0 * total_bytes / (width * height), 4),
             "formats": formats,
             "quality": set_quality(levels, reference_levels, groups),
             "levels": levels,
         }
     return results
-

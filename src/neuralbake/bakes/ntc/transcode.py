@@ -27,7 +27,8 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ from neuralbake.io.dds import DDS_FORMATS, mip_sizes, write_dds
 from neuralbake.io.limits import load_json_file
 from neuralbake.io.manifest import BAKE_MANIFEST
 
-__all__ = ["FORMAT_CHANNELS", "TRANSCODE_FORMATS", "choose_formats", "default_format", "parse_formats", "transcode"]
+__all__ = ["FORMAT_CHANNELS", "TRANSCODE_FORMATS", "EncodedTexture", "choose_formats", "default_format", "encode_textures", "parse_formats", "stack_groups", "transcode"]
 
 TRANSCODE_FORMATS = ("bc1", "bc3", "bc4", "bc5", "bc7")
 FORMAT_CHANNELS = {"bc1": (3,), "bc3": (3, 4), "bc4": (1,), "bc5": (2,), "bc7": (3, 4)}
@@ -178,6 +179,58 @@ def _quality(levels: Sequence[np.ndarray], reference: Sequence[np.ndarray], grou
     return set_quality(levels, reference, [group])["groups"][group.name]
 
 
+@dataclass(frozen=True)
+class EncodedTexture:
+    """One texture (channel group) of a decoded set, BC-encoded level by level."""
+
+    group: ChannelGroup
+    format: str
+    """The BCn format (:data:`TRANSCODE_FORMATS`)."""
+    channels: slice
+    """Its channels in the set's stacked levels."""
+    source: list[np.ndarray]
+    """What was encoded: float32 ``[H_l, W_l, len(group.channels)]`` per level, the set's channels of this texture."""
+    levels: list[np.ndarray]
+    """The blocks decoded again: float32, the shapes of ``source``."""
+    blocks: list[bytes]
+    """Each level's compressed blocks (4x4-padded tails included), as the DDS file stores them."""
+
+    @property
+    def data_bytes(self) -> int:
+        """Bytes of every level's blocks (the DDS file less its header)."""
+        return sum(len(b) for b in self.blocks)
+
+
+def encode_textures(
+    decoded: Sequence[np.ndarray],
+    groups: Sequence[ChannelGroup],
+    formats: dict[str, str],
+    *,
+    bc7_uber_level: int = 1,
+    progress: Callable[[int], None] | None = None,
+) -> list[EncodedTexture]:
+    """BC-encode every texture of a decoded set as ``ntc transcode`` does, one :class:`EncodedTexture` per group.
+
+    ``decoded``: float32 ``[H_l, W_l, channels]`` per mip level (every group's channels, in the
+    groups' order, as :func:`~neuralbake.bakes.ntc.decode.decode_all_levels` returns them);
+    ``formats``: ``{group name: format}`` (:func:`choose_formats`). ``progress`` (if given) is
+    called with 1 after each level of each texture (``len(groups) * len(decoded)`` calls).
+    """
+    encoded, start = [], 0
+    for group in groups:
+        channels = slice(start, start + len(group.channels))
+        chain = [np.ascontiguousarray(level[..., channels]) for level in decoded]
+        levels, blocks = bc_encode_mip_chain(chain, formats[group.name], bc7_uber_level=bc7_uber_level, progress=progress)
+        encoded.append(EncodedTexture(group, formats[group.name], channels, chain, levels, blocks))
+        start = channels.stop
+    return encoded
+
+
+def stack_groups(per_group: Sequence[Sequence[np.ndarray]]) -> list[np.ndarray]:
+    """Every group's chain (``[H_l, W_l, C_g]`` per level) side by side: ``[H_l, W_l, sum C_g]`` per level, the set's layout."""
+    return [np.concatenate([chain[i] for chain in per_group], axis=2) for i in range(len(per_group[0]))]
+
+
 def transcode(
     folder: str | Path,
     out_dir: str | Path,
@@ -222,54 +275,45 @@ def transcode(
             torch.cuda.synchronize(torch_device)
         decode_seconds = time.perf_counter() - start
 
-        textures: dict[str, Any] = {}
-        transcoded_levels: list[list[np.ndarray]] = []
-        plain_levels: list[list[np.ndarray]] = []
-        encode_seconds = 0.0
-        channel = 0
+        tic = time.perf_counter()
         with progress_task("BC-encoding", len(groups) * len(layout.level_sizes), enabled=progress, unit="texture mips") as advance:
-            for group in groups:
-                stop = channel + len(group.channels)
-                chain = [np.ascontiguousarray(level[..., channel:stop]) for level in decoded]
-                fmt = chosen[group.name]
-                srgb = group.kind in _SRGB_KINDS and DDS_FORMATS[fmt].dxgi_srgb is not None
-                tic = time.perf_counter()
-                levels, blocks = bc_encode_mip_chain(chain, fmt, bc7_uber_level=bc7_uber_level, progress=advance)
-                file_bytes = write_dds(staging / f"{group.name}.dds", width, height, fmt, blocks, srgb=srgb, alpha=len(group.channels) == 4)
-                encode_seconds += time.perf_counter() - tic
-                data_bytes = sum(len(b) for b in blocks)
-                entry: dict[str, Any] = {
-                    "file": f"{group.name}.dds",
-                    "format": fmt,
-                    "dxgi_format": _dxgi_name(fmt, srgb),
-                    "srgb": srgb,
-                    "kind": group.kind,
-                    "channels": list(group.channels),
-                    "mips": len(blocks),
-                    "bytes": file_bytes,
-                    "data_bytes": data_bytes,
-                    "bpp": round(8.0 * data_bytes / (width * height), 4),
+            encoded = encode_textures(decoded, groups, chosen, bc7_uber_level=bc7_uber_level, progress=advance)
+        textures: dict[str, Any] = {}
+        plain_levels: list[list[np.ndarray]] = []
+        for texture in encoded:
+            group, fmt = texture.group, texture.format
+            srgb = group.kind in _SRGB_KINDS and DDS_FORMATS[fmt].dxgi_srgb is not None
+            file_bytes = write_dds(staging / f"{group.name}.dds", width, height, fmt, texture.blocks, srgb=srgb, alpha=len(group.channels) == 4)
+            textures[group.name] = {
+                "file": f"{group.name}.dds",
+                "format": fmt,
+                "dxgi_format": _dxgi_name(fmt, srgb),
+                "srgb": srgb,
+                "kind": group.kind,
+                "channels": list(group.channels),
+                "mips": len(texture.blocks),
+                "bytes": file_bytes,
+                "data_bytes": texture.data_bytes,
+                "bpp": round(8.0 * texture.data_bytes / (width * height), 4),
+            }
+        encode_seconds = time.perf_counter() - tic
+        for texture in encoded:
+            group, entry = texture.group, textures[texture.group.name]
+            if reference is not None:
+                ref = [level[..., texture.channels] for level in reference]
+                plain, _ = bc_mip_chain_roundtrip(ref, texture.format, bc7_uber_level=bc7_uber_level)
+                plain_levels.append(plain)
+                entry["psnr"] = {
+                    "transcoded_vs_source": _quality(texture.levels, ref, group),
+                    "plain_bcn_of_source": _quality(plain, ref, group),
+                    "ntc_vs_source": _quality(texture.source, ref, group),
                 }
-                if reference is not None:
-                    ref = [level[..., channel:stop] for level in reference]
-                    plain, _ = bc_mip_chain_roundtrip(ref, fmt, bc7_uber_level=bc7_uber_level)
-                    plain_levels.append(plain)
-                    entry["psnr"] = {
-                        "transcoded_vs_source": _quality(levels, ref, group),
-                        "plain_bcn_of_source": _quality(plain, ref, group),
-                        "ntc_vs_source": _quality(chain, ref, group),
-                    }
-                else:
-                    entry["psnr"] = {"transcoded_vs_ntc_decode": _quality(levels, chain, group)}
-                textures[group.name] = entry
-                transcoded_levels.append(levels)
-                channel = stop
-
+            else:
+                entry["psnr"] = {"transcoded_vs_ntc_decode": _quality(texture.levels, texture.source, group)}
         total_data = sum(t["data_bytes"] for t in textures.values())
         ntc_bytes = (folder / CONTAINER_NAME).stat().st_size
         key = "transcoded_vs_source" if reference is not None else "transcoded_vs_ntc_decode"
-        stack = lambda per_group: [np.concatenate([g[i] for g in per_group], axis=2) for i in range(len(layout.level_sizes))]
-        whole = stack(transcoded_levels)
+        whole = stack_groups([texture.levels for texture in encoded])
         against = reference if reference is not None else decoded
         overall = set_quality(whole, against, groups)
         metrics = {"psnr_db": overall["overall_db"], "bpp": round(8.0 * total_data / (width * height), 4)}
@@ -299,7 +343,7 @@ def transcode(
         }
         if reference is not None:
             fields["ntc"]["quality_vs_source"] = set_quality(decoded, reference, groups)
-            fields["plain_bcn_of_source"] = {"data_bytes": total_data, "bpp": metrics["bpp"], "quality": set_quality(stack(plain_levels), reference, groups)}
+            fields["plain_bcn_of_source"] = {"data_bytes": total_data, "bpp": metrics["bpp"], "quality": set_quality(stack_groups(plain_levels), reference, groups)}
         report = write_report(staging / "report.json", bake="ntc_transcode", device=torch_device, metrics=metrics, **fields)
     return report
 
