@@ -300,9 +300,15 @@ def fragment_form(names: TileNames, shape: TensorKernelShape, *, cuda: bool) -> 
         for kt in range(shape.inputs[0] // T):
             row = f"(warp * {ROWS}u + {mt * T}u"
             if cuda:
-                lines += [f"    {a} x0_{mt}_{kt};", *indent(4, each), f"        x0_{mt}_{kt}[e] = {p}_tc_input[{row} + ra[e]) * {P}_TC_INPUTS + {kt * T}u + ca[e]];"]
+                lines += [
+                    f"    {a} x0_{mt}_{kt};",
+                    *indent(4, each),
+                    f"        x0_{mt}_{kt}[e] = {p}_tc_input[{row} + ra[e]) * {P}_TC_INPUTS + {kt * T}u + ca[e]];",
+                ]
             else:
-                lines.append(f"    {a} x0_{mt}_{kt} = {a}.Load<CoopMatMatrixLayout.RowMajor>({p}_tc_input, {row}) * {P}_TC_INPUTS + {kt * T}u, {P}_TC_INPUTS);")
+                lines.append(
+                    f"    {a} x0_{mt}_{kt} = {a}.Load<CoopMatMatrixLayout.RowMajor>({p}_tc_input, {row}) * {P}_TC_INPUTS + {kt * T}u, {P}_TC_INPUTS);"
+                )
     for index, (k, n) in enumerate(zip(shape.inputs, shape.outputs, strict=True)):
         stride, bias = shape.strides[index], shape.bias_offsets[index]
         lines.append(f"    // layer {index}: {k} -> {n} (padded)")
@@ -313,14 +319,27 @@ def fragment_form(names: TileNames, shape: TensorKernelShape, *, cuda: bool) -> 
             if cuda:
                 lines += [f"        {sm} s{mt};" for mt in range(M_TILES)]
                 copies = [f"            s{mt}[e] = s0[e];" for mt in range(1, M_TILES)]
-                lines += [*indent(8, each), "        {", f"            s0[e] = {p}_tc_biases[{bias + j * T}u + ca[e]];", *copies, "        }"]
+                lines += [
+                    *indent(8, each),
+                    "        {",
+                    f"            s0[e] = {p}_tc_biases[{bias + j * T}u + ca[e]];",
+                    *copies,
+                    "        }",
+                ]
             else:
                 # stride 0: every row of the accumulator starts as the bias row
-                lines += [f"        {sm} s{mt} = {sm}.Load<CoopMatMatrixLayout.RowMajor>({p}_tc_biases, {bias + j * T}u, 0u);" for mt in range(M_TILES)]
+                lines += [
+                    f"        {sm} s{mt} = {sm}.Load<CoopMatMatrixLayout.RowMajor>({p}_tc_biases, {bias + j * T}u, 0u);"
+                    for mt in range(M_TILES)
+                ]
             for kt in range(k // T):
                 block = shape.weight_offsets[index] + j * T * stride + kt * T
                 if cuda:
-                    lines += [f"        {b} w{kt};", *indent(8, each), f"            w{kt}[e] = {p}_tc_weights[{block}u + nb[e] * {stride}u + kb[e]];"]
+                    lines += [
+                        f"        {b} w{kt};",
+                        *indent(8, each),
+                        f"            w{kt}[e] = {p}_tc_weights[{block}u + nb[e] * {stride}u + kb[e]];",
+                    ]
                 else:
                     # [N, K] row-major is K x N column-major: the loader's fast layout for B
                     lines.append(f"        {b} w{kt} = {b}.Load<CoopMatMatrixLayout.ColumnMajor>({p}_tc_weights, {block}u, {stride}u);")
@@ -399,7 +418,9 @@ def loop_form(names: TileNames, shape: TensorKernelShape) -> list[str]:
             f"                float x = result[e] + {p}_tc_biases[{shape.bias_offsets[index]}u + n];",
         ]
         if index < last:
-            lines.append(f"                {p}_tc_act[{target} + (e / {T}u) * {P}_TC_WIDTH + n] = n < {D}_L{index}_OUTPUTS ? half({names.decoder}_hidden_activation(x)) : half(0.0f);")
+            lines.append(
+                f"                {p}_tc_act[{target} + (e / {T}u) * {P}_TC_WIDTH + n] = n < {D}_L{index}_OUTPUTS ? half({names.decoder}_hidden_activation(x)) : half(0.0f);"
+            )
         else:
             lines.append(f"                {p}_tc_output[(warp * {ROWS}u + mt * {T}u + e / {T}u) * {out_n}u + n] = x;")
         lines += ["            }", f"            {h}_tc_warp_sync();", "        }"]
