@@ -273,6 +273,7 @@ def _manifest(
         "entry_points": [
             {
                 "name": f"ntc_{n}_texel_kernel",
+                "kind": "scalar",
                 "languages": ["slang", "hlsl"],
                 "threads_per_group": [THREADS_PER_GROUP, 1, 1],
                 "dispatch": f"ceil(count / {THREADS_PER_GROUP}) groups, one thread per texel",
@@ -281,6 +282,7 @@ def _manifest(
             },
             {
                 "name": f"ntc_{n}_sample_kernel",
+                "kind": "scalar",
                 "languages": ["slang", "hlsl"],
                 "threads_per_group": [THREADS_PER_GROUP, 1, 1],
                 "dispatch": f"ceil(count / {THREADS_PER_GROUP}) groups, one thread per sample",

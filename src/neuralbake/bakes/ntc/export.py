@@ -36,6 +36,7 @@ __all__ = [
     "STOCHASTIC_DRAWS",
     "STOCHASTIC_SAMPLES",
     "default_name",
+    "error_statistics",
     "export_ntc",
     "shader_set",
     "stochastic_error",
