@@ -564,5 +564,23 @@ def test_refusals_name_the_problem_and_write_nothing(compressed, tmp_path):
         export_ntc(tmp_path / "nowhere", tmp_path / "out")
     with pytest.raises(ConfigError) as caught:
         export_ntc(compressed, tmp_path / "out", name="2 bad")
-    assert caught.value.field == "name"
+    assert caught.value.field == "--name"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
+def test_cli_writes_the_files_and_a_summary(compressed, tmp_path):
+    from ..bakes.test_ntc import _ntc_cli
+
+    result = _ntc_cli(["export", str(compressed), "--out", str(tmp_path / "shader"), "--name", "crate"])
+    assert result.exit_code == 0, result.output
+    flat = " ".join(result.output.split())
+    assert "done ntc_crate: Slang + HLSL, 4 entry points" in flat and "stochastic filter: bias" in flat and "noise RMSE" in flat, flat
+    assert sorted(p.name for p in (tmp_path / "shader").iterdir()) == [
+        "crate.hlsl",
+        "crate.json",
+        "crate.latents.bin",
+        "crate.slang",
+        "crate.weights.int8.bin",
+    ]
+    manifest = json.loads((tmp_path / "shader" / "crate.json").read_text())
+    assert manifest["stochastic"]["samples"] == 4096 and manifest["name"] == "crate"

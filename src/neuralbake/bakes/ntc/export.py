@@ -195,7 +195,7 @@ def export_ntc(folder: str | Path, out_dir: str | Path, *, name: str | None = No
     if name is not None and shader_identifier(name) != name:
         raise ConfigError(
             f"{name!r} is not a usable shader name.",
-            field="name",
+            field="--name",
             fix="use lower-case letters, digits and underscores, starting with a letter.",
         )
     _check_out(folder, out)
@@ -215,7 +215,7 @@ def export_ntc(folder: str | Path, out_dir: str | Path, *, name: str | None = No
         written = export_ntc_shader(data, out, name=name, measurements=measured)
     except ConfigError as exc:
         if exc.field == "name":
-            raise
+            raise ConfigError(exc.problem, field="--name", fix=exc.fix) from exc
         raise BundleError(f"no shader can be generated: {exc.problem}", path=folder / "texture.ntc", field=exc.field, fix=exc.fix) from exc
     return _summary(written, info, measured)
 
