@@ -409,3 +409,30 @@ def test_transcode_refuses_an_out_that_is_a_file(ntc_bundle: Path, tmp_path: Pat
     flat = " ".join(output.split())
     assert code == 2 and flat.startswith("error:") and "taken.dds" in flat and "is a file" in flat and "Fix:" in flat, output
     assert target.read_bytes() == b"keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["taken.dds"]
+
+
+# --- ntc export: a damaged texture.ntc, an output path that is a file (a missing folder is in the corpus) ------
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "truncate_resealed", "flip_resealed"])
+def test_export_refuses_a_damaged_ntc(damage: str, ntc_bundle: Path, tmp_path: Path, watch: list[str]) -> None:
+    folder = _copy(ntc_bundle, tmp_path)
+    _damage_ntc(folder, damage)
+    out = tmp_path / "out"
+    _check_refusal(["ntc", "export", str(folder), "--out", str(out)], out, "texture.ntc", 2, watch)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]
+
+
+def test_export_refuses_an_out_that_is_a_file(ntc_bundle: Path, tmp_path: Path) -> None:
+    target = tmp_path / "taken.slang"
+    target.write_bytes(b"keep me")
+    code, output, exception = _run(["ntc", "export", str(ntc_bundle), "--out", str(target)])
+    assert exception is None or isinstance(exception, SystemExit), output
+    flat = " ".join(output.split())
+    assert code == 2 and flat.startswith("error:") and "taken.slang" in flat and "is a file" in flat and "Fix:" in flat, output
+    assert target.read_bytes() == b"keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["taken.slang"]
+
+
+def test_export_refuses_a_bad_name(ntc_bundle: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _check_refusal(["ntc", "export", str(ntc_bundle), "--out", str(out), "--name", "Crate Set"], out, "--name", 2, [])

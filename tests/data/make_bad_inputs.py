@@ -398,6 +398,18 @@ def material_asset_cases() -> None:
     shutil.copy(HERE.parents[1] / "examples" / "materials" / "velvet.json", folder / "velvet.json")
 
 
+def ntc_cases() -> None:
+    """``ntc export``: a folder that does not exist, and one without its container (damaged containers are mutated from a
+    real compression in the test module)."""
+    export = ["ntc", "export", "{case}/set", "--out", "{out}"]
+    folder = case("ntc_export_missing_folder", export, "does not exist")
+    (folder / "README.txt").write_text("This case names {case}/set, a folder that does not exist.\n")
+    folder = case("ntc_export_without_container", export, "texture.ntc")
+    (folder / "set").mkdir()
+    manifest = {"file": "texture.ntc", "bytes": 100, "sha256": "0" * 64, "format": "neuralbake.ntc", "version": 1}
+    (folder / "set" / "manifest.json").write_text(json.dumps(manifest))
+
+
 def main() -> None:
     if CORPUS.exists():
         shutil.rmtree(CORPUS)
@@ -411,6 +423,7 @@ def main() -> None:
     lod_cases()
     postfx_cases()
     material_asset_cases()
+    ntc_cases()
     (CORPUS / "cases.json").write_text(json.dumps(_CASES, indent=1) + "\n")
     print(f"{len(_CASES)} cases -> {CORPUS}")
 

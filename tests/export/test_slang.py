@@ -16,7 +16,7 @@ import torch
 from neuralbake.errors import BundleError, ConfigError
 from neuralbake.export import export_bundle_shader, generate_mlp_hlsl, generate_mlp_slang
 from neuralbake.io.bundle import read_bundle
-from neuralbake.io.device_layout import pack_device_layout
+from neuralbake.io.device_layout import LayerTensors, pack_device_layout, unpack_device_layout
 from neuralbake.nn.activations import ACTIVATIONS
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
 from neuralbake.nn.serialize import save_coordinate_network
@@ -130,6 +130,32 @@ def test_mlp_activation_matches_pytorch(slang_device, activation):
 
 
 @needs_slangpy
+def test_int8_layout_matches_the_dequantised_network(slang_device):
+    """int8 codes with a per-layer scale (the NTC decoder's storage): the shader sums codes * inputs and scales once; PyTorch
+    multiplies by the dequantised weights. Same values up to the order of the fp32 operations."""
+    torch.manual_seed(6)
+    mlp = MLP(MLPConfig(inputs=7, hidden=12, layers=2, outputs=3, hidden_activation="leaky_relu", output_activation="none", leak=0.05)).eval()
+    layers = []
+    with torch.no_grad():
+        for index, layer in enumerate(mlp.layers):
+            scale = float(layer.weight.abs().max() / 127.0)
+            codes = torch.clamp(torch.round(layer.weight / scale), -127, 127)
+            layer.weight.copy_(codes * scale)
+            layers.append(LayerTensors(f"layers.{index}", codes.to(torch.int8), layer.bias.clone(), scale=scale))
+    buffer, table = pack_device_layout(layers, "int8")
+    assert all(entry["scale_offset"] == entry["bias_offset"] + 4 * entry["outputs"] for entry in table)
+    unpacked = unpack_device_layout(buffer, table, "int8")
+    for got, layer in zip(unpacked, mlp.layers, strict=True):
+        assert torch.allclose(got.weight, layer.weight, rtol=0, atol=1e-7) and torch.equal(got.bias, layer.bias) and got.scale is not None
+    source = generate_mlp_slang(table, hidden_activation="leaky_relu", output_activation="none", leak=0.05, precision="int8", function_name="decoder")
+    inputs = torch.randn(120, 7, generator=torch.Generator().manual_seed(7)) * 2
+    with torch.no_grad():
+        expected = mlp(inputs).numpy()
+    actual = run_kernel(slang_device, source, buffer, inputs.numpy(), outputs=3, function_name="decoder")
+    assert np.abs(actual - expected).max() < FP32_TOLERANCE
+
+
+@needs_slangpy
 def test_hlsl_runs_through_slangs_hlsl_front_end(tmp_path, slang_device):
     network = small_coordinate_network(seed=4)
     save_coordinate_network(tmp_path, network, training_precision="fp32")
@@ -165,7 +191,7 @@ def test_offsets_come_from_the_manifest(tmp_path):
     ("change", "field"),
     [
         ({"hidden_activation": "swish"}, "hidden_activation"),
-        ({"precision": "int8"}, "precision"),
+        ({"precision": "bf16"}, "precision"),
         ({"function_name": "2bad name"}, "function_name"),
         ({"encoding": {"type": "frequency", "coordinates": 2, "frequencies": 2}}, "encoding"),
         ({"encoding": {"type": "hash_grid"}}, "encoding.type"),

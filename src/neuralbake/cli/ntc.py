@@ -6,7 +6,10 @@
 write one folder per rate (``--out/bpp_<X>/``) plus ``rd.json`` and ``rd.png`` (the
 rate-distortion curve with the BC1 and BC7 sets as points). ``decompress`` checks a compressed
 folder and decodes every group and mip level to PNG or EXR; ``transcode`` decodes it and
-BC-encodes every texture into a DDS file with its mips, as an engine would at load time.
+BC-encodes every texture into a DDS file with its mips, as an engine would at load time;
+``export`` writes a Slang module and HLSL that decode it where the texture is sampled (texels,
+bilinear, trilinear and stochastic filtering, a tensor-core batch kernel), its two GPU buffers and
+a JSON manifest of bindings and dispatch.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import typer
 from typer.core import TyperGroup
 
 from neuralbake.bakes.ntc import decompress
+from neuralbake.bakes.ntc.export import export_ntc
 from neuralbake.bakes.ntc.transcode import transcode
 from neuralbake.cli.common import print_done, run_action
 from neuralbake.core.report import metric_text
@@ -107,4 +111,27 @@ def ntc_transcode(
     print_done(
         f"{len(report['textures'])} DDS files, {metric_text(report, 'bpp', spec='.2f')} bpp: PSNR {metric_text(report, 'psnr_db', unit=' dB')} "
         f"at mip 0 vs {versus}{plain} -> {out}"
+    )
+
+
+@ntc_app.command("export")
+def ntc_export(
+    folder: Annotated[Path, typer.Argument(help="A folder written by `neuralbake ntc compress` (one rate: texture.ntc + manifest.json).")],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Output folder for <name>.slang, .hlsl, .weights.int8.bin, .latents.bin and .json.")
+    ],
+    name: Annotated[
+        str | None,
+        typer.Option(
+            help="Shader name: the functions are ntc_<name>_sample, ntc_<name>_texel ... \\[default: the folder's name as an identifier]"
+        ),
+    ] = None,
+) -> None:
+    """Write a Slang module (with tensor-core batch kernels) and HLSL that decode the set on the GPU, its buffers and a binding manifest."""
+    summary = run_action(lambda: export_ntc(folder, out, name=name), out=out)
+    stochastic = summary["stochastic"]["trilinear"]
+    print_done(
+        f"ntc_{summary['name']}: Slang + HLSL, {len(summary['entry_points'])} entry points, {summary['gpu_bytes'] / 1024:.1f} KB of GPU buffers "
+        f"({summary['gpu_bpp']:.2f} bpp; texture.ntc {summary['container_bytes'] / 1024:.1f} KB); stochastic filter: bias "
+        f"{metric_text(stochastic, 'bias', spec='.1e')}, noise RMSE {metric_text(stochastic, 'noise_rmse', spec='.4f')} -> {out}"
     )

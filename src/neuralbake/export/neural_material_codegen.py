@@ -79,15 +79,9 @@ def _decoder_code(
         leak=activations[2],
         precision=precision,
         function_name=function,
+        function_only=True,  # a material module binds one weight buffer for all its decoders and has its own kernel
     )
-    # The generator ends every module with its own bindings and compute kernel; a material module
-    # binds one weight buffer for all its decoders and has its own kernel, so cut them off.
-    marker = f"\nByteAddressBuffer {function}_weights;"
-    if source.count(marker) != 1:
-        raise RuntimeError(f"the MLP generator's output no longer has one {marker.strip()!r} line to cut at")
-    # Its header tells users to bind the bundle's own buffer; here the offsets are into the shared one.
-    lines = [line for line in source.split(marker)[0].rstrip().splitlines() if not line.startswith("// Bind the bundle's")]
-    return "\n".join([*lines, f"// The offsets above are bytes into nb_{module}_weights.", ""])
+    return "\n".join([*source.rstrip().splitlines(), f"// The offsets above are bytes into nb_{module}_weights.", ""])
 
 
 def _uint_array(name: str, values: Sequence[int]) -> str:

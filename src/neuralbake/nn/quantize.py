@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -20,11 +21,13 @@ __all__ = [
     "fake_quantize_latents",
     "int8_weight_scale",
     "latent_codes",
+    "pack_codes",
     "quantize_hard",
     "quantize_int8",
     "quantize_latents_affine_u8",
     "quantize_soft",
     "quantize_ste",
+    "unpack_codes",
 ]
 
 FAKE_QUANTIZE_MODES = ("none", "noise", "round")
@@ -104,6 +107,21 @@ def codes_to_latents(codes: torch.Tensor, bits: int) -> torch.Tensor:
     """Float32 latents (same shape) of integer codes: the inverse of :func:`latent_codes` on the quantisation grid."""
     step = 2.0 / (2**bits - 1)
     return codes.to(torch.float32) * step - 1.0
+
+
+def pack_codes(codes: np.ndarray, bits: int) -> bytes:
+    """Integer codes (any shape, ``0 .. 2^bits - 1``) bit-packed in order: code ``i`` takes bits ``i * bits`` to
+    ``(i + 1) * bits - 1`` of the stream, least significant first (bit ``b`` of the stream is bit ``b % 8`` of
+    byte ``b // 8``); the last byte is zero-padded. How NTC containers (and their shader buffers) store latents."""
+    flat = np.asarray(codes).reshape(-1).astype(np.uint16)
+    planes = ((flat[:, None] >> np.arange(bits, dtype=np.uint16)) & 1).astype(np.uint8)
+    return np.packbits(planes.reshape(-1), bitorder="little").tobytes()
+
+
+def unpack_codes(data: bytes, count: int, bits: int) -> np.ndarray:
+    """The first ``count`` codes of a :func:`pack_codes` stream: int64 ``[count]``."""
+    planes = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")[: count * bits].reshape(count, bits)
+    return (planes.astype(np.int64) << np.arange(bits, dtype=np.int64)).sum(axis=1)
 
 
 # -- int8 weights -------------------------------------------------------------------------------

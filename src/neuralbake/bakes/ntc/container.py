@@ -33,22 +33,12 @@ from neuralbake.io.limits import MAX_IMAGE_PIXELS, load_json_file, parse_json_te
 from neuralbake.io.manifest import verify_bake_folder
 from neuralbake.io.refs import resolve_reference
 from neuralbake.nn.activations import ACTIVATIONS
-from neuralbake.nn.quantize import codes_to_latents, latent_codes, quantize_int8
+from neuralbake.nn.quantize import codes_to_latents, latent_codes, pack_codes, quantize_int8, unpack_codes
 
-__all__ = ["CONTAINER_NAME", "MANIFEST_NAME", "NTCContainer", "open_container", "pack_container", "read_container"]
+__all__ = ["CONTAINER_NAME", "MANIFEST_NAME", "NTCContainer", "open_container", "pack_container", "read_container", "refuse_rate_sweep"]
 
 CONTAINER_NAME = "texture.ntc"
 MANIFEST_NAME = "manifest.json"
-
-def _pack_bits(codes: np.ndarray, bits: int) -> bytes:
-    flat = codes.reshape(-1).astype(np.uint16)
-    planes = ((flat[:, None] >> np.arange(bits, dtype=np.uint16)) & 1).astype(np.uint8)
-    return np.packbits(planes.reshape(-1), bitorder="little").tobytes()
-
-
-def _unpack_bits(data: bytes, count: int, bits: int) -> np.ndarray:
-    planes = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")[: count * bits].reshape(count, bits)
-    return (planes.astype(np.int64) << np.arange(bits, dtype=np.int64)).sum(axis=1)
 
 
 @dataclass
@@ -78,7 +68,7 @@ def pack_container(model: NTCModel) -> bytes:
     bits = layout.shape.bits
     parts = [PREFIX.pack(MAGIC, CONTAINER_VERSION, len(layout.header_bytes())), layout.header_bytes()]
     for latents in (model.latents_high, model.latents_low):
-        parts.append(_pack_bits(latent_codes(latents, bits).cpu().numpy(), bits))
+        parts.append(pack_codes(latent_codes(latents, bits).cpu().numpy(), bits))
     for layer in model.layers:
         weight = layer.weight.detach().float()
         codes, scale = quantize_int8(weight)
@@ -232,7 +222,7 @@ def _parse_container(data: bytes, path: Path | None) -> NTCContainer:
     features, bits = layout.shape.features, layout.shape.bits
     latents = []
     for cells, key in ((high_cells, "latents_high"), (low_cells, "latents_low")):
-        codes = _unpack_bits(data[cursor : cursor + sections[key]], cells * features, bits)
+        codes = unpack_codes(data[cursor : cursor + sections[key]], cells * features, bits)
         latents.append(codes_to_latents(torch.from_numpy(codes).reshape(cells, features), bits))
         cursor += sections[key]
     widths = layout.layer_widths
@@ -246,6 +236,16 @@ def _parse_container(data: bytes, path: Path | None) -> NTCContainer:
         cursor += 4 * fan_out
     return NTCContainer(layout, latents[0], latents[1], weights, scales, biases)
 
+
+
+def refuse_rate_sweep(folder: str | Path) -> None:
+    """InputError when ``folder`` is a rate-distortion sweep (``rd.json`` and a ``bpp_<X>`` folder per rate), not one rate's folder."""
+    folder = Path(folder)
+    if (folder / "rd.json").is_file() and not (folder / CONTAINER_NAME).exists():
+        rates = sorted(p.name for p in folder.glob("bpp_*") if (p / CONTAINER_NAME).is_file())
+        raise InputError(
+            "this is a rate-distortion sweep; each rate is its own NTC folder.", path=folder, fix=f"pass one of its rate folders ({', '.join(rates) or 'bpp_<X>'})."
+        )
 
 
 def open_container(folder: str | Path) -> NTCContainer:

@@ -1,5 +1,16 @@
 """Decoding ``texture.ntc``: any texel of any mip level from the container alone (no trainer, no model object),
-its quality against a reference chain, and ``ntc decompress`` (every group and level to PNG or EXR).
+filtered samples at any uv and level of detail, its quality against a reference chain, and ``ntc decompress``
+(every group and level to PNG or EXR).
+
+Filtered sampling (:func:`sample_filtered`, the reference of the exported shader's ``ntc_<set>_sample``)
+decodes texels and blends the decoded values, as RTXNTC does: *bilinear* blends the four texels around
+``uv`` in one level, *trilinear* (the default) the bilinear samples of the two levels around ``lod``
+(clamped to the chain), and :func:`sample_stochastic` decodes one of those texels instead, chosen
+with probability equal to its filter weight by a caller's uniform random number, so that its mean
+over random numbers is the filtered value. Texel centres are at ``(i + 0.5) / size``; the wrap mode
+is **repeat** (glTF's default sampler; the example crate's), for every level: the texels left of
+column 0 are those of column ``width - 1``. :func:`sample_levels` filters plain texel arrays (the
+source textures) the same way.
 """
 
 from __future__ import annotations
@@ -25,7 +36,26 @@ from neuralbake.kernels import resolve_kernels, unsupported_reason
 from neuralbake.nn.activations import activation_fn
 from neuralbake.render.pictures import display_rgb
 
-__all__ = ["decode_all_levels", "decode_texel", "decode_texels", "decompress", "resolve_decode_kernels", "set_quality"]
+__all__ = [
+    "FILTERS",
+    "TAPS",
+    "decode_all_levels",
+    "decode_texel",
+    "decode_texels",
+    "decompress",
+    "filter_taps",
+    "resolve_decode_kernels",
+    "sample_filtered",
+    "sample_levels",
+    "sample_stochastic",
+    "set_quality",
+    "stochastic_tap",
+]
+
+FILTERS = ("trilinear", "bilinear")
+"""Filters of :func:`sample_filtered`: ``trilinear`` (two levels around ``lod``) or ``bilinear`` (the level nearest ``lod``)."""
+TAPS = 8
+"""Texels :func:`filter_taps` gives per sample: four in the level below ``lod``, four in the level above."""
 
 
 def decode_texels(
@@ -69,6 +99,96 @@ def decode_texel(container: NTCContainer, mip: int, x: int, y: int) -> np.ndarra
     device = container.latents_high.device
     one = lambda v: torch.tensor([v], dtype=torch.int64, device=device)
     return decode_texels(container, one(mip), one(x), one(y))[0].cpu().numpy()
+
+
+def filter_taps(
+    level_sizes: Sequence[tuple[int, int]], uv: torch.Tensor, lod: torch.Tensor, *, filter: str = "trilinear"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The texels a filtered sample blends, and their weights: ``(level, x, y, weight)``, each ``[N, 8]`` (int64, weights float32).
+
+    ``uv`` float ``[N, 2]`` (any values: repeat wrap), ``lod`` float ``[N]`` (clamped to ``[0, levels - 1]``;
+    ``bilinear`` rounds it to the nearest level). Taps 0-3 are in the level below ``lod``, 4-7 in the one
+    above, each four in the order (x0, y0), (x1, y0), (x0, y1), (x1, y1) with weights
+    ``(1 - fx)(1 - fy)``, ``fx (1 - fy)``, ``(1 - fx) fy``, ``fx fy`` times ``1 - t`` (below) or ``t``
+    (above). The weights sum to 1; at a whole ``lod`` the four above have weight 0. The exported shader
+    computes the same taps in the same order and float32 operations.
+    """
+    if filter not in FILTERS:
+        raise ConfigError(f"unknown filter {filter!r}.", field="filter", fix=f"use one of {', '.join(FILTERS)}.")
+    device = uv.device
+    uv, lod = uv.to(torch.float32), lod.to(torch.float32)
+    sizes = torch.tensor(level_sizes, dtype=torch.int64, device=device)
+    last = len(level_sizes) - 1
+    level = torch.clamp(lod, 0.0, float(last))
+    if filter == "bilinear":
+        level = torch.floor(level + 0.5)
+    below = torch.floor(level)
+    t = level - below
+    below = below.to(torch.int64)
+    above = torch.clamp(below + 1, max=last)
+    levels, xs, ys, weights = [], [], [], []
+    for index, blend in ((below, 1.0 - t), (above, t)):
+        width, height = sizes[index, 0], sizes[index, 1]
+        px = uv[:, 0] * width.to(torch.float32) - 0.5
+        py = uv[:, 1] * height.to(torch.float32) - 0.5
+        x0, y0 = torch.floor(px), torch.floor(py)
+        fx, fy = px - x0, py - y0
+        x0, y0 = x0.to(torch.int64), y0.to(torch.int64)
+        column = (torch.remainder(x0, width), torch.remainder(x0 + 1, width))
+        row = (torch.remainder(y0, height), torch.remainder(y0 + 1, height))
+        for (cx, cy), w in zip(((0, 0), (1, 0), (0, 1), (1, 1)), ((1 - fx) * (1 - fy), fx * (1 - fy), (1 - fx) * fy, fx * fy)):
+            levels.append(index)
+            xs.append(column[cx])
+            ys.append(row[cy])
+            weights.append(w * blend)
+    return torch.stack(levels, 1), torch.stack(xs, 1), torch.stack(ys, 1), torch.stack(weights, 1)
+
+
+def stochastic_tap(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The tap a stochastic sample decodes: int64 ``[N]``, the first ``i`` with ``u < weights[0] + ... + weights[i]``.
+
+    ``weights`` float32 ``[N, 8]`` (:func:`filter_taps`), ``u`` float ``[N]`` uniform in [0, 1): tap ``i`` is
+    chosen with probability ``weights[i]``. The running sum is float32, added in tap order as the shader
+    adds it; where rounding leaves ``u`` at or above the total, the last tap of positive weight is taken.
+    """
+    u = u.to(torch.float32)
+    chosen = torch.full(u.shape, -1, dtype=torch.int64, device=u.device)
+    total = torch.zeros_like(u)
+    for i in range(weights.shape[1]):
+        total = total + weights[:, i]
+        chosen = torch.where((chosen < 0) & (u < total), i, chosen)
+    positive = torch.arange(weights.shape[1], device=u.device).expand_as(weights).masked_fill(weights <= 0, -1)
+    return torch.where(chosen < 0, positive.amax(dim=1), chosen)
+
+
+def sample_filtered(container: NTCContainer, uv: torch.Tensor, lod: torch.Tensor, *, filter: str = "trilinear") -> torch.Tensor:
+    """Filtered samples of the decoded set: float32 ``[N, channels]``, each the weighted sum of the decoded (clamped) texels of
+    :func:`filter_taps` at ``uv`` ``[N, 2]`` and ``lod`` ``[N]`` (on the container's device)."""
+    level, x, y, weight = filter_taps(container.layout.level_sizes, uv, lod, filter=filter)
+    used = weight.reshape(-1) > 0  # only the taps that count are decoded
+    values = torch.zeros(used.numel(), container.layout.channels, device=uv.device)
+    values[used] = decode_texels(container, level.reshape(-1)[used], x.reshape(-1)[used], y.reshape(-1)[used])
+    return (values.reshape(*weight.shape, -1) * weight[..., None]).sum(dim=1)
+
+
+def sample_stochastic(container: NTCContainer, uv: torch.Tensor, lod: torch.Tensor, u: torch.Tensor, *, filter: str = "trilinear") -> torch.Tensor:
+    """Stochastically filtered samples: float32 ``[N, channels]``, the one decoded texel of :func:`stochastic_tap` per sample
+    (``u`` ``[N]`` uniform in [0, 1)); its mean over ``u`` is :func:`sample_filtered`."""
+    level, x, y, weight = filter_taps(container.layout.level_sizes, uv, lod, filter=filter)
+    pick = stochastic_tap(weight, u)[:, None]
+    return decode_texels(container, level.gather(1, pick)[:, 0], x.gather(1, pick)[:, 0], y.gather(1, pick)[:, 0])
+
+
+def sample_levels(levels: Sequence[np.ndarray | torch.Tensor], uv: torch.Tensor, lod: torch.Tensor, *, filter: str = "trilinear") -> torch.Tensor:
+    """:func:`sample_filtered` over plain texel arrays: ``levels`` ``[H_l, W_l, C]`` (a mip chain, e.g. the source textures'),
+    ``uv`` ``[N, 2]``, ``lod`` ``[N]`` -> float32 ``[N, C]``, the same taps and weights."""
+    tensors = [torch.as_tensor(level, dtype=torch.float32, device=uv.device) for level in levels]
+    level, x, y, weight = filter_taps([(int(t.shape[1]), int(t.shape[0])) for t in tensors], uv, lod, filter=filter)
+    flat = torch.cat([t.reshape(-1, t.shape[2]) for t in tensors])
+    starts = torch.tensor([0, *np.cumsum([t.shape[0] * t.shape[1] for t in tensors])[:-1].tolist()], dtype=torch.int64, device=uv.device)
+    widths = torch.tensor([t.shape[1] for t in tensors], dtype=torch.int64, device=uv.device)
+    texels = flat[starts[level] + y * widths[level] + x]  # [N, 8, C]
+    return (texels * weight[..., None]).sum(dim=1)
 
 
 def resolve_decode_kernels(container: NTCContainer, kernels: str) -> str:

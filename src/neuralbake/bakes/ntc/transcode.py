@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from neuralbake.bakes.ntc.container import CONTAINER_NAME, open_container
+from neuralbake.bakes.ntc.container import CONTAINER_NAME, open_container, refuse_rate_sweep
 from neuralbake.bakes.ntc.decode import decode_all_levels, resolve_decode_kernels, set_quality
 from neuralbake.bakes.ntc.texture_set import ChannelGroup, check_texture_set, load_texture_set
 from neuralbake.core.device import resolve_device
@@ -251,11 +251,7 @@ def transcode(
     _check_out(out)
     if (out / BAKE_MANIFEST).is_file():  # its report.json would be replaced: the NTC folder itself, or another bake's
         raise InputError("the output folder holds a bake (bake.json); its report.json would be overwritten.", path=out, fix="pass a new or empty folder with --out.")
-    if (folder / "rd.json").is_file() and not (folder / CONTAINER_NAME).exists():
-        rates = sorted(p.name for p in folder.glob("bpp_*") if (p / CONTAINER_NAME).is_file())
-        raise InputError(
-            "this is a rate-distortion sweep; each rate is its own NTC folder.", path=folder, fix=f"pass one of its rate folders ({', '.join(rates) or 'bpp_<X>'})."
-        )
+    refuse_rate_sweep(folder)
     torch_device = resolve_device(device)
     container = open_container(folder).to(torch_device)
     decode_kernels = resolve_decode_kernels(container, kernels)
