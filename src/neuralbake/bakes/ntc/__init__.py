@@ -46,7 +46,10 @@ Modules: :mod:`.texture_set` (loading, checks, mip chains), :mod:`.layout` (rate
 file), :mod:`.decode` (decoding, quality, ``decompress``), :mod:`.baselines` (BCn),
 :mod:`.config`, :mod:`.bake` (the run on :mod:`neuralbake.bakes.run`), :mod:`.rd` (the
 rate-distortion record), :mod:`.transcode` (``ntc transcode``: the set decoded and BC-encoded
-into DDS files, as an engine without fast inference would at load time).
+into DDS files, as an engine without fast inference would at load time), :mod:`.export` (``ntc
+export``: Slang + HLSL decoding the set where it is sampled, :mod:`neuralbake.export.ntc`).
+Filtered sampling of decoded texels (bilinear, trilinear, stochastic; repeat wrap):
+:func:`sample_filtered`, :func:`sample_stochastic` in :mod:`.decode`.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ from neuralbake.bakes.ntc.bake import NTC, compress_rate_distortion, compress_te
 from neuralbake.bakes.ntc.baselines import bc_baselines
 from neuralbake.bakes.ntc.config import CPU_TEXTURE_SIZE, NTCConfig, device_defaults, load_config_texture_set
 from neuralbake.bakes.ntc.container import CONTAINER_NAME, MANIFEST_NAME, NTCContainer, open_container, pack_container, read_container
-from neuralbake.bakes.ntc.decode import decode_all_levels, decode_texel, decode_texels, decompress, set_quality
+from neuralbake.bakes.ntc.decode import decode_all_levels, decode_texel, decode_texels, decompress, sample_filtered, sample_stochastic, set_quality
 from neuralbake.bakes.ntc.layout import (
     BPP_RANGE,
     LATENT_SHAPES,
@@ -112,5 +115,7 @@ __all__ = [
     "rate_distortion_summary",
     "read_container",
     "sample_features",
+    "sample_filtered",
+    "sample_stochastic",
     "set_quality",
 ]
