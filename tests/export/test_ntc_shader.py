@@ -66,8 +66,9 @@ GROUPS = (
 CHANNELS = 6
 TOLERANCE = 1e-4
 """Absolute, on values in [0, 1]: shader (fp32) against the PyTorch decode (fp32)."""
-TENSOR_MODEL_TOLERANCE = 1e-4
-"""Tensor kernels against their arithmetic in PyTorch (fp16 weights and activations, fp32 sums): the order of the sums differs."""
+TENSOR_MODEL_TOLERANCE = 1e-3
+"""Tensor kernels against their arithmetic in PyTorch (fp16 weights and activations, fp32 sums): the sums' order differs, so a
+hidden activation's fp16 rounding (2^-11 relative) can go the other way (measured: up to 1.3e-4)."""
 TENSOR_FP32_TOLERANCE = 5e-3
 """Tensor kernels against the fp32 decode: fp16 rounding of the weights, inputs and activations (measured: 3e-4)."""
 SAMPLES = 160

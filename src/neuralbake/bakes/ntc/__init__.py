@@ -58,7 +58,15 @@ from neuralbake.bakes.ntc.bake import NTC, compress_rate_distortion, compress_te
 from neuralbake.bakes.ntc.baselines import bc_baselines
 from neuralbake.bakes.ntc.config import CPU_TEXTURE_SIZE, NTCConfig, device_defaults, load_config_texture_set
 from neuralbake.bakes.ntc.container import CONTAINER_NAME, MANIFEST_NAME, NTCContainer, open_container, pack_container, read_container
-from neuralbake.bakes.ntc.decode import decode_all_levels, decode_texel, decode_texels, decompress, sample_filtered, sample_stochastic, set_quality
+from neuralbake.bakes.ntc.decode import (
+    decode_all_levels,
+    decode_texel,
+    decode_texels,
+    decompress,
+    sample_filtered,
+    sample_stochastic,
+    set_quality,
+)
 from neuralbake.bakes.ntc.layout import (
     BPP_RANGE,
     LATENT_SHAPES,
