@@ -101,6 +101,32 @@ def test_rasterize_uv_covers_triangles_exactly() -> None:
     torch.testing.assert_close(back, centres)
 
 
+def test_the_triptych_shows_every_held_out_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It showed 3 of the 4 default held-out views; every view is in it now, in columns when there are many, and
+    shrunk when they would make a huge picture."""
+    from types import SimpleNamespace
+
+    from neuralbake.bakes.fit import outputs
+
+    monkeypatch.setattr(outputs, "lod_image", lambda model, view: view.image * 0.5)
+
+    def views(count: int, side: int) -> list[SimpleNamespace]:  # view k is the flat grey (k + 1) / 64
+        return [SimpleNamespace(image=torch.full((side, side, 3), (k + 1) / 64)) for k in range(count)]
+
+    def greys(picture: np.ndarray) -> set[int]:
+        return {round(float(v) * 64) for v in np.unique(picture[..., 0])}
+
+    picture = outputs.triptych_image(None, views(4, 8))  # type: ignore[arg-type]
+    assert picture.shape == (4 * 8 + 3 * 4, 3 * 8, 3)  # one column: four views, one above the other
+    assert {1, 2, 3, 4} <= greys(picture)
+    picture = outputs.triptych_image(None, views(40, 16), max_pixels=40 * 3 * 8 * 8)  # type: ignore[arg-type]
+    columns = round(math.sqrt(40 / 3))
+    rows = math.ceil(40 / columns)
+    assert picture.shape == (rows * 8 + (rows - 1) * 4, columns * 3 * 8 + (columns - 1) * 4, 3)  # shrunk 2x, in columns
+    assert set(range(1, 41)) <= greys(picture)  # every view
+    assert outputs.triptych_image(None, views(4, 8), max_rows=2).shape[0] == 2 * 8 + 4  # type: ignore[arg-type]
+
+
 # --- end-to-end fits -----------------------------------------------------------------------------------
 
 
@@ -114,6 +140,10 @@ def test_fit_raises_psnr_and_writes_an_unlit_gltf(tmp_path: Path, target: str) -
     for name in ("lod.gltf", "triptych.png", "loss.png", "report.json", "config.json", "events.jsonl", "bake.json"):
         assert (tmp_path / "out" / name).is_file()
     verify_bake_folder(tmp_path / "out")
+    from PIL import Image
+
+    with Image.open(tmp_path / "out" / "triptych.png") as picture:  # both held-out views, 32 px, one above the other
+        assert picture.size == (3 * 32, 2 * 32 + 4)
     saved = json.loads((tmp_path / "out/report.json").read_text())
     for key in ("psnr_db", "ssim", "views", "epochs", "seconds", "ms_per_epoch", "texture_size", "bytes", "epochs_to_converge"):
         assert key in saved
