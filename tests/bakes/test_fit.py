@@ -153,6 +153,7 @@ def test_fit_raises_psnr_and_writes_an_unlit_gltf(tmp_path: Path, target: str) -
     assert lod.materials[0].unlit
     if target == "unlit":
         assert lod.materials[0].base_color_texture.texcoord == 1 and all(m.uv1 is not None for m in lod.meshes)
+        assert sorted(p.name for p in (tmp_path / "out").glob("lod*.png")) == ["lod_uv1.png"]  # once "lod_lod_uv1.png"
     else:
         assert all(m.colors is not None for m in lod.meshes)
 
