@@ -381,6 +381,29 @@ def test_bc_baselines_count_the_full_chain(tiny_set: list[str]) -> None:
     assert result["bc7"]["quality"]["overall_db"] > result["bc1"]["quality"]["overall_db"] > 20
 
 
+def test_a_lossless_bc5_round_trip_of_a_flat_normal_map_is_exact(tmp_path: Path) -> None:
+    """A flat normal map whose values carry float rounding (a resample leaves some a float32 step off k/255) comes
+    back from BC5 as exactly k/255: reported as 171.57 dB, it is inf in the report, "inf dB (exact)" in summaries."""
+    from neuralbake.core.report import metric_text, write_report
+
+    flat = np.full((64, 64, 2), np.float32(128 / 255), np.float32)
+    flat[::9, ::7] = np.nextafter(flat[::9, ::7], np.float32(1))
+    chain = [flat, flat[::2, ::2].copy(), flat[::4, ::4].copy()]
+    result = bc_baselines(chain, (ChannelGroup("normal", ("X", "Y"), kind="normal_xy"),), 64, 64)
+    decoded = result["bc7"]["levels"][0]
+    assert np.array_equal(decoded, np.full_like(flat, np.float32(128 / 255)))  # what BC5 gives back is the 8-bit value
+    assert 0 < float(((decoded.astype(np.float64) - flat) ** 2).mean()) < 1e-15  # float rounding, once 160-170 dB
+    quality = result["bc7"]["quality"]
+    assert quality["overall_db"] == quality["overall_all_mips_db"] == quality["groups"]["normal"]["mip0_db"] == math.inf
+    report = write_report(tmp_path / "report.json", bake="ntc", device=torch.device("cpu"), metrics={"psnr_db": quality["overall_db"]})
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["psnr_db"] is None and saved["non_finite"]["psnr_db"].startswith("inf: the result equals the reference exactly")
+    assert metric_text(saved, "psnr_db", unit=" dB") == metric_text(report, "psnr_db", unit=" dB") == "inf dB (exact)"
+    off = [level.copy() for level in chain]
+    off[0][5, 5, 0] = 129 / 255  # one texel a real 8-bit step off: finite, however large the rest
+    assert set_quality(off, chain, (ChannelGroup("normal", ("X", "Y"), kind="normal_xy"),))["overall_db"] < math.inf
+
+
 # -- bad inputs ----------------------------------------------------------------------------------
 
 
