@@ -195,7 +195,7 @@ def test_bad_config_and_inputs(tmp_path: Path) -> None:
         _config(model, quantize=5).validate()
     with pytest.raises(ConfigError, match="target"):
         _config(model, target="lightmap").validate()
-    with pytest.raises(InputError, match="does not exist"):
+    with pytest.raises(InputError, match="asset: file not found: .*missing.gltf"):
         fit_lod(_config(tmp_path / "missing.gltf"), tmp_path / "o1", progress=False)
     with pytest.raises(InputError, match="weights"):
         fit_lod(_config(model, weights=str(tmp_path / "nope.png")), tmp_path / "o2", progress=False)
@@ -271,7 +271,7 @@ def test_cli_fit_command(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "PSNR" in result.output and (tmp_path / "out/lod.gltf").is_file()
     bad = CliRunner().invoke(app, ["fit", str(tmp_path / "missing.gltf"), "--out", str(tmp_path / "o2"), "--device", "cpu", "-q"])
-    assert bad.exit_code == 2 and "does not exist" in bad.output
+    assert bad.exit_code == 2 and "asset: file not found" in bad.output
 
 
 def test_view_counts_are_capped_and_view_memory_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -450,7 +450,7 @@ def test_a_warm_start_of_another_fit_is_refused_naming_the_difference(tmp_path: 
     cases = [
         ({"texture_size": 16}, "texture_size=32"),
         ({"target": "vertex-color"}, "target='unlit'"),
-        ({"warm_start": str(tmp_path / "missing.pt")}, "does not exist"),
+        ({"warm_start": str(tmp_path / "missing.pt")}, "file not found"),
         ({"warm_start": str(model)}, "cannot be read"),
     ]
     for k, (change, message) in enumerate(cases):
@@ -473,5 +473,5 @@ def test_a_simplified_mesh_is_fitted_to_its_original(tmp_path: Path) -> None:
     alone = fit_lod(_config(coarse, epochs=3), tmp_path / "alone", progress=False)
     assert chained["triangles"] == alone["triangles"] < sphere.num_triangles  # the coarse mesh is what is fitted
     assert chained["psnr_db"] > 15 and chained["psnr_db"] != alone["psnr_db"]  # judged against the original's renders
-    with pytest.raises(InputError, match="reference asset does not exist"):
+    with pytest.raises(InputError, match="reference: file not found"):
         fit_lod(_config(coarse, reference=str(tmp_path / "none.gltf")), tmp_path / "bad", progress=False)

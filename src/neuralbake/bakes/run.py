@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -60,8 +61,9 @@ from neuralbake.bakes.folder import (
 from neuralbake.core.config import config_to_dict
 from neuralbake.core.device import device_memory_bytes, resolve_device, seed_everything
 from neuralbake.core.events import EventSink, EventWriter, JsonlSink, ProgressSink, progress_task
+from neuralbake.core.paths import PathField, map_paths
 from neuralbake.core.report import plot_loss_curve, write_report
-from neuralbake.errors import ConfigError, NeuralbakeError
+from neuralbake.errors import ConfigError, InputError, NeuralbakeError
 from neuralbake.io.files import atomic_path, atomic_write_json, prepare_output_dir
 from neuralbake.io.images import resize_image, save_png
 from neuralbake.io.manifest import write_bake_manifest
@@ -74,6 +76,7 @@ __all__ = [
     "Footprint",
     "apply_defaults",
     "check_footprint",
+    "check_input_paths",
     "get_field",
     "run_bake",
     "set_field",
@@ -187,6 +190,24 @@ def validate_for_any_device(bake: Bake[C], config: C) -> None:
     except ValueError as exc:
 
         raise ConfigError(str(exc), field="config") from exc
+
+
+def check_input_paths(config: Any) -> None:
+    """Refuse ``config`` when an input it names is not there: an :class:`~neuralbake.errors.InputError`
+    ``file not found: PATH`` naming the field (``material``, ``sources[1]``, ``stage_options.fit.reference``).
+
+    Every field declared as a path (:mod:`neuralbake.core.paths`) is checked, at any depth, before the bake
+    reads anything, so a typo'd path gets this one message whatever would have read it (a glTF reader, an
+    image loader, a material parser) instead of that reader's guess at what went wrong."""
+
+    def check(field: str, path: str, marker: PathField) -> str:
+        if path and not os.path.exists(path):  # os.path.exists: False, never an error, for any string
+            what = "file or folder" if marker.folder else "file"
+            shown = path if len(path) <= 300 else path[:297] + "..."
+            raise InputError(f"{what} not found: {shown}.", field=field, fix="check the path (a relative path starts from the folder the command runs in).")
+        return path
+
+    map_paths(type(config), config_to_dict(config), check)
 
 
 def check_footprint(
@@ -428,6 +449,7 @@ def run_bake(
     device = resolve_device(getattr(config, "device", "auto"))
     chosen = apply_defaults(bake, config, device)
     config.validate()  # type: ignore[attr-defined]
+    check_input_paths(config)
     check_footprint(bake, config, device)
     created_out = not Path(out_dir).exists()
     out = prepare_output_dir(out_dir)
