@@ -480,10 +480,10 @@ def test_a_missing_input_is_file_not_found_naming_the_field(tmp_path: Path) -> N
         (NTCConfig(sources=[str(there), f"normal={tmp_path / 'normal.png'}"]), "sources[1]", "file not found: "),
         (LodConfig(asset=str(there), stage_options={"fit": {"weights": str(tmp_path / "mask.png")}}), "stage_options.fit.weights", "file not found: "),
     ]
-    for config, field, problem in cases:
+    for config, name, problem in cases:
         with pytest.raises(InputError) as caught:
             check_input_paths(config)
         missing = str(caught.value).split(problem, 1)[1].split(". Fix:", 1)[0]
-        assert caught.value.field == field and not Path(missing).exists() and missing.startswith(str(tmp_path)), str(caught.value)
+        assert caught.value.field == name and not Path(missing).exists() and missing.startswith(str(tmp_path)), str(caught.value)
     check_input_paths(NTCConfig(sources=[str(there), f"normal={there}"]))  # all there: nothing to say
     check_input_paths(LodConfig(asset=str(there)))
