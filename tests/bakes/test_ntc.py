@@ -517,6 +517,59 @@ def test_cli_compress_rd_and_decompress(tiny_set: list[str], tmp_path: Path) -> 
     assert "bpp" in result.output
 
 
+def test_decompress_of_a_multi_rate_folder_names_the_rate_folders(compressed: tuple[Path, dict], tmp_path: Path) -> None:
+    """`--bpp 2,4` writes bpp_2/ and bpp_4/ beside rd.json and no texture.ntc: decompress said only that
+    manifest.json or texture.ntc was missing; it names the folders to pass."""
+    import shutil
+
+    from neuralbake.io.manifest import write_bake_manifest
+
+    parent = tmp_path / "rd"
+    parent.mkdir()
+    for name in ("bpp_4", "bpp_2"):
+        shutil.copytree(compressed[0], parent / name, ignore=shutil.ignore_patterns(".neuralbake"))
+    (parent / "rd.json").write_text("{}")
+    write_bake_manifest(parent, bake="ntc")
+    for command in ("decompress", "transcode"):
+        result = _ntc_cli([command, str(parent), "--out", str(tmp_path / "out"), "--device", "cpu"])
+        flat = " ".join(result.output.split())
+        assert result.exit_code == 2 and "several rates (bpp_2/, bpp_4/)" in flat, result.output
+        assert f"pass one rate's folder: {parent / 'bpp_2'}/, {parent / 'bpp_4'}/" in flat
+        assert not (tmp_path / "out").exists()
+    result = _ntc_cli(["decompress", str(parent / "bpp_2"), "--out", str(tmp_path / "out"), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_stopped_multi_rate_run_names_its_finished_rates_and_they_are_usable(tiny_set: list[str], tmp_path: Path) -> None:
+    """The finished rates of a stopped `--bpp 12,18` run were hidden in .neuralbake/staging until --resume: the stop
+    names them and their folders, each complete (its bake.json checks; ntc decompress reads it)."""
+    from dataclasses import replace
+
+    from neuralbake.io.manifest import verify_bake_folder
+    from neuralbake.nn.trainer import TrainingInterrupted
+
+    config = replace(_config(tiny_set, steps=12, finetune=2), bpp=[12.0, 18.0])
+    calls = {"n": 0}
+
+    def stop_in_the_second_rate(trainer, step) -> None:
+        calls["n"] += 1
+        if calls["n"] == 12 + 2 + 5:
+            trainer.request_stop()
+
+    out = tmp_path / "rd"
+    with pytest.raises(TrainingInterrupted) as caught:
+        compress_texture_set(config, out, progress=False, on_step=stop_in_the_second_rate)
+    message = str(caught.value)
+    assert "bpp_12 in " in message and "bpp_18 in" not in message and "--resume" in message
+    folder = Path(message.split("bpp_12 in ", 1)[1].split(". Fix:", 1)[0])
+    assert folder.name == "bpp_12" and folder.is_relative_to(out.absolute() / ".neuralbake")
+    assert {"texture.ntc", "manifest.json", "report.json", "bake.json"} <= {p.name for p in folder.iterdir()}
+    verify_bake_folder(folder)
+    assert len(decompress(folder, tmp_path / "png")) > 0
+    report = compress_texture_set(config, out, progress=False, resume=True)
+    assert report["rates"] == ["bpp_12", "bpp_18"] and (out / "bpp_18" / "texture.ntc").is_file()
+
+
 def test_bpp_flag_takes_a_list_or_repeats() -> None:
     from neuralbake.cli.ntc import _join_repeated
 

@@ -198,13 +198,9 @@ def transcode(
     _check_out(out)
     if (out / BAKE_MANIFEST).is_file():  # its report.json would be replaced: the NTC folder itself, or another bake's
         raise InputError("the output folder holds a bake (bake.json); its report.json would be overwritten.", path=out, fix="pass a new or empty folder with --out.")
-    if (folder / "rd.json").is_file() and not (folder / CONTAINER_NAME).exists():
-        rates = sorted(p.name for p in folder.glob("bpp_*") if (p / CONTAINER_NAME).is_file())
-        raise InputError(
-            "this is a rate-distortion sweep; each rate is its own NTC folder.", path=folder, fix=f"pass one of its rate folders ({', '.join(rates) or 'bpp_<X>'})."
-        )
+    container = open_container(folder)  # a multi-rate folder (bpp_<X>/ beside rd.json) is named as such, as decompress names it
     torch_device = resolve_device(device)
-    container = open_container(folder).to(torch_device)
+    container = container.to(torch_device)
     decode_kernels = resolve_decode_kernels(container, kernels)
     layout = container.layout
     groups = list(layout.groups)
