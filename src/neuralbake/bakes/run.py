@@ -6,8 +6,8 @@ it picks by device, and a body that builds sampler, model and loss, trains them 
 the rest, the same for every bake:
 
 1. resolve the device, fill the config's device-dependent defaults (fields left ``None``; the
-   choice is printed and recorded in the report), validate, and check that every input path is
-   there (:func:`check_input_paths`: ``file not found: PATH`` naming the field);
+   choice is printed and recorded in the report), validate, check the footprint, and check that
+   every input path is there (:func:`check_input_paths`: ``file not found: PATH`` naming the field);
 2. claim the output folder: a lock (``.neuralbake/lock``) refuses a second bake on the same
    folder instead of interleaving the two; a swap that a crash cut short is finished first;
 3. write ``config.json`` into the staging folder (``.neuralbake/staging``) before any work, seed
@@ -450,8 +450,8 @@ def run_bake(
     device = resolve_device(getattr(config, "device", "auto"))
     chosen = apply_defaults(bake, config, device)
     config.validate()  # type: ignore[attr-defined]
-    check_input_paths(config)
     check_footprint(bake, config, device)
+    check_input_paths(config)
     created_out = not Path(out_dir).exists()
     out = prepare_output_dir(out_dir)
     state = out / STATE_DIR
