@@ -101,6 +101,32 @@ def test_rasterize_uv_covers_triangles_exactly() -> None:
     torch.testing.assert_close(back, centres)
 
 
+def test_the_triptych_shows_every_held_out_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It showed 3 of the 4 default held-out views; every view is in it now, in columns when there are many, and
+    shrunk when they would make a huge picture."""
+    from types import SimpleNamespace
+
+    from neuralbake.bakes.fit import outputs
+
+    monkeypatch.setattr(outputs, "lod_image", lambda model, view: view.image * 0.5)
+
+    def views(count: int, side: int) -> list[SimpleNamespace]:  # view k is the flat grey (k + 1) / 64
+        return [SimpleNamespace(image=torch.full((side, side, 3), (k + 1) / 64)) for k in range(count)]
+
+    def greys(picture: np.ndarray) -> set[int]:
+        return {round(float(v) * 64) for v in np.unique(picture[..., 0])}
+
+    picture = outputs.triptych_image(None, views(4, 8))  # type: ignore[arg-type]
+    assert picture.shape == (4 * 8 + 3 * 4, 3 * 8, 3)  # one column: four views, one above the other
+    assert {1, 2, 3, 4} <= greys(picture)
+    picture = outputs.triptych_image(None, views(40, 16), max_pixels=40 * 3 * 8 * 8)  # type: ignore[arg-type]
+    columns = round(math.sqrt(40 / 3))
+    rows = math.ceil(40 / columns)
+    assert picture.shape == (rows * 8 + (rows - 1) * 4, columns * 3 * 8 + (columns - 1) * 4, 3)  # shrunk 2x, in columns
+    assert set(range(1, 41)) <= greys(picture)  # every view
+    assert outputs.triptych_image(None, views(4, 8), max_rows=2).shape[0] == 2 * 8 + 4  # type: ignore[arg-type]
+
+
 # --- end-to-end fits -----------------------------------------------------------------------------------
 
 
@@ -114,6 +140,10 @@ def test_fit_raises_psnr_and_writes_an_unlit_gltf(tmp_path: Path, target: str) -
     for name in ("lod.gltf", "triptych.png", "loss.png", "report.json", "config.json", "events.jsonl", "bake.json"):
         assert (tmp_path / "out" / name).is_file()
     verify_bake_folder(tmp_path / "out")
+    from PIL import Image
+
+    with Image.open(tmp_path / "out" / "triptych.png") as picture:  # both held-out views, 32 px, one above the other
+        assert picture.size == (3 * 32, 2 * 32 + 4)
     saved = json.loads((tmp_path / "out/report.json").read_text())
     for key in ("psnr_db", "ssim", "views", "epochs", "seconds", "ms_per_epoch", "texture_size", "bytes", "epochs_to_converge"):
         assert key in saved
@@ -123,6 +153,7 @@ def test_fit_raises_psnr_and_writes_an_unlit_gltf(tmp_path: Path, target: str) -
     assert lod.materials[0].unlit
     if target == "unlit":
         assert lod.materials[0].base_color_texture.texcoord == 1 and all(m.uv1 is not None for m in lod.meshes)
+        assert sorted(p.name for p in (tmp_path / "out").glob("lod*.png")) == ["lod_uv1.png"]  # once "lod_lod_uv1.png"
     else:
         assert all(m.colors is not None for m in lod.meshes)
 
@@ -164,7 +195,7 @@ def test_bad_config_and_inputs(tmp_path: Path) -> None:
         _config(model, quantize=5).validate()
     with pytest.raises(ConfigError, match="target"):
         _config(model, target="lightmap").validate()
-    with pytest.raises(InputError, match="does not exist"):
+    with pytest.raises(InputError, match="asset: file not found: .*missing.gltf"):
         fit_lod(_config(tmp_path / "missing.gltf"), tmp_path / "o1", progress=False)
     with pytest.raises(InputError, match="weights"):
         fit_lod(_config(model, weights=str(tmp_path / "nope.png")), tmp_path / "o2", progress=False)
@@ -240,7 +271,7 @@ def test_cli_fit_command(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "PSNR" in result.output and (tmp_path / "out/lod.gltf").is_file()
     bad = CliRunner().invoke(app, ["fit", str(tmp_path / "missing.gltf"), "--out", str(tmp_path / "o2"), "--device", "cpu", "-q"])
-    assert bad.exit_code == 2 and "does not exist" in bad.output
+    assert bad.exit_code == 2 and "asset: file not found" in bad.output
 
 
 def test_view_counts_are_capped_and_view_memory_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -419,7 +450,7 @@ def test_a_warm_start_of_another_fit_is_refused_naming_the_difference(tmp_path: 
     cases = [
         ({"texture_size": 16}, "texture_size=32"),
         ({"target": "vertex-color"}, "target='unlit'"),
-        ({"warm_start": str(tmp_path / "missing.pt")}, "does not exist"),
+        ({"warm_start": str(tmp_path / "missing.pt")}, "file not found"),
         ({"warm_start": str(model)}, "cannot be read"),
     ]
     for k, (change, message) in enumerate(cases):
@@ -442,5 +473,5 @@ def test_a_simplified_mesh_is_fitted_to_its_original(tmp_path: Path) -> None:
     alone = fit_lod(_config(coarse, epochs=3), tmp_path / "alone", progress=False)
     assert chained["triangles"] == alone["triangles"] < sphere.num_triangles  # the coarse mesh is what is fitted
     assert chained["psnr_db"] > 15 and chained["psnr_db"] != alone["psnr_db"]  # judged against the original's renders
-    with pytest.raises(InputError, match="reference asset does not exist"):
+    with pytest.raises(InputError, match="reference: file not found"):
         fit_lod(_config(coarse, reference=str(tmp_path / "none.gltf")), tmp_path / "bad", progress=False)

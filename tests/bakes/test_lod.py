@@ -75,7 +75,7 @@ def test_stage_options_and_inputs_are_checked(tmp_path: Path) -> None:
     assert caught.value.field == "stage_options.fit.epoch"
     with pytest.raises(ConfigError, match="ratio"):
         make_lod(LodConfig(asset=str(model), ratio=1.5), tmp_path / "c", progress=False)
-    with pytest.raises(InputError, match="does not exist"):
+    with pytest.raises(InputError, match="asset: file not found"):
         make_lod(LodConfig(asset=str(tmp_path / "none.glb"), device="cpu"), tmp_path / "d", progress=False)
     assert not any((tmp_path / name).exists() for name in "abcd")
 

@@ -141,7 +141,7 @@ def test_interrupted_then_resumed_bake_matches_uninterrupted(tiny_png, tmp_path)
 @pytest.mark.parametrize(
     "make_input, message",
     [
-        (lambda d: d / "missing.png", "does not exist"),
+        (lambda d: d / "missing.png", "file not found"),
         (lambda d: (d / "text.png").write_text("not an image") and d / "text.png", "not an image"),
         (lambda d: Image.new("RGB", (1, 1)).save(d / "dot.png") or d / "dot.png", "at least 2x2"),
         (lambda d: Image.new("L", (16385, 2)).save(d / "wide.png") or d / "wide.png", "at most 16384"),

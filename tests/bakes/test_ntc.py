@@ -381,6 +381,29 @@ def test_bc_baselines_count_the_full_chain(tiny_set: list[str]) -> None:
     assert result["bc7"]["quality"]["overall_db"] > result["bc1"]["quality"]["overall_db"] > 20
 
 
+def test_a_lossless_bc5_round_trip_of_a_flat_normal_map_is_exact(tmp_path: Path) -> None:
+    """A flat normal map whose values carry float rounding (a resample leaves some a float32 step off k/255) comes
+    back from BC5 as exactly k/255: reported as 171.57 dB, it is inf in the report, "inf dB (exact)" in summaries."""
+    from neuralbake.core.report import metric_text, write_report
+
+    flat = np.full((64, 64, 2), np.float32(128 / 255), np.float32)
+    flat[::9, ::7] = np.nextafter(flat[::9, ::7], np.float32(1))
+    chain = [flat, flat[::2, ::2].copy(), flat[::4, ::4].copy()]
+    result = bc_baselines(chain, (ChannelGroup("normal", ("X", "Y"), kind="normal_xy"),), 64, 64)
+    decoded = result["bc7"]["levels"][0]
+    assert np.array_equal(decoded, np.full_like(flat, np.float32(128 / 255)))  # what BC5 gives back is the 8-bit value
+    assert 0 < float(((decoded.astype(np.float64) - flat) ** 2).mean()) < 1e-15  # float rounding, once 160-170 dB
+    quality = result["bc7"]["quality"]
+    assert quality["overall_db"] == quality["overall_all_mips_db"] == quality["groups"]["normal"]["mip0_db"] == math.inf
+    report = write_report(tmp_path / "report.json", bake="ntc", device=torch.device("cpu"), metrics={"psnr_db": quality["overall_db"]})
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["psnr_db"] is None and saved["non_finite"]["psnr_db"].startswith("inf: the result equals the reference exactly")
+    assert metric_text(saved, "psnr_db", unit=" dB") == metric_text(report, "psnr_db", unit=" dB") == "inf dB (exact)"
+    off = [level.copy() for level in chain]
+    off[0][5, 5, 0] = 129 / 255  # one texel a real 8-bit step off: finite, however large the rest
+    assert set_quality(off, chain, (ChannelGroup("normal", ("X", "Y"), kind="normal_xy"),))["overall_db"] < math.inf
+
+
 # -- bad inputs ----------------------------------------------------------------------------------
 
 
@@ -492,6 +515,59 @@ def test_cli_compress_rd_and_decompress(tiny_set: list[str], tmp_path: Path) -> 
     result = _ntc_cli(["compress", *tiny_set, "--bpp", "60", "--out", str(tmp_path / "bad"), *_CLI_COMMON])
     assert result.exit_code == 2
     assert "bpp" in result.output
+
+
+def test_decompress_of_a_multi_rate_folder_names_the_rate_folders(compressed: tuple[Path, dict], tmp_path: Path) -> None:
+    """`--bpp 2,4` writes bpp_2/ and bpp_4/ beside rd.json and no texture.ntc: decompress said only that
+    manifest.json or texture.ntc was missing; it names the folders to pass."""
+    import shutil
+
+    from neuralbake.io.manifest import write_bake_manifest
+
+    parent = tmp_path / "rd"
+    parent.mkdir()
+    for name in ("bpp_4", "bpp_2"):
+        shutil.copytree(compressed[0], parent / name, ignore=shutil.ignore_patterns(".neuralbake"))
+    (parent / "rd.json").write_text("{}")
+    write_bake_manifest(parent, bake="ntc")
+    for command in ("decompress", "transcode"):
+        result = _ntc_cli([command, str(parent), "--out", str(tmp_path / "out"), "--device", "cpu"])
+        flat = " ".join(result.output.split())
+        assert result.exit_code == 2 and "several rates (bpp_2/, bpp_4/)" in flat, result.output
+        assert f"pass one rate's folder: {parent / 'bpp_2'}/, {parent / 'bpp_4'}/" in flat
+        assert not (tmp_path / "out").exists()
+    result = _ntc_cli(["decompress", str(parent / "bpp_2"), "--out", str(tmp_path / "out"), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_stopped_multi_rate_run_names_its_finished_rates_and_they_are_usable(tiny_set: list[str], tmp_path: Path) -> None:
+    """The finished rates of a stopped `--bpp 12,18` run were hidden in .neuralbake/staging until --resume: the stop
+    names them and their folders, each complete (its bake.json checks; ntc decompress reads it)."""
+    from dataclasses import replace
+
+    from neuralbake.io.manifest import verify_bake_folder
+    from neuralbake.nn.trainer import TrainingInterrupted
+
+    config = replace(_config(tiny_set, steps=12, finetune=2), bpp=[12.0, 18.0])
+    calls = {"n": 0}
+
+    def stop_in_the_second_rate(trainer, step) -> None:
+        calls["n"] += 1
+        if calls["n"] == 12 + 2 + 5:
+            trainer.request_stop()
+
+    out = tmp_path / "rd"
+    with pytest.raises(TrainingInterrupted) as caught:
+        compress_texture_set(config, out, progress=False, on_step=stop_in_the_second_rate)
+    message = str(caught.value)
+    assert "bpp_12 in " in message and "bpp_18 in" not in message and "--resume" in message
+    folder = Path(message.split("bpp_12 in ", 1)[1].split(". Fix:", 1)[0])
+    assert folder.name == "bpp_12" and folder.is_relative_to(out.absolute() / ".neuralbake")
+    assert {"texture.ntc", "manifest.json", "report.json", "bake.json"} <= {p.name for p in folder.iterdir()}
+    verify_bake_folder(folder)
+    assert len(decompress(folder, tmp_path / "png")) > 0
+    report = compress_texture_set(config, out, progress=False, resume=True)
+    assert report["rates"] == ["bpp_12", "bpp_18"] and (out / "bpp_18" / "texture.ntc").is_file()
 
 
 def test_bpp_flag_takes_a_list_or_repeats() -> None:

@@ -462,3 +462,28 @@ def test_what_a_killed_bake_set_aside_is_settled_by_the_rule(tmp_path: Path) -> 
     shutil.rmtree(state / "checkpoints")
     os.replace(state / "checkpoints.tmp", state / "checkpoints")
     assert settle_aside(state) == "restored" and _tree(tmp_path) == before
+
+
+def test_a_missing_input_is_file_not_found_naming_the_field(tmp_path: Path) -> None:
+    """Every path field, at any depth (a NAME=PATH source, a chain's stage option, a list item), is checked before the
+    bake reads anything: a typo'd path is ``file not found: PATH`` naming the field, whatever reader would meet it."""
+    from neuralbake.bakes.lod import LodConfig
+    from neuralbake.bakes.neural_material import NeuralMaterialConfig
+    from neuralbake.bakes.ntc import NTCConfig
+    from neuralbake.bakes.run import check_input_paths
+    from neuralbake.errors import InputError
+
+    there = tmp_path / "there.png"
+    there.write_bytes(b"x")
+    cases = [
+        (NeuralMaterialConfig(material=str(tmp_path / "DamagedHelmet.glb")), "material", "file not found: "),
+        (NTCConfig(sources=[str(there), f"normal={tmp_path / 'normal.png'}"]), "sources[1]", "file not found: "),
+        (LodConfig(asset=str(there), stage_options={"fit": {"weights": str(tmp_path / "mask.png")}}), "stage_options.fit.weights", "file not found: "),
+    ]
+    for config, name, problem in cases:
+        with pytest.raises(InputError) as caught:
+            check_input_paths(config)
+        missing = str(caught.value).split(problem, 1)[1].split(". Fix:", 1)[0]
+        assert caught.value.field == name and not Path(missing).exists() and missing.startswith(str(tmp_path)), str(caught.value)
+    check_input_paths(NTCConfig(sources=[str(there), f"normal={there}"]))  # all there: nothing to say
+    check_input_paths(LodConfig(asset=str(there)))

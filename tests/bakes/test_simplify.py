@@ -216,12 +216,12 @@ def test_simplify_refuses_bad_inputs_clearly(tmp_path: Path) -> None:
     cases = [
         (_tiny(asset=str(tmp_path / "rig" / "two.gltf")), InputError, "several skins"),
         (_tiny(protect_materials=["gold"]), InputError, "protect_materials"),
-        (_tiny(protect_mask=str(tmp_path / "nope.png")), InputError, "protect mask does not exist"),
-        (_tiny(asset=str(tmp_path / "none.gltf")), InputError, "does not exist"),
+        (_tiny(protect_mask=str(tmp_path / "nope.png")), InputError, "protect_mask: file not found"),
+        (_tiny(asset=str(tmp_path / "none.gltf")), InputError, "asset: file not found"),
         (_tiny(ratio=0.0), ConfigError, "ratio"),
         (_tiny(ratio=1.5), ConfigError, "ratio"),
         (_tiny(learning_rate=-1.0), ConfigError, "learning_rate"),
-        (_tiny(lod=str(tmp_path / "missing.gltf")), InputError, "given lod does not exist"),
+        (_tiny(lod=str(tmp_path / "missing.gltf")), InputError, "lod: file not found"),
         (_tiny(lod=str(rig), image_guidance=2.0), ConfigError, "fitted as it is"),
     ]
     for k, (config, error, message) in enumerate(cases):

@@ -85,7 +85,7 @@ def test_skin_refuses_bad_inputs_clearly(tmp_path: Path) -> None:
     cases = [
         (_quick(lod=str(ARM), reference=str(crate)), InputError, "has no skin"),
         (_quick(lod=str(ARM), reference=str(tmp_path / "still" / "arm.gltf")), InputError, "no animation clip"),
-        (_quick(lod=str(tmp_path / "none.gltf"), reference=str(ARM)), InputError, "lod does not exist"),
+        (_quick(lod=str(tmp_path / "none.gltf"), reference=str(ARM)), InputError, "lod: file not found"),
         (_quick(lod=str(ARM), reference=str(ARM), influences=5), ConfigError, "influences"),
         (_quick(lod=str(ARM), reference=str(ARM), candidates=2, influences=4), ConfigError, "candidates"),
         (_quick(lod=str(ARM), reference=""), ConfigError, "reference"),

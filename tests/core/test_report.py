@@ -43,9 +43,9 @@ def test_non_finite_numbers_are_null_with_a_note_saying_what_and_why(tmp_path: P
     assert {key: value for key, value in on_disk.items() if key != "non_finite"} == json_safe(report)
     assert on_disk["psnr_db"] is None and on_disk["flip"] is None and on_disk["per_level"][1] == {"psnr_db": None, "rmse": None}
     assert on_disk["non_finite"] == {
-        "psnr_db": "inf: the result equals the reference exactly (zero error)",
+        "psnr_db": "inf: the result equals the reference exactly (zero error, or float rounding only: no value off by half an 8-bit step)",
         "flip": "nan: not a number (undefined, e.g. an average over nothing or a diverged value)",
-        "per_level[1].psnr_db": "inf: the result equals the reference exactly (zero error)",
+        "per_level[1].psnr_db": "inf: the result equals the reference exactly (zero error, or float rounding only: no value off by half an 8-bit step)",
         "per_level[1].rmse": "-inf: not a finite number",
     }
     assert all(math.isinf(float(note.split(":")[0])) or note.startswith("nan:") for note in on_disk["non_finite"].values())

@@ -314,9 +314,9 @@ def lod_cases() -> None:
     small = ["--out", "{out}", "--device", "cpu", "-q"]
     triangle(folder := case("skin_static_reference", ["skin", "{case}/lod.gltf", "--reference", "{case}/model.gltf", *small], "no skin"))
     triangle(folder, "lod.gltf")
-    triangle(case("skin_missing_reference", ["skin", "{case}/model.gltf", "--reference", "{case}/none.glb", *small], "does not exist"))
+    triangle(case("skin_missing_reference", ["skin", "{case}/model.gltf", "--reference", "{case}/none.glb", *small], "reference: file not found"))
     fit = ["fit", "{case}/model.gltf", "--size", "8", "--render-size", "16", "--views", "2", "--held-out", "1", "--epochs", "1", "--no-shadows", *small]
-    triangle(case("fit_missing_reference", [*fit, "--reference", "{case}/none.gltf"], "reference asset does not exist"))
+    triangle(case("fit_missing_reference", [*fit, "--reference", "{case}/none.gltf"], "reference: file not found"))
     triangle(folder := case("fit_warm_start_not_a_checkpoint", [*fit, "--warm-start", "{case}/fit.pt"], "cannot be read"))
     (folder / "fit.pt").write_bytes(b"not a checkpoint")
     triangle(case("fit_shape_luma_chroma", [*fit, "--shape", "--target", "luma-chroma"], "luma-chroma"))
@@ -358,6 +358,8 @@ def postfx_cases() -> None:
     folder = case("postfx_lora_no_images", ["postfx", "lora", "{case}/images", "--base", "{case}/model", "--prompt", "x", "--out", "{out}"], "no PNG or JPEG")
     (folder / "images").mkdir()
     (folder / "images" / "notes.txt").write_text("not an image\n")
+    (folder / "model").mkdir()  # there (a missing one is "file or folder not found"), so the images are what is refused
+    (folder / "model" / "model_index.json").write_text('{"_class_name": "StableDiffusionPipeline"}')
 
 
 def material_asset_cases() -> None:
@@ -392,7 +394,7 @@ def material_asset_cases() -> None:
     layered = ["material", "bake", "{case}/velvet.json", *small]
     folder = case("material_name_without_asset", [*layered, "--material", "paint"], "not one")
     shutil.copy(HERE.parents[1] / "examples" / "materials" / "velvet.json", folder / "velvet.json")
-    folder = case("material_asset_missing", [*layered, "--asset", "{case}/none.gltf"], "asset does not exist")
+    folder = case("material_asset_missing", [*layered, "--asset", "{case}/none.gltf"], "asset: file not found")
     shutil.copy(HERE.parents[1] / "examples" / "materials" / "velvet.json", folder / "velvet.json")
     folder = case("material_sampling_steps_negative", [*layered, "--sampling-steps", "-1"], "sampling_steps")
     shutil.copy(HERE.parents[1] / "examples" / "materials" / "velvet.json", folder / "velvet.json")
@@ -410,6 +412,29 @@ def ntc_cases() -> None:
     (folder / "set" / "manifest.json").write_text(json.dumps(manifest))
 
 
+def missing_input_cases() -> None:
+    """A typo'd input path: every bake names the field and says ``file not found: PATH`` (a missing ``.glb`` given to
+    ``material bake`` was "the material does not exist. Fix: pass a .gltf or .glb asset"); ``mipmap`` given a glTF
+    says it takes images; ``lod --set`` naming an unknown stage or setting names the valid ones."""
+    small = ["--out", "{out}", "--device", "cpu", "-q"]
+    rows = b"".join(b"\0" + bytes((x * 16) % 256 for x in range(16 * 3)) for _ in range(16))
+    case("missing_material_glb", ["material", "bake", "{case}/DamagedHelmet.glb", *small], "material: file not found")
+    case("missing_fit_asset", ["fit", "{case}/model.glb", *small], "asset: file not found")
+    (case("missing_ntc_source", ["ntc", "compress", "{case}/base.png", "normal={case}/normal.png", *small], "sources[1]: file not found")
+     / "base.png").write_bytes(_png(16, 16, colour=2, rows=rows))
+    (case("missing_mipmap_normal", ["mipmap", "{case}/base.png", "{case}/normal.png", *small], "normal: file not found")
+     / "base.png").write_bytes(_png(16, 16, colour=2, rows=rows))
+    case("missing_texture_image", ["texture", "bake", "{case}/photo.png", *small], "image: file not found")
+    doc, blob = _triangle_gltf()
+    doc["buffers"][0]["uri"] = _data_uri(blob)
+    lod = ["lod", "{case}/model.gltf", *small]
+    for name, item, expect in (("missing_lod_stage_path", "fit.weights={case}/mask.png", "stage_options.fit.weights: file not found"),
+                               ("lod_set_unknown_stage", "sculpt.steps=3", "unknown stage 'sculpt'"),
+                               ("lod_set_unknown_setting", "fit.epoch=3", "the fit stage has no setting 'epoch'")):
+        (case(name, [*lod, "--set", item], expect) / "model.gltf").write_text(json.dumps(doc))
+    case("mipmap_given_a_glb", ["mipmap", "{case}/crate.glb", "--out", "{out}"], "mipmap takes images")
+
+
 def main() -> None:
     if CORPUS.exists():
         shutil.rmtree(CORPUS)
@@ -424,6 +449,7 @@ def main() -> None:
     postfx_cases()
     material_asset_cases()
     ntc_cases()
+    missing_input_cases()
     (CORPUS / "cases.json").write_text(json.dumps(_CASES, indent=1) + "\n")
     print(f"{len(_CASES)} cases -> {CORPUS}")
 

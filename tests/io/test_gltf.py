@@ -106,6 +106,18 @@ def test_write_sixteen_bit_textures_keep_precision(tmp_path: Path) -> None:
     np.testing.assert_allclose(back.materials[0].base_color_texture.image, image, atol=0.5 / 65535)
 
 
+def test_texture_files_do_not_repeat_the_gltf_name(tmp_path: Path) -> None:
+    """A fit's texture is named lod_uv1 and its glTF lod.gltf: the file was lod_lod_uv1.png."""
+    scene = two_material_scene()
+    scene.materials[0].base_color_texture = TextureRef(scene.materials[0].base_color_texture.image, 1, name="lod_uv1")
+    path = write_gltf(tmp_path / "lod.gltf", scene)
+    files = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert files == ["lod_normal.png", "lod_orm.png", "lod_uv1.png"], files
+    assert {image["uri"] for image in json.loads(path.read_text())["images"]} == set(files)
+    back = load_gltf(path)
+    assert back.materials[0].base_color_texture.image.shape == scene.materials[0].base_color_texture.image.shape
+
+
 def test_node_transforms_are_flattened(tmp_path: Path) -> None:
     path = write_gltf(tmp_path / "t.gltf", two_material_scene())
     doc = json.loads(path.read_text())

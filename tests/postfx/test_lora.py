@@ -123,7 +123,7 @@ def test_bad_training_inputs_are_clear_errors(base: Path, tmp_path: Path) -> Non
     bare = _style(tmp_path / "bare")
     (bare / "s0.txt").unlink()  # no image has a caption of its own
     cases = [
-        ({"images": str(tmp_path / "nowhere")}, InputError, "does not exist", "images"),
+        ({"images": str(tmp_path / "nowhere")}, InputError, "not found", "images"),
         ({"images": str(tmp_path / "empty")}, InputError, "no PNG or JPEG", "images"),
         ({"images": str(bare), "prompt": ""}, InputError, "no caption", "prompt"),
         ({"base": str(tmp_path / "empty")}, InputError, "model_index.json", "base"),

@@ -20,6 +20,7 @@ from neuralbake.bakes.fit import FIT
 from neuralbake.bakes.lod import LOD
 from neuralbake.bakes.material_pack import MATERIAL_PACK
 from neuralbake.bakes.mipmap import MIPMAP
+from neuralbake.bakes.mipmap.config import check_map_paths
 from neuralbake.bakes.neural_material import NEURAL_MATERIAL
 from neuralbake.bakes.neural_texture import NEURAL_TEXTURE
 from neuralbake.bakes.ntc import NTC
@@ -75,6 +76,13 @@ class Registered:
     """Help of ``--out``."""
     service: bool = True
     """The asset service may run it as a job."""
+    stage_field: str | None = None
+    """A chain's per-stage settings field (``stage_options``, annotated with
+    :class:`~neuralbake.core.paths.StageConfigs`) that ``--set STAGE.FIELD=VALUE`` fills on the command line."""
+    check_arguments: Callable[[Mapping[str, str]], None] | None = None
+    """``({argument field: value as typed}) -> None``, raising a ConfigError: a check of the positional
+    arguments made before the command line parses them in full, so that a wrong kind of input is named
+    even where it leaves an argument missing (``mipmap ASSET.glb``)."""
 
 
 _ASSET = Arg("asset", "The PBR asset (.gltf or .glb).", metavar="ASSET")
@@ -136,6 +144,7 @@ BAKES: dict[str, Registered] = {
             ),
             rename={"texture_size": "size", "directions_per_step": "directions"},
             notes={"train.precision": "Must be fp32 here."},
+            check_arguments=check_map_paths,
             out_help="Output folder for the mip chain, comparison image and report.",
         ),
         Registered(
@@ -171,6 +180,7 @@ BAKES: dict[str, Registered] = {
             arguments=(_ASSET,),
             rename={"texture_size": "size"},
             skip=("stage_options",),
+            stage_field="stage_options",
             out_help="Output folder for lod.glb, the stages' pictures and report.json.",
         ),
         Registered(

@@ -6,7 +6,8 @@ it picks by device, and a body that builds sampler, model and loss, trains them 
 the rest, the same for every bake:
 
 1. resolve the device, fill the config's device-dependent defaults (fields left ``None``; the
-   choice is printed and recorded in the report), validate;
+   choice is printed and recorded in the report), validate, check the footprint, and check that
+   every input path is there (:func:`check_input_paths`: ``file not found: PATH`` naming the field);
 2. claim the output folder: a lock (``.neuralbake/lock``) refuses a second bake on the same
    folder instead of interleaving the two; a swap that a crash cut short is finished first;
 3. write ``config.json`` into the staging folder (``.neuralbake/staging``) before any work, seed
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -60,8 +62,9 @@ from neuralbake.bakes.folder import (
 from neuralbake.core.config import config_to_dict
 from neuralbake.core.device import device_memory_bytes, resolve_device, seed_everything
 from neuralbake.core.events import EventSink, EventWriter, JsonlSink, ProgressSink, progress_task
+from neuralbake.core.paths import PathField, map_paths
 from neuralbake.core.report import plot_loss_curve, write_report
-from neuralbake.errors import ConfigError, NeuralbakeError
+from neuralbake.errors import ConfigError, InputError, NeuralbakeError
 from neuralbake.io.files import atomic_path, atomic_write_json, prepare_output_dir
 from neuralbake.io.images import resize_image, save_png
 from neuralbake.io.manifest import write_bake_manifest
@@ -75,6 +78,7 @@ __all__ = [
     "Footprint",
     "apply_defaults",
     "check_footprint",
+    "check_input_paths",
     "get_field",
     "run_bake",
     "set_field",
@@ -188,6 +192,24 @@ def validate_for_any_device(bake: Bake[C], config: C) -> None:
     except ValueError as exc:
 
         raise ConfigError(str(exc), field="config") from exc
+
+
+def check_input_paths(config: Any) -> None:
+    """Refuse ``config`` when an input it names is not there: an :class:`~neuralbake.errors.InputError`
+    ``file not found: PATH`` naming the field (``material``, ``sources[1]``, ``stage_options.fit.reference``).
+
+    Every field declared as a path (:mod:`neuralbake.core.paths`) is checked, at any depth, before the bake
+    reads anything, so a typo'd path gets this one message whatever would have read it (a glTF reader, an
+    image loader, a material parser) instead of that reader's guess at what went wrong."""
+
+    def check(field: str, path: str, marker: PathField) -> str:
+        if path and not os.path.exists(path):  # os.path.exists: False, never an error, for any string
+            what = "file or folder" if marker.folder else "file"
+            shown = path if len(path) <= 300 else path[:297] + "..."
+            raise InputError(f"{what} not found: {shown}.", field=field, fix="check the path (a relative path starts from the folder the command runs in).")
+        return path
+
+    map_paths(type(config), config_to_dict(config), check)
 
 
 def check_footprint(
@@ -430,6 +452,7 @@ def run_bake(
     chosen = apply_defaults(bake, config, device)
     config.validate()  # type: ignore[attr-defined]
     check_footprint(bake, config, device)
+    check_input_paths(config)
     created_out = not Path(out_dir).exists()
     out = prepare_output_dir(out_dir)
     state = out / STATE_DIR

@@ -26,6 +26,7 @@ from neuralbake.cli.postfx import postfx_app
 from neuralbake.cli.texture import texture_app
 from neuralbake.core.device import versions
 from neuralbake.io.refs import allow_outside_refs_for_this_process
+from neuralbake.version import __version__
 
 __all__ = ["GROUPS", "app", "main"]
 
@@ -39,8 +40,19 @@ app = typer.Typer(
 )
 
 
+def _print_version(given: bool) -> None:
+    """``--version``: print ``neuralbake X.Y.Z`` and stop (the fuller record is ``neuralbake version``)."""
+    if given:
+        Console().print(f"neuralbake {__version__}", highlight=False, markup=False)
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the neuralbake version and exit."),
+    ] = False,
     allow_outside_refs: Annotated[
         bool,
         typer.Option(

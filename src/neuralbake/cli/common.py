@@ -38,13 +38,14 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 from rich.text import Text
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from neuralbake.bakes import run as bake_runner
 from neuralbake.bakes.config import shared_fields
 from neuralbake.bakes.folder import OutputLockedError
-from neuralbake.bakes.registry import Arg, Registered
+from neuralbake.bakes.registry import BAKES, Arg, Registered
 from neuralbake.bakes.run import Bake
+from neuralbake.cli.names import setting_keys, stage_settings, stage_types
 from neuralbake.core.config import config_from_dict, field_docs, load_config
 from neuralbake.errors import ConfigError, NeuralbakeError, short_repr
 from neuralbake.nn.convergence import still_improving
@@ -55,6 +56,7 @@ __all__ = [
     "PlainErrorsGroup",
     "bake_command",
     "config_flags",
+    "entry_flags",
     "option_help",
     "parse_size",
     "print_done",
@@ -177,7 +179,8 @@ def _bad_value(exc: typer.BadParameter) -> ConfigError:
     """The :class:`ConfigError` for a value the command line refused (``exc``): the option, the value, why, what fits."""
     param = getattr(exc, "param", None)
     opts = [opt for opt in getattr(param, "opts", None) or [] if opt.startswith("-")]
-    field = max(opts, key=len) if opts else getattr(exc, "param_hint", None) or (getattr(param, "name", None) or "").upper() or None
+    longs = [opt for opt in opts if opt.startswith("--")]  # the first long name: the one the help and README use
+    field = longs[0] if longs else max(opts, key=len) if opts else getattr(exc, "param_hint", None) or (getattr(param, "name", None) or "").upper() or None
     cause = exc.__cause__
     given = None
     try:  # typer checks values with pydantic, whose error keeps the input
@@ -241,6 +244,8 @@ class Flag:
     """Help text (docstring and shown default)."""
     panel: str | None
     """Heading in ``--help`` (the nested config's name), ``None`` for top-level fields."""
+    aliases: tuple[str, ...] = ()
+    """Other names the option answers to (the field's own name where ``name`` is a shorter one)."""
 
     @property
     def param(self) -> str:
@@ -264,7 +269,9 @@ def config_flags(
     ``rename`` maps dotted paths to option names; fields named in :data:`LEAF_RENAMES` get their
     short names; ``notes`` adds a sentence to a field's help (e.g. a device default that the
     shared config's docstring cannot know). Two fields that would share an option name are a
-    programming error.
+    programming error. A renamed option also answers to its field's own name (``--size`` and
+    ``--texture-size``, ``--lr`` and ``--learning-rate``) where no other option has that name, so
+    the name a config file, ``submit --set`` and the web UI use works on the command line too.
     """
     rename, notes = rename or {}, notes or {}
     flags: list[Flag] = []
@@ -290,7 +297,19 @@ def config_flags(
     clashes = sorted({name for name in names if names.count(name) > 1})
     if clashes:
         raise RuntimeError(f"{config_type.__name__}: options {clashes} come from more than one field; rename one.")
+    taken = {*names, *COMMON_OPTIONS, "set", "help"}
+    for flag in flags:
+        own = flag.path.rsplit(".", 1)[-1].replace("_", "-")
+        if own not in taken:
+            flag.aliases = (own,)
+            taken.add(own)
     return flags
+
+
+def entry_flags(entry: Registered) -> list[Flag]:
+    """The options of a registered bake's command (its positional arguments' fields have none)."""
+    skip = [*entry.skip, *(arg.field for arg in entry.arguments)]
+    return config_flags(entry.bake.config_type, rename=dict(entry.rename), skip=skip, notes=dict(entry.notes))
 
 
 def _cli_type(hint: Any) -> tuple[Any, dict[str, Any]]:
@@ -356,8 +375,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def resolve_config(config_type: type[T], config_file: Path | None, values: dict[str, Any], flags: Sequence[Flag]) -> T:
-    """Defaults, then ``config_file``, then the given values (``{dotted path: value}``; ``None`` = not given)."""
+def resolve_config(
+    config_type: type[T], config_file: Path | None, values: dict[str, Any], flags: Sequence[Flag],
+    tables: dict[str, dict[str, dict[str, Any]]] | None = None,
+) -> T:
+    """Defaults, then ``config_file``, then the given values (``{dotted path: value}``; ``None`` = not given).
+
+    ``tables``: ``{field: {stage: {setting: value}}}`` from ``--set STAGE.FIELD=VALUE``, put over the file's
+    per-stage tables setting by setting (a setting the flags leave alone keeps the file's value)."""
     base = load_config(config_type, config_file) if config_file is not None else config_type()
     data = _config_data(base)
     by_path = {flag.path: flag for flag in flags}
@@ -366,6 +391,12 @@ def resolve_config(config_type: type[T], config_file: Path | None, values: dict[
             continue
         flag = by_path.get(path)
         _set_path(data, path, _from_text(flag.name if flag else path, flag.hint if flag else Any, value))
+    for field, stages in (tables or {}).items():
+        table = data.get(field) if isinstance(data.get(field), dict) else {}
+        for stage, settings in stages.items():
+            kept = table.get(stage) if isinstance(table.get(stage), dict) else {}
+            table[stage] = {**kept, **settings}
+        data[field] = table
     return config_from_dict(config_type, data, source="the command line" if config_file is None else f"{config_file} + the command line")
 
 
@@ -377,9 +408,9 @@ def bake_command(app: typer.Typer, entry: Registered) -> Callable[..., None]:
     :data:`BAKE_COMMANDS` (the precedence test walks them all).
     """
     bake, command_name, help, arguments, summary = entry.bake, entry.command[-1], entry.help, entry.arguments, entry.summary
-    rename, skip, notes, out_help = dict(entry.rename), entry.skip, dict(entry.notes), entry.out_help
+    out_help = entry.out_help
     config_type = bake.config_type
-    flags = config_flags(config_type, rename=rename, skip=[*skip, *(a.field for a in arguments)], notes=notes)
+    flags = entry_flags(entry)
     missing = {"device", "seed"} - {flag.name for flag in flags}
     if missing:
         raise RuntimeError(f"{config_type.__name__} lacks fields for the common options {sorted(missing)}.")
@@ -395,16 +426,27 @@ def bake_command(app: typer.Typer, entry: Registered) -> Callable[..., None]:
     parameters.append(inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[Path, out_info]))
     for flag in flags:
         annotation, extra = _cli_type(flag.hint)
-        decl = f"--{flag.name}/--no-{flag.name}" if _strip_optional(flag.hint) is bool else f"--{flag.name}"
-        info = typer.Option(decl, help=flag.help, rich_help_panel=flag.panel, show_default=False, **extra)
+        switch = _strip_optional(flag.hint) is bool
+        decls = [f"--{name}/--no-{name}" if switch else f"--{name}" for name in (flag.name, *flag.aliases)]
+        info = typer.Option(*decls, help=flag.help, rich_help_panel=flag.panel, show_default=False, **extra)
         parameters.append(inspect.Parameter(flag.param, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[annotation, info], default=None))
     common = {
         "config": (Path | None, typer.Option("--config", help="Load settings from a JSON or TOML file (flags given here win).", show_default=False), None),
         "resume": (bool, typer.Option("--resume", help="Continue the interrupted (or finished) bake in --out from its checkpoints."), False),
         "quiet": (bool, typer.Option("--quiet", "-q", help="No progress bars or notes on stderr."), False),
     }
+    stages = stage_types(config_type, entry.stage_field) if entry.stage_field else {}
+    if stages:
+        names = ", ".join(stages)
+        set_help = (f"A stage's setting: STAGE.FIELD=VALUE, STAGE one of {names}; FIELD a field of that stage's config (dotted: train.steps) "
+                    "or a flag name of its own command; VALUE JSON or text. E.g. --set fit.epochs=5. Repeatable; wins over the --config file.")
+        common["sets"] = (list[str] | None, typer.Option("--set", metavar="STAGE.FIELD=VALUE", help=set_help, show_default=False), None)
     for name, (annotation, info, default) in common.items():
         parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[annotation, info], default=default))
+
+    def stage_keys(stage: str) -> dict[str, str]:
+        own = BAKES.get(stage)  # the stage's own command, whose flag names --set also takes
+        return setting_keys(stages[stage], entry_flags(own) if own is not None and own.bake.config_type is stages[stage] else ())
 
     def command(**given: Any) -> None:
         out: Path = given["out"]
@@ -415,7 +457,8 @@ def bake_command(app: typer.Typer, entry: Registered) -> Callable[..., None]:
                 value = given["arg_" + arg.field.replace(".", "__")]
                 if value is not None:
                     values[arg.field] = [str(v) for v in value] if arg.many else str(value)
-            config = resolve_config(config_type, given["config"], values, flags)
+            tables = {entry.stage_field: stage_settings(given["sets"], stages, stage_keys)} if entry.stage_field and given.get("sets") else None
+            config = resolve_config(config_type, given["config"], values, flags, tables)
             return bake_runner.run_bake(bake, config, out, resume=given["resume"], progress=not given["quiet"])
 
         report = run_action(action, out=out)
@@ -425,9 +468,31 @@ def bake_command(app: typer.Typer, entry: Registered) -> Callable[..., None]:
     command.__annotations__ = {}
     command.__doc__ = help
     command.__name__ = command_name.replace("-", "_")
-    app.command(command_name, help=help)(command)
+    checked = type("CheckedCommand", (_CheckedArguments,), {"entry": entry}) if entry.check_arguments else None
+    app.command(command_name, help=help, **({"cls": checked} if checked else {}))(command)
     BAKE_COMMANDS.append(BakeCommand(entry, bake, command_name, list(arguments), flags, command))
     return command
+
+
+class _CheckedArguments(TyperCommand):
+    """A generated command whose positional arguments go through ``entry.check_arguments`` as parsed so far,
+    also when click refuses the line (a missing argument): the check names a wrong kind of input, which
+    is what the user needs to hear, instead of the argument it left missing."""
+
+    entry: Registered
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        finally:
+            given = {arg.field: str(ctx.params[key]) for arg in self.entry.arguments
+                     if (key := "arg_" + arg.field.replace(".", "__")) in ctx.params and ctx.params[key] is not None and not arg.many}
+            try:
+                if self.entry.check_arguments is not None:
+                    self.entry.check_arguments(given)
+            except NeuralbakeError as exc:
+                _err.print(Text.assemble(("error:", "red"), " ", str(exc)), highlight=False)
+                raise typer.Exit(2) from exc
 
 
 @dataclass

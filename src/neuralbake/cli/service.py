@@ -7,7 +7,6 @@ prints a new token once; only its sha256 is stored.
 
 from __future__ import annotations
 
-import json
 import secrets
 import signal
 import threading
@@ -19,7 +18,8 @@ import typer
 from rich.console import Console
 
 from neuralbake.bakes.registry import BAKES, service_kinds
-from neuralbake.cli.common import print_done, run_action
+from neuralbake.cli.common import entry_flags, print_done, run_action
+from neuralbake.cli.names import resolve_key, setting_keys, split_setting
 from neuralbake.client import ServiceClient
 from neuralbake.errors import ConfigError
 from neuralbake.io.limits import load_json_file
@@ -176,7 +176,9 @@ def _client(server: str, token: str | None) -> ServiceClient:
     return ServiceClient(server, token)
 
 
-def _settings(config: Path | None, sets: list[str]) -> dict:
+def _settings(config: Path | None, sets: list[str], kind: str) -> dict:
+    """The job's settings: the ``--config`` file's, then each ``--set KEY=VALUE`` (KEY a config field, or a flag
+    name of the kind's command: ``size`` is ``texture_size``; see :mod:`neuralbake.cli.names`)."""
     data: dict = {}
     if config is not None:
         if config.suffix.lower() == ".toml":
@@ -186,18 +188,24 @@ def _settings(config: Path | None, sets: list[str]) -> dict:
                 raise ConfigError(f"the config file cannot be read ({exc}).", path=config, fix="pass a JSON or TOML file.") from exc
         else:
             data = load_json_file(config, what="config file")
+        if not isinstance(data, dict):
+            raise ConfigError("the config file does not hold a table of settings.", path=config, fix='write e.g. {"train": {"steps": 500}}.')
+    entry = BAKES[kind]
+    config_type = entry.bake.config_type
+    keys = setting_keys(config_type, entry_flags(entry)) if sets else {}
     for item in sets:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"{item!r} is not KEY=VALUE.", field="--set", fix="write e.g. --set train.steps=500.")
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            value = text
+        given, value = split_setting(item, example="train.steps=500")
+        key = resolve_key(given, config_type, keys)
+        if key is None:
+            raise ConfigError(f"{kind} jobs have no setting {given[:60]!r}.", field="--set",
+                              fix=f"name a config field (as the web UI shows them, e.g. train.steps) or a flag of `neuralbake {' '.join(entry.command)}` "
+                              "(e.g. size for texture_size); its --help lists them.")
         target = data
         *parents, last = key.split(".")
         for part in parents:
-            target = target.setdefault(part, {})
+            if not isinstance(target.get(part), dict):
+                target[part] = {}  # --set wins over a value the file gave the whole table
+            target = target[part]
         target[last] = value
     return data
 
@@ -225,7 +233,7 @@ def submit(
     server: Annotated[str, _SERVER] = "http://127.0.0.1:8642",
     token: Annotated[str | None, _TOKEN] = None,
     config: Annotated[Path | None, typer.Option("--config", help="Settings as a JSON or TOML file (the bake's config fields).")] = None,
-    sets: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE setting (dotted keys, JSON values), e.g. --set train.steps=500. Repeatable.")] = None,
+    sets: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE setting, JSON values: KEY a config field (dotted, as the web UI names it: texture_size, train.steps) or a flag name of the kind's command (size, steps), e.g. --set train.steps=500. Repeatable.")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Watch the job until it ends.")] = False,
 ) -> None:
     """Upload a bake's inputs and queue it on a service; print the job id."""
@@ -233,6 +241,7 @@ def submit(
     def action() -> dict:
         if kind not in service_kinds():  # before anything is uploaded
             raise ConfigError(f"unknown job kind {kind!r}.", field="KIND", fix=f"use one of {', '.join(service_kinds())}.")
+        settings = _settings(config, sets or [], kind)  # a bad setting is refused before anything is uploaded too
         client = _client(server, token)
         bound: dict = {}
         for item in inputs:
@@ -244,7 +253,7 @@ def submit(
         for arg in BAKES[kind].arguments:  # a list field given once is still a list
             if arg.many and isinstance(bound.get(arg.field), str):
                 bound[arg.field] = [bound[arg.field]]
-        job = client.submit(kind, _settings(config, sets or []), bound)
+        job = client.submit(kind, settings, bound)
         return client.wait(job["id"]) if wait else job
 
     job = run_action(action)

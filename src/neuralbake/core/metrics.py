@@ -9,7 +9,37 @@ import torch.nn.functional as F
 
 from neuralbake.errors import InputError
 
-__all__ = ["mse", "psnr", "ssim"]
+__all__ = ["EXACT_MSE", "is_exact", "mse", "psnr", "psnr_from_mse", "ssim"]
+
+EXACT_MSE = 1e-10
+"""Mean squared error (at peak 1) below which a result can count as its reference: float rounding's level
+(a float32 result carries about 1e-7 of it per value, 1e-14 squared), an RMS error of 0.0026 of an 8-bit step."""
+
+
+def is_exact(error: float, count: int, *, peak: float = 1.0) -> bool:
+    """Whether a mean squared error ``error`` over ``count`` values is float noise, not an error: then a PSNR is
+    reported as ``inf`` ("inf dB (exact)"), not as the 150-170 dB that rounding in a lossless round trip gives.
+
+    Both must hold: the mean is below :data:`EXACT_MSE` ``* peak^2`` (far below 8-bit quantisation's own noise,
+    ``(peak / 255)^2 / 12 = 1.3e-6``), and the squared errors of all ``count`` values *together* are below one
+    value half an 8-bit step off, ``(0.5 peak / 255)^2 = 3.8e-6``. The second is what keeps the threshold from
+    hiding a real error: no value can differ from its reference by half an 8-bit step (the smallest difference
+    an 8-bit result can show) and still count as exact, whatever the image's size (a mean alone would hide one
+    texel a whole step off in an image of more than 150,000 values). The first keeps a small image's error
+    finite unless it is rounding.
+    """
+    if not math.isfinite(error) or count < 1:
+        return False
+    scale = peak * peak
+    return error < EXACT_MSE * scale and error * count < (0.5 / 255.0) ** 2 * scale
+
+
+def psnr_from_mse(error: float, count: int, *, peak: float = 1.0) -> float:
+    """``10 log10(peak^2 / error)`` in dB for a mean squared error over ``count`` values; ``inf`` where the
+    error is float noise (:func:`is_exact`, zero included)."""
+    if error <= 0.0 or is_exact(error, count, peak=peak):
+        return math.inf
+    return 10.0 * math.log10(peak * peak / error)
 
 
 def mse(prediction: torch.Tensor, reference: torch.Tensor) -> float:
@@ -21,11 +51,9 @@ def mse(prediction: torch.Tensor, reference: torch.Tensor) -> float:
 
 
 def psnr(prediction: torch.Tensor, reference: torch.Tensor, *, peak: float = 1.0) -> float:
-    """Peak signal-to-noise ratio in dB, ``10 log10(peak^2 / MSE)``; ``inf`` for identical inputs."""
-    error = mse(prediction, reference)
-    if error == 0.0:
-        return math.inf
-    return 10.0 * math.log10(peak * peak / error)
+    """Peak signal-to-noise ratio in dB, ``10 log10(peak^2 / MSE)``; ``inf`` for identical inputs and for an
+    error that is float rounding only (:func:`is_exact`)."""
+    return psnr_from_mse(mse(prediction, reference), prediction.numel(), peak=peak)
 
 
 def _gaussian_window(size: int, sigma: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

@@ -6,7 +6,8 @@ reference is infinite; a mean of nothing is NaN) is written as ``null``, and the
 (:func:`neuralbake.io.files.json_path`) and starting with the value as ``float()`` reads it::
 
     "psnr_db": null,
-    "non_finite": {"psnr_db": "inf: the result equals the reference exactly (zero error)"}
+    "non_finite": {"psnr_db": "inf: the result equals the reference exactly (zero error, or float rounding
+                                only: no value off by half an 8-bit step)"}
 
 The entry is there only when some number was not finite. The command line shows such values as
 text (``PSNR inf dB (exact)``).
@@ -49,7 +50,8 @@ def write_report(path: str | Path, *, bake: str, device: torch.device, metrics: 
 
 def _why(where: str, value: str) -> str:
     if value == "inf" and where.endswith("_db"):
-        return "the result equals the reference exactly (zero error)"  # PSNR = 10 log10(peak^2 / MSE) with MSE = 0
+        # PSNR = 10 log10(peak^2 / MSE) with MSE = 0, or float rounding only (neuralbake.core.metrics.is_exact)
+        return "the result equals the reference exactly (zero error, or float rounding only: no value off by half an 8-bit step)"
     if value == "nan":
         return "not a number (undefined, e.g. an average over nothing or a diverged value)"
     return "not a finite number"

@@ -41,7 +41,7 @@ temperature (:mod:`~neuralbake.bakes.fit.training`); so it checkpoints, resumes 
 (``--resume``), stops cleanly on Ctrl-C or SIGTERM and guards against NaN like every bake.
 
 Outputs in ``out_dir`` (through :mod:`neuralbake.bakes.run`): ``lod.gltf`` (+ ``.bin``, PNGs; ``KHR_materials_unlit``, uv1 and/or
-``COLOR_0``), ``triptych.png`` (reference | LOD | error heat map, held-out views),
+``COLOR_0``), ``triptych.png`` (reference | LOD | error heat map, every held-out view),
 ``loss.png``, ``report.json``, ``config.json``, ``events.jsonl``, ``bake.json``; luma-chroma also writes
 ``luma_uv0.png`` and ``chroma_uv1.png`` (glTF core cannot multiply two textures, so ``lod.gltf``
 carries their product baked into uv1 for standard viewers); a tone-map fit writes ``codes*.png``

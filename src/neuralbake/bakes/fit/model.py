@@ -5,14 +5,12 @@ the held-out evaluation."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
 from neuralbake.bakes.fit.config import FitConfig
 from neuralbake.bakes.fit.views import View
-from neuralbake.core.metrics import psnr, ssim
+from neuralbake.core.metrics import psnr, psnr_from_mse, ssim
 from neuralbake.material.texture import linear_to_srgb, srgb_to_linear
 from neuralbake.nn.quantize import quantize_hard, quantize_soft, quantize_ste
 from neuralbake.render.gbuffer import interpolate
@@ -203,7 +201,7 @@ def evaluate_views(model: LodAppearance, views: list[View], *, with_ssim: bool) 
     if ssims:
         out["ssim"] = float(np.mean(ssims))
     if whole:
-        db = lambda values, squared: 10.0 * math.log10(values / squared) if squared > 0 else math.inf  # noqa: E731
+        db = lambda values, squared: psnr_from_mse(squared / max(values, 1), values)
         out["psnr_frame_db"] = db(frame_values, frame_squared)
         out["psnr_union_db"] = db(union_values, union_squared)
     return out

@@ -4,7 +4,9 @@ and the sizes it picks by device."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any, Literal
 
 import torch
@@ -13,7 +15,7 @@ from neuralbake.bakes.config import TrainedConfig
 from neuralbake.bakes.footprint import PROCESS_BYTES, dominant_field, footprint
 from neuralbake.bakes.run import Footprint
 from neuralbake.core.paths import InputPath
-from neuralbake.errors import ConfigError
+from neuralbake.errors import ConfigError, short_repr
 from neuralbake.io.limits import check_memory
 from neuralbake.nn.trainer import TrainerConfig
 from neuralbake.render.mip import is_power_of_two
@@ -24,6 +26,7 @@ __all__ = [
     "SLOPE_PARAMETERISATION",
     "MipmapConfig",
     "check_bake_memory",
+    "check_map_paths",
     "device_defaults",
     "estimated_bake_bytes",
     "mipmap_footprint",
@@ -41,6 +44,26 @@ def _default_train() -> TrainerConfig:
         checkpoint_every=0,
         final_lr_fraction=0.1,
     )
+
+
+MAP_FIELDS = ("base_color", "normal", "roughness_map")
+"""The config fields that name the maps, in the command line's order."""
+
+
+def check_map_paths(paths: Mapping[str, Any]) -> None:
+    """Refuse a glTF asset given where a map goes (``{field: path}``, fields of :data:`MAP_FIELDS`): the bake
+    takes the material's images, and the command line would otherwise only say that NORMAL is missing.
+    Raises a :class:`~neuralbake.errors.ConfigError` naming the field and how to get the images."""
+    for name in MAP_FIELDS:
+        value = paths.get(name)
+        if isinstance(value, str) and PurePath(value).suffix.lower() in (".gltf", ".glb"):
+            raise ConfigError(
+                f"mipmap takes images (the base colour, the normal map and optionally a roughness map), not a glTF asset: {short_repr(value)}.",
+                field=name,
+                fix="pass the material's texture files, e.g. `neuralbake mipmap base_color.png normal.png metallic_roughness.png --out DIR`. "
+                "A .gltf names them (its images' uri, usually files beside it); a .glb holds them inside: save it as .gltf with separate "
+                "textures (a glTF tool such as gltf-transform does) or export the maps from the tool that made it.",
+            )
 
 
 @dataclass
@@ -75,6 +98,7 @@ class MipmapConfig(TrainedConfig):
 
     def validate(self) -> None:
         """Raise ConfigError on settings no bake can use (before any file is read)."""
+        check_map_paths({name: getattr(self, name) for name in MAP_FIELDS})
         for name in ("base_color", "normal"):
             if not getattr(self, name):
                 raise ConfigError("no map given.", field=name, fix=f"pass the path of the {name.replace('_', ' ')} map.")

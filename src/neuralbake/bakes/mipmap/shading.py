@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from neuralbake.bakes.mipmap.maps import MaterialMaps
+from neuralbake.core.metrics import psnr_from_mse
 from neuralbake.material.frame import normalize, orthonormal_basis, square_to_cosine_hemisphere
 from neuralbake.material.gltf import gltf_eval
 from neuralbake.material.microfacet import ggx_reflection_sample
@@ -173,6 +174,10 @@ def tone_mapped_loss(slices: Sequence[slice]) -> Callable[[torch.Tensor, torch.T
     return loss
 
 
+def _rounded_db(value: float) -> float:
+    return value if math.isinf(value) else round(value, 4)
+
+
 def level_errors(prediction: torch.Tensor, target: torch.Tensor, slices: Sequence[slice]) -> list[dict[str, float]]:
     """Per-level errors of shading ``[D, T]`` against the reference ``[D, T]``.
 
@@ -184,7 +189,7 @@ def level_errors(prediction: torch.Tensor, target: torch.Tensor, slices: Sequenc
         mse = float(torch.mean((tone_map_reinhard(p) - tone_map_reinhard(t)) ** 2))
         rows.append(
             {
-                "psnr_db": round(10.0 * math.log10(1.0 / mse), 4) if mse > 0 else math.inf,
+                "psnr_db": _rounded_db(psnr_from_mse(mse, p.numel())),
                 "rmse": round(math.sqrt(mse), 6),
                 "rmse_linear": round(math.sqrt(float(torch.mean((p - t) ** 2))), 6),
             }

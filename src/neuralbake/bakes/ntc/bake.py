@@ -6,7 +6,8 @@ sha256), ``preview.png`` (per group: reference | NTC | error x10) and, from the 
 are one bake whose phases are the rates: ``bpp_<X>/`` per rate (the same files, its own
 ``report.json``, ``loss.png`` and ``bake.json``), then ``rd.json`` and ``rd.png`` beside them.
 Phases are named ``noise`` and ``round`` (``bpp_<X>_noise``, ``bpp_<X>_round`` in a sweep), each
-with its checkpoint for ``--resume``.
+with its checkpoint for ``--resume``. A sweep stopped midway (Ctrl-C) names the rates that had
+finished and where they are: each a complete ``bpp_<X>/`` folder in the staging folder, readable as it is.
 
 Every report holds ``comparison.rows`` (:func:`~neuralbake.bakes.ntc.rd.comparison_table`): NTC,
 the BC1 set, the BC7 set and NTC->BC7 (the decoded file BC-encoded as ``ntc transcode --format
@@ -47,7 +48,7 @@ from neuralbake.io.images import save_png
 from neuralbake.io.manifest import write_bake_manifest
 from neuralbake.kernels import resolve_kernels, try_kernels, unsupported_reason
 from neuralbake.nn.convergence import training_record
-from neuralbake.nn.trainer import TrainResult
+from neuralbake.nn.trainer import TrainingInterrupted, TrainResult
 from neuralbake.render.pictures import comparison_row, panel_grid
 
 __all__ = ["NTC", "compress_rate_distortion", "compress_texture_set"]
@@ -253,6 +254,20 @@ def _curve_title(layout: NTCLayout) -> str:
     return f"NTC {layout.shape.name} at {layout.bpp():.2f} bpp"
 
 
+def _stopped_after(exc: TrainingInterrupted, finished: list[Path]) -> TrainingInterrupted:
+    """The stop of a multi-rate run, naming the rates that had finished: each is a complete folder (its own
+    ``bake.json``, so ``ntc decompress`` and ``ntc transcode`` read it) in the staging folder, where it stays
+    until the run is resumed (``--resume`` does not train them again)."""
+    if not finished:
+        return exc
+    listed = ", ".join(f"{folder.name} in {folder.absolute()}" for folder in finished)
+    return TrainingInterrupted(
+        f"{exc.problem} The rates that finished are complete folders (each with its bake.json; `neuralbake ntc decompress` "
+        f"reads them), kept until the run is resumed: {listed}.",
+        path=exc.path, field=exc.field, fix=exc.fix,
+    )
+
+
 def _body(run: BakeRun) -> BakeOutcome:
     config: NTCConfig = run.config
     device = run.device
@@ -280,15 +295,20 @@ def _body(run: BakeRun) -> BakeOutcome:
         return BakeOutcome(metrics, fields, curve_title=_curve_title(layout), quality_key="psnr_db")
 
     reports = []
+    finished: list[Path] = []
     for bpp, layout in layouts.items():
         name = f"bpp_{bpp:g}"
         folder = run.stage / name
-        metrics, fields, history = _compress_rate(run, bpp, layout, texture_set, reference, baselines, folder, f"{name}_")
+        try:
+            metrics, fields, history = _compress_rate(run, bpp, layout, texture_set, reference, baselines, folder, f"{name}_")
+        except TrainingInterrupted as exc:
+            raise _stopped_after(exc, finished) from exc
         reports.append(write_report(folder / "report.json", bake="ntc", device=device, metrics=run.shown(metrics), **run.shown(fields),
                                     wall_seconds=fields["compress_seconds"]))
         if history:
             plot_loss_curve(folder / "loss.png", history, title=_curve_title(layout), quality_key="psnr_db")
         write_bake_manifest(folder, bake="ntc")  # each rate's folder can be checked (and decompressed) on its own
+        finished.append(folder)
     summary = rate_distortion_summary(reports, baselines)
     atomic_write_json(run.stage / "rd.json", run.shown(summary))
     plot_rate_distortion(run.stage / "rd.png", summary)

@@ -242,10 +242,23 @@ def refuse_rate_sweep(folder: str | Path) -> None:
     """InputError when ``folder`` is a rate-distortion sweep (``rd.json`` and a ``bpp_<X>`` folder per rate), not one rate's folder."""
     folder = Path(folder)
     if (folder / "rd.json").is_file() and not (folder / CONTAINER_NAME).exists():
-        rates = sorted(p.name for p in folder.glob("bpp_*") if (p / CONTAINER_NAME).is_file())
+        rates = _rate_folders(folder)
         raise InputError(
             "this is a rate-distortion sweep; each rate is its own NTC folder.", path=folder, fix=f"pass one of its rate folders ({', '.join(rates) or 'bpp_<X>'})."
         )
+
+
+def _rate_folders(folder: Path) -> list[str]:
+    """The ``bpp_<X>`` folders with a container that a multi-rate compression wrote into ``folder``, lowest rate first."""
+
+    def rate(name: str) -> float:
+        try:
+            return float(name.removeprefix("bpp_"))
+        except ValueError:
+            return math.inf
+
+    found = [p.name for p in folder.glob("bpp_*") if p.is_dir() and (p / CONTAINER_NAME).is_file()]
+    return sorted(found, key=lambda name: (rate(name), name))
 
 
 def open_container(folder: str | Path) -> NTCContainer:
@@ -261,6 +274,11 @@ def open_container(folder: str | Path) -> NTCContainer:
     verify_bake_folder(folder)
     manifest_path = folder / MANIFEST_NAME
     if not manifest_path.is_file():
+        rates = _rate_folders(folder)
+        if rates:  # the parent of a multi-rate compression (--bpp 2,4): each rate is a folder of its own
+            listed = ", ".join(f"{folder / name}/" for name in rates)
+            raise BundleError(f"this folder holds several rates ({', '.join(f'{name}/' for name in rates)}), not a {CONTAINER_NAME} of its own.",
+                              path=folder, fix=f"pass one rate's folder: {listed}.")
         raise BundleError(f"{MANIFEST_NAME} or {CONTAINER_NAME} is missing.", path=folder, fix="pass a folder written by `neuralbake ntc compress`.")
     fix = "compress the textures again."
     try:

@@ -28,7 +28,7 @@ from neuralbake.bakes.ntc.model import GridTables, decoder_forward, sample_featu
 from neuralbake.bakes.ntc.texture_set import ChannelGroup
 from neuralbake.core.device import resolve_device
 from neuralbake.core.events import progress_task
-from neuralbake.core.metrics import mse
+from neuralbake.core.metrics import mse, psnr_from_mse
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.files import prepare_output_dir
 from neuralbake.io.images import save_exr, save_png
@@ -233,26 +233,27 @@ def set_quality(levels: Sequence[np.ndarray], reference: Sequence[np.ndarray], g
     level; ``per_mip_db``: all channels, per level; ``groups[name]``: the same per channel group.
     """
 
-    def db(error: float) -> float:
-        return math.inf if error == 0 else round(10.0 * math.log10(1.0 / error), 3)
+    def db(error: float, count: int) -> float:
+        value = psnr_from_mse(error, count)  # a lossless round trip's float rounding is inf (exact), not 170 dB
+        return value if math.isinf(value) else round(value, 3)
 
-    def errors(channel_slice: slice) -> tuple[list[float], float]:
+    def errors(channel_slice: slice) -> tuple[list[tuple[float, int]], tuple[float, int]]:
         per_level = [mse(torch.from_numpy(out[..., channel_slice]), torch.from_numpy(ref[..., channel_slice])) for out, ref in zip(levels, reference)]
         counts = [ref[..., channel_slice].size for ref in reference]
-        return per_level, float(np.dot(per_level, counts) / sum(counts))
+        return list(zip(per_level, counts)), (float(np.dot(per_level, counts) / sum(counts)), sum(counts))
 
     per_level, all_levels = errors(slice(None))
     result: dict[str, Any] = {
-        "overall_db": db(per_level[0]),
-        "overall_all_mips_db": db(all_levels),
-        "per_mip_db": [db(e) for e in per_level],
+        "overall_db": db(*per_level[0]),
+        "overall_all_mips_db": db(*all_levels),
+        "per_mip_db": [db(*e) for e in per_level],
         "groups": {},
     }
     start = 0
     for group in groups:
         stop = start + len(group.channels)
         group_levels, group_all = errors(slice(start, stop))
-        result["groups"][group.name] = {"mip0_db": db(group_levels[0]), "all_mips_db": db(group_all), "per_mip_db": [db(e) for e in group_levels]}
+        result["groups"][group.name] = {"mip0_db": db(*group_levels[0]), "all_mips_db": db(*group_all), "per_mip_db": [db(*e) for e in group_levels]}
         start = stop
     return result
 

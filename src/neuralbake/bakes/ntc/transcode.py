@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from neuralbake.bakes.ntc.container import CONTAINER_NAME, open_container, refuse_rate_sweep
+from neuralbake.bakes.ntc.container import CONTAINER_NAME, open_container
 from neuralbake.bakes.ntc.decode import decode_all_levels, resolve_decode_kernels, set_quality
 from neuralbake.bakes.ntc.texture_set import ChannelGroup, check_texture_set, load_texture_set
 from neuralbake.core.device import resolve_device
@@ -251,9 +251,9 @@ def transcode(
     _check_out(out)
     if (out / BAKE_MANIFEST).is_file():  # its report.json would be replaced: the NTC folder itself, or another bake's
         raise InputError("the output folder holds a bake (bake.json); its report.json would be overwritten.", path=out, fix="pass a new or empty folder with --out.")
-    refuse_rate_sweep(folder)
+    container = open_container(folder)  # a multi-rate folder (bpp_<X>/ beside rd.json) is named as such, as decompress names it
     torch_device = resolve_device(device)
-    container = open_container(folder).to(torch_device)
+    container = container.to(torch_device)
     decode_kernels = resolve_decode_kernels(container, kernels)
     layout = container.layout
     groups = list(layout.groups)

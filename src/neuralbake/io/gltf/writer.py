@@ -129,7 +129,8 @@ def _rig_skins_and_clips(rig: Rig, bins: _BinWriter) -> tuple[list[dict], list[d
 
 
 def write_gltf(path: str | Path, scene: Scene, *, texture_bits: int = 8) -> Path:
-    """Write ``scene`` as ``path`` (``.gltf``) + ``<stem>.bin`` + ``<stem>_<image>.png`` textures.
+    """Write ``scene`` as ``path`` (``.gltf``) + ``<stem>.bin`` + ``<stem>_<image>.png`` textures (``<image>.png``
+    where the texture's name already starts with ``<stem>_``, so ``lod.gltf``'s ``lod_uv1`` is not ``lod_lod_uv1.png``).
 
     Meshes are written in world space (one node each, no transform). Textures shared by several
     slots (the same array object) are written once. ``texture_bits`` is 8 or 16. Returns the
@@ -158,7 +159,8 @@ def write_gltf(path: str | Path, scene: Scene, *, texture_bits: int = 8) -> Path
             return None
         key = id(ref.image)
         if key not in image_index:
-            name = f"{stem}_{_safe_stem(ref.name or 'texture')}"
+            own = _safe_stem(ref.name or "texture")
+            name = own if own.startswith(f"{stem}_") else f"{stem}_{own}"  # a texture named lod_uv1 in lod.gltf: lod_uv1.png
             base, k = name, 1
             while name in used_names:
                 k += 1
