@@ -315,3 +315,14 @@ def test_a_tiny_rig_is_simplified_and_written_with_its_skin(tmp_path: Path) -> N
     assert report["joint_weighted_vertices"] == 2  # the middle row is shared half and half
     lod = _load(tmp_path / "out" / "lod.glb")
     assert lod.meshes[0].skin == 0 and lod.rig.clip("bend").duration == pytest.approx(1.0)
+
+
+def test_the_triptych_shows_every_held_out_view(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from neuralbake.bakes.simplify import simplify_lod
+
+    simplify_lod(_tiny(held_out_views=5, epochs=1), tmp_path / "out", progress=False)
+    width, height = Image.open(tmp_path / "out" / "triptych.png").size
+    assert height == 5 * 48 + 4 * 4  # five rows of 48-pixel panels, 4-pixel gaps (it showed three)
+    assert width == 4 * 48 + 3 * 4  # target | QEM | ours | error

@@ -5,6 +5,7 @@ locate the LOD's high-error regions, write the LOD, the triptych and the report.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -32,7 +33,8 @@ from neuralbake.render.skinning import pose_scene
 
 __all__ = ["SIMPLIFY", "simplify_lod"]
 
-TRIPTYCH_ROWS = 3
+TRIPTYCH_MAX_PIXELS = 33_554_432
+"""Largest triptych.png: past it every panel is shrunk by a whole factor (64 held-out views at 4096² would be 4.3 G pixels)."""
 HIGH_ERROR_REGIONS = 5
 
 
@@ -234,9 +236,13 @@ def _body(run: BakeRun) -> BakeOutcome:
     if lod.rig is not None:
         result = pose_scene(result)  # the rest pose of the fitted bind pose
     write_gltf(out / "lod.glb", result if lod.rig is not None else replace(result, rig=None))
+    # every held-out view: target | QEM | ours | error, one row each
+    size = held_views[0].image.shape[0] * held_views[0].image.shape[1] if held_views else 0
+    shrink = max(1, math.ceil(math.sqrt(len(held_views) * 4 * size / TRIPTYCH_MAX_PIXELS)))
     rows = []
-    for view, q, o in list(zip(held_views, qem_images, ours_images))[:TRIPTYCH_ROWS]:
-        rows.append([view.image.cpu().numpy(), q.cpu().numpy(), o.cpu().numpy(), error_heat_map(view.image, o, scale=0.25)])
+    for view, q, o in zip(held_views, qem_images, ours_images):
+        panels = [view.image.cpu().numpy(), q.cpu().numpy(), o.cpu().numpy(), np.asarray(error_heat_map(view.image, o, scale=0.25))]
+        rows.append([panel[::shrink, ::shrink] for panel in panels])
     save_png(out / "triptych.png", panel_grid(rows))
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     metrics = {"psnr_db": ours_scores["psnr_db"], "flip": ours_scores["flip"], "start_psnr_db": qem_scores["psnr_db"], "start_flip": qem_scores["flip"]}
