@@ -148,7 +148,8 @@ def test_keep_best_leaves_a_run_that_ended_best(tmp_path: Path) -> None:
 
 
 def test_the_training_record_judges_the_longest_phase_and_the_warning_follows_it() -> None:
-    from neuralbake.nn.convergence import still_improving, training_record
+    from neuralbake.bakes.summaries import still_improving
+    from neuralbake.nn.convergence import training_record
     from neuralbake.nn.trainer import TrainResult
 
     rising = TrainResult(400, 0, 0, 1.0, 0.0, 1.0, history=_evals([10, 20, 25, 28, 30]), stopped_by="seconds")

@@ -23,6 +23,7 @@ __all__ = [
     "postfx_summary",
     "simplify_summary",
     "skin_summary",
+    "still_improving",
     "texture_summary",
 ]
 
@@ -183,3 +184,16 @@ def postfx_lora_summary(report: dict[str, Any], out: Path) -> str:
     return (f"rank-{report['rank']} LoRA on {report['images']} image(s), {report['steps']} steps in "
             f"{metric_text(report, 'train_seconds', spec='.1f')} s: "
             f"denoising loss {metric_text(report, 'denoise_loss', spec='.4f')}{change} -> {out / 'lora.safetensors'}")
+
+
+def still_improving(report: dict[str, Any]) -> str:
+    """The warning a summary line ends with when the bake stopped while still improving (else "")."""
+    training = report.get("training") or {}
+    if training.get("converged") is not False:
+        return ""
+    gain = training.get("last_quarter_gain")
+    unit = " dB" if str(training.get("quality_key", "")).endswith("_db") else ""
+    return (
+        f"  [still improving when it stopped: +{gain:.2f}{unit} over its last quarter; more --steps (or --seconds) would gain more]"
+        if isinstance(gain, (int, float)) else ""
+    )

@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["CONVERGED_GAIN", "convergence", "still_improving", "training_record"]
+__all__ = ["CONVERGED_GAIN", "convergence", "training_record"]
 
 CONVERGED_GAIN = 0.25
 """The most a run's last quarter may raise its quality figure (dB for a PSNR) for the run to count
@@ -92,15 +92,3 @@ def training_record(phases: Sequence[tuple[str, Any]], key: str | None, *, highe
         "phases": records,
     }
 
-
-def still_improving(report: dict[str, Any]) -> str:
-    """The warning a summary line ends with when the bake stopped while still improving (else "")."""
-    training = report.get("training") or {}
-    if training.get("converged") is not False:
-        return ""
-    gain = training.get("last_quarter_gain")
-    unit = " dB" if str(training.get("quality_key", "")).endswith("_db") else ""
-    return (
-        f"  [still improving when it stopped: +{gain:.2f}{unit} over its last quarter; more --steps (or --seconds) would gain more]"
-        if isinstance(gain, (int, float)) else ""
-    )

@@ -98,8 +98,12 @@ def _eval_texels(layout: NTCLayout, sampler: TexelSampler, seed: int) -> tuple[t
         index = torch.randperm(count, generator=torch.Generator().manual_seed(seed))[:EVAL_TEXELS].to(device)
     else:
         index = torch.arange(count, device=device)
-    coords = torch.stack((torch.zeros_like(index), index % width, index // width), dim=1).to(torch.float32)
-    return coords, sampler.texels[index]
+    return _level0_coords(index, width), sampler.texels[index]
+
+
+def _level0_coords(index: torch.Tensor, width: int) -> torch.Tensor:
+    """Model inputs ``[N, 3]`` (level 0, x, y) of row-major texel indices ``[N]`` of mip 0."""
+    return torch.stack((torch.zeros_like(index), index % width, index // width), dim=1).to(torch.float32)
 
 
 def finetune_steps(config: NTCConfig, noise_steps: int) -> int:
@@ -142,7 +146,7 @@ def _train(run: BakeRun, model: NTCModel, sampler: TexelSampler, compatibility: 
 
 def _level0_preview(net: nn.Module, layout: NTCLayout, sampler: TexelSampler) -> np.ndarray:
     width, height = layout.level_sizes[0]
-    coords = _all_texel_coords(layout, sampler.texels.device)[: width * height]
+    coords = _level0_coords(torch.arange(width * height, device=sampler.texels.device), width)
     prediction = torch.cat([net(part).clamp(0, 1) for part in coords.split(1 << 16)])
     level0 = lambda t: t[: width * height].reshape(height, width, -1).float().cpu().numpy()
     return _preview_image(level0(sampler.texels), level0(prediction), layout.groups)
