@@ -9,11 +9,9 @@ and variant, PSNR by training length, and the default's distance to the longest 
 "within 0.3 dB of 100,000 steps").
 
 A variant is ``NAME:FIELD=VALUE,...`` over :class:`~neuralbake.bakes.ntc.NTCConfig` fields
-(dotted for ``train.*``; ``shape=HxFxB`` forces one latent shape, ``hidden=64x64x64``). One
-experiment the bake does not offer is made in this process only: ``weight_clip=K`` also clamps
-every decoder layer's weights to K times their RMS after each update, which bounds the int8
-scale (``max|w| / 127``) that a few growing weights would otherwise coarsen for all the others.
-Each line also gives the stored int8 scale of every layer and its ratio to the layer's RMS.
+(dotted for ``train.*``; ``shape=HxFxB`` forces one latent shape, in this process only;
+``hidden=64x64x64``). Each line also gives the stored int8 scale of every layer and its ratio to
+the layer's RMS (what ``weight_clip`` bounds).
 
     python bench/ntc_convergence.py --device cuda --sets helmet crate --steps default 100000
     python bench/ntc_convergence.py --device cpu --sets crate --size 64 --steps 200 400 --bpp 8
@@ -34,13 +32,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import neuralbake.bakes.ntc.layout as ntc_layout  # noqa: E402
-from neuralbake.bakes.ntc import NTCConfig, NTCModel, compress_texture_set, open_container  # noqa: E402
+from neuralbake.bakes.ntc import NTCConfig, compress_texture_set, open_container  # noqa: E402
 from neuralbake.core.config import config_from_dict  # noqa: E402
 from neuralbake.core.device import describe_device, resolve_device  # noqa: E402
 
@@ -51,7 +48,7 @@ SETS = {
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """``NAME:FIELD=VALUE,...`` -> (name, nested config overrides, experiments: ``shape`` and ``weight_clip``)."""
+    """``NAME:FIELD=VALUE,...`` -> (name, nested config overrides, experiments: ``shape``)."""
     name, _, body = text.partition(":")
     overrides: dict[str, Any] = {}
     experiments: dict[str, Any] = {}
@@ -59,9 +56,6 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
         key, _, value = item.partition("=")
         if key == "shape":
             experiments["shape"] = ntc_layout.LatentShape(*(int(v) for v in value.split("x")))
-            continue
-        if key == "weight_clip":
-            experiments["weight_clip"] = float(value)
             continue
         parsed: Any = [int(v) for v in value.split("x")] if key == "hidden" else json.loads(value)
         node = overrides
@@ -83,28 +77,13 @@ def clamp_share(folder: Path) -> tuple[float, list[dict[str, float]]]:
     return float(np.mean(np.abs(latents) > 0.999)), layers
 
 
-def clipped_constrain(factor: float):
-    """NTCModel.constrain_ that also clamps each layer's weights to ``factor`` times their RMS."""
-    plain = NTCModel.constrain_
-
-    def constrain_(model: NTCModel) -> None:
-        plain(model)
-        for layer in model.layers:
-            bound = factor * layer.weight.pow(2).mean().sqrt()
-            layer.weight.copy_(torch.maximum(torch.minimum(layer.weight, bound), -bound))
-
-    return constrain_
-
-
 def run_one(source: Path, bpp: float, steps: str, overrides: dict[str, Any], experiments: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     base = config_from_dict(NTCConfig, {"sources": [str(source)], "bpp": [bpp], "baselines": False, "device": args.device, **overrides})
     train = base.train if steps == "default" else replace(base.train, steps=int(steps))
     config = replace(base, train=train, texture_size=args.size if args.size else base.texture_size)
-    saved, saved_constrain = ntc_layout.LATENT_SHAPES, NTCModel.constrain_
+    saved = ntc_layout.LATENT_SHAPES
     if "shape" in experiments:  # this process only: the rate table holds the one shape
         ntc_layout.LATENT_SHAPES = (experiments["shape"],)
-    if "weight_clip" in experiments:  # this process only
-        NTCModel.constrain_ = clipped_constrain(experiments["weight_clip"])
     out = Path(tempfile.mkdtemp(prefix="ntc_convergence_"))
     try:
         start = time.perf_counter()
@@ -112,7 +91,7 @@ def run_one(source: Path, bpp: float, steps: str, overrides: dict[str, Any], exp
         wall = time.perf_counter() - start
         share, layers = clamp_share(out)
     finally:
-        ntc_layout.LATENT_SHAPES, NTCModel.constrain_ = saved, saved_constrain
+        ntc_layout.LATENT_SHAPES = saved
         shutil.rmtree(out, ignore_errors=True)
     return {
         "steps_asked": steps,

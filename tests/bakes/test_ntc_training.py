@@ -106,3 +106,37 @@ def test_an_undertrained_bake_says_so_in_its_report_and_summary_line(sources: li
     training = json.loads((tmp_path / "out" / "report.json").read_text())["training"]
     assert training["converged"] is False and training["last_quarter_gain"] > 0.25
     assert "still improving when it stopped" in result.output and "--steps" in result.output
+
+
+def _trained_model(sources: list[str], weight_clip: float | None) -> NTCModel:
+    texture_set = load_texture_set(sources)
+    layout = choose_layout(texture_set.width, texture_set.height, texture_set.groups, 16.0, hidden=(16,), pe_frequencies=2)
+    model = NTCModel(layout, generator=torch.Generator().manual_seed(0), weight_clip=weight_clip)
+    sampler = TexelSampler(layout, texture_set.mip_chain(), 256, torch.device("cpu"))
+    config = TrainerConfig(steps=60, learning_rate=0.05, schedule="constant", precision="fp32", checkpoint_every=0, checkpoint_seconds=0, log_every=10)
+    Trainer(model, sampler, torch.nn.functional.mse_loss, config, device=torch.device("cpu")).fit()
+    return model
+
+
+def test_weight_clip_bounds_every_layer_and_so_its_int8_scale(sources: list[str]) -> None:
+    """Unclamped, a few weights outgrow their layer (the int8 scale max|w|/127 then coarsens all the others);
+    clamped to K times the RMS after each update, the stored scale stays within K/127 of the RMS."""
+    ratio = lambda w: float(w.abs().max() / w.pow(2).mean().sqrt())
+    free = _trained_model(sources, None)
+    assert max(ratio(layer.weight.detach()) for layer in free.layers) > 3.2  # what the clamp prevents
+    clamped = _trained_model(sources, 3.0)
+    for layer in clamped.layers:
+        assert ratio(layer.weight.detach()) <= 3.0 * 1.01  # the RMS of the clamped weights is a little lower than before
+    from neuralbake.bakes.ntc.container import pack_container, read_container
+
+    container = read_container(pack_container(clamped))
+    for scale, weight in zip(container.scales, container.weights()):
+        assert float(scale) <= 3.0 / 127 * float(weight.pow(2).mean().sqrt()) * 1.01
+
+
+def test_weight_clip_out_of_range_names_the_field(sources: list[str]) -> None:
+    from neuralbake.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="weight_clip"):
+        NTCConfig(sources=sources, weight_clip=0.5).validate()
+    NTCConfig(sources=sources, weight_clip=None).validate()

@@ -161,7 +161,7 @@ def _compress_rate(
     start = time.perf_counter()
     folder.mkdir(parents=True, exist_ok=True)
     generator = torch.Generator().manual_seed(config.train.seed)
-    model = NTCModel(layout, generator=generator).to(device)
+    model = NTCModel(layout, generator=generator, weight_clip=config.weight_clip).to(device)
     sampler = TexelSampler(layout, reference, config.batch_size, device)
     compatibility = {"layout": layout.header(), "size": [texture_set.width, texture_set.height], "batch_size": config.batch_size}
     phases = _train(run, model, sampler, compatibility, prefix)

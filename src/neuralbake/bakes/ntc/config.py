@@ -35,7 +35,7 @@ from neuralbake.kernels import KERNEL_MODES
 from neuralbake.nn.trainer import TrainerConfig
 from neuralbake.render.mip import is_power_of_two
 
-__all__ = ["CPU_BATCH", "CPU_LR", "CPU_STEPS", "CPU_TEXTURE_SIZE", "GPU_BATCH", "GPU_LR", "GPU_STEPS", "NTCConfig", "device_defaults", "load_config_texture_set", "ntc_footprint"]
+__all__ = ["CPU_BATCH", "CPU_LR", "CPU_STEPS", "CPU_TEXTURE_SIZE", "GPU_BATCH", "GPU_LR", "GPU_STEPS", "NTCConfig", "WEIGHT_CLIP", "device_defaults", "load_config_texture_set", "ntc_footprint"]
 
 CPU_TEXTURE_SIZE = 256
 """Largest side a CPU bake resamples a set to by default: DamagedHelmet's 11 channels at 2048² ran
@@ -46,9 +46,15 @@ about 2 minutes (README)."""
 CPU_STEPS, CPU_BATCH, CPU_LR = 3000, 8192, 0.01
 """A CPU bake's noise-phase steps, texels per step and learning rate: about 2 minutes for the crate
 on 2 cores; a higher rate than a GPU's, which a short run needs."""
-GPU_STEPS, GPU_BATCH, GPU_LR = 30_000, 32_768, 0.005
-"""A GPU bake's: about 40 s for DamagedHelmet at 2048² on an H200. Longer runs gain little: see
-``bench/ntc_convergence.py`` and docs/benchmarks.md for 3,000 against 30,000 and 100,000 steps."""
+GPU_STEPS, GPU_BATCH, GPU_LR = 100_000, 32_768, 0.005
+"""A GPU bake's: about 2 minutes for DamagedHelmet at 2048² on an H200 (RTXNTC's compressor also
+trains about 100,000 steps). With the weights clamped (:data:`WEIGHT_CLIP`) 100,000 steps gained
+0.6-1.8 dB over 30,000 on DamagedHelmet and the crate: ``bench/ntc_convergence.py``, docs/benchmarks.md."""
+WEIGHT_CLIP = 3.0
+"""The default :attr:`NTCConfig.weight_clip`. Unclamped, a layer's largest weight grew to 6-18x its
+RMS in long runs, coarsening the int8 steps of all the others, and 100,000 steps ended below 30,000
+in three of four runs; at 3x (H200, DamagedHelmet 3.69 bpp) 30,000 steps gave 34.26 dB and
+100,000 35.00 dB, against 33.35 / 32.13-33.14 dB without (docs/benchmarks.md)."""
 TIME_BUDGET_STEPS = 10_000_000
 """The step cap of a run given ``--seconds`` and no ``--steps``: the time ends it."""
 
@@ -87,6 +93,10 @@ class NTCConfig(KernelsConfig):
     finetune_lr_fraction: float = 0.05
     """Peak learning rate of the hard-rounding phase as a fraction of train.learning_rate (the
     main phase's own cosine schedule ends at train.final_lr_fraction of it)."""
+    weight_clip: float | None = WEIGHT_CLIP
+    """Clamp each decoder layer's weights to this many times their RMS after every update, which
+    bounds the stored int8 scale (max|w| / 127) and keeps long runs improving; null in a --config
+    file: no clamp."""
     baselines: bool = True
     """Also round-trip the set through BC1 / BC7 (+ BC5 for normals) and report their PSNR."""
     bc7_uber_level: int = 1
@@ -126,6 +136,8 @@ class NTCConfig(KernelsConfig):
             raise ConfigError("must be >= 0.", field="finetune_steps", fix="use e.g. 500.")
         if not 0 < self.finetune_lr_fraction <= 1:
             raise ConfigError("must be in (0, 1].", field="finetune_lr_fraction", fix="use e.g. 0.2.")
+        if self.weight_clip is not None and (isinstance(self.weight_clip, bool) or not isinstance(self.weight_clip, (int, float)) or not 1 <= self.weight_clip <= 127):
+            raise ConfigError(f"must be a number from 1 to 127, not {str(self.weight_clip)[:40]}.", field="weight_clip", fix="use e.g. 4, or leave it unset.")
         if not 0 <= self.bc7_uber_level <= 4:
             raise ConfigError("must be 0 to 4.", field="bc7_uber_level", fix="use 1.")
         replace(self.train, steps=self.train.steps or 1, learning_rate=self.train.learning_rate or CPU_LR).validate()  # None: the device decides

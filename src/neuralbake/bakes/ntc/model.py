@@ -144,9 +144,10 @@ class NTCModel(nn.Module):
     forward pass; weights are always int8 fake-quantised unless ``quantize_weights`` is False.
     """
 
-    def __init__(self, layout: NTCLayout, *, generator: torch.Generator | None = None) -> None:
+    def __init__(self, layout: NTCLayout, *, generator: torch.Generator | None = None, weight_clip: float | None = None) -> None:
         super().__init__()
         self.layout = layout
+        self.weight_clip = weight_clip
         high_cells, low_cells = layout.latent_cells()
         features = layout.shape.features
         init = lambda n: (torch.rand(n, features, generator=generator) - 0.5) * 0.5
@@ -190,9 +191,17 @@ class NTCModel(nn.Module):
         from the noise) stay there for good. On DamagedHelmet at 2.7 bpp 26 % of them were stuck
         after 30,000 steps and 58 % after 100,000, and the longer run ended 0.7 dB lower
         (docs/benchmarks.md). Projected back, a latent at the bound still gets its gradient.
+
+        With ``weight_clip`` K, each decoder layer's weights are also clamped to K times their
+        RMS: the stored int8 scale is ``max|w| / 127``, so a few weights that grow during a long
+        run would otherwise coarsen every other weight of their layer.
         """
         self.latents_high.clamp_(-1.0, 1.0)
         self.latents_low.clamp_(-1.0, 1.0)
+        if self.weight_clip is not None:
+            for layer in self.layers:
+                bound = self.weight_clip * layer.weight.pow(2).mean().sqrt()
+                layer.weight.copy_(torch.minimum(torch.maximum(layer.weight, -bound), bound))
 
     def parameter_count(self) -> int:
         return sum(p.numel() for p in self.parameters())
