@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -475,3 +477,81 @@ def test_a_simplified_mesh_is_fitted_to_its_original(tmp_path: Path) -> None:
     assert chained["psnr_db"] > 15 and chained["psnr_db"] != alone["psnr_db"]  # judged against the original's renders
     with pytest.raises(InputError, match="reference: file not found"):
         fit_lod(_config(coarse, reference=str(tmp_path / "none.gltf")), tmp_path / "bad", progress=False)
+
+
+# --- converged references --------------------------------------------------------------------------
+
+
+def _slab(folder: Path, n: int = 8) -> Path:
+    """A grey diffuse card: two back-to-back grids (the top facing up, the bottom down) whose uv1 puts the top in
+    the left half of the texture and the bottom in the right, so each texel is one side's colour."""
+    g = np.linspace(-1.0, 1.0, n + 1, dtype=np.float32)
+    x, z = np.meshgrid(g, g, indexing="xy")
+    t = np.linspace(0.0, 1.0, n + 1, dtype=np.float32)
+    u, v = np.meshgrid(t, t, indexing="xy")
+    quads = [(r * (n + 1) + c, r * (n + 1) + c + n + 1, r * (n + 1) + c + 1, r * (n + 1) + c + n + 2) for r in range(n) for c in range(n)]
+    faces = np.asarray([tri for a, d, b, e in quads for tri in ((a, d, b), (b, d, e))], np.int64)  # wound to face +y
+    meshes = []
+    for side, (y, down, u0) in enumerate(((0.01, False, 0.0), (-0.01, True, 0.5))):
+        positions = np.stack((x.ravel(), np.full(x.size, y, np.float32), z.ravel()), -1)
+        normals = np.tile(np.array([0.0, -1.0 if down else 1.0, 0.0], np.float32), (x.size, 1))
+        uv0 = np.stack((u.ravel(), v.ravel()), -1).astype(np.float32)
+        uv1 = np.stack((u0 + 0.03 + 0.44 * u.ravel(), 0.03 + 0.94 * v.ravel()), -1).astype(np.float32)
+        indices = faces[:, ::-1].copy() if down else faces
+        meshes.append(Mesh(positions=positions, indices=indices, normals=normals, uv0=uv0, uv1=uv1, name=f"side{side}"))
+    material = Material(name="card", base_color_factor=(0.5, 0.5, 0.5, 1.0), metallic_factor=0.0, roughness_factor=1.0)
+    folder.mkdir(parents=True, exist_ok=True)
+    return write_gltf(folder / "card.gltf", Scene(meshes=meshes, materials=[material]))
+
+
+def _card_fit(asset: Path, out: Path, seed: int) -> tuple[np.ndarray, dict]:
+    config = _config(asset, texture_size=32, render_size=64, views=8, epochs=10, environment=True, environment_samples=2, shadows=False)
+    config.train.seed = seed  # other held-out views, view order and, above all, other light samples in every reference
+    report = fit_lod(config, out, progress=False)
+    from PIL import Image
+
+    with Image.open(out / "lod_uv1.png") as picture:
+        texture = np.asarray(picture.convert("RGB"), np.float32)
+    return texture, report
+
+
+def test_a_fit_under_the_sky_learns_the_shading_not_the_grain(tmp_path: Path) -> None:
+    """Two fits of a diffuse card under the environment light with independent light samples (other seeds) must bake
+    the same texture: what differs between them is Monte Carlo grain learned from the references. Before the
+    references converged (one render at 2 samples a pixel) the two textures differed by 10.2 / 16.5 levels RMS
+    (top, bottom of the card); now by 3.8 / 3.6 with 8 training views (more views average more), and each report
+    states its references' noise floor."""
+    asset = _slab(tmp_path / "asset")
+    first, report = _card_fit(asset, tmp_path / "a", seed=0)
+    second, _ = _card_fit(asset, tmp_path / "b", seed=1)
+    for name, columns in (("top", slice(5, 12)), ("bottom", slice(21, 28))):  # the halves' interiors, away from the card's edges
+        rms = float(np.sqrt(((first[6:26, columns] - second[6:26, columns]) ** 2).mean()))
+        assert rms < 4.5, f"{name}: the two fits' textures differ by {rms:.2f} levels RMS"
+    record = report["reference_renders"]
+    assert record["environment"] and record["target_noise_db"] == {"held_out": 40.0, "training": 34.0}
+    assert record["held_out"]["noise_floor_db"] >= 40.0 and record["training"]["noise_floor_db"] >= 34.0
+    assert max(record["training"]["samples_per_pixel"]) > 4 and min(record["held_out"]["samples_per_pixel"]) > 4  # more rounds than the first
+
+
+def test_a_converged_reference_states_its_noise_floor_truthfully() -> None:
+    """The floor a reference claims (from its halves) matches its measured PSNR against a much longer render."""
+    from neuralbake.bakes.fit.views import converged_render, fit_cameras, fit_lighting
+    from neuralbake.core.metrics import psnr
+    from neuralbake.io.gltf import load_gltf
+    from neuralbake.render.scene import prepare_scene
+
+    with tempfile.TemporaryDirectory() as folder:
+        scene = load_gltf(_write_asset(Path(folder)))
+    config = _config(Path("unused.gltf"), render_size=48, environment=True, environment_samples=2, shadows=False)
+    rs = prepare_scene(scene, device=torch.device("cpu"))
+    camera = fit_cameras(scene, config)[1][0]
+    lighting = fit_lighting(config, torch.device("cpu"))
+    ours = converged_render(rs, camera, 48, lighting, config, seed=3, target_db=36.0)
+    assert ours.samples >= 8 and ours.noise_floor_db >= 36.0
+    truth = converged_render(rs, camera, 48, lighting, replace(config, max_environment_samples=2048), seed=99, target_db=80.0)
+    hits = ours.gbuffer.visibility.mask
+    measured = psnr(ours.ldr[hits], truth.ldr[hits])
+    assert abs(measured - ours.noise_floor_db) < 3.0, (measured, ours.noise_floor_db)
+    plain = replace(config, environment=False)
+    exact = converged_render(rs, camera, 48, fit_lighting(plain, torch.device("cpu")), plain, seed=3, target_db=36.0)
+    assert exact.samples == 0 and exact.noise_floor_db == math.inf

@@ -55,7 +55,7 @@ from neuralbake.render.envmap import EnvironmentLight
 from neuralbake.render.gbuffer import GBuffer, SurfaceParameters, as_render_scene, evaluate_materials, render_gbuffer
 from neuralbake.render.scene import RenderScene
 
-__all__ = ["DirectionalLight", "Lighting", "RenderResult", "ShadeResult", "over_pdf", "power_heuristic", "render", "shade"]
+__all__ = ["DirectionalLight", "Lighting", "RenderResult", "ShadeResult", "over_pdf", "power_heuristic", "render", "shade", "shade_direct", "with_environment"]
 
 
 # --- lights and shading ------------------------------------------------------------------------------
@@ -190,6 +190,20 @@ def shade(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting | None = None
     tensors, vertex attributes and positions the G-buffer was built from."""
     lighting = Lighting() if lighting is None else lighting
     lighting.validate()
+    direct = _shade_direct(scene, gbuffer, lighting)
+    if lighting.environment is None or not direct.radiance.shape[0]:
+        return direct
+    return with_environment(scene, gbuffer, direct, lighting)
+
+
+def shade_direct(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting) -> ShadeResult:
+    """The deterministic part of :func:`shade`: emission and the directional lights, without the
+    environment (whose Monte Carlo passes :func:`with_environment` adds, once per seed)."""
+    lighting.validate()
+    return _shade_direct(scene, gbuffer, lighting)
+
+
+def _shade_direct(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting) -> ShadeResult:
     s = evaluate_materials(scene, gbuffer)
     dtype, device = scene.dtype, scene.device
     wo = s.to_local(gbuffer.view)
@@ -203,8 +217,22 @@ def shade(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting | None = None
             lit = lit * (~scene.caster.occluded(origin, l_world)).to(dtype)
         f = gltf_eval(s.to_local(l_world), wo, base_color=s.base_color, metallic=s.metallic, roughness=s.roughness)
         radiance = radiance + f * e * lit[:, None]
-    if lighting.environment is not None and wo.shape[0]:
-        radiance = radiance + _environment(scene, gbuffer, s, lighting, wo)
+    return _composite(scene, gbuffer, lighting, s, radiance)
+
+
+def with_environment(scene: RenderScene, gbuffer: GBuffer, direct: ShadeResult, lighting: Lighting) -> ShadeResult:
+    """``direct`` (:func:`shade_direct` of the same scene and G-buffer) plus the environment term drawn
+    with ``lighting``'s seed and samples: what :func:`shade` gives, without redoing the materials,
+    the lights and their shadow rays for every seed of a converging reference."""
+    s = direct.surface
+    if lighting.environment is None or not direct.radiance.shape[0]:
+        return direct
+    radiance = direct.radiance + _environment(scene, gbuffer, s, lighting, s.to_local(gbuffer.view))
+    return _composite(scene, gbuffer, lighting, s, radiance)
+
+
+def _composite(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting, s: SurfaceParameters, radiance: torch.Tensor) -> ShadeResult:
+    dtype, device = scene.dtype, scene.device
     radiance = torch.where(s.unlit[:, None], s.base_color, radiance)
     vis = gbuffer.visibility
     if isinstance(lighting.background, str):

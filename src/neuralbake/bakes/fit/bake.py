@@ -30,6 +30,7 @@ from neuralbake.bakes.fit.views import (
     fit_cameras,
     fit_lighting,
     load_weights,
+    reference_record,
     render_views,
 )
 from neuralbake.bakes.footprint import ASSUMED_ASSET_BYTES, RENDERER_BASE_BYTES, TRAINED_PARAMETER_BYTES, dominant_field, footprint
@@ -152,9 +153,13 @@ def _body(run: BakeRun) -> BakeOutcome:
         torch.cuda.reset_peak_memory_stats(device)
     with run.task("rendering reference views", len(train_cams) + len(held_cams), unit="views") as advance:
         train_views = render_views(
-            rs, train_cams, config, lighting, mask, keep_image=config.shape, advance=advance, reference=reference, background=background
+            rs, train_cams, config, lighting, mask, keep_image=config.shape, advance=advance, reference=reference, background=background,
+            target_db=config.training_noise_db,
         )
-        held_views = render_views(rs, held_cams, config, lighting, None, keep_image=True, advance=advance, reference=reference, background=background)
+        held_views = render_views(
+            rs, held_cams, config, lighting, None, keep_image=True, advance=advance, reference=reference, background=background, first_seed=len(train_cams),
+            target_db=config.reference_noise_db,
+        )
     if sum(v.pixel.numel() for v in train_views) == 0:
         raise InputError("no training view sees the asset.", path=config.asset, field="views", fix="check the asset's scale and position.")
     precompute_seconds = time.perf_counter() - started
@@ -163,6 +168,7 @@ def _body(run: BakeRun) -> BakeOutcome:
         "weights": config.weights,
         "weighted_pixel_fraction": float(torch.cat(weighted).float().mean()) if weighted else 0.0,
         "warm_start": config.warm_start,
+        "reference_renders": reference_record(config, train_views, held_views),  # not the artist's, but a report field all the same
     }
 
     model = LodAppearance(config, rs.faces, rs.positions.shape[0], device)

@@ -120,7 +120,15 @@ class FitConfig(TrainedConfig):
     environment: bool = True
     """Light with the procedural sky as well as the directional light."""
     environment_samples: int = 8
-    """Environment light + BRDF samples per pixel for the reference renders."""
+    """Environment light + BRDF samples per pixel of a reference render's first passes (later passes double them)."""
+    reference_noise_db: float = 40.0
+    """Noise floor the held-out views' references are rendered to (their estimated PSNR against their own
+    expectation; more environment samples until it is reached): what the fit is scored against."""
+    training_noise_db: float = 34.0
+    """Noise floor the training views' references are rendered to. Lower than the held-out views': the fit
+    averages every texel over the views that see it, whose grain is independent."""
+    max_environment_samples: int = 512
+    """Cap on a reference view's environment samples per pixel over all its passes."""
     shadows: bool = True
     """Shadow rays for the directional light in the reference renders (traced with warp-lang's BVH)."""
     light_direction: tuple[float, float, float] = (-0.45, 0.75, 0.5)
@@ -153,7 +161,7 @@ class FitConfig(TrainedConfig):
                 f"chroma_size must be 0 or in [2, {MAX_TEXTURE_SIZE}], got {self.chroma_size!r}.",
                 "pass 0 (half of texture_size) or e.g. 512.",
             )
-        for name, low in (("views", 1), ("held_out_views", 1), ("epochs", 1), ("views_per_step", 1), ("environment_samples", 1)):
+        for name, low in (("views", 1), ("held_out_views", 1), ("epochs", 1), ("views_per_step", 1), ("environment_samples", 1), ("max_environment_samples", 2)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise bad(name, f"{name} must be an integer >= {low}, got {v!r}.", f"pass e.g. {max(low, 4)}.")
@@ -165,6 +173,10 @@ class FitConfig(TrainedConfig):
                     f"{name} must be at most {MAX_VIEWS}, got {v}; every view keeps its reference render in memory.",
                     f"pass e.g. {32 if name == 'views' else 4} (a few dozen views cover an asset; more epochs revisit them).",
                 )
+        for name in ("reference_noise_db", "training_noise_db"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 10 <= v <= 80:
+                raise bad(name, f"{name} must be a number of dB from 10 to 80, got {v!r}.", "pass e.g. 40 (higher: cleaner references, longer renders).")
         if self.views_per_step > self.views:
             raise bad("views_per_step", f"views_per_step ({self.views_per_step}) exceeds views ({self.views}).", "lower it or add views.")
         for name, value in (
