@@ -120,7 +120,8 @@ class FitConfig(TrainedConfig):
     environment: bool = True
     """Light with the procedural sky as well as the directional light."""
     environment_samples: int = 8
-    """Environment light + BRDF samples per pixel of a reference render's first passes (later passes double them)."""
+    """Environment light + BRDF samples per pixel of each half of a reference render's first round (later rounds
+    take more, as their noise floor needs)."""
     reference_noise_db: float = 40.0
     """Noise floor the held-out views' references are rendered to (their estimated PSNR against their own
     expectation; more environment samples until it is reached): what the fit is scored against."""
@@ -128,7 +129,7 @@ class FitConfig(TrainedConfig):
     """Noise floor the training views' references are rendered to. Lower than the held-out views': the fit
     averages every texel over the views that see it, whose grain is independent."""
     max_environment_samples: int = 512
-    """Cap on a reference view's environment samples per pixel over all its passes."""
+    """Cap on a reference view's environment samples per pixel (both halves of its last round)."""
     shadows: bool = True
     """Shadow rays for the directional light in the reference renders (traced with warp-lang's BVH)."""
     light_direction: tuple[float, float, float] = (-0.45, 0.75, 0.5)
