@@ -129,6 +129,7 @@ def test_shading_a_layer_agrees_with_the_deferred_renderer() -> None:
 
 
 def _tiny(material: str | Path, **fields) -> NeuralMaterialConfig:
+    fields.setdefault("verdict", False)  # the NTC run of the verdict has tests of its own (tests/bakes/test_neural_material_verdict.py)
     config = NeuralMaterialConfig(material=str(material), texture_size=16, batch_size=256, device="cpu", **fields)
     config.decoder_hidden = config.encoder_hidden = 16
     config.compare_size, config.compare_spp = 24, 2
@@ -250,6 +251,7 @@ def test_cli_bakes_a_named_asset_material(tmp_path: Path) -> None:
             "1",
             "--device",
             "cpu",
+            "--no-verdict",
             "--quiet",
         ],
     )
@@ -257,6 +259,9 @@ def test_cli_bakes_a_named_asset_material(tmp_path: Path) -> None:
     assert "on renders of crate.gltf (crate_paint)" in " ".join(result.output.split())
     report = json.loads((out / "report.json").read_text())
     assert report["asset"]["material"] == "crate_paint"
+    # --no-verdict: no NTC run, said so in the report
+    assert report["verdict"] == {"note": "not run (verdict false, --no-verdict)"} and "ntc" not in report["asset"]
+    assert not (out / ".neuralbake" / "checkpoints" / "verdict_ntc").exists() and "verdict:" not in result.output
 
 
 def test_a_placed_layered_material_reads_the_asset_normal_per_texel() -> None:
@@ -323,8 +328,11 @@ def test_the_frame_bench_runs_on_slangpys_cpu_device(tmp_path: Path, kind: str) 
 
 
 def test_a_pack_reads_its_materials_from_a_scene(tmp_path: Path) -> None:
-    """``material pack SCENE.gltf``: every lit material the scene's meshes use, in the scene's order, one shader with their ids."""
-    from neuralbake.bakes.material_pack import pack_materials
+    """``material pack SCENE.gltf``: every lit material the scene's meshes use, in the scene's order, one shader with their ids;
+    with ``--verdict`` each material's report has its own."""
+    from neuralbake.bakes.material_pack import MaterialPackConfig, pack_materials
+
+    assert MaterialPackConfig().bake.verdict is False  # off in a pack unless asked
 
     rng = np.random.default_rng(0)
     meshes, materials = [], []
@@ -338,7 +346,7 @@ def test_a_pack_reads_its_materials_from_a_scene(tmp_path: Path) -> None:
     scene = tmp_path / "scene" / "scene.gltf"
     scene.parent.mkdir()
     write_gltf(scene, Scene(meshes=meshes, materials=materials))
-    report = pack_materials([scene], tmp_path / "pack", _tiny(scene), progress=False)
+    report = pack_materials([scene], tmp_path / "pack", _tiny(scene, verdict=True), progress=False)
     pack = json.loads((tmp_path / "pack" / "pack.json").read_text())
     # the unlit one has no BRDF to bake; a name with path parts becomes a plain folder name inside the pack
     assert [m["name"] for m in pack["materials"]] == ["paint", "rubber"]
@@ -347,6 +355,11 @@ def test_a_pack_reads_its_materials_from_a_scene(tmp_path: Path) -> None:
     for name, gltf_name in (("paint", "paint"), ("rubber", "../../rubber")):
         bake = json.loads((tmp_path / "pack" / "materials" / name / "report.json").read_text())
         assert bake["asset"]["material"] == gltf_name
+        # NTC's smallest file for 8x8 maps is 1060 bpp, past any rate: each material's verdict says so and is judged on the
+        # BC set, here far smaller (14 bpp of the maps against the latents' ~460) and better than 30 steps of a tiny decoder
+        verdict = bake["verdict"]
+        assert "below the smallest file for this 8x8 set" in verdict["ntc"]["skipped"]
+        assert verdict["recommendation"]["tool"] == "bc" and verdict["bc"]["bytes"] < verdict["neural_material"]["bytes"]
     assert set(report["bakes"]) == {"paint", "rubber"} and not (tmp_path / "rubber").exists()
 
 

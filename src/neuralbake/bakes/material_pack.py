@@ -58,7 +58,8 @@ __all__ = ["MATERIAL_PACK", "MaterialPackConfig", "pack_materials"]
 
 
 def _default_bake() -> NeuralMaterialConfig:
-    return NeuralMaterialConfig(material="")
+    # a pack runs the verdict (an NTC run per glTF material) only when asked: --verdict
+    return NeuralMaterialConfig(material="", verdict=False)
 
 
 @dataclass
@@ -193,7 +194,7 @@ def _final(run: BakeRun, path: Path) -> str:
 
 def _bake_one(run: BakeRun, config: NeuralMaterialConfig, folder: Path, phase: str, shared_as: str | None) -> dict[str, Any]:
     """One material of the pack: its phase, then its own config, report, loss curve and bake.json."""
-    metrics, fields = bake_material(run, config, folder, phase=phase, shared_as=shared_as)
+    metrics, fields = bake_material(run, config, folder, phase=phase, shared_as=shared_as, verdict=config.verdict)
     return _write_material(run, config, folder, phase, metrics, fields, f"neural material: {Path(config.material).name}")
 
 

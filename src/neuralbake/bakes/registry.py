@@ -119,7 +119,7 @@ BAKES: dict[str, Registered] = {
                            "or baked neural material folders; material ids follow this order.", many=True),),
             rename={"latent_format": "latents", "bake.texture_size": "size", "bake.train.precision": "train-precision"},
             skip=("bake.material", "bake.material_name", "bake.shared_decoder"),
-            notes={"bake.train.steps": "Left out: 10,000 on a GPU, 2,000 on a CPU."},
+            notes={"bake.train.steps": "Left out: 10,000 on a GPU, 2,000 on a CPU.", "bake.verdict": "Off in a pack unless given."},
             out_help="Output folder: materials/<name>/ bakes, shader/ (Slang, HLSL, buffers, manifest), pack.json.",
         ),
         Registered(

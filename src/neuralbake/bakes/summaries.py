@@ -45,11 +45,15 @@ def material_summary(report: dict[str, Any], out: Path) -> str:
     scored = asset.get("psnr_db") is not None or "asset.psnr_db" in (report.get("non_finite") or {})
     where = f"on renders of {asset['asset']} ({asset['material']})" if scored else "on preview renders"
     extra = f"; its BC set {m('asset', 'bc', 'psnr_db', unit=' dB')}" if scored and "bc" in asset else ""
+    if scored and "ntc" in asset:  # the verdict's NTC, at the neural material's bytes or NTC's highest rate
+        extra += f", NTC {m('asset', 'ntc', 'psnr_db', unit=' dB')} at {m('verdict', 'ntc', 'bits_per_texel', spec='.1f', unit=' bpp')}"
+    recommendation = (report.get("verdict") or {}).get("recommendation") or {}
+    verdict = f"; verdict: {recommendation['why']}" if recommendation.get("tool") not in (None, "neural_material") else ""
     return (
         f"{report['steps']} steps in {m('seconds', spec='.1f')} s: PSNR {m('psnr_db', unit=' dB')}, FLIP {m('flip', spec='.3f')} "
         f"{where} vs the reference{extra} (8-bit latents on texture views: {m('texture_views', 'psnr_u8_latents_db', unit=' dB')} "
         f"vs {m('texture_views', 'psnr_db', unit=' dB')}), decoder {report['decoder_params']} parameters, "
-        f"{m('throughput', 'speedup', spec='.1f', unit='x')} the reference's samples/s on {report['device']['type']} -> {out}"
+        f"{m('throughput', 'speedup', spec='.1f', unit='x')} the reference's samples/s on {report['device']['type']} -> {out}{verdict}"
     )
 
 

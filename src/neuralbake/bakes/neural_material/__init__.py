@@ -27,8 +27,10 @@ metal/rough material (its maps, the normal map included) is baked the same way f
 The package, by concern: :mod:`.config` (settings, device defaults), :mod:`.model` (encoder and
 decoder, reference sampler, loss, the baked material), :mod:`.latents` (latent pyramid, bundle
 writing and reading), :mod:`.comparison` (scores and pictures), :mod:`.asset` (glTF assets:
-their materials as references, renders of the asset), :mod:`.bake` (the bake on the runner, and
-several materials trained with one decoder) and :mod:`.render` (``neuralbake material render``).
+their materials as references, renders of the asset), :mod:`.asset_scoring` (the bake scored on
+the asset's renders), :mod:`.verdict` (NTC at the same bytes, and which tool fits an asset's
+material), :mod:`.bake` (the bake on the runner, and several materials trained with one decoder)
+and :mod:`.render` (``neuralbake material render``).
 """
 
 from neuralbake.bakes.neural_material.bake import NEURAL_MATERIAL, bake_material, bake_materials_jointly, bake_neural_material

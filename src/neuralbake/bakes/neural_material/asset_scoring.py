@@ -10,6 +10,8 @@ differentials), as the reference's textures are filtered trilinearly. Occlusion 
 textures: the size comparison counts them (as BC1 and BC7) on the neural side, and the neural
 renders use them block-compressed. The report's ``asset.bytes`` compares the latents + decoder
 (+ the kept occlusion and emission) with the textures as stored (JPEG/PNG) and as the BC set.
+With the verdict (:mod:`.verdict`), the maps decoded from NTC at the neural material's bytes are
+rendered and scored the same way (``asset.ntc``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import copy
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +44,22 @@ from neuralbake.render.scene import RenderScene, prepare_scene
 from neuralbake.render.tonemap import tone_map
 from neuralbake.render.visibility import warp_available
 
-__all__ = ["asset_comparison", "asset_views", "stored_texture_bytes", "view_radiance"]
+__all__ = [
+    "KEPT_SLOTS",
+    "asset_comparison",
+    "asset_views",
+    "bc_set_bytes",
+    "block_compressed",
+    "neural_material_bytes",
+    "stored_texture_bytes",
+    "view_radiance",
+]
 
 _SLOT_FORMATS = {"base_color": "bc7", "metallic_roughness": "bc7", "normal": "bc5", "occlusion": "bc1", "emissive": "bc7"}
 """The block-compressed texture set the bake is compared with: the usual format per glTF slot (BC1
 stands in for BC4 for the single-channel occlusion: both are 4 bits per texel)."""
+KEPT_SLOTS = ("occlusion", "emissive")
+"""The slots a glTF material's neural material keeps as block-compressed textures (not reflectance)."""
 
 
 def asset_views(rs: RenderScene, count: int, *, seed: int = 7919, fov_y_deg: float = 40.0) -> list[Camera]:
@@ -55,21 +68,42 @@ def asset_views(rs: RenderScene, count: int, *, seed: int = 7919, fov_y_deg: flo
     return random_orbit(count, distance, seed=seed, target=target, fov_y_deg=fov_y_deg)
 
 
-def _block_compressed(scene: Scene, index: int) -> tuple[Scene, dict[str, int]]:
-    """``scene`` with material ``index``'s textures replaced by their block-compressed round trips, and
-    the bytes per slot (full mip chains). An image in several slots (occlusion packed with
-    metal/rough) is compressed once, in the first slot's format, and counted once (0 bytes after)."""
+def bc_set_bytes(scene: Scene, index: int) -> dict[str, int]:
+    """Bytes per slot of material ``index``'s textures as the BC set (:data:`_SLOT_FORMATS`, full mip
+    chains). An image in several slots (occlusion packed with metal/rough) counts once, in the first."""
+    sizes: dict[str, int] = {}
+    seen: set[int] = set()
+    for attr, ref in scene.materials[index].textures().items():
+        slot = attr.removesuffix("_texture")
+        h, w = ref.image.shape[:2]
+        sizes[slot] = 0 if id(ref.image) in seen else mip_chain_bytes(h, w, _SLOT_FORMATS[slot])
+        seen.add(id(ref.image))
+    return sizes
+
+
+def neural_material_bytes(material: AssetSurface, latent_bytes: int, decoder_bytes: int) -> dict[str, Any]:
+    """What the neural material of ``material`` ships, in bytes: 8-bit latents, fp16 decoder and, for a glTF
+    material, its occlusion and emission maps as BC1/BC7 (:data:`KEPT_SLOTS`); ``total`` sums them."""
+    parts: dict[str, Any] = {"latents_u8": latent_bytes, "decoder_fp16": decoder_bytes}
+    total = latent_bytes + decoder_bytes
+    if isinstance(material, AssetMaterial):
+        sizes = bc_set_bytes(material.scene, material.index)
+        parts["kept_textures_bc"] = kept = {slot: sizes[slot] for slot in KEPT_SLOTS if slot in sizes}
+        total += sum(kept.values())
+    return {"parts": parts, "total": total}
+
+
+def block_compressed(scene: Scene, index: int) -> Scene:
+    """``scene`` with material ``index``'s textures replaced by their block-compressed round trips (the
+    BC set); an image in several slots is compressed once, in the first slot's format."""
     out = copy.copy(scene)
     out.materials = list(scene.materials)
     material = out.materials[index] = copy.copy(scene.materials[index])
-    sizes: dict[str, int] = {}
     done: dict[int, np.ndarray] = {}
     for attr, ref in material.textures().items():
         slot = attr.removesuffix("_texture")
         fmt = _SLOT_FORMATS[slot]
-        if id(ref.image) in done:
-            sizes[slot] = 0
-        else:
+        if id(ref.image) not in done:
             image = ref.image
             h, w = image.shape[:2]
             pad = pad_to_blocks(image)
@@ -85,9 +119,8 @@ def _block_compressed(scene: Scene, index: int) -> tuple[Scene, dict[str, int]]:
                 rgb = pad[..., :channels] if pad.shape[2] >= 3 else np.repeat(pad[..., :1], 3, axis=2)
                 decoded, _ = bc_roundtrip(rgb, fmt)
             done[id(ref.image)] = np.ascontiguousarray(decoded[:h, :w], np.float32)
-            sizes[slot] = mip_chain_bytes(h, w, fmt)
         setattr(material, attr, dataclasses.replace(ref, image=done[id(ref.image)]))
-    return out, sizes
+    return out
 
 
 def stored_texture_bytes(material: AssetMaterial) -> dict[str, int]:
@@ -137,11 +170,13 @@ def _flip_ldr(reference: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.n
 
 def view_radiance(
     reference: AssetSurface, g: GBuffer, neural: Any, environment: EnvironmentLight, spp: int, *, seed: int, shadows: bool,
-    compressed_scene: RenderScene | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    compressed: Mapping[str, RenderScene] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """Radiance of a G-buffer's rows with the reference, with the neural material (on the
     reference's triangles; the asset's other materials as they are) and, for a glTF material,
-    with the block-compressed textures (``compressed_scene``), all lit with the same samples."""
+    with each texture set of ``compressed`` (``"bc"``: the block-compressed textures, whose
+    occlusion and emission the neural material ships and is rendered with; ``"ntc"``: the
+    NTC-decoded maps), all lit with the same samples."""
     rs, index = reference.render_scene, reference.index
     frame = vertex_frame(g)
     s = evaluate_materials(rs, g)
@@ -161,16 +196,17 @@ def view_radiance(
     net = ref.clone()
     if mine.numel():
         ref[mine] = shade(mine, reference.render_layer(g, frame, s, mine), occlusion, emissive)
-    bc = None
-    if compressed_scene is not None:
-        s_bc = evaluate_materials(compressed_scene, g)
-        every = torch.arange(g.pixel.shape[0], device=rs.device)
-        bc = shade(every, GltfLayer(s_bc.base_color, s_bc.metallic, s_bc.roughness, normalize(frame.local(s_bc.normal))), s_bc.occlusion, s_bc.emissive)
-        occlusion, emissive = s_bc.occlusion, s_bc.emissive  # the neural material ships them block-compressed
+    every = torch.arange(g.pixel.shape[0], device=rs.device)
+    sets: dict[str, torch.Tensor] = {}
+    for name, scene in (compressed or {}).items():
+        c = evaluate_materials(scene, g)
+        sets[name] = shade(every, GltfLayer(c.base_color, c.metallic, c.roughness, normalize(frame.local(c.normal))), c.occlusion, c.emissive)
+        if name == "bc":
+            occlusion, emissive = c.occlusion, c.emissive  # the neural material ships them block-compressed
     if mine.numel():
         layer = neural(g.uv[0][mine], None, footprint=(g.uv_dx[0][mine], g.uv_dy[0][mine]))
         net[mine] = shade(mine, layer, occlusion, emissive)
-    return ref, net, bc
+    return ref, net, sets
 
 
 def asset_comparison(
@@ -184,25 +220,28 @@ def asset_comparison(
     progress: Callable[[int], None] | None = None,
     latent_bytes: int = 0,
     decoder_bytes: int = 0,
+    ntc_scene: RenderScene | None = None,
 ) -> dict[str, Any]:
     """Render ``views`` held-out views of the asset with the reference and the neural material
-    (and, for a glTF material, its block-compressed textures); write
-    ``renders/asset_comparison.png`` (per view reference | neural | FLIP [| BC set | FLIP]) and
-    return the scores and the size table (see the module docstring)."""
+    (and, for a glTF material, its block-compressed textures, and ``ntc_scene``'s NTC-decoded maps
+    when given: :mod:`~neuralbake.bakes.neural_material.verdict`); write
+    ``renders/asset_comparison.png`` (per view reference | neural | FLIP [| BC set | FLIP [| NTC |
+    FLIP]]) and return the scores and the size table (see the module docstring)."""
     rs = material.render_scene
     device = rs.device
     textured = isinstance(material, AssetMaterial)
-    bc_bytes: dict[str, int] = {}
-    compressed = None
+    compressed: dict[str, RenderScene] = {}
     if textured:
-        bc_scene, bc_bytes = _block_compressed(material.scene, material.index)
-        compressed = prepare_scene(bc_scene, device=device)
+        compressed["bc"] = prepare_scene(block_compressed(material.scene, material.index), device=device)
+        if ntc_scene is not None:
+            compressed["ntc"] = ntc_scene
     environment = EnvironmentLight.from_map(default_environment(128, 64, device=device))
     shadows = warp_available()  # sun shadows need Warp's BVH; primary visibility does not
     background = torch.full((3,), 0.18, device=device)
     filtering = neural.filtering
     neural.filtering = True
-    scores: dict[str, list[float]] = {"psnr": [], "flip": [], "bc_psnr": [], "bc_flip": []}
+    columns = ("net", *compressed)
+    scores: dict[str, dict[str, list[float | None]]] = {key: {"psnr": [], "flip": []} for key in columns}
     rows_out: list[list[np.ndarray]] = []
     pixels: list[int] = []
     started = time.perf_counter()
@@ -210,27 +249,26 @@ def asset_comparison(
         for view, camera in enumerate(asset_views(rs, views)):
             g = render_gbuffer(rs, camera, size, size)
             with torch.no_grad():
-                radiance = view_radiance(material, g, neural, environment, spp, seed=view, shadows=shadows, compressed_scene=compressed)
+                ref, net, sets = view_radiance(material, g, neural, environment, spp, seed=view, shadows=shadows, compressed=compressed)
             # scored over the baked material's pixels only (an asset's other materials are the same in every image)
-            mine = (g.material_id == material.index).to(radiance[0].dtype)[:, None]
+            mine = (g.material_id == material.index).to(ref.dtype)[:, None]
             covered = (g.image(mine, 0.0)[..., 0] > 0.5).cpu().numpy()
             pixels.append(int(covered.sum()))
             mask = torch.from_numpy(covered)
-            pictures = {key: tone_map(g.image(r, background)).float().cpu().numpy() for key, r in zip(("ref", "net", "bc"), radiance, strict=True) if r is not None}
+            pictures = {key: tone_map(g.image(r, background)).float().cpu().numpy() for key, r in (("ref", ref), ("net", net), *sets.items())}
             row = [pictures["ref"]]
-            for prefix, key in (("", "net"), ("bc_", "bc")):
-                if key not in pictures:
-                    continue
+            for key in columns:
                 error, picture = _flip_ldr(pictures["ref"], pictures[key])
                 visible = bool(covered.any())
-                scores[f"{prefix}psnr"].append(psnr(torch.from_numpy(pictures[key])[mask], torch.from_numpy(pictures["ref"])[mask]) if visible else None)
-                scores[f"{prefix}flip"].append(float(error[covered].mean()) if visible else None)
+                scores[key]["psnr"].append(psnr(torch.from_numpy(pictures[key])[mask], torch.from_numpy(pictures["ref"])[mask]) if visible else None)
+                scores[key]["flip"].append(float(error[covered].mean()) if visible else None)
                 row += [pictures[key], picture]
             rows_out.append(row)
             if progress is not None:
                 progress(size * size)
     finally:
         neural.filtering = filtering
+    (out / "renders").mkdir(parents=True, exist_ok=True)
     save_png(out / "renders" / "asset_comparison.png", panel_grid(rows_out, gap=2))
 
     def mean(values: list[float | None]) -> float | None:  # over the views that show the material; None if none does
@@ -240,6 +278,11 @@ def asset_comparison(
     def each(values: list[float | None], digits: int) -> list[float | None]:
         return [None if v is None or not math.isfinite(v) else round(v, digits) for v in values]
 
+    def scored(key: str) -> dict[str, Any]:
+        return {"psnr_db": mean(scores[key]["psnr"]), "flip": mean(scores[key]["flip"]),
+                "psnr_per_view_db": each(scores[key]["psnr"], 3), "flip_per_view": each(scores[key]["flip"], 4)}
+
+    labels = {"bc": "BC set", "ntc": "NTC"}
     result: dict[str, Any] = {
         "asset": str(material.path.name),
         "material": material.name,
@@ -251,36 +294,33 @@ def asset_comparison(
         "spp": spp,
         "sun_shadows": shadows,
         "seconds": round(time.perf_counter() - started, 3),
-        "psnr_db": mean(scores["psnr"]),
-        "flip": mean(scores["flip"]),
-        "psnr_per_view_db": each(scores["psnr"], 3),
-        "flip_per_view": each(scores["flip"], 4),
+        **scored("net"),
         "material_pixels_per_view": pixels,
-        "picture": "renders/asset_comparison.png: per view reference | neural | FLIP" + (" | BC set | FLIP" if textured else ""),
+        "picture": "renders/asset_comparison.png: per view reference | neural | FLIP" + "".join(f" | {labels[key]} | FLIP" for key in compressed),
         "method": "deferred G-buffer of held-out random views; sun (BVH shadow) + procedural sky (light + cosine samples, power heuristic), "
         "the same samples for every image; the neural material filters its latents over ray-differential footprints; "
         "PSNR of ACES-tone-mapped sRGB and mean LDR FLIP over the baked material's pixels (views that do not show it are left out)"
         + ("; occlusion and emission from the BC1/BC7 textures in the neural render." if textured else "."),
     }
-    neural_bytes = {"latents_u8": latent_bytes, "decoder_fp16": decoder_bytes}
+    shipped = neural_material_bytes(material, latent_bytes, decoder_bytes)
     if isinstance(material, PlacedMaterial):
         result["normal_map_texel_coverage"] = round(material.texel_coverage, 4)
     if not textured:
-        result["bytes"] = {"neural": neural_bytes, "neural_total": latent_bytes + decoder_bytes}
+        result["bytes"] = {"neural": shipped["parts"], "neural_total": shipped["total"]}
         return result
     stored = stored_texture_bytes(material)
-    bc_material = bc_bytes
-    kept = {slot: bc_material[slot] for slot in ("occlusion", "emissive") if slot in bc_material}
-    neural_total = latent_bytes + decoder_bytes + sum(kept.values())
-    result["bc"] = {"psnr_db": mean(scores["bc_psnr"]), "flip": mean(scores["bc_flip"]), "formats": {k: _SLOT_FORMATS[k] for k in bc_material}}
+    bc_material = bc_set_bytes(material.scene, material.index)
+    result["bc"] = {**{k: v for k, v in scored("bc").items() if k in ("psnr_db", "flip")}, "formats": {k: _SLOT_FORMATS[k] for k in bc_material}}
+    if "ntc" in compressed:
+        result["ntc"] = scored("ntc")
     result["bytes"] = {
         "source_stored": stored,
         "source_stored_total": sum(stored.values()),
         "bc_set": bc_material,
         "bc_set_total": sum(bc_material.values()),
-        "neural": {**neural_bytes, "kept_textures_bc": kept},
-        "neural_total": neural_total,
-        "ratio_bc_set_to_neural": round(sum(bc_material.values()) / max(neural_total, 1), 3),
-        "ratio_stored_to_neural": round(sum(stored.values()) / max(neural_total, 1), 3),
+        "neural": shipped["parts"],
+        "neural_total": shipped["total"],
+        "ratio_bc_set_to_neural": round(sum(bc_material.values()) / max(shipped["total"], 1), 3),
+        "ratio_stored_to_neural": round(sum(stored.values()) / max(shipped["total"], 1), 3),
     }
     return result

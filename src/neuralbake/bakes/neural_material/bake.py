@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch.func import functional_call
 
+from neuralbake.bakes.folder import STATE_DIR
 from neuralbake.bakes.neural_material.asset import (
     AssetMaterial,
     AssetSurface,
@@ -25,7 +26,7 @@ from neuralbake.bakes.neural_material.asset import (
     load_asset_material,
     place_material,
 )
-from neuralbake.bakes.neural_material.asset_scoring import asset_comparison
+from neuralbake.bakes.neural_material.asset_scoring import asset_comparison, neural_material_bytes
 from neuralbake.bakes.neural_material.comparison import compare, throughput
 from neuralbake.bakes.neural_material.config import NeuralMaterialConfig, device_defaults, neural_material_footprint
 from neuralbake.bakes.neural_material.latents import bake_latent_pyramid, load_neural_material, write_material_bundle
@@ -38,6 +39,8 @@ from neuralbake.bakes.neural_material.model import (
     texel_features,
 )
 from neuralbake.bakes.neural_material.sampling import fit_sampling_head, relative_variance, view_directions
+from neuralbake.bakes.neural_material.verdict import NTCAtBytes, map_texels, ntc_at_bytes, verdict_block
+from neuralbake.bakes.ntc.bake import NTC
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
 from neuralbake.errors import ConfigError
 from neuralbake.io.files import sha256_file
@@ -108,12 +111,14 @@ def _compatibility(prepared: _Prepared) -> dict[str, Any]:
 
 
 def bake_material(
-    run: BakeRun, config: NeuralMaterialConfig, folder: Path, *, phase: str = "train", shared_as: str | None = None
+    run: BakeRun, config: NeuralMaterialConfig, folder: Path, *, phase: str = "train", shared_as: str | None = None, verdict: bool = False,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Train ``config``'s material as training phase ``phase`` and write its bundle and pictures into ``folder``.
 
     ``shared_as``: the path the report and manifest record for ``config.shared_decoder`` (a pack
-    shares a folder that is still in staging). Returns the report's metrics and fields.
+    shares a folder that is still in staging). ``verdict``: for a glTF asset's material, also
+    compress its maps with NTC at the neural material's bytes, score it on the same renders and
+    say which tool fits (:mod:`.verdict`). Returns the report's metrics and fields.
     """
     device = run.device
     kernels = decode_kernels(config, device)
@@ -126,7 +131,7 @@ def bake_material(
         result = run.train(model, _sampler(prepared, config.batch_size, device), relative_l1, config.train, phase=phase, compatibility=compatibility)
     finally:
         model.encoder.kernels = model.decoder.kernels = "torch"  # the shipped decoder decodes on the decode path below
-    return _finish(run, prepared, folder, model.encoder, model.decoder, result, shared, training_kernels, kernels)
+    return _finish(run, prepared, folder, model.encoder, model.decoder, result, shared, training_kernels, kernels, verdict=verdict)
 
 
 class JointNeuralMaterialModel(torch.nn.Module):
@@ -181,7 +186,8 @@ def bake_materials_jointly(
     run: BakeRun, configs: list[NeuralMaterialConfig], folders: list[Path], names: list[str], *, phase: str = "joint"
 ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """Train ``configs``' materials together (per-material encoders and latent textures, one decoder) as one phase,
-    then write each one's bundle and pictures into its folder. Each step sees ``batch_size`` samples split evenly."""
+    then write each one's bundle and pictures into its folder. Each step sees ``batch_size`` samples split evenly;
+    a config with ``verdict`` gets one for its glTF material."""
     device = run.device
     template = configs[0]
     kernels = [decode_kernels(config, device) for config in configs]  # an impossible --kernels triton fails before the work
@@ -193,16 +199,17 @@ def bake_materials_jointly(
     result = run.train(model, sampler, relative_l1, template.train, phase=phase, compatibility=compatibility)
     shared = {"joint": names, "layers": "all", "note": "one decoder trained with every material of the pack; per-material encoders and latents"}
     return [
-        _finish(run, p, folder, encoder, model.decoder, result, shared, "torch", k)
+        _finish(run, p, folder, encoder, model.decoder, result, shared, "torch", k, verdict=p.config.verdict)
         for p, folder, encoder, k in zip(prepared, folders, model.encoders, kernels, strict=True)
     ]
 
 
 def _finish(
     run: BakeRun, prepared: _Prepared, folder: Path, encoder: Any, decoder: Any, result: Any, shared: dict[str, Any] | None,
-    training_kernels: str, kernels: str,
+    training_kernels: str, kernels: str, *, verdict: bool = False,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """After training: bake the latent pyramid with ``encoder``, write the bundle, render and score (the report's metrics and fields)."""
+    """After training: bake the latent pyramid with ``encoder``, write the bundle, render and score (the report's metrics and
+    fields); with ``verdict``, NTC at the same bytes joins the asset's renders and the report gets ``verdict``."""
     config, material, normal, features = prepared.config, prepared.material, prepared.normal, prepared.features
     device = run.device
     run.note(f"baking the {config.texture_size}x{config.texture_size} latent texture and scoring it")
@@ -222,11 +229,15 @@ def _finish(
         scores = compare(folder, material, neural, normal, config, progress=advance)
     metrics = {"psnr_db": scores.pop("psnr_db"), "flip": scores.pop("flip"), "final_loss": result.final_loss}
     asset: dict[str, Any] | None = None
+    ntc: NTCAtBytes | None = None
     if isinstance(material, AssetSurface):
+        latent_bytes, decoder_bytes = bundle["bytes"]["latents.u8.safetensors"], bundle["bytes"]["network.fp16.bin"]
+        if verdict and isinstance(material, AssetMaterial):
+            ntc = _verdict_ntc(run, config, material, folder, neural_material_bytes(material, latent_bytes, decoder_bytes)["total"])
         with run.task("asset renders", ASSET_VIEWS * config.compare_size**2, unit="pixels") as advance:
             asset = asset_comparison(
                 folder, material, neural, size=config.compare_size, spp=config.compare_spp, views=ASSET_VIEWS, progress=advance,
-                latent_bytes=bundle["bytes"]["latents.u8.safetensors"], decoder_bytes=bundle["bytes"]["network.fp16.bin"],
+                latent_bytes=latent_bytes, decoder_bytes=decoder_bytes, ntc_scene=ntc.scene if ntc is not None else None,
             )
         # the asset's own renders are the headline (if a view shows the material); the sphere and tile previews stay under "preview"
         scores["preview"] = {"psnr_db": metrics["psnr_db"], "flip": metrics["flip"]}
@@ -253,7 +264,29 @@ def _finish(
                                                   f"{list(config.normal)}, scored on the preview sphere and tile"},
         "source_material_parameter_bytes": sum(t.numel() * t.element_size() for t in getattr(material, "parameters", {}).values()),
     }
+    if ntc is not None:
+        fields["verdict"] = verdict_block(asset, ntc, texels=map_texels(material))
+    elif isinstance(material, AssetMaterial) and config.verdict is False:
+        fields["verdict"] = {"note": "not run (verdict false, --no-verdict)"}
     return metrics, fields
+
+
+VERDICT_FOLDER = "verdict_ntc"
+"""The NTC runs of the verdict, in the bake's checkpoints folder (kept for ``--resume``, not shipped)."""
+
+
+def _verdict_ntc(run: BakeRun, config: NeuralMaterialConfig, material: AssetMaterial, folder: Path, target_bytes: int) -> NTCAtBytes:
+    """NTC of ``material``'s maps at the neural material's ``target_bytes``, run as a stage of this bake (:func:`.verdict.ntc_at_bytes`)
+    in ``checkpoints/verdict_ntc/`` (+ the material's folder inside a pack)."""
+    run.note(f"verdict: NTC of {material.name}'s maps at the neural material's {target_bytes:,} bytes")
+    where = Path(VERDICT_FOLDER) / (folder.relative_to(run.stage) if folder.is_relative_to(run.stage) else folder.name)
+    ntc = ntc_at_bytes(
+        material, target_bytes, run.checkpoints / where, lambda c, out: run.run_stage(NTC, c, out, resume=False),
+        device=run.device, seed=config.train.seed, reuse=run.resume,
+    )
+    if ntc.scene is not None:
+        ntc.record["folder"] = str(Path(STATE_DIR) / "checkpoints" / where)  # under the bake's --out
+    return ntc
 
 
 def _fit_sampler(run: BakeRun, prepared: _Prepared, neural: NeuralMaterial) -> dict[str, Any]:
@@ -364,7 +397,7 @@ def decode_kernels(config: NeuralMaterialConfig, device: torch.device) -> str:
 
 def _bake_body(run: BakeRun) -> BakeOutcome:
     config: NeuralMaterialConfig = run.config
-    metrics, fields = bake_material(run, config, run.stage)
+    metrics, fields = bake_material(run, config, run.stage, verdict=config.verdict)
     return BakeOutcome(metrics, fields, curve_title=f"neural material: {Path(config.material).name}")
 
 

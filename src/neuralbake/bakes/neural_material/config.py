@@ -89,6 +89,10 @@ class NeuralMaterialConfig(KernelsConfig):
     """Side in pixels of the preview renders (sphere, tile) that score the bake against the reference."""
     compare_spp: int = 32
     """Samples per pixel of those renders (both use the reference's sampling and one seed)."""
+    verdict: bool = True
+    """For a glTF asset's material: also compress its maps with NTC at the neural material's bytes (on a CPU at most
+    256 a side, 1,000 steps: about 30 s more for the example crate), score it on the same renders, and say in the report
+    (``verdict``) and the closing line whether NTC or the BC set fits the asset better (``bakes/neural_material/verdict.py``)."""
     normal: tuple[float, float, float] = (0.0, 1.0, 0.0)
     """World-space surface normal the material's orientation masks are baked for (+y: facing up)."""
     train: TrainerConfig = field(default_factory=_default_train)  # this bake's training defaults
