@@ -197,6 +197,9 @@ def test_bad_config_and_inputs(tmp_path: Path) -> None:
         _config(model, quantize=5).validate()
     with pytest.raises(ConfigError, match="target"):
         _config(model, target="lightmap").validate()
+    for name, value in (("reference_noise_db", 5.0), ("training_noise_db", float("nan")), ("reference_noise_db", "40"), ("max_environment_samples", 1)):
+        with pytest.raises(ConfigError, match=name):
+            _config(model, **{name: value}).validate()
     with pytest.raises(InputError, match="asset: file not found: .*missing.gltf"):
         fit_lod(_config(tmp_path / "missing.gltf"), tmp_path / "o1", progress=False)
     with pytest.raises(InputError, match="weights"):

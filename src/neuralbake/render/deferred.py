@@ -190,20 +190,21 @@ def shade(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting | None = None
     tensors, vertex attributes and positions the G-buffer was built from."""
     lighting = Lighting() if lighting is None else lighting
     lighting.validate()
-    direct = _shade_direct(scene, gbuffer, lighting)
-    if lighting.environment is None or not direct.radiance.shape[0]:
-        return direct
-    return with_environment(scene, gbuffer, direct, lighting)
+    s, radiance = _direct_radiance(scene, gbuffer, lighting)
+    if lighting.environment is not None and radiance.shape[0]:
+        radiance = radiance + _environment(scene, gbuffer, s, lighting, s.to_local(gbuffer.view))
+    return _composite(scene, gbuffer, lighting, s, radiance)
 
 
 def shade_direct(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting) -> ShadeResult:
     """The deterministic part of :func:`shade`: emission and the directional lights, without the
     environment (whose Monte Carlo passes :func:`with_environment` adds, once per seed)."""
     lighting.validate()
-    return _shade_direct(scene, gbuffer, lighting)
+    return _composite(scene, gbuffer, lighting, *_direct_radiance(scene, gbuffer, lighting))
 
 
-def _shade_direct(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting) -> ShadeResult:
+def _direct_radiance(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting) -> tuple[SurfaceParameters, torch.Tensor]:
+    """The per-pixel material inputs and the hits' radiance from emission and the directional lights."""
     s = evaluate_materials(scene, gbuffer)
     dtype, device = scene.dtype, scene.device
     wo = s.to_local(gbuffer.view)
@@ -217,7 +218,7 @@ def _shade_direct(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting) -> S
             lit = lit * (~scene.caster.occluded(origin, l_world)).to(dtype)
         f = gltf_eval(s.to_local(l_world), wo, base_color=s.base_color, metallic=s.metallic, roughness=s.roughness)
         radiance = radiance + f * e * lit[:, None]
-    return _composite(scene, gbuffer, lighting, s, radiance)
+    return s, radiance
 
 
 def with_environment(scene: RenderScene, gbuffer: GBuffer, direct: ShadeResult, lighting: Lighting) -> ShadeResult:
@@ -227,6 +228,7 @@ def with_environment(scene: RenderScene, gbuffer: GBuffer, direct: ShadeResult, 
     s = direct.surface
     if lighting.environment is None or not direct.radiance.shape[0]:
         return direct
+    # direct.radiance is already the base colour on unlit pixels; _composite sets them back after the sum
     radiance = direct.radiance + _environment(scene, gbuffer, s, lighting, s.to_local(gbuffer.view))
     return _composite(scene, gbuffer, lighting, s, radiance)
 

@@ -71,13 +71,13 @@ class ReferenceRender:
     """A reference view rendered until its noise is below a floor (see the module docstring)."""
 
     hdr: torch.Tensor
-    """``[H, W, 3]`` linear radiance: the samples-weighted average of every pass."""
+    """``[H, W, 3]`` linear radiance: the average of the last round's two halves."""
     ldr: torch.Tensor
     """``[H, W, 3]`` display values of ``hdr``."""
     alpha: torch.Tensor
     gbuffer: GBuffer
     samples: int
-    """Environment light samples per pixel (and as many BRDF samples) over all passes; 0 without an environment."""
+    """Environment light samples per pixel (and as many BRDF samples) of the last round, both halves; 0 without an environment."""
     halves_psnr_db: float
     """PSNR between the two independent halves over the hit pixels (``inf``: noise-free)."""
 
@@ -275,7 +275,7 @@ def render_views(
 
 
 def reference_record(config: FitConfig, train_views: list[View], held_views: list[View]) -> dict[str, Any]:
-    """The report's ``reference`` block: how converged the reference renders are."""
+    """The report's ``reference_renders`` block: how converged the reference renders are."""
 
     def summary(views: list[View]) -> dict[str, Any]:
         floors = [v.halves_psnr_db + HALVES_TO_FLOOR_DB for v in views]

@@ -232,7 +232,7 @@ def _ntc_scene(scene: Scene, index: int, level0: np.ndarray, texture_set: Textur
         base = material.base_color_texture.image
         rgb = decoded["base_color"]
         if base.shape[2] == 4:  # NTC holds RGB; alpha stays the BC set's, resampled to NTC's size
-            alpha = base[..., 3:4] if base.shape[:2] == rgb.shape[:2] else _resize(base[..., 3:4], rgb.shape[:2])
+            alpha = base[..., 3:4] if base.shape[:2] == rgb.shape[:2] else resize_image(base[..., 3:4], rgb.shape[1], rgb.shape[0])
             rgb = np.concatenate([rgb, alpha], -1)
         replace("base_color_texture", rgb)
     if "normal" in decoded:
@@ -246,10 +246,6 @@ def _ntc_scene(scene: Scene, index: int, level0: np.ndarray, texture_set: Textur
     if "emissive" in decoded:
         replace("emissive_texture", decoded["emissive"])
     return out
-
-
-def _resize(image: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    return resize_image(image, shape[1], shape[0])
 
 
 def map_texels(material: AssetMaterial) -> int:

@@ -137,7 +137,7 @@ class NTCConfig(KernelsConfig):
         if not 0 < self.finetune_lr_fraction <= 1:
             raise ConfigError("must be in (0, 1].", field="finetune_lr_fraction", fix="use e.g. 0.2.")
         if self.weight_clip is not None and (isinstance(self.weight_clip, bool) or not isinstance(self.weight_clip, (int, float)) or not 1 <= self.weight_clip <= 127):
-            raise ConfigError(f"must be a number from 1 to 127, not {str(self.weight_clip)[:40]}.", field="weight_clip", fix="use e.g. 4, or leave it unset.")
+            raise ConfigError(f"must be a number from 1 to 127, not {str(self.weight_clip)[:40]}.", field="weight_clip", fix=f"use e.g. {WEIGHT_CLIP:g} (the default), or null in a --config file for no clamp.")
         if not 0 <= self.bc7_uber_level <= 4:
             raise ConfigError("must be 0 to 4.", field="bc7_uber_level", fix="use 1.")
         replace(self.train, steps=self.train.steps or 1, learning_rate=self.train.learning_rate or CPU_LR).validate()  # None: the device decides
