@@ -57,6 +57,8 @@ def test_a_skinned_asset_keeps_its_skeleton_through_the_chain(tmp_path: Path) ->
     config = LodConfig(asset=str(ARM), ratio=0.3, texture_size=32, device="cpu", shadows=False, target="vertex-color", stage_options=SMALL)
     report = make_lod(config, tmp_path / "lod", progress=False)
     assert list(report["stages"]) == ["simplify", "skin", "fit"] and report["skinned"]
+    assert all(report["stages"][s]["training"]["converged"] in (True, False) for s in report["stages"])
+    assert report["training"]["stage"] in report["stages"]  # the chain's verdict names the stage it came from
     assert report["stages"]["fit"]["shape"] is None  # the simplify stage fitted the shape over the animation
     lod, original = _load(tmp_path / "lod" / "lod.glb"), _load(ARM)
     assert lod.rig is not None and [c.name for c in lod.rig.clips] == [c.name for c in original.rig.clips]

@@ -193,6 +193,7 @@ def test_simplify_writes_a_lod_a_triptych_and_a_report_comparing_with_qem(tmp_pa
         assert key in report
     assert report["steps"] == 2 * 6 and len(report["train_loss_curve"]) == 3
     assert min(report["train_loss_curve"]) <= report["train_loss_curve"][0]
+    assert report["training"]["quality_key"] == "loss_db" and report["training"]["converged"] in (True, False)
     assert 0 < len(report["high_error_regions"]) <= 5 and report["high_error_regions"][0]["peak_error"] > 0
     assert (tmp_path / "out" / "triptych.png").is_file()
     saved = json.loads((tmp_path / "out" / "report.json").read_text())

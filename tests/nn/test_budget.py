@@ -3,6 +3,7 @@ update, and the convergence verdict that reports carry."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,18 @@ def test_the_training_record_judges_the_longest_phase_and_the_warning_follows_it
     assert "+2.00 dB" in still_improving({"training": record})
     assert still_improving({"training": training_record([("main", flat)], "psnr_db")}) == ""
     assert still_improving({}) == ""
+
+
+def test_a_loss_curve_is_judged_like_an_evaluation_history_and_the_warning_names_the_flag() -> None:
+    from neuralbake.bakes.summaries import still_improving
+    from neuralbake.nn.convergence import curve_record
+
+    falling = curve_record([1.0, 0.5, 0.25, 0.125, 0.0625], 10, phase="shape", seconds=1.0)
+    flat = curve_record([1.0, 0.5, 0.49, 0.489, 0.489], 10, phase="shape", seconds=1.0)
+    assert (falling["converged"], falling["quality_key"], falling["phases"][0]["steps"]) == (False, "loss_db", 40)
+    assert abs(falling["last_quarter_gain"] - 10 * math.log10(2)) < 1e-3 and flat["converged"] is True
+    noisy = curve_record([1.0 + 0.5 * (k % 2) for k in range(100)], 1, phase="weights", seconds=1.0, smooth=10)
+    assert noisy["converged"] is True and noisy["phases"][0]["evaluations"] == 10
+    assert "more --epochs would" in still_improving({"bake": "simplify", "training": falling})
+    chain = {"bake": "lod", "training": {**falling, "stage": "skin"}}
+    assert "its skin stage was still improving" in still_improving(chain) and "--set skin.steps" in still_improving(chain)

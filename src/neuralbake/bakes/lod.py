@@ -189,7 +189,8 @@ def _body(run: BakeRun) -> BakeOutcome:
         "asset": str(asset),
         "target": config.target,
         "skinned": skinned,
-        "stages": {s: {k: reports[s].get(k) for k in keep[s]} for s in plan},
+        "stages": {s: {**{k: reports[s].get(k) for k in keep[s]}, "training": reports[s].get("training")} for s in plan},
+        "training": _chain_training(reports, plan),
         "stage_folders": {s: str(Path(STATE_DIR) / "checkpoints" / "stages" / s) for s in plan},
         "lod_bytes": (out / "lod.glb").stat().st_size,
         "seconds": time.perf_counter() - started,
@@ -199,6 +200,16 @@ def _body(run: BakeRun) -> BakeOutcome:
         ),
     }
     return BakeOutcome(metrics, fields, curve_title=None)
+
+
+def _chain_training(reports: dict[str, dict[str, Any]], plan: list[str]) -> dict[str, Any]:
+    """The chain's ``training`` verdict: the first stage that stopped while still improving, else the fit's
+    (the stage whose figure the LOD is judged by); ``stage`` names which."""
+    trained = {s: reports[s]["training"] for s in plan if isinstance(reports[s].get("training"), dict)}
+    if not trained:
+        return {"converged": None}
+    stage = next((s for s, t in trained.items() if t.get("converged") is False), "fit" if "fit" in trained else next(iter(trained)))
+    return {**trained[stage], "stage": stage}
 
 
 # -- footprint --------------------------------------------------------------------------------

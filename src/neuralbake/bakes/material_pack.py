@@ -41,6 +41,7 @@ from typing import Any, Literal
 from neuralbake.bakes.footprint import dominant_field, footprint
 from neuralbake.bakes.neural_material import NeuralMaterialConfig, bake_material, bake_materials_jointly
 from neuralbake.bakes.neural_material.config import MATERIAL_BASE_BYTES, device_defaults, material_knobs, material_memory, material_steps
+from neuralbake.bakes.neural_material.bake import HELD_OUT_QUALITY
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, Footprint, run_bake
 from neuralbake.core.config import config_to_dict
 from neuralbake.core.events import EventSink
@@ -52,6 +53,7 @@ from neuralbake.io.files import atomic_write_json
 from neuralbake.io.gltf import load_bake_input
 from neuralbake.io.limits import load_json_file
 from neuralbake.io.manifest import verify_bake_folder, write_bake_manifest
+from neuralbake.nn.convergence import training_record
 from neuralbake.nn.trainer import TrainerConfig
 
 __all__ = ["MATERIAL_PACK", "MaterialPackConfig", "pack_materials"]
@@ -201,10 +203,11 @@ def _bake_one(run: BakeRun, config: NeuralMaterialConfig, folder: Path, phase: s
 def _write_material(run: BakeRun, config: NeuralMaterialConfig, folder: Path, phase: str, metrics: dict[str, Any], fields: dict[str, Any], title: str) -> dict[str, Any]:
     """A baked material's own config, loss curve (of training phase ``phase``), report and bake.json in its folder."""
     atomic_write_json(folder / "config.json", run.shown(config_to_dict(config)))  # inputs as the caller sees them
-    history = next(result.history for name, result in run.phases if name == phase)
-    if history:
-        plot_loss_curve(folder / "loss.png", history, title=title)
-    report = write_report(folder / "report.json", bake="neural_material", device=run.device, metrics=run.shown(metrics), **run.shown(fields), pack_phase=phase)
+    result = next(result for name, result in run.phases if name == phase)
+    if result.history:
+        plot_loss_curve(folder / "loss.png", result.history, title=title, quality_key=HELD_OUT_QUALITY)
+    report = write_report(folder / "report.json", bake="neural_material", device=run.device, metrics=run.shown(metrics), **run.shown(fields), pack_phase=phase,
+                          training=training_record([(phase, result)], HELD_OUT_QUALITY))
     write_bake_manifest(folder, bake="neural_material")
     return report
 
@@ -271,7 +274,7 @@ def _export_pack(run: BakeRun, config: MaterialPackConfig, names: list[str], bun
         "shader": {key: _final(run, value) if isinstance(value, Path) else str(value) for key, value in dataclasses.asdict(export).items()},
     }
     atomic_write_json(run.stage / "pack.json", run.shown(summary))
-    return BakeOutcome({}, summary, curve_title=f"material pack: {', '.join(reports) or 'no bakes'}" if reports else None)
+    return BakeOutcome({}, summary, curve_title=f"material pack: {', '.join(reports) or 'no bakes'}" if reports else None, quality_key=HELD_OUT_QUALITY)
 
 
 def _record_final_bundles(run: BakeRun, manifest: Path) -> None:

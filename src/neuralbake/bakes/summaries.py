@@ -190,6 +190,10 @@ def postfx_lora_summary(report: dict[str, Any], out: Path) -> str:
             f"denoising loss {metric_text(report, 'denoise_loss', spec='.4f')}{change} -> {out / 'lora.safetensors'}")
 
 
+LONGER = {"fit": "--epochs", "simplify": "--epochs", "skin": "--steps"}
+"""The flag that lengthens a bake's training, where it is not ``--steps``."""
+
+
 def still_improving(report: dict[str, Any]) -> str:
     """The warning a summary line ends with when the bake stopped while still improving (else "")."""
     training = report.get("training") or {}
@@ -197,7 +201,12 @@ def still_improving(report: dict[str, Any]) -> str:
         return ""
     gain = training.get("last_quarter_gain")
     unit = " dB" if str(training.get("quality_key", "")).endswith("_db") else ""
+    stage = training.get("stage")
+    if stage:  # a chain (lod): the stage that stopped early, raised through --set
+        more, where = f"--set {stage}.{'steps' if stage == 'skin' else 'epochs'}", f"its {stage} stage was "
+    else:
+        more, where = LONGER.get(str(report.get("bake")), "--steps (or --seconds)"), ""
     return (
-        f"  [still improving when it stopped: +{gain:.2f}{unit} over its last quarter; more --steps (or --seconds) would gain more]"
+        f"  [{where}still improving when it stopped: +{gain:.2f}{unit} over its last quarter; more {more} would gain more]"
         if isinstance(gain, (int, float)) else ""
     )

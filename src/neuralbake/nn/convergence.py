@@ -11,10 +11,11 @@ at 30,000; docs/benchmarks.md).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["CONVERGED_GAIN", "convergence", "training_record"]
+__all__ = ["CONVERGED_GAIN", "convergence", "curve_record", "training_record"]
 
 CONVERGED_GAIN = 0.25
 """The most a run's last quarter may raise its quality figure (dB for a PSNR) for the run to count
@@ -92,3 +93,32 @@ def training_record(phases: Sequence[tuple[str, Any]], key: str | None, *, highe
         "phases": records,
     }
 
+
+
+def curve_record(losses: Sequence[float], steps_per_point: float, *, phase: str, seconds: float, smooth: int = 1) -> dict[str, Any]:
+    """A report's ``training`` block for a bake with its own optimisation loop (simplify's shape fit, skin's weight fit),
+    judged from its loss curve like :func:`training_record` judges a Trainer's evaluations.
+
+    The loss (lower is better) is read as ``loss_db = -10 log10(loss)``, so the tolerance is the same
+    :data:`CONVERGED_GAIN` in dB: the last quarter lowering the loss by less than about 6 % counts as converged.
+    ``losses[k]`` is the loss after ``k * steps_per_point`` steps; ``smooth`` > 1 averages that many consecutive
+    points first (a per-step curve of random views is noisy).
+    """
+    values = [float(v) for v in losses if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
+    if smooth > 1:
+        values = [sum(values[i:i + smooth]) / len(values[i:i + smooth]) for i in range(0, len(values), smooth)]
+        steps_per_point *= smooth
+    history = [{"event": "eval", "step": round(k * steps_per_point), "loss_db": -10.0 * math.log10(v)} for k, v in enumerate(values)]
+    verdict = convergence(history, "loss_db", tolerance=CONVERGED_GAIN)
+    steps = round((len(values) - 1) * steps_per_point) if values else 0
+    record = {"phase": phase, "steps": steps, "train_seconds": round(seconds, 3), "stopped_by": "steps", **verdict}
+    return {
+        "converged": record["converged"],
+        "main_phase": phase,
+        "stopped_by": "steps",
+        "last_quarter_gain": record["last_quarter_gain"],
+        "gain_per_1000_steps": record["gain_per_1000_steps"],
+        "tolerance": CONVERGED_GAIN,
+        "quality_key": "loss_db",
+        "phases": [record],
+    }

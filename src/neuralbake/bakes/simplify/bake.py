@@ -5,6 +5,7 @@ locate the LOD's high-error regions, write the LOD, the triptych and the report.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import replace
@@ -22,6 +23,7 @@ from neuralbake.core.metrics import psnr
 from neuralbake.errors import InputError
 from neuralbake.io.gltf import Scene, load_bake_input, write_gltf
 from neuralbake.io.images import load_image, save_png
+from neuralbake.nn.convergence import curve_record
 from neuralbake.render.camera import Camera, fibonacci_orbit, framing_radius, random_orbit
 from neuralbake.render.compare import flip_error_ldr
 from neuralbake.render.deferred import DirectionalLight, Lighting, render
@@ -266,6 +268,9 @@ def _body(run: BakeRun) -> BakeOutcome:
         "steps": 0 if fitted is None else fitted.steps,
         "backtracks": 0 if fitted is None else fitted.backtracks,
         "train_loss_curve": [] if fitted is None else fitted.losses,
+        # the kept state is the best so far (an epoch that raised the loss is undone), so convergence reads that curve
+        "training": {"converged": None} if fitted is None else curve_record(
+            list(itertools.accumulate(fitted.losses, min)), len(train_views), phase="shape", seconds=shape_seconds),
         "shape_seconds": shape_seconds,
         "ms_per_step": 1000.0 * shape_seconds / max(1, 0 if fitted is None else fitted.steps),
         "seconds": time.perf_counter() - started,

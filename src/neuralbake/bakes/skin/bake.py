@@ -18,6 +18,7 @@ from neuralbake.core.metrics import psnr
 from neuralbake.errors import InputError
 from neuralbake.io.gltf import Scene, load_bake_input, write_gltf
 from neuralbake.io.images import save_png
+from neuralbake.nn.convergence import curve_record
 from neuralbake.render.camera import fibonacci_orbit, framing_radius, random_orbit
 from neuralbake.render.deferred import DirectionalLight, Lighting, render
 from neuralbake.render.gbuffer import interpolate
@@ -281,6 +282,7 @@ def _body(run: BakeRun) -> BakeOutcome:
         "vertices": int(bind.shape[0]),
         "steps": config.steps,
         "loss_curve": curve[:: max(1, len(curve) // 100)],
+        "training": curve_record(curve, 1, phase="weights", seconds=fit_seconds, smooth=max(1, len(curve) // 50)),
         "loss_definition": "vertex term / its value with the transferred weights + image_weight x image term / its value with them (1 + image_weight at the start)",
         "ms_per_step": 1000.0 * fit_seconds / max(1, config.steps),
         "seconds": time.perf_counter() - started,
