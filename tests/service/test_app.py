@@ -150,4 +150,4 @@ def test_cancel_retry_and_kinds(service, tiny_png: Path) -> None:
     assert set(kinds) == {"texture", "material", "material-pack", "ntc", "mipmap", "fit", "simplify", "skin", "lod", "postfx", "postfx-lora"}
     assert next(f for f in kinds["lod"]["fields"] if f["name"] == "ratio")["default"] == 0.25
     steps = next(f for f in kinds["texture"]["fields"] if f["name"] == "train.steps")
-    assert steps["default"] == 3000 and "optimiser steps" in steps["doc"]
+    assert steps["default"] is None and "optimiser steps" in steps["doc"]

@@ -35,8 +35,9 @@ MAX_VIEWS = 1024
 GPU_DEFAULTS = {"render_size": 1024, "texture_size": 1024, "views": 32, "epochs": 50}
 """Full size: about a minute on an H100 for DamagedHelmet (docs/dev/benchmarks-diary.md), mostly reference renders."""
 CPU_DEFAULTS = {"render_size": 384, "texture_size": 1024, "views": 32, "epochs": 20}
-"""About 75 s on a 2-core CPU for DamagedHelmet (46 k triangles; 13 s of reference renders, converged by
-epoch 5, held-out PSNR 20.4 dB); the README's crate command (256 / 512 / 16 views / 10 epochs) takes 10-15 s."""
+"""About 2.5 minutes on a 2-core CPU for DamagedHelmet (46 k triangles; 50 s of converged reference renders, held-out
+PSNR 20.7 dB, 2026-11-28); the README's crate command (256 / 512 / 16 views / 10 epochs) takes about a minute, 43 s of
+it reference renders."""
 
 
 def _default_train() -> TrainerConfig:
