@@ -435,6 +435,32 @@ def missing_input_cases() -> None:
     case("mipmap_given_a_glb", ["mipmap", "{case}/crate.glb", "--out", "{out}"], "mipmap takes images")
 
 
+def transparency_cases() -> None:
+    """A card whose material cuts out (``MASK``, alpha 0.2 under the 0.5 cutoff) or blends (``BLEND``, alpha 0.5): the
+    renderer draws every surface opaque, so each bake that reads a glTF refuses it by name instead of baking it solid."""
+    small = ["--out", "{out}", "--device", "cpu", "-q"]
+
+    def card(folder: Path, mode: str, alpha: float) -> None:
+        doc, blob = _triangle_gltf()
+        blob += np.array([[0, 0], [1, 0], [0, 1]], np.float32).tobytes()
+        doc["accessors"].append({"bufferView": 2, "componentType": 5126, "count": 3, "type": "VEC2"})
+        doc["bufferViews"].append({"buffer": 0, "byteOffset": 72, "byteLength": 24})
+        doc["meshes"][0]["primitives"][0]["attributes"]["TEXCOORD_0"] = 2
+        doc["buffers"][0] = {"byteLength": len(blob), "uri": _data_uri(blob)}
+        doc["materials"] = [{"name": "leaf", "alphaMode": mode, "pbrMetallicRoughness": {"baseColorFactor": [0.2, 0.6, 0.1, alpha]}}]
+        doc["meshes"][0]["primitives"][0]["material"] = 0
+        (folder / "card.gltf").write_text(json.dumps(doc))
+
+    for name, argv in (("fit", ["fit", "{case}/card.gltf", "--render-size", "16", "--size", "16", "--views", "2", "--epochs", "1"]),
+                       ("simplify", ["simplify", "{case}/card.gltf", "--ratio", "0.5"]),
+                       ("lod", ["lod", "{case}/card.gltf"]),
+                       ("material", ["material", "bake", "{case}/card.gltf", "--steps", "2"]),
+                       ("ntc", ["ntc", "compress", "{case}/card.gltf"]),
+                       ("conditions", ["postfx", "conditions", "{case}/card.gltf", "--size", "16", "--out", "{out}"])):
+        card(case(f"alpha_mask_{name}", argv if name == "conditions" else [*argv, *small], "alphaMode MASK"), "MASK", 0.2)
+    card(case("alpha_blend_fit", ["fit", "{case}/card.gltf", *small], "alphaMode BLEND"), "BLEND", 0.5)
+
+
 def main() -> None:
     if CORPUS.exists():
         shutil.rmtree(CORPUS)
@@ -450,6 +476,7 @@ def main() -> None:
     material_asset_cases()
     ntc_cases()
     missing_input_cases()
+    transparency_cases()
     (CORPUS / "cases.json").write_text(json.dumps(_CASES, indent=1) + "\n")
     print(f"{len(_CASES)} cases -> {CORPUS}")
 

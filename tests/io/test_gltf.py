@@ -308,3 +308,38 @@ def test_a_glb_holds_everything_and_reads_back_exactly(tmp_path: Path) -> None:
                 assert np.array_equal(ref.image, getattr(b, slot).image)  # 8-bit texels survive the embedded PNG
         if scene.rig is not None:
             assert np.array_equal(pose_scene(scene, 0, 1.0).meshes[0].positions, pose_scene(back, 0, 1.0).meshes[0].positions)
+
+
+@pytest.mark.parametrize(
+    ("mode", "factor_alpha", "texel_alpha", "vertex_alpha", "refused"),
+    [
+        ("OPAQUE", 0.0, 0.0, 0.0, False),  # alpha is ignored: drawn opaque, as the file says
+        ("MASK", 1.0, 0.6, 1.0, False),  # never under the 0.5 cutoff: nothing cuts out
+        ("MASK", 1.0, 0.4, 1.0, True),  # a texel cuts out
+        ("MASK", 1.0, 1.0, 0.3, True),  # a vertex colour cuts out
+        ("BLEND", 1.0, 1.0, 1.0, False),  # blends with alpha 1 everywhere: opaque
+        ("BLEND", 0.9, 1.0, 1.0, True),
+    ],
+)
+def test_a_bake_input_that_would_cut_out_or_blend_is_refused_not_baked_solid(
+    tmp_path: Path, mode: str, factor_alpha: float, texel_alpha: float, vertex_alpha: float, refused: bool
+) -> None:
+    from neuralbake.io.gltf import load_bake_input
+
+    scene = two_material_scene()
+    leaf = scene.materials[0]
+    leaf.alpha_mode, leaf.base_color_factor = mode, (*leaf.base_color_factor[:3], factor_alpha)
+    image = leaf.base_color_texture.image.copy()
+    image[..., 3] = 1.0
+    image[0, 0, 3] = round(texel_alpha * 255) / 255
+    leaf.base_color_texture = TextureRef(image, 0, name="leaf.png")
+    scene.meshes[0].colors[:, 3] = 1.0
+    scene.meshes[0].colors[1, 3] = vertex_alpha
+    path = write_gltf(tmp_path / "card.gltf", scene)
+    assert load_gltf(path).materials[0].alpha_mode == mode  # the plain reader reads it whatever it is
+    if not refused:
+        assert len(load_bake_input(path).meshes) == 2
+        return
+    with pytest.raises(InputError, match=f"alphaMode {mode}") as error:
+        load_bake_input(path)
+    assert "materials[0].alphaMode" in str(error.value) and "'painted'" in str(error.value)

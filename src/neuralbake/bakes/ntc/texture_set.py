@@ -16,6 +16,7 @@ import torch
 
 from neuralbake.errors import InputError
 from neuralbake.io.gltf import load_gltf_materials
+from neuralbake.io.gltf.model import OPAQUE_ALPHA, lowest_alpha
 from neuralbake.io.images import load_image, resize_image
 from neuralbake.render.mip import build_mip_pyramid, is_power_of_two
 
@@ -172,6 +173,15 @@ def load_gltf_material(path: str | Path, *, material: str = "0") -> TextureSet:
         raise InputError("the glTF file has no materials.", path=path, field="materials", fix="pass a glTF file with a material.")
     index = _material_index(materials, material, path)
     mat = materials[index]
+    if mat.alpha_mode != "OPAQUE" and lowest_alpha(mat) < (mat.alpha_cutoff if mat.alpha_mode == "MASK" else OPAQUE_ALPHA):
+        raise InputError(
+            f"material {index} ({mat.name!r}) has alphaMode {mat.alpha_mode} and an alpha below "
+            f"{mat.alpha_cutoff if mat.alpha_mode == 'MASK' else 1:g} (lowest {lowest_alpha(mat):.3f}); NTC compresses the base "
+            "colour's RGB only, so its alpha would be lost.",
+            path=path, field=f"materials[{index}].alphaMode",
+            fix="pass the maps as image files instead (an RGBA base colour image keeps its alpha as a fourth channel), or set "
+                "alphaMode to OPAQUE if the alpha may be dropped.",
+        )
 
     def image_of(ref: Any, role: str) -> np.ndarray | None:
         if ref is None:

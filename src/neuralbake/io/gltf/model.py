@@ -9,13 +9,14 @@ slots (:class:`TextureRef`), gathered in a :class:`Scene`. Plain numpy dataclass
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from neuralbake.errors import InputError
 from neuralbake.io.gltf.rig import Rig
 
-__all__ = ["WRAP_CODES", "Material", "Mesh", "Scene", "TextureRef"]
+__all__ = ["OPAQUE_ALPHA", "WRAP_CODES", "Material", "Mesh", "Scene", "TextureRef", "check_opaque", "lowest_alpha"]
 
 WRAP_CODES = {10497: "repeat", 33071: "clamp", 33648: "mirror"}
 """glTF sampler ``wrapS``/``wrapT`` codes -> the :attr:`TextureRef.wrap_s` / ``wrap_t`` names."""
@@ -66,7 +67,8 @@ class Material:
     emissive_texture: TextureRef | None = None
     """sRGB emissive colour."""
     alpha_mode: str = "OPAQUE"
-    """``OPAQUE``, ``MASK`` or ``BLEND`` (the renderer treats every surface as opaque)."""
+    """``OPAQUE``, ``MASK`` or ``BLEND``. The renderer draws every surface opaque, so the bakes refuse a material
+    whose alpha would cut out or blend (:func:`check_opaque`)."""
     alpha_cutoff: float = 0.5
     """Threshold of the ``MASK`` mode."""
     double_sided: bool = False
@@ -150,3 +152,47 @@ class Scene:
             raise InputError("the scene has no meshes.", path=self.source, field="meshes", fix="add a mesh.")
         points = np.concatenate([m.positions for m in self.meshes])
         return points.min(axis=0), points.max(axis=0)
+
+
+OPAQUE_ALPHA = 254.5 / 255.0
+"""A ``BLEND`` material whose alpha nowhere falls below this (the 8-bit code 255) draws as opaque."""
+
+
+def lowest_alpha(material: Material, meshes: list[Mesh] = ()) -> float:
+    """The lowest alpha ``material`` can give a pixel: its factor's alpha times the lowest of its base colour texture's
+    alpha (every texel, as the uv layout is not consulted) and of ``meshes``' ``COLOR_0`` alpha."""
+    alpha = float(material.base_color_factor[3])
+    texture = material.base_color_texture
+    if texture is not None and texture.image.shape[-1] == 4:
+        alpha *= float(texture.image[..., 3].min())
+    colours = [float(m.colors[:, 3].min()) for m in meshes if m.colors is not None and m.colors.shape[-1] == 4 and len(m.colors)]
+    return alpha * min(colours, default=1.0)
+
+
+def check_opaque(scene: Scene, *, path: str | Path | None = None, field: str = "asset") -> None:
+    """Refuse a scene with a material whose alpha cuts out (``MASK`` below its cutoff) or blends (``BLEND`` below 1).
+
+    The bakes render every surface opaque: such a material would be baked solid where it is see-through, with no word
+    said. A ``MASK`` or ``BLEND`` material whose alpha never falls that low draws as opaque and passes. The error names
+    the material, its mode and the lowest alpha found, and the fix.
+    """
+    for index, material in enumerate(scene.materials):
+        if material.alpha_mode == "OPAQUE":
+            continue
+        users = [m for m in scene.meshes if m.material == index]
+        if not users:
+            continue
+        lowest = lowest_alpha(material, users)
+        threshold = material.alpha_cutoff if material.alpha_mode == "MASK" else OPAQUE_ALPHA
+        if lowest >= threshold:
+            continue
+        what = (f"cuts out where its alpha is below {material.alpha_cutoff:g}" if material.alpha_mode == "MASK"
+                else "blends with what lies behind it")
+        raise InputError(
+            f"material {index} ({material.name!r}) has alphaMode {material.alpha_mode} and {what} (its alpha reaches "
+            f"{lowest:.3f}); neuralbake renders every surface opaque and would bake the see-through parts solid.",
+            path=path or scene.source,
+            field=f"{field}: materials[{index}].alphaMode",
+            fix="bake an asset without see-through materials, or set that material's alphaMode to OPAQUE if its "
+                "transparent parts may be baked solid.",
+        )

@@ -43,7 +43,7 @@ from neuralbake.errors import InputError
 from neuralbake.io.gltf.document import COMPONENT_DTYPES, GltfDocument
 from neuralbake.io.gltf.draco import AccessorSpec, decode_draco_primitive
 from neuralbake.io.gltf.geometry import cofactor, drop_degenerate_triangles, generate_normals, generate_tangents, normalize
-from neuralbake.io.gltf.model import WRAP_CODES, Material, Mesh, Scene, TextureRef
+from neuralbake.io.gltf.model import WRAP_CODES, Material, Mesh, Scene, TextureRef, check_opaque
 from neuralbake.io.gltf.rig import read_rig
 from neuralbake.io.gltf.validate import MAX_ACCESSOR_COUNT, TYPE_WIDTHS
 from neuralbake.io.limits import MAX_JSON_BYTES
@@ -510,7 +510,9 @@ def load_bake_input(
 ) -> Scene:
     """:func:`load_gltf` for a bake's input: a missing file is an :class:`InputError` naming ``field``
     (``problem``: its message, default "the <field> does not exist."); the reader's repair warnings
-    (generated normals or tangents, dropped degenerate triangles) are silenced, as they do not stop a bake."""
+    (generated normals or tangents, dropped degenerate triangles) are silenced, as they do not stop a bake; a
+    material that would cut out or blend is refused (:func:`~neuralbake.io.gltf.model.check_opaque`: the
+    renderer draws every surface opaque)."""
     import warnings
 
     path = Path(path)
@@ -518,4 +520,6 @@ def load_bake_input(
         raise InputError(problem or f"the {field} does not exist.", path=path, field=field, fix=fix)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return load_gltf(path, max_triangles=max_triangles)
+        scene = load_gltf(path, max_triangles=max_triangles)
+    check_opaque(scene, path=path, field=field)
+    return scene
