@@ -13,6 +13,7 @@ from neuralbake.bakes.mipmap import (
     MipmapConfig,
     MipReferenceSampler,
     box_mip_chain,
+    class_weighted_loss,
     level_slices,
     reference_chain,
     sample_directions,
@@ -242,7 +243,7 @@ def test_trainer_steps_every_parameter_downhill():
     config.train.steps = 1
     chain = LearnedMipChain(box_mip_chain(maps, 2), light_intensity=5.0, learn_metallic=True)
     sampler = MipReferenceSampler(maps, 2, config)
-    loss = tone_mapped_loss(level_slices(8, 2))
+    loss = class_weighted_loss(level_slices(8, 2), chain.class_weights)
     before = [p.detach().clone() for p in chain.parameters()]
     batch = sampler.sample(torch.Generator().manual_seed(config.train.seed))
     grads = torch.autograd.grad(loss(chain(batch.inputs), batch.targets), list(chain.parameters()))

@@ -114,9 +114,17 @@ def ntc_summary(report: dict[str, Any], out: Path) -> str:
 
 def mipmap_summary(report: dict[str, Any], out: Path) -> str:
     means = "  ".join(f"{name} {metric_text(report, f'mean_psnr_{name}_db')}" for name in ("box", "toksvig", "learned"))
+    loses = report.get("learned_loses")
+    if loses:
+        verdict = (f"; learned LOSES to {loses['baseline']} at {loses['class'].replace('_', '-')} pairs, level {loses['level']}: "
+                   f"{loses['learned_db']:.2f} vs {loses['baseline_db']:.2f} dB")
+    elif "per_class" in report:
+        verdict = "; learned >= every baseline in every class (mirror, off-mirror, grazing) and level"
+    else:
+        verdict = ""
     return (
         f"{report['levels']} levels, {report['steps']} steps in {metric_text(report, 'seconds', spec='.1f')} s on "
-        f"{report['device']['name']} ({report['device']['type']}): mean shaded PSNR (dB) {means} -> {out}"
+        f"{report['device']['name']} ({report['device']['type']}): mean shaded PSNR (dB) {means}{verdict} -> {out}"
     )
 
 

@@ -38,6 +38,14 @@ They start from Toksvig's maps (``init = "toksvig"``, the default) or the box-fi
 Toksvig is the default start because it converges faster: on a 32^2 synthetic bump map, 300
 steps from Toksvig reach a mean 27.2 dB over the levels, from box 24.5 dB (600 steps: 25.0 dB).
 
+Classes. A mean over random directions hides a loss at the mirror directions, where metal is seen: a level's
+footprint of narrow and wide GGX lobes has a sharper peak and wider flanks than any one lobe, and the unweighted
+loss gave the peak up (a metal set with per-texel roughness lost 8-9 dB to box filtering there). So a quarter of
+each step's pairs are exact mirror pairs, the loss weighs each (class, level) by a weight steered every 20 steps
+towards 0.9x box filtering's error on pairs of its own (:func:`~.bake.update_class_weights`, kept in the
+checkpoint), and :func:`~.bake.guard_levels` blends a level that would still lose a class back towards box
+filtering's, by the largest share that does not.
+
 Baselines. ``box``: box-filtered maps (base colour averaged in linear light, normals averaged and
 renormalised, perceptual roughness and metallic averaged). ``toksvig``: as box, with the roughness
 widened by the normal variance Toksvig estimates from the averaged normal's length
@@ -49,11 +57,13 @@ for large ``s`` it is ``alpha'^2 ~ alpha^2 + 2 sigma^2``.
 
 Outputs in ``--out``: ``mips/{base_color,normal,roughness[,metallic]}_L{k}.png`` (the learned
 chain, level 0 = the input; base colour sRGB-encoded, normals as ``0.5 n + 0.5``),
-``comparison.png`` (one row per level; two blocks, an exact mirror pair and an off-mirror pair, each
-reference = box-averaged full-resolution shading | box | Toksvig | learned, panels enlarged with
-nearest sampling), ``report.json`` (per-level PSNR/RMSE of every method on the held-out
-directions, including the learned chain re-read from its 8-bit PNGs, and separately on exact
-mirror pairs, see :func:`~.shading.mirror_directions`), ``config.json``, ``loss.png``,
+``comparison.png`` (one row per level; three blocks, an exact mirror pair, an off-mirror pair and a grazing pair,
+each reference = box-averaged full-resolution shading | box | Toksvig | learned, panels enlarged with
+nearest sampling, each block exposed so its reference's 99th percentile sits at radiance 2 before Reinhard),
+``report.json`` (per-level PSNR/RMSE of every method on the held-out directions, including the learned chain
+re-read from its 8-bit PNGs; ``per_class``: per level on mirror, off-mirror and grazing pairs, see
+:data:`~.shading.CLASSES`; ``learned_loses``: the worst class, level and baseline where learned loses, or null),
+``config.json``, ``loss.png``,
 ``events.jsonl`` and ``bake.json`` (a sha256 per file); the checkpoint for ``--resume`` lives in
 ``.neuralbake/``. The bake runs through the one runner (:mod:`neuralbake.bakes.run`).
 
@@ -63,12 +73,16 @@ box and Toksvig chains), :mod:`~.shading` (texel shading, directions, errors), :
 tables), :mod:`~.bake` (the body and :data:`MIPMAP`).
 """
 
-from neuralbake.bakes.mipmap.bake import MIPMAP, bake_mipmap
+from neuralbake.bakes.mipmap.bake import CLASS_TARGET, MIPMAP, bake_mipmap, update_class_weights
 from neuralbake.bakes.mipmap.config import CPU_TEXTURE_SIZE, MAX_SIZE, SLOPE_PARAMETERISATION, MipmapConfig, estimated_bake_bytes
 from neuralbake.bakes.mipmap.maps import MaterialMaps, box_mip_chain, load_material_maps, renormalised, toksvig_chain, toksvig_roughness
 from neuralbake.bakes.mipmap.model import LearnedMipChain, LearnedMipLevel, MipReferenceSampler
 from neuralbake.bakes.mipmap.outputs import METHODS, decode_8bit, encode_chain_8bit
 from neuralbake.bakes.mipmap.shading import (
+    CLASSES,
+    class_of,
+    class_weighted_loss,
+    grazing_directions,
     level_errors,
     level_slices,
     mirror_directions,
@@ -81,6 +95,8 @@ from neuralbake.bakes.mipmap.shading import (
 )
 
 __all__ = [
+    "CLASSES",
+    "CLASS_TARGET",
     "CPU_TEXTURE_SIZE",
     "MAX_SIZE",
     "METHODS",
@@ -92,10 +108,13 @@ __all__ = [
     "MipReferenceSampler",
     "MipmapConfig",
     "bake_mipmap",
+    "class_of",
+    "class_weighted_loss",
     "box_mip_chain",
     "decode_8bit",
     "encode_chain_8bit",
     "estimated_bake_bytes",
+    "grazing_directions",
     "level_errors",
     "level_slices",
     "load_material_maps",
@@ -109,4 +128,5 @@ __all__ = [
     "toksvig_chain",
     "toksvig_roughness",
     "tone_mapped_loss",
+    "update_class_weights",
 ]

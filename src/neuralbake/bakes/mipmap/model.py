@@ -10,7 +10,7 @@ import torch
 
 from neuralbake.bakes.mipmap.config import MipmapConfig
 from neuralbake.bakes.mipmap.maps import MaterialMaps
-from neuralbake.bakes.mipmap.shading import SHADING_CHUNK, reference_chain, sample_directions, shade_chain, shade_maps
+from neuralbake.bakes.mipmap.shading import CLASSES, SHADING_CHUNK, class_of, mirror_pairs, reference_chain, sample_directions, shade_chain, shade_maps
 from neuralbake.material.frame import normalize
 from neuralbake.nn.trainer import Batch
 
@@ -71,6 +71,9 @@ class LearnedMipChain(torch.nn.Module):
         super().__init__()
         self.levels = torch.nn.ModuleList([LearnedMipLevel(level, learn_metallic=learn_metallic) for level in init_chain])
         self.light_intensity = light_intensity
+        # the loss's weight per (direction class, level), raised where the chain shades a class worse than box
+        # filtering does (:func:`~.bake.update_class_weights`); a buffer, so a checkpoint keeps it
+        self.register_buffer("class_weights", torch.ones(len(CLASSES), len(init_chain)))
 
     def chain(self) -> list[MaterialMaps]:
         """Every level's maps."""
@@ -105,5 +108,13 @@ class MipReferenceSampler:
         return torch.cat(parts)
 
     def sample(self, generator: torch.Generator) -> Batch:
-        directions = sample_directions(self.batch_size, generator, self.maps.base_color.device, specular_fraction=self.specular_fraction)
-        return Batch(inputs=directions, targets=self.targets(directions))
+        """Random pairs with a quarter of exact mirror pairs among them (a highlight's peak, which random pairs seldom
+        hit exactly); the targets carry each pair's class (:func:`~.shading.class_of`) as their last column."""
+        device = self.maps.base_color.device
+        exact = self.batch_size // 4
+        directions = torch.cat((
+            sample_directions(self.batch_size - exact, generator, device, specular_fraction=self.specular_fraction),
+            mirror_pairs(exact, generator, device),
+        ))
+        targets = self.targets(directions)
+        return Batch(inputs=directions, targets=torch.cat((targets, class_of(directions)[:, None].to(targets.dtype)), dim=1))

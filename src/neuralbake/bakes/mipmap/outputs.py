@@ -21,8 +21,10 @@ from neuralbake.render.pictures import panel_grid
 from neuralbake.render.tonemap import tone_map
 
 __all__ = [
+    "BASELINES",
     "COMPARISON_PAIRS",
     "METHODS",
+    "class_tables",
     "comparison_fields",
     "comparison_image",
     "decode_8bit",
@@ -56,8 +58,16 @@ def decode_8bit(images: dict[str, np.ndarray], device: torch.device) -> Material
     return MaterialMaps(srgb_to_linear(q["base_color"]), normal, q["roughness"], q["metallic"])
 
 
-COMPARISON_PAIRS = {"mirror_35deg": (35.0, 0.0, 35.0, 180.0), "light_50deg_view_20deg": (50.0, 0.0, 20.0, 120.0)}
-"""(light theta, light phi, view theta, view phi) in degrees of the comparison image's two blocks."""
+COMPARISON_PAIRS = {
+    "mirror_35deg": (35.0, 0.0, 35.0, 180.0),
+    "light_50deg_view_20deg": (50.0, 0.0, 20.0, 120.0),
+    "grazing_light_80deg_view_80deg": (80.0, 0.0, 80.0, 180.0),
+}
+"""(light theta, light phi, view theta, view phi) in degrees of the comparison image's blocks: a mirror pair, one off
+the mirror, a grazing one."""
+DISPLAY_WHITE = 2.0
+"""Each block of the comparison is exposed so that its reference's 99th percentile of radiance lands here before
+Reinhard's ``x / (1 + x)`` (display 0.67): highlights keep their shape instead of clipping to white."""
 
 
 def _direction(theta: float, phi: float, device: torch.device) -> torch.Tensor:
@@ -74,20 +84,22 @@ def _fit_panel(image: torch.Tensor, panel: int) -> torch.Tensor:
 
 
 def comparison_image(maps: MaterialMaps, chains: dict[str, list[MaterialMaps]], light_intensity: float, panel: int) -> np.ndarray:
-    """Rows per level; per light/view pair of ``COMPARISON_PAIRS``: reference | box | toksvig | learned."""
+    """Rows per level; per light/view pair of ``COMPARISON_PAIRS``: reference | box | toksvig | learned, each block
+    exposed at :data:`DISPLAY_WHITE`, then Reinhard and sRGB."""
     device = maps.base_color.device
     blocks = []
     with torch.no_grad():
         for light_theta, light_phi, view_theta, view_phi in COMPARISON_PAIRS.values():
             wi, wo = _direction(light_theta, light_phi, device), _direction(view_theta, view_phi, device)
             full = shade_maps(maps, wi, wo, light_intensity=light_intensity)[0]
+            exposure = DISPLAY_WHITE / float(torch.quantile(full.reshape(-1).float(), 0.99)) if float(full.max()) > 0 else 1.0
             rows = []
             for k in range(len(chains["box"])):
                 reference = box_downsample(full, 2 ** (k + 1))
                 panels = [reference] + [
                     shade_maps(chains[name][k], wi, wo, light_intensity=light_intensity)[0] for name in ("box", "toksvig", "learned")
                 ]
-                rows.append([_fit_panel(tone_map(p, operator="reinhard"), panel) for p in panels])
+                rows.append([_fit_panel(tone_map(p * exposure, operator="reinhard"), panel) for p in panels])
             blocks.append(panel_grid(rows, gap=4))
     return panel_grid([blocks], gap=16)
 
@@ -111,6 +123,7 @@ def comparison_fields() -> dict[str, Any]:
         "rows": "levels 1..L",
         "blocks": {name: {"light_theta_phi_deg": list(v[:2]), "view_theta_phi_deg": list(v[2:])} for name, v in COMPARISON_PAIRS.items()},
         "columns_per_block": ["reference (box of full-res shading)", "box", "toksvig", "learned"],
+        "display": f"each block scaled so its reference's 99th percentile of radiance is {DISPLAY_WHITE:g}, then Reinhard x/(1+x) and sRGB",
     }
 
 
@@ -133,3 +146,28 @@ def level_tables(
     }
     metrics = {f"mean_psnr_{name}_db": value for name, value in mean_psnr.items()}
     return metrics, {**beats, **mean_mirror, "per_level": per_level, "per_level_mirror": per_level_mirror}
+
+
+BASELINES = ("box", "toksvig", "toksvig_phong")
+"""The chains the learned one must not lose to in any class."""
+
+
+def class_tables(side: int, per_class: dict[str, dict[str, list[dict[str, float]]] | None]) -> dict[str, Any]:
+    """The report's ``per_class`` table (class -> per level, every method's PSNR) and ``learned_loses``: the worst
+    (class, level, baseline) where the learned chain shades worse than a baseline, or None where it never does."""
+    table: dict[str, Any] = {}
+    worst = None
+    for cls, methods in per_class.items():
+        if methods is None:
+            table[cls] = None
+            continue
+        rows = []
+        for k in range(len(methods["box"])):
+            rows.append({"level": k + 1, "side": side >> (k + 1), **{name: methods[name][k]["psnr_db"] for name in METHODS}})
+            for baseline in BASELINES:
+                margin = methods[baseline][k]["psnr_db"] - methods["learned"][k]["psnr_db"]
+                if margin > 0 and (worst is None or margin > worst["by_db"]):
+                    worst = {"class": cls, "level": k + 1, "baseline": baseline, "learned_db": methods["learned"][k]["psnr_db"],
+                             "baseline_db": methods[baseline][k]["psnr_db"], "by_db": round(margin, 4)}
+        table[cls] = rows
+    return {"per_class": table, "learned_loses": worst}

@@ -23,10 +23,16 @@ from neuralbake.render.mip import build_mip_pyramid
 from neuralbake.render.tonemap import tone_map_reinhard
 
 __all__ = [
+    "CLASSES",
     "SHADING_CHUNK",
+    "class_of",
+    "class_weighted_loss",
+    "grazing_directions",
     "level_errors",
+    "level_mse",
     "level_slices",
     "mirror_directions",
+    "mirror_pairs",
     "reference_chain",
     "sample_directions",
     "shade_chain",
@@ -139,19 +145,60 @@ def sample_directions(count: int, generator: torch.Generator, device: torch.devi
     return torch.cat((normalize(wi), wo), dim=-1)
 
 
-def mirror_directions(device: torch.device) -> torch.Tensor:
+def _unit(theta: float, phi: float) -> list[float]:
+    t, p = math.radians(theta), math.radians(phi)
+    return [math.sin(t) * math.cos(p), math.sin(t) * math.sin(p), math.cos(t)]
+
+
+def mirror_directions(device: torch.device, *, thetas: Sequence[float] = (10.0, 35.0, 60.0), phi_offset: float = 0.0) -> torch.Tensor:
     """12 exact mirror pairs ``[12, 6]``: ``wo`` at 10, 35 and 60 degrees from the normal, four azimuths, ``wi`` its mirror.
 
     With flat normals every texel sits on its highlight peak: the hardest case for any filtered
-    normal map. The report measures it apart from the held-out set.
+    normal map. The report measures it apart from the held-out set (``thetas`` and ``phi_offset``
+    give the training's own, other pairs).
     """
     rows = []
-    for theta in (10.0, 35.0, 60.0):
+    for theta in thetas:
         for phi in (0.0, 90.0, 180.0, 270.0):
-            t, p = math.radians(theta), math.radians(phi)
-            wo = [math.sin(t) * math.cos(p), math.sin(t) * math.sin(p), math.cos(t)]
+            wo = _unit(theta, phi + phi_offset)
             rows.append([-wo[0], -wo[1], wo[2], *wo])
     return torch.tensor(rows, device=device)
+
+
+GRAZING_PAIRS = ((80.0, 80.0), (80.0, 45.0), (45.0, 80.0))
+"""(view, light) angles from the normal, in degrees, of the grazing pairs; the light lies opposite the view's azimuth."""
+
+
+def grazing_directions(device: torch.device, *, phi_offset: float = 0.0) -> torch.Tensor:
+    """12 grazing pairs ``[12, 6]``: (view, light) at :data:`GRAZING_PAIRS`, four azimuths each."""
+    rows = []
+    for view, light in GRAZING_PAIRS:
+        for phi in (0.0, 90.0, 180.0, 270.0):
+            rows.append([*_unit(light, phi + phi_offset + 180.0), *_unit(view, phi + phi_offset)])
+    return torch.tensor(rows, device=device)
+
+
+CLASSES = ("mirror", "off_mirror", "grazing")
+"""The direction classes every figure is also given for: at the highlight's peak (half vector within
+:data:`MIRROR_HALF_DEG` of the geometric normal), grazing (view or light more than :data:`GRAZING_DEG` from it)
+and the rest, off the mirror."""
+MIRROR_HALF_DEG = 5.0
+GRAZING_DEG = 75.0
+
+
+def class_of(directions: torch.Tensor) -> torch.Tensor:
+    """Each pair's class (an index into :data:`CLASSES`): ``[D]`` int64 for ``directions`` ``[D, 6]``."""
+    wi, wo = directions[:, :3], directions[:, 3:]
+    half = normalize(wi + wo)
+    grazing = torch.minimum(wi[:, 2], wo[:, 2]) < math.cos(math.radians(GRAZING_DEG))
+    mirror = half[:, 2] >= math.cos(math.radians(MIRROR_HALF_DEG))
+    return torch.where(grazing, 2, torch.where(mirror, 0, 1)).long()
+
+
+def mirror_pairs(count: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    """``count`` exact mirror pairs ``[count, 6]``: ``wo`` cosine-distributed, ``wi`` its mirror about the normal."""
+    wo = square_to_cosine_hemisphere(torch.rand(count, 2, generator=generator, device=device))
+    return torch.cat((wo * torch.tensor([-1.0, -1.0, 1.0], device=device), wo), dim=-1)
 
 
 def level_slices(side: int, levels: int) -> list[slice]:
@@ -162,6 +209,23 @@ def level_slices(side: int, levels: int) -> list[slice]:
         slices.append(slice(start, start + size))
         start += size
     return slices
+
+
+def class_weighted_loss(slices: Sequence[slice], weights: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """:func:`tone_mapped_loss` with each (class, level)'s squared errors weighted by ``weights`` ``[classes, levels]``
+    (read at every step: it may change between them). The target carries each row's class in its last column
+    (:class:`~.model.MipReferenceSampler`); a level's term is its weighted mean over the rows."""
+
+    def loss(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        classes = target[:, -1].long()
+        diff = tone_map_reinhard(prediction) - tone_map_reinhard(target[:, :-1])
+        total = prediction.new_zeros(())
+        for level, s in enumerate(slices):
+            row_weight = weights[:, level][classes].to(diff.dtype)  # [D]
+            total = total + torch.mean(row_weight[:, None] * diff[:, s] ** 2)
+        return total
+
+    return loss
 
 
 def tone_mapped_loss(slices: Sequence[slice]) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -176,6 +240,12 @@ def tone_mapped_loss(slices: Sequence[slice]) -> Callable[[torch.Tensor, torch.T
 
 def _rounded_db(value: float) -> float:
     return value if math.isinf(value) else round(value, 4)
+
+
+def level_mse(prediction: torch.Tensor, target: torch.Tensor, slices: Sequence[slice]) -> torch.Tensor:
+    """Per-level mean squared error of Reinhard-tone-mapped shading ``[D, T]``: ``[levels]``."""
+    diff = tone_map_reinhard(prediction.double()) - tone_map_reinhard(target.double())
+    return torch.stack([torch.mean(diff[:, s] ** 2) for s in slices])
 
 
 def level_errors(prediction: torch.Tensor, target: torch.Tensor, slices: Sequence[slice]) -> list[dict[str, float]]:
