@@ -343,3 +343,18 @@ def test_a_bake_input_that_would_cut_out_or_blend_is_refused_not_baked_solid(
     with pytest.raises(InputError, match=f"alphaMode {mode}") as error:
         load_bake_input(path)
     assert "materials[0].alphaMode" in str(error.value) and "'painted'" in str(error.value)
+
+
+@pytest.mark.parametrize("extension", ["KHR_materials_clearcoat", "KHR_materials_transmission", "KHR_materials_sheen"])
+def test_a_bake_input_whose_look_needs_an_unshaded_extension_is_refused_by_name(tmp_path: Path, extension: str) -> None:
+    from neuralbake.io.gltf import load_bake_input
+
+    path = write_gltf(tmp_path / "coat.gltf", two_material_scene())
+    doc = json.loads(path.read_text())
+    doc["materials"][1]["extensions"] = {**doc["materials"][1].get("extensions", {}), extension: {}}
+    doc["extensionsUsed"] = sorted({*doc.get("extensionsUsed", []), extension})
+    path.write_text(json.dumps(doc))
+    assert load_gltf(path).materials[1].unshaded_extensions == (extension,)  # read and recorded
+    with pytest.raises(InputError, match=extension) as error:
+        load_bake_input(path)
+    assert "materials[1].extensions" in str(error.value) and "'flat'" in str(error.value)

@@ -75,6 +75,10 @@ class Material:
     """Back faces are shaded with the flipped normal when true."""
     unlit: bool = False
     """``KHR_materials_unlit``: the base colour is the output radiance."""
+    unshaded_extensions: tuple[str, ...] = ()
+    """The material's extensions that change its look and that the renderer does not shade (``KHR_materials_clearcoat``,
+    ``KHR_materials_transmission``...; :data:`~neuralbake.io.gltf.reader.UNSHADED_MATERIAL_EXTENSIONS`): the bakes refuse
+    it (:func:`check_opaque`) rather than bake it without them."""
 
     def textures(self) -> dict[str, TextureRef]:
         """The bound texture slots by field name (``base_color_texture``, ...)."""
@@ -170,17 +174,27 @@ def lowest_alpha(material: Material, meshes: list[Mesh] = ()) -> float:
 
 
 def check_opaque(scene: Scene, *, path: str | Path | None = None, field: str = "asset") -> None:
-    """Refuse a scene with a material whose alpha cuts out (``MASK`` below its cutoff) or blends (``BLEND`` below 1).
+    """Refuse a scene with a material whose alpha cuts out (``MASK`` below its cutoff) or blends (``BLEND`` below 1), or
+    whose look depends on an extension the renderer does not shade (:attr:`Material.unshaded_extensions`).
 
     The bakes render every surface opaque: such a material would be baked solid where it is see-through, with no word
     said. A ``MASK`` or ``BLEND`` material whose alpha never falls that low draws as opaque and passes. The error names
     the material, its mode and the lowest alpha found, and the fix.
     """
     for index, material in enumerate(scene.materials):
-        if material.alpha_mode == "OPAQUE":
-            continue
         users = [m for m in scene.meshes if m.material == index]
         if not users:
+            continue
+        if material.unshaded_extensions:
+            names = ", ".join(material.unshaded_extensions)
+            raise InputError(
+                f"material {index} ({material.name!r}) uses {names}, which neuralbake's renderer does not shade; the bake "
+                "would capture the material without it.",
+                path=path or scene.source,
+                field=f"{field}: materials[{index}].extensions",
+                fix="bake an asset without those extensions, or remove them from the material if its look may be baked without them.",
+            )
+        if material.alpha_mode == "OPAQUE":
             continue
         lowest = lowest_alpha(material, users)
         threshold = material.alpha_cutoff if material.alpha_mode == "MASK" else OPAQUE_ALPHA

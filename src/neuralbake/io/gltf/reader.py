@@ -48,7 +48,7 @@ from neuralbake.io.gltf.rig import read_rig
 from neuralbake.io.gltf.validate import MAX_ACCESSOR_COUNT, TYPE_WIDTHS
 from neuralbake.io.limits import MAX_JSON_BYTES
 
-__all__ = ["DEFAULT_MAX_JSON_BYTES", "DEFAULT_MAX_TRIANGLES", "load_gltf", "load_gltf_materials"]
+__all__ = ["DEFAULT_MAX_JSON_BYTES", "DEFAULT_MAX_TRIANGLES", "UNSHADED_MATERIAL_EXTENSIONS", "load_gltf", "load_gltf_materials"]
 
 DEFAULT_MAX_TRIANGLES = 20_000_000
 """Triangle budget of :func:`load_gltf` (about 1.5 GB of float32 vertex data and BVH on the GPU)."""
@@ -62,6 +62,21 @@ _UNSUPPORTED_EXTENSIONS = {
     "KHR_texture_basisu": "convert the KTX2 textures to PNG, e.g. `npx @gltf-transform/cli png in.glb out.glb`",
     "EXT_texture_webp": "convert the WebP textures to PNG, e.g. `npx @gltf-transform/cli png in.glb out.glb`",
 }
+UNSHADED_MATERIAL_EXTENSIONS = (
+    "KHR_materials_anisotropy",
+    "KHR_materials_clearcoat",
+    "KHR_materials_diffuse_transmission",
+    "KHR_materials_dispersion",
+    "KHR_materials_ior",
+    "KHR_materials_iridescence",
+    "KHR_materials_pbrSpecularGlossiness",
+    "KHR_materials_sheen",
+    "KHR_materials_specular",
+    "KHR_materials_transmission",
+    "KHR_materials_volume",
+)
+"""Material extensions that change a material's look and that the renderer does not shade: read, recorded on the
+material (:attr:`~neuralbake.io.gltf.model.Material.unshaded_extensions`) and refused by the bakes."""
 _KNOWN_EXTENSIONS = {"KHR_materials_unlit", "KHR_mesh_quantization", "KHR_materials_emissive_strength", "KHR_draco_mesh_compression"}
 
 _TRIANGLES = 4
@@ -142,6 +157,7 @@ def _read_materials(reader: GltfDocument) -> list[Material]:
         mat.alpha_cutoff = float(0.5 if m.alphaCutoff is None else m.alphaCutoff)
         mat.double_sided = bool(m.doubleSided)
         mat.unlit = "KHR_materials_unlit" in (m.extensions or {})
+        mat.unshaded_extensions = tuple(e for e in UNSHADED_MATERIAL_EXTENSIONS if e in (m.extensions or {}))
         out.append(mat)
     return out
 
