@@ -134,6 +134,8 @@ def row_of(kind: str, path: str | None, report: dict[str, Any], summary: str, wa
                 break
             holder = holder[int(part)] if isinstance(holder, list) else holder.get(part, {})
         figure = _figure(holder if isinstance(holder, dict) else {}, quality_key)
+    if figure is None and isinstance(report.get("psnr_db"), (int, float)):  # a figure only evaluations hold (material): the report's own
+        quality_key, figure = "psnr_db", float(report["psnr_db"])
     return {
         "kind": kind,
         "kernels": path or "-",
