@@ -59,40 +59,24 @@ STEPS_FIELD = {"material-pack": "bake.train.steps"}
 """Where ``--profile-steps`` goes, where it is not ``train.steps``."""
 
 
-def _nested(dotted: str, value: Any) -> dict[str, Any]:
-    head, _, rest = dotted.partition(".")
-    return {head: _nested(rest, value) if rest else value}
+def build_config(kind: str, device: str, path: str | None, steps: int | None = None, overrides: list[str] = ()) -> Any:
+    """The config of one run of ``kind``: its README input, then ``FIELD=VALUE`` overrides (dotted, values as ``--set``
+    reads them), the device, the kernel path and optionally the step count, each checked as a config file's would be."""
+    from neuralbake.bakes.registry import BAKES
+    from neuralbake.bakes.run import set_field
+    from neuralbake.cli.names import split_setting
+    from neuralbake.core.config import coerce_field, config_from_dict
 
-
-def _merge(into: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
-    for key, value in more.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = value
-    return into
-
-
-def _value(text: str) -> Any:
-    """A ``--set`` value: JSON where it parses (numbers, true/false, lists), else the string."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def settings(kind: str, device: str, path: str | None, steps: int | None = None, overrides: list[str] = ()) -> dict[str, Any]:
-    """The config of one run of ``kind``: its README input, the device, the kernel path, optionally the step count and
-    ``FIELD=VALUE`` overrides (dotted fields)."""
-    config = json.loads(json.dumps(INPUTS[kind]))
-    for item in overrides:
-        dotted, _, text = item.partition("=")
-        _merge(config, _nested(dotted, _value(text)))
-    _merge(config, _nested(DEVICE_FIELD.get(kind, "device"), device))
+    config_type = BAKES[kind].bake.config_type
+    config = config_from_dict(config_type, INPUTS[kind])
+    settings = [split_setting(item, example="train.steps=30000") for item in overrides]
+    settings.append((DEVICE_FIELD.get(kind, "device"), device))
     if path is not None:
-        _merge(config, _nested(KERNELS_FIELD[kind], path))
+        settings.append((KERNELS_FIELD[kind], path))
     if steps is not None:
-        _merge(config, _nested(STEPS_FIELD.get(kind, "train.steps"), steps))
+        settings.append((STEPS_FIELD.get(kind, "train.steps"), steps))
+    for dotted, value in settings:
+        set_field(config, dotted, coerce_field(config_type, dotted, value))
     return config
 
 
@@ -159,10 +143,9 @@ def run_one(kind: str, device: str, path: str | None, out: Path, steps: int | No
 
     from neuralbake.bakes.registry import BAKES
     from neuralbake.bakes.run import run_bake
-    from neuralbake.core.config import config_from_dict
 
     entry = BAKES[kind]
-    config = config_from_dict(entry.bake.config_type, settings(kind, device, path, steps, overrides))
+    config = build_config(kind, device, path, steps, overrides)
     if out.exists():
         shutil.rmtree(out)
     if profile is None:
