@@ -15,6 +15,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from neuralbake.nn.trainer import TrainResult
+
 __all__ = ["CONVERGED_GAIN", "convergence", "curve_record", "training_record"]
 
 CONVERGED_GAIN = 0.25
@@ -109,16 +111,6 @@ def curve_record(losses: Sequence[float], steps_per_point: float, *, phase: str,
         values = [sum(values[i:i + smooth]) / len(values[i:i + smooth]) for i in range(0, len(values), smooth)]
         steps_per_point *= smooth
     history = [{"event": "eval", "step": round(k * steps_per_point), "loss_db": -10.0 * math.log10(v)} for k, v in enumerate(values)]
-    verdict = convergence(history, "loss_db", tolerance=CONVERGED_GAIN)
     steps = round((len(values) - 1) * steps_per_point) if values else 0
-    record = {"phase": phase, "steps": steps, "train_seconds": round(seconds, 3), "stopped_by": "steps", **verdict}
-    return {
-        "converged": record["converged"],
-        "main_phase": phase,
-        "stopped_by": "steps",
-        "last_quarter_gain": record["last_quarter_gain"],
-        "gain_per_1000_steps": record["gain_per_1000_steps"],
-        "tolerance": CONVERGED_GAIN,
-        "quality_key": "loss_db",
-        "phases": [record],
-    }
+    result = TrainResult(steps, 0, 0, seconds, values[-1] if values else math.nan, 1.0, history=history)
+    return training_record([(phase, result)], "loss_db")
