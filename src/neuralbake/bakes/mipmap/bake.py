@@ -68,7 +68,7 @@ def update_class_weights(weights: torch.Tensor, learned_mse: torch.Tensor, box_m
     while winning on average. The step is the square root of the error ratio (at most x4 or /2 per evaluation);
     the weights stay in [1, :data:`MAX_CLASS_WEIGHT`].
     """
-    ratio = learned_mse / (CLASS_TARGET * box_mse).clamp(min=1e-12)
+    ratio = torch.nan_to_num(learned_mse / (CLASS_TARGET * box_mse).clamp(min=1e-12), nan=1.0)  # a class without pairs: unchanged
     weights.mul_(ratio.sqrt().clamp(0.5, 4.0).to(weights.dtype)).clamp_(1.0, MAX_CLASS_WEIGHT)
 
 
@@ -85,13 +85,14 @@ def _blend(box: MaterialMaps, learned: MaterialMaps, share: float) -> MaterialMa
     return MaterialMaps(mix(box.base_color, learned.base_color), normal, mix(box.roughness, learned.roughness), mix(box.metallic, learned.metallic))
 
 
-def guard_levels(learned: list[MaterialMaps], box: list[MaterialMaps], pairs: dict[str, torch.Tensor], targets: dict[str, torch.Tensor],
-                 slices: list[slice], light_intensity: float) -> tuple[list[MaterialMaps], list[float]]:
+def guard_levels(learned: list[MaterialMaps], box: list[MaterialMaps], box_mse: torch.Tensor, pairs: dict[str, torch.Tensor],
+                 targets: dict[str, torch.Tensor], slices: list[slice], light_intensity: float) -> tuple[list[MaterialMaps], list[float]]:
     """The chain shipped: per level, the learned texels blended towards box filtering's by the largest share of
-    :data:`GUARD_SHARES` that shades no class of ``pairs`` worse than box filtering does (share 0 is box's level, so
-    one always qualifies). The class weights make this rare; where the footprint's mix of lobes defeats them (the
-    finest level of a metal set with per-texel roughness kept 0.5-0.75 of the learned texels), it keeps the chain from
-    shipping a level that loses to the plain one."""
+    :data:`GUARD_SHARES` that shades no class of ``pairs`` (in :data:`CLASSES` order) worse than box filtering does,
+    whose errors are ``box_mse`` ``[classes, levels]`` (share 0 is box's level, so one always qualifies). The class
+    weights make this rare; where the footprint's mix of lobes defeats them (the finest level of a metal set with
+    per-texel roughness kept 0.25 of the learned texels), it keeps the chain from shipping a level that loses to the
+    plain one."""
     chain, shares = [], []
     for k, (mine, plain) in enumerate(zip(learned, box, strict=True)):
         def error(level: MaterialMaps, cls: str) -> float:
@@ -99,7 +100,7 @@ def guard_levels(learned: list[MaterialMaps], box: list[MaterialMaps], pairs: di
             shaded = shade_maps(level, d[:, :3], d[:, 3:], light_intensity=light_intensity).reshape(d.shape[0], -1)
             return float(level_mse(shaded, targets[cls][:, slices[k]], [slice(None)])[0])
 
-        floor = {cls: error(plain, cls) for cls in pairs if len(pairs[cls])}
+        floor = {cls: float(box_mse[c, k]) for c, cls in enumerate(CLASSES) if len(pairs[cls])}
         for share in GUARD_SHARES:
             candidate = _blend(plain, mine, share)
             if share == 0.0 or all(error(candidate, cls) <= limit for cls, limit in floor.items()):
@@ -197,7 +198,8 @@ def _bake_body(run: BakeRun) -> BakeOutcome:
         ) from exc
 
     with run.task("measuring the chains", 2 * len(METHODS), unit="chains") as advance, torch.no_grad():
-        chains["learned"], shares = guard_levels(model.chain(), chains["box"], control, control_targets, slices, config.light_intensity)
+        chains["learned"], shares = guard_levels(model.chain(), chains["box"], control_box, control, control_targets, slices,
+                                                  config.light_intensity)
         chain_images = encode_chain_8bit(chains["learned"])
         chains["learned_8bit"] = [decode_8bit(images, device) for images in chain_images]
         per_method = {}
