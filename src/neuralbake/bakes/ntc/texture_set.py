@@ -16,7 +16,7 @@ import torch
 
 from neuralbake.errors import InputError
 from neuralbake.io.gltf import load_gltf_materials
-from neuralbake.io.gltf.model import OPAQUE_ALPHA, lowest_alpha
+from neuralbake.io.gltf.model import see_through
 from neuralbake.io.images import load_image, resize_image
 from neuralbake.render.mip import build_mip_pyramid, is_power_of_two
 
@@ -173,10 +173,11 @@ def load_gltf_material(path: str | Path, *, material: str = "0") -> TextureSet:
         raise InputError("the glTF file has no materials.", path=path, field="materials", fix="pass a glTF file with a material.")
     index = _material_index(materials, material, path)
     mat = materials[index]
-    if mat.alpha_mode != "OPAQUE" and lowest_alpha(mat) < (mat.alpha_cutoff if mat.alpha_mode == "MASK" else OPAQUE_ALPHA):
+    lowest = see_through(mat)
+    if lowest is not None:
         raise InputError(
             f"material {index} ({mat.name!r}) has alphaMode {mat.alpha_mode} and an alpha below "
-            f"{mat.alpha_cutoff if mat.alpha_mode == 'MASK' else 1:g} (lowest {lowest_alpha(mat):.3f}); NTC compresses the base "
+            f"{mat.alpha_cutoff if mat.alpha_mode == 'MASK' else 1:g} (lowest {lowest:.3f}); NTC compresses the base "
             "colour's RGB only, so its alpha would be lost.",
             path=path, field=f"materials[{index}].alphaMode",
             fix="pass the maps as image files instead (an RGBA base colour image keeps its alpha as a fourth channel), or set "

@@ -16,7 +16,7 @@ import numpy as np
 from neuralbake.errors import InputError
 from neuralbake.io.gltf.rig import Rig
 
-__all__ = ["OPAQUE_ALPHA", "WRAP_CODES", "Material", "Mesh", "Scene", "TextureRef", "check_opaque", "lowest_alpha"]
+__all__ = ["OPAQUE_ALPHA", "WRAP_CODES", "Material", "Mesh", "Scene", "TextureRef", "check_opaque", "lowest_alpha", "see_through"]
 
 WRAP_CODES = {10497: "repeat", 33071: "clamp", 33648: "mirror"}
 """glTF sampler ``wrapS``/``wrapT`` codes -> the :attr:`TextureRef.wrap_s` / ``wrap_t`` names."""
@@ -173,6 +173,15 @@ def lowest_alpha(material: Material, meshes: list[Mesh] = ()) -> float:
     return alpha * min(colours, default=1.0)
 
 
+def see_through(material: Material, meshes: list[Mesh] = ()) -> float | None:
+    """The lowest alpha of a material that would cut out (``MASK`` under its cutoff) or blend (``BLEND`` under 1) where
+    ``meshes`` use it (:func:`lowest_alpha`); None when it draws opaque."""
+    if material.alpha_mode == "OPAQUE":
+        return None
+    lowest = lowest_alpha(material, meshes)
+    return lowest if lowest < (material.alpha_cutoff if material.alpha_mode == "MASK" else OPAQUE_ALPHA) else None
+
+
 def check_opaque(scene: Scene, *, path: str | Path | None = None, field: str = "asset") -> None:
     """Refuse a scene with a material whose alpha cuts out (``MASK`` below its cutoff) or blends (``BLEND`` below 1), or
     whose look depends on an extension the renderer does not shade (:attr:`Material.unshaded_extensions`).
@@ -194,11 +203,8 @@ def check_opaque(scene: Scene, *, path: str | Path | None = None, field: str = "
                 field=f"{field}: materials[{index}].extensions",
                 fix="bake an asset without those extensions, or remove them from the material if its look may be baked without them.",
             )
-        if material.alpha_mode == "OPAQUE":
-            continue
-        lowest = lowest_alpha(material, users)
-        threshold = material.alpha_cutoff if material.alpha_mode == "MASK" else OPAQUE_ALPHA
-        if lowest >= threshold:
+        lowest = see_through(material, users)
+        if lowest is None:
             continue
         what = (f"cuts out where its alpha is below {material.alpha_cutoff:g}" if material.alpha_mode == "MASK"
                 else "blends with what lies behind it")
