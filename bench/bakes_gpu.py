@@ -55,8 +55,8 @@ DEVICE_FIELD = {"material-pack": "bake.device"}
 """Where a kind keeps its device (dotted), where it is not ``device``."""
 KERNELS_FIELD = {"texture": "kernels", "material": "kernels", "material-pack": "bake.kernels", "ntc": "kernels"}
 """The kinds with fused kernels and the field that picks the path."""
-STEPS_FIELD = {"material-pack": "bake.train.steps"}
-"""Where ``--profile-steps`` goes, where it is not ``train.steps``."""
+STEPS_FIELD = {"material-pack": "bake.train.steps", "fit": "epochs", "simplify": "epochs"}
+"""Where ``--profile-steps`` goes, where it is not ``train.steps`` (fit and simplify count epochs over their views)."""
 
 
 def build_config(kind: str, device: str, path: str | None, steps: int | None = None, overrides: list[str] = ()) -> Any:
@@ -64,7 +64,7 @@ def build_config(kind: str, device: str, path: str | None, steps: int | None = N
     reads them), the device, the kernel path and optionally the step count, each checked as a config file's would be."""
     from neuralbake.bakes.registry import BAKES
     from neuralbake.bakes.run import set_field
-    from neuralbake.cli.names import split_setting
+    from neuralbake.core.names import split_setting
     from neuralbake.core.config import coerce_field, config_from_dict
 
     config_type = BAKES[kind].bake.config_type

@@ -19,7 +19,7 @@ from neuralbake.bakes.lod import LodConfig
 from neuralbake.bakes.registry import BAKES
 from neuralbake.cli import app
 from neuralbake.cli.common import BAKE_COMMANDS, BakeCommand, Flag, _strip_optional, entry_flags
-from neuralbake.cli.names import field_paths
+from neuralbake.core.names import field_paths
 from neuralbake.cli.service import _settings
 from neuralbake.errors import ConfigError
 from neuralbake.service.app import _describe

@@ -28,7 +28,7 @@ class WaveSampler:
         return Batch(uv, target * self.poison)
 
 
-def make_trainer(device, tmp_path=None, **overrides):
+def make_trainer(device, tmp_path=None, sampler=None, **overrides):
     torch.manual_seed(0)
     network = CoordinateNetwork(CoordinateNetworkConfig(frequencies=2, hidden=16, layers=2, outputs=2)).to(device)
     settings = dict(steps=40, learning_rate=0.01, log_every=5, eval_every=0, checkpoint_every=0)
@@ -36,7 +36,7 @@ def make_trainer(device, tmp_path=None, **overrides):
     sinks = ListSink()
     trainer = Trainer(
         network,
-        WaveSampler(device),
+        (sampler or WaveSampler)(device),
         F.mse_loss,
         config,
         device=device,
@@ -231,6 +231,36 @@ def test_cuda_graph_step_matches_eager_steps(precision):
     for name, p in eager.master.items():
         torch.testing.assert_close(graphed.master[name], p, rtol=0, atol=0, msg=name)
     assert graphed.scaler.scale == eager.scaler.scale
+
+
+class HostSyncSampler(WaveSampler):
+    """A sampler that reads the host mid-draw (as the material graph does): it cannot be captured."""
+
+    capturable = False
+
+    def sample(self, generator):
+        batch = super().sample(generator)
+        assert math.isfinite(float(batch.targets.sum()))  # a host sync: illegal inside a capture
+        return batch
+
+
+@cuda_only
+@pytest.mark.parametrize("model_capturable", [True, False])
+def test_fed_cuda_graph_matches_eager_steps_with_a_host_syncing_sampler(model_capturable, monkeypatch):
+    """A sampler that syncs with the host stays outside the graph: its batches are copied into the graph's buffers,
+    and the replayed steps give the eager steps' weights bit for bit. A model that does not say it can be captured
+    keeps the whole step eager."""
+    device = torch.device("cuda")
+    if model_capturable:
+        monkeypatch.setattr(CoordinateNetwork, "capturable", True, raising=False)
+    graphed, _ = make_trainer(device, cuda_graph=True, steps=30, sampler=HostSyncSampler)
+    eager, _ = make_trainer(device, cuda_graph=False, steps=30, sampler=HostSyncSampler)
+    assert graphed.use_cuda_graph == graphed.feeds_graph == model_capturable and not eager.use_cuda_graph
+    graphed.fit()
+    eager.fit()
+    assert (graphed.graph is not None) == model_capturable
+    for name, p in eager.master.items():
+        torch.testing.assert_close(graphed.master[name], p, rtol=0, atol=0, msg=name)
 
 
 @cuda_only

@@ -46,7 +46,7 @@ from neuralbake.bakes.folder import OutputLockedError
 from neuralbake.bakes.registry import BAKES, Arg, Registered
 from neuralbake.bakes.run import Bake
 from neuralbake.bakes.summaries import still_improving
-from neuralbake.cli.names import setting_keys, stage_settings, stage_types
+from neuralbake.core.names import setting_keys, stage_settings, stage_types
 from neuralbake.core.config import config_from_dict, field_docs, load_config
 from neuralbake.errors import ConfigError, NeuralbakeError, short_repr
 from neuralbake.nn.trainer import TrainingInterrupted

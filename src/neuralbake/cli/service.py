@@ -19,7 +19,7 @@ from rich.console import Console
 
 from neuralbake.bakes.registry import BAKES, service_kinds
 from neuralbake.cli.common import entry_flags, print_done, run_action
-from neuralbake.cli.names import resolve_key, setting_keys, split_setting
+from neuralbake.core.names import resolve_key, setting_keys, split_setting
 from neuralbake.client import ServiceClient
 from neuralbake.errors import ConfigError
 from neuralbake.io.limits import load_json_file
@@ -178,7 +178,7 @@ def _client(server: str, token: str | None) -> ServiceClient:
 
 def _settings(config: Path | None, sets: list[str], kind: str) -> dict:
     """The job's settings: the ``--config`` file's, then each ``--set KEY=VALUE`` (KEY a config field, or a flag
-    name of the kind's command: ``size`` is ``texture_size``; see :mod:`neuralbake.cli.names`)."""
+    name of the kind's command: ``size`` is ``texture_size``; see :mod:`neuralbake.core.names`)."""
     data: dict = {}
     if config is not None:
         if config.suffix.lower() == ".toml":

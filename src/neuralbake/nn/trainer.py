@@ -268,14 +268,13 @@ class Trainer:
         """What the fused step draws in its kernel instead of calling the sampler (``draws_from``'s), else None."""
         if self.fused_draws is not None:
             self.fused_update.seek_draws(0)
-        # A custom forward/backward joins the graph when it says it can be captured (a fused kernel
-        # that reads the loss scale on the device does); the sampler too, unless the kernel draws the batches itself.
-        self.use_cuda_graph = (
-            config.cuda_graph
-            and device.type == "cuda"
-            and (forward_backward is None or getattr(forward_backward, "capturable", False))
-            and (self.fused_draws is not None or getattr(sampler, "capturable", False))
-        )
+        # A custom forward/backward joins the graph when it says it can be captured (a fused kernel that reads the loss
+        # scale on the device does); the sampler too, unless the kernel draws the batches itself. A sampler that syncs
+        # with the host stays outside when the model says it can be captured: its batches are fed (copied) into the graph.
+        step_capturable = config.cuda_graph and device.type == "cuda" and (forward_backward is None or getattr(forward_backward, "capturable", False))
+        sampler_inside = self.fused_draws is not None or getattr(sampler, "capturable", False)
+        self.use_cuda_graph = step_capturable and (sampler_inside or getattr(model, "capturable", False))
+        self.feeds_graph, self._fed = self.use_cuda_graph and not sampler_inside, None
         # On CUDA the default generator is used: CUDA graphs capture its Philox offsets.
         self.generator = torch.cuda.default_generators[device.index or 0] if device.type == "cuda" else torch.Generator()
         self.generator.manual_seed(config.seed)
@@ -339,18 +338,17 @@ class Trainer:
         for lr_t, scale in self._lr_groups:
             lr_t.fill_(self._lr * scale)
 
-    def _device_step(self) -> None:
-        """One step with every decision on the device (no host sync), so it can be graph-captured."""
+    def _device_step(self, batch: Batch | None = None) -> None:
+        """One step on ``batch`` (or the sampler's next), every decision on the device (no host sync): capturable."""
         if self.fused_update is not None:
             counters = (self._loss_sum, self._loss_count, self._skipped, self._nonfinite_run)
             if self.fused_draws is not None:  # the kernel draws the step's batch (its own counter, the run's seed)
                 self.fused_update.update_step(None, self.master, self.optimizer, self.scaler, self._found_inf, counters, draws=self.fused_draws, seed=self.config.seed)
             else:
-                batch = self.sampler.sample(self.generator)
-                self.fused_update.update_step(batch, self.master, self.optimizer, self.scaler, self._found_inf, counters)
+                self.fused_update.update_step(batch or self.sampler.sample(self.generator), self.master, self.optimizer, self.scaler, self._found_inf, counters)
             self._constrain()
             return
-        batch = self.sampler.sample(self.generator)
+        batch = batch if batch is not None else self.sampler.sample(self.generator)
         if self.compute_model is not self.model:
             with torch.no_grad():
                 torch._foreach_copy_(list(self.compute_params.values()), list(self.master.values()))
@@ -391,17 +389,22 @@ class Trainer:
     def graphed_step(self) -> None:
         """Replay the captured step, capturing it first after a few eager warm-up steps."""
         self._set_learning_rate()
+        if self.feeds_graph:  # the batch is drawn outside and copied into the buffers the graph reads
+            batch = self.sampler.sample(self.generator)
+            if self._fed is None or (self._fed.inputs.shape, self._fed.targets.shape) != (batch.inputs.shape, batch.targets.shape):
+                self._fed, self.graph = Batch(inputs=batch.inputs.clone(), targets=batch.targets.clone()), None
+            torch._foreach_copy_([self._fed.inputs, self._fed.targets], [batch.inputs, batch.targets])
         if self.graph is None:
             # Warm-up on a side stream initialises autograd, cuBLAS and Adam state outside capture.
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
-                self._device_step()
+                self._device_step(self._fed)
             torch.cuda.current_stream(self.device).wait_stream(side)
             if self.step + 1 >= self._warmup_steps:
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):
-                    self._device_step()
+                    self._device_step(self._fed)  # a fed graph replays on its buffers
                 self.graph = graph
         else:
             self.graph.replay()
