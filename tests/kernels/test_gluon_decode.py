@@ -1,7 +1,7 @@
 """The Gluon neural-material decode on the CPU: its values on Triton's interpreter, which decodes it takes, and that it
 compiles for an H100.
 
-Triton's interpreter does not run Gluon itself; ``neuralbake.kernels.gluon_interpret`` runs the kernel's Python body
+Triton's interpreter does not run Gluon itself; ``tests/kernels/gluon_interpret.py`` runs the kernel's Python body
 there, and these tests check its values against PyTorch and the Triton decode. What only the hardware does (layouts,
 barriers, the tensor cores' sums) is checked on a GPU by ``bench/kernels_parity.py``.
 These tests also compile it for sm_90 with the CUDA tools in Triton's wheel (no GPU needed): at every shape the
@@ -188,7 +188,7 @@ def test_a_gluon_kernel_that_fails_here_leaves_the_triton_decode_with_a_warning(
     assert torch.allclose(out, material.decode(uv, wi, wi), atol=2e-2)  # the Triton decode's value (the interpreter)
 
 
-# The kernel's values on Triton's CPU interpreter (neuralbake.kernels.gluon_interpret runs its Python body there), at
+# The kernel's values on Triton's CPU interpreter (tests/kernels/gluon_interpret.py runs its Python body there), at
 # the shapes bench/kernels_sass.py compiles and bench/kernels_parity.py checks on a GPU: against PyTorch (fp16's 2e-2
 # of the output's scale, as tests/kernels/test_fused.py states) and against the Triton decode (5e-3, as the GPU parity
 # check: the hidden layers summed in fp16 by both, in another order).
@@ -225,8 +225,11 @@ def test_the_gluon_decode_on_the_interpreter_matches_pytorch_and_the_triton_deco
     lod = torch.rand(n, generator=g) * 3.4 - 0.2 if filtered else None  # past both ends of the chain too
     triton_decode = FusedNeuralMaterial(material)
     assert triton_decode.kernel == "triton"  # on the CPU: no GPU to ask for a capability
+    from tests.kernels.gluon_interpret import interpreted
+
     monkeypatch.setattr(decoders, "nvidia_capability", lambda device: (9, 0))
     monkeypatch.setattr(gluon_decode, "SPREAD", 2)
+    monkeypatch.setattr(gluon_decode, "neural_material_gluon_kernel", interpreted(gluon_decode.neural_material_gluon_kernel))
     decode = FusedNeuralMaterial(material)
     assert decode.kernel == "gluon", decode.gluon_reason
     assert gluon_decode.tiles_per_program(6, decode._sms) == 3

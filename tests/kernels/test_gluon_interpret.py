@@ -1,4 +1,4 @@
-"""neuralbake.kernels.gluon_interpret: Gluon's shared memory, views and products on Triton's CPU interpreter, checked
+"""tests/kernels/gluon_interpret.py: Gluon's shared memory, views and products on Triton's CPU interpreter, checked
 on small kernels against numpy (the Gluon kernels' own values are checked in test_gluon_train.py and
 test_gluon_decode.py)."""
 
@@ -20,7 +20,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 
-from neuralbake.kernels.gluon_interpret import interpreted
+from tests.kernels.gluon_interpret import interpreted
 
 pytestmark = pytest.mark.skipif(not interpreting(), reason="runs on Triton's CPU interpreter (TRITON_INTERPRET=1)")
 

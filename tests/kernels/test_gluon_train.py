@@ -1,7 +1,7 @@
 """The Gluon training kernel on the CPU: its values on Triton's interpreter, which steps it takes, how the step launches
 it, and that it compiles for an H100.
 
-Triton's interpreter does not run Gluon itself; ``neuralbake.kernels.gluon_interpret`` runs the kernel's Python body
+Triton's interpreter does not run Gluon itself; ``tests/kernels/gluon_interpret.py`` runs the kernel's Python body
 there, and these tests check its gradients against the Triton kernel and the exact gradient. What only the hardware
 does (layouts, barriers, the tensor cores' sums) is checked on a GPU by ``bench/kernels_parity.py --gluon-train-only``.
 These tests also compile it for sm_90 with the CUDA tools in Triton's wheel (no GPU needed): at each variant the parity
@@ -124,7 +124,6 @@ def test_the_step_launches_the_gluon_kernel_with_each_argument_in_its_place(monk
             return lambda *args, **constants: calls.append((grid, args, constants))
 
     monkeypatch.setattr(gluon_train, "mlp_train_gluon_kernel", Recorder())
-    monkeypatch.setattr(gluon_train, "gluon_launchable", lambda kernel: kernel)  # launched as on a GPU, not on the interpreter
     params = {name: p.detach().half() for name, p in model.named_parameters()}
     n = 300
     batch = Batch(inputs=torch.rand(n, 2), targets=torch.rand(n, 3))
@@ -213,7 +212,7 @@ def test_the_gluon_step_compiles_for_sm90_with_every_product_a_warpgroup_mma_on_
         assert stores <= 8 * (hidden + 1) + 1 + 3, (shape, stores)
 
 
-# The kernel's values on Triton's CPU interpreter (neuralbake.kernels.gluon_interpret runs its Python body there):
+# The kernel's values on Triton's CPU interpreter (tests/kernels/gluon_interpret.py runs its Python body there):
 # against the Triton kernel (the same arithmetic; fp32 sums in another order, so a dz may round to the neighbouring
 # fp16 value: 1e-3 of each gradient's scale) and against the exact (fp32) gradient of the same fp16 weights (fp16's
 # 2e-2 of the scale, as tests/kernels/test_fused.py states; both kernels' fp16 roundings of the activations and of dz
@@ -250,8 +249,11 @@ def _gluon_on_the_interpreter(monkeypatch: pytest.MonkeyPatch, step: FusedForwar
         pytest.skip("this Triton has no Gluon")
     if not interpreting():
         pytest.skip("runs the kernel on Triton's CPU interpreter (TRITON_INTERPRET=1)")
+    from tests.kernels.gluon_interpret import interpreted
+
     step.buffers.capability, step.buffers.sms = (9, 0), 2
     monkeypatch.setattr(gluon_train, "tile_for", lambda n, sms: tile)
+    monkeypatch.setattr(gluon_train, "mlp_train_gluon_kernel", interpreted(gluon_train.mlp_train_gluon_kernel))
 
 
 def _strict(call):

@@ -54,16 +54,6 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def gluon_launchable(kernel):
-    """A ``@gluon.jit`` kernel as a launch runs it here: itself on a GPU, its Python body on Triton's interpreter under
-    ``TRITON_INTERPRET=1`` (:mod:`neuralbake.kernels.gluon_interpret`, imported only then)."""
-    if not interpreting():
-        return kernel
-    from neuralbake.kernels.gluon_interpret import interpreted  # patches Triton's interpreter: imported only under TRITON_INTERPRET=1
-
-    return interpreted(kernel)
-
-
 def unsupported_reason(widths: Sequence[int], activations: Sequence[str], *, training: bool = False) -> str | None:
     """Why the fused kernels cannot run a network of these layer ``widths`` (inputs, hidden..., outputs), or None."""
     linear = len(widths) - 1

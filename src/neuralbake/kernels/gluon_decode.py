@@ -21,12 +21,11 @@ The latent fetch and the direction features are the Triton decode's own helpers
 arguments. Only what needs an explicit layout (the activation's constants, the tiles, shared memory, the products) is
 written here.
 
-Triton's CPU interpreter does not run Gluon; under ``TRITON_INTERPRET=1`` :func:`launch` runs this kernel's Python
-body on it through :mod:`neuralbake.kernels.gluon_interpret` (layouts dropped, shared memory and the products in
-numpy). The CPU tests (``tests/kernels/test_gluon_decode.py``) check its values that way at the parity shapes, against
+Triton's CPU interpreter does not run Gluon; the CPU tests run this kernel's Python body on it through
+``tests/kernels/gluon_interpret.py`` (layouts dropped, shared memory and the products in numpy). The CPU tests (``tests/kernels/test_gluon_decode.py``) check its values that way at the parity shapes, against
 PyTorch and the Triton decode; they also compile it for sm_90 and check its structure, and the arguments
 :class:`~neuralbake.kernels.decoders.FusedNeuralMaterial` launches it with. Its layouts, barriers and the hardware's sums
-are checked on a GPU (``bench/kernels_parity.py``). :func:`gluon_reason` says which decodes it runs; the others take
+are checked on a GPU (``tests/kernels/test_gpu_parity.py``, marked ``gpu``). :func:`gluon_reason` says which decodes it runs; the others take
 the Triton kernel.
 """
 
@@ -34,7 +33,6 @@ from __future__ import annotations
 
 import triton
 
-from neuralbake.kernels import gluon_launchable
 from neuralbake.kernels.triton_decode import _bilinear_repeat, _direction_tile
 
 GLUON_DECODE = True
@@ -234,7 +232,7 @@ def launch(tiles: int, sms: int, args: tuple, constants: dict) -> None:
     """Launch the decode over ``tiles`` tiles of :data:`TILE` rows on a GPU of ``sms`` SMs."""
     rows, warps = TILE
     each = tiles_per_program(tiles, sms)
-    gluon_launchable(neural_material_gluon_kernel)[(triton.cdiv(tiles, each),)](*args, each, BM=rows, W=warps, num_warps=warps, **constants)
+    neural_material_gluon_kernel[(triton.cdiv(tiles, each),)](*args, each, BM=rows, W=warps, num_warps=warps, **constants)
 
 
 __all__ = ["GLUON_DECODE", "SPREAD", "TILE", "TILES_PER_PROGRAM", "gluon_reason", "launch", "launch_constants", "tiles_per_program"]

@@ -36,8 +36,8 @@ in their own order, so values agree within fp32 rounding of the sums: on an H100
 gradients bit for bit, the small tile (128-row sums) within 2e-6 of their scale (``bench/kernels_parity.py
 --gluon-train-only`` checks the gradients and losses against the Triton kernel and PyTorch).
 
-Triton's CPU interpreter does not run Gluon; under ``TRITON_INTERPRET=1`` :func:`launch` runs this kernel's Python
-body on it through :mod:`neuralbake.kernels.gluon_interpret`. The CPU tests (``tests/kernels/test_gluon_train.py``)
+Triton's CPU interpreter does not run Gluon; the CPU tests run this kernel's Python body on it through
+``tests/kernels/gluon_interpret.py``. They (``tests/kernels/test_gluon_train.py``)
 check its gradients and losses that way, at both tiles, against the Triton kernel and the exact gradient; they also
 compile it for sm_90 (``bench/kernels_sass.py --gluon-train``) and check its structure and the arguments
 :func:`neuralbake.kernels.training.launch_training` launches it with. Its layouts, barriers and the tensor cores' sums are checked
@@ -47,7 +47,6 @@ the others take the Triton kernel.
 
 from __future__ import annotations
 
-from neuralbake.kernels import gluon_launchable
 from neuralbake.kernels.triton_network import (
     _activate,
     _activate_rounded,
@@ -329,7 +328,7 @@ def launch(grid: tuple[int], tile: tuple[int, int], args: tuple, constants: dict
     ``constants`` the network's, the loss's and, for a drawn batch, ``SEED``/``TRANSFORM``/``IMG_W``/``IMG_H``/``SAMPLE``."""
     rows, warps = tile
     draws = {name: constants.pop(name) for name in ("SEED", "IMG_W", "IMG_H") if name in constants}
-    gluon_launchable(mlp_train_gluon_kernel)[grid](
+    mlp_train_gluon_kernel[grid](
         *args, SEED=draws.get("SEED", 0), IMG_W=draws.get("IMG_W", 1), IMG_H=draws.get("IMG_H", 1), BM=rows, W=warps, num_warps=warps,
         **({"SAMPLE": False, "TRANSFORM": 0} | constants),
     )  # fmt: skip
