@@ -27,14 +27,12 @@ fraction of the GPU's dense fp16 tensor-core peak (989 TFLOP/s on an H100 SXM).
 
     python bench/kernels.py --out docs/results/kernels_h100_YYYY-MM-DD_COMMIT.json
     python bench/kernels.py --quick          # fewer sizes, for a smoke run
-    python bench/kernels.py --sweep ntc 128 4 [REGISTERS]   # one tile (and register cap) of one kernel kind
-                                                           # (--sweep, --ab, --ab-tiles and --ab-train: the Triton kernels, Gluon off)
+    python bench/kernels.py --sweep ntc 128 4   # one tile of one kernel kind
+                                                # (--sweep and --ab-tiles: the Triton kernels, Gluon off)
     python bench/kernels.py --profile-step [ADAM_BLOCK REDUCE_ROWS]   # kernels and GPU time per graphed trainer step
     python bench/kernels.py --decode-launches [--no-gluon]   # the decodes for Nsight Compute (see decode_launches)
     python bench/kernels.py --profile-step --no-gluon   # any mode with the Triton training kernel instead of the Gluon one
     python bench/kernels.py --train-launches    # fused training steps for Nsight Compute (see train_launches)
-    python bench/kernels.py --ab             # the decodes with and without fp16 sums, split feature tiles, narrow outputs
-    python bench/kernels.py --ab-train [--precision bf16]   # the training rows with each of the kernel's choices flipped
     python bench/kernels.py --ab-tiles       # two tiles of the bilinear decode and of the training step, one process
     python bench/kernels.py --ab-gluon-train  # the graphed step with the Triton and the Gluon training kernels, 2^10-2^18 rows
     python bench/kernels.py --seed-spread    # final loss and PSNR over 12 seeds, autograd against the fused step
@@ -123,13 +121,6 @@ def _try_time(fn, repeats: int) -> float | None:
     except Exception as exc:  # noqa: BLE001
         print(f"  (a path failed: {type(exc).__name__}: {str(exc)[:200]})", flush=True)
         return None
-
-
-@contextlib.contextmanager
-def tuning_flags(**values):
-    """``kernels.tuning``'s switches (``HALF_SUMS``, ``CARRY_GRADIENTS``, ...) set to ``values`` inside, restored after."""
-    with mock.patch.multiple(tuning, **values):
-        yield
 
 
 def bench_mlp(device, sizes, repeats, peak) -> list[dict]:
@@ -368,11 +359,10 @@ def bench_train_material(device, sizes, steps, peak) -> list[dict]:
 def sweep(device, repeats, kind: str, tile: tuple[int, int]) -> None:
     """Time the kernels of one kind (forward, trilinear, ntc or train) at one (rows per program, warps) tile.
 
-    The fastest tile that bench/kernels_parity.py passes goes into ``kernels.tuning.TILES``. One
+    The fastest tile that tests/kernels/test_gpu_parity.py passes goes into ``kernels.tuning.TILES``. One
     tile per process: a tile the compiler gets wrong can take the CUDA context down with it. ``train`` times the
     trainer's graphed step (replays, as ``--profile-step``) at 2^14 and 2^18 rows, the autograd one and the fused one
-    with 1-4 training programs per SM, the gradients carried in registers (where ``carries_gradients`` allows) or in the slots:
-    with a register cap (``REGISTERS``) more programs fit on an SM.
+    with 1-4 training programs per SM, the gradients carried in registers where ``carries_gradients`` allows.
     """
     tuning.TILES[kind] = tile
     n = 1 << 22
@@ -406,8 +396,7 @@ def sweep(device, repeats, kind: str, tile: tuple[int, int]) -> None:
             replays = 50 if batch >= 1 << 18 else 300
             t_auto = _replay_us(_trainer(device, image, batch, 10**6, False), replays, 3)
             print(f"train step {batch}: autograd {batch / t_auto:8.1f} M/s ({t_auto:.1f} us a graphed step)", flush=True)
-            for carry, per_sm in itertools.product((False, True), (1, 2, 3, 4)):
-                tuning.CARRY_GRADIENTS = carry  # one tile per process: nothing to restore
+            for per_sm in (1, 2, 3, 4):
                 trainer = _trainer(device, image, batch, 10**6, True, programs=per_sm * sms)
                 try:
                     t = _replay_us(trainer, replays, 3)
@@ -492,104 +481,6 @@ def train_launches(device) -> None:
     for _ in range(3):
         step(dict(half.named_parameters()), sample, torch.tensor(1024.0, device=device))
     torch.cuda.synchronize()
-
-
-def ab(device, repeats, peak) -> list[dict]:
-    """The decodes at 2^24 samples (NTC: the 4K frame) with each of three decode choices on and off, in one run.
-
-    ``kernels.tuning.HALF_SUMS`` (hidden layers summed in fp16), ``kernels.tuning.SPLIT_FEATURES``
-    (the neural material's latents and directions as two half-width tiles) and
-    ``kernels.tuning.NARROW_OUTPUTS`` (the output layer padded to 4 columns, not 16); ``torch.compile`` of
-    the same decode once, for the ratios. Each row's error is against the fp32 network on the first
-    2^20 samples, relative to max(|v|, 1).
-    """
-    n, m = 1 << 24, 1 << 20
-    material = copper_material(device)
-    exact = material.to(torch.float32)  # the same latents and decoder in fp32, on the PyTorch path
-    exact.kernels = "torch"
-    g = torch.Generator(device=device).manual_seed(2)
-    uv = torch.rand(n, 2, device=device, generator=g)
-    wi = torch.nn.functional.normalize(torch.rand(n, 3, device=device, generator=g) * 2 - 1, dim=1).abs()
-    wo = torch.nn.functional.normalize(torch.rand(n, 3, device=device, generator=g) * 2 - 1, dim=1).abs()
-    lod = torch.rand(n, device=device, generator=g) * 10
-    compiled = _compiled(lambda uv, wi, wo: material.decode(uv, wi, wo))
-    compiled_lod = _compiled(lambda uv, wi, wo, lod: material.decode(uv, wi, wo, lod))
-    t_compile = {"bilinear": _try_time(None if compiled is None else (lambda: compiled(uv, wi, wo)), repeats)}
-    t_compile["trilinear"] = _try_time(None if compiled_lod is None else (lambda: compiled_lod(uv, wi, wo, lod)), repeats)
-    expected = {"bilinear": exact.decode(uv[:m], wi[:m], wo[:m]), "trilinear": exact.decode(uv[:m], wi[:m], wo[:m], lod[:m])}
-    relative = lambda a, b: float(((a - b).abs() / b.abs().clamp(min=1)).max())
-    mlp = MLP(MLPConfig(inputs=32, hidden=64, layers=3, outputs=32, hidden_activation="relu", output_activation="none")).to(device).half()
-    exact_mlp = cast_model(mlp, torch.float32)
-    x = torch.randn(n, 32, device=device, dtype=torch.float16)
-    container = helmet_ntc_container(device)
-    frame = 3840 * 2160
-    fx = torch.arange(3840, device=device).repeat(2160) % 2048
-    fy = torch.arange(2160, device=device).repeat_interleave(3840) % 2048
-    fl = torch.zeros_like(fx)
-    exact_ntc = decode_texels(container, fl[:m], fx[:m], fy[:m])
-    rows = []
-    # (fp16 sums, split feature tiles, narrow output layer): the shipped decode, each choice off alone, all off
-    for half, split, narrow in ((True, True, True), (True, True, False), (False, True, True), (True, False, True), (False, False, False)):
-        sums = f"{'fp16' if half else 'fp32'} sums"
-        label = f"{sums}, {'split' if split else 'one'} feature tile, {4 if narrow else 16} output columns"
-        first = len(rows)
-        with tuning_flags(HALF_SUMS=half, SPLIT_FEATURES=split, NARROW_OUTPUTS=narrow):
-            fused = NeuralMaterial(material.latents, material.decoder, material.direction_inputs)
-            fused.kernels = "triton"
-            for filtering, extra in (("bilinear", ()), ("trilinear", (lod,))):
-                t = measure(lambda: fused.decode(uv, wi, wo, *extra), repeats=repeats).best
-                rows.append(_row(f"neural material {filtering}, {label}", n, {"compile": t_compile[filtering], "triton": t}, _macs([14, 64, 64, 64, 3]), peak))
-                rows[-1]["error"] = relative(fused.decode(uv[:m], wi[:m], wo[:m], *(e[:m] for e in extra)), expected[filtering])
-            if split and narrow:  # the MLP (32 outputs) and NTC (11) decodes have no feature tiles to split and pad as before
-                packed = PackedMLP.from_mlp(mlp)
-                rows.append(_row(f"mlp 32-64x3-32, {sums}", n, {"triton": measure(lambda: mlp_forward(packed, x, out_dtype=torch.float16), repeats=repeats).best}, _macs([32, 64, 64, 64, 32]), peak))
-                rows[-1]["error"] = relative(mlp_forward(packed, x[:m]), exact_mlp(x[:m].float()))
-                ntc = FusedNTC(container)
-                rows.append(_row(f"ntc 4K frame, {sums}", frame, {"triton": measure(lambda: ntc.texels(fl, fx, fy, out_dtype=torch.float16), repeats=repeats).best}, _macs(container.layout.layer_widths), peak))
-                rows[-1]["ms_per_frame_triton"] = round(frame / rows[-1]["triton_per_s"] * 1e3, 3)
-                rows[-1]["error"] = float((ntc.texels(fl[:m], fx[:m], fy[:m]) - exact_ntc).abs().max())
-        for row in rows[first:]:
-            print(f"  {row['row']}: error {row['error']:.2e}" + (f", {row['ms_per_frame_triton']} ms" if "ms_per_frame_triton" in row else ""), flush=True)
-    return rows
-
-
-TRAIN_CHOICES = ("CARRY_GRADIENTS", "HOIST_WEIGHTS", "HALF_ACTIVATIONS", "DRAW_BATCHES")
-"""The training kernel's choices in ``kernels.tuning`` that ``--ab-train`` flips one at a time."""
-
-
-def ab_train(device, sizes, steps, precision: str = "fp16") -> list[dict]:
-    """The RTXNS training rows (whole graphed trainer steps) with the shipped kernel, each of :data:`TRAIN_CHOICES`
-    flipped alone from its shipped value, and all of them off, beside the graphed autograd step, in one run; each with
-    the loss it reaches.
-
-    ``CARRY_GRADIENTS``: the running gradients in registers, not added to the program's slot in memory at every
-    tile; ``HOIST_WEIGHTS``: the weights loaded once per program, not per tile (only with carried gradients);
-    ``DRAW_BATCHES``: the batches drawn in the training kernel, not by the sampler (PyTorch, about ten launches);
-    ``HALF_ACTIVATIONS`` (off when shipped): the hidden layers' sums rounded to fp16 before the activation, the
-    activations and their slopes bit for bit PyTorch's fp16 ones (fp16 only: in bf16 that variant is the shipped one).
-    ``precision``: the trainer's, fp16 or bf16.
-    """
-    image = rtxns_image(device)
-    widths = [12, 64, 64, 64, 64, 3]
-    shipped = {name: getattr(tuning, name) for name in TRAIN_CHOICES}
-    flipped = [(f"{name} {'off' if shipped[name] else 'on'}", {name: not shipped[name]}) for name in TRAIN_CHOICES]
-    variants = [("shipped", {}), *flipped, ("all off", dict.fromkeys(TRAIN_CHOICES, False))]
-    rows = []
-    for n in sizes:
-        count = steps or min(4000, max(200, (1 << 24) // n))
-        _train(device, image, n, 8, False, precision)
-        graph_rate, graph_loss = _train(device, image, n, count, False, precision)
-        times, losses = {"graph autograd": n / graph_rate}, {"graph autograd": graph_loss}
-        for label, choices in variants:
-            with tuning_flags(**choices):
-                _train(device, image, n, 8, True, precision)
-                rate, losses[label] = _train(device, image, n, count, True, precision)
-            times[label] = n / rate
-        line = ", ".join(f"{label} {n / t / 1e6:.1f} M/s ({times['graph autograd'] / t:.1f}x, loss {losses[label]:.5f})" for label, t in times.items())
-        print(f"train {precision} {n} rows, {count} steps: {line}", flush=True)
-        rows.append({"row": f"ab train RTXNS net {precision}", "samples": n, "steps": count, "seconds": times, "final_loss": losses,
-                     "tflops": {k: 3 * _macs(widths) * 2 * n / t / 1e12 for k, t in times.items()}})  # fmt: skip
-    return rows
 
 
 def seed_spread(device, seeds: int = 12) -> list[dict]:
@@ -706,7 +597,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--steps", type=int, default=0, help="training steps per timed run (0: about 2^24 samples, 200 to 4000 steps)")
     parser.add_argument(
-        "--sweep", nargs="+", metavar="KIND ROWS WARPS [REGISTERS]", help="only time the forward, trilinear, ntc or train kernels at one tile (and register cap)"
+        "--sweep", nargs="+", metavar="KIND ROWS WARPS", help="only time the forward, trilinear, ntc or train kernels at one tile"
     )
     parser.add_argument(
         "--profile-step", nargs="*", type=int, metavar="ADAM_BLOCK REDUCE_ROWS",
@@ -714,9 +605,6 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--decode-launches", action="store_true", help="only launch each decode twice (for ncu to profile; see decode_launches)")
     parser.add_argument("--train-launches", action="store_true", help="only three fused training steps (for ncu to profile; see train_launches)")
-    parser.add_argument("--ab", action="store_true", help="only the decodes with fp16 sums, split feature tiles and narrow outputs on and off (see ab)")
-    parser.add_argument("--ab-train", action="store_true", help="only the training rows with each of the training kernel's choices flipped (see ab_train)")
-    parser.add_argument("--precision", choices=("fp16", "bf16"), default="fp16", help="the trainer's precision for --ab-train")
     parser.add_argument("--ab-gluon-train", action="store_true", help="only the graphed training step with the Triton and the Gluon training kernel and each Gluon tile (see ab_gluon_train)")
     parser.add_argument("--ab-tiles", action="store_true", help="only two tiles each of the bilinear decode and the training step, alternating (see ab_tiles)")
     parser.add_argument("--seed-spread", action="store_true", help="only the final loss and PSNR over 12 seeds, autograd against the fused step (see seed_spread)")
@@ -735,7 +623,7 @@ def main() -> None:
 
     result["triton"] = triton.__version__
     print(f"{torch.cuda.get_device_name(device)}  torch {torch.__version__}  triton {triton.__version__}", flush=True)
-    if args.sweep or args.ab or args.ab_tiles or args.ab_train or args.no_gluon:
+    if args.sweep or args.ab_tiles or args.no_gluon:
         # these tune the Triton (tl.dot) kernels' tiles and choices, so they leave the Gluon decode and training kernels off
         from neuralbake.kernels import gluon_train
 
@@ -743,10 +631,8 @@ def main() -> None:
         gluon_train.GLUON_TRAIN = False
     if args.sweep:
         kind, *numbers = args.sweep
-        if kind not in ("forward", "trilinear", "ntc", "train") or len(numbers) not in (2, 3) or not all(v.isdigit() and int(v) > 0 for v in numbers):
-            sys.exit("--sweep takes KIND ROWS WARPS [REGISTERS]: KIND forward, trilinear, ntc or train, then positive whole numbers")
-        if len(numbers) == 3:
-            tuning.REGISTERS[kind] = int(numbers[2])
+        if kind not in ("forward", "trilinear", "ntc", "train") or len(numbers) != 2 or not all(v.isdigit() and int(v) > 0 for v in numbers):
+            sys.exit("--sweep takes KIND ROWS WARPS: KIND forward, trilinear, ntc or train, then positive whole numbers")
         sweep(device, args.repeats, kind, (int(numbers[0]), int(numbers[1])))
         return
     if args.profile_step is not None:
@@ -760,12 +646,6 @@ def main() -> None:
     if args.train_launches:
         train_launches(device)
         return
-    if args.ab:
-        args.only = ["ab"]
-        result["rows"] += ab(device, args.repeats, peak)
-    if args.ab_train:
-        args.only = ["ab_train"]
-        result["rows"] += ab_train(device, train_sizes, args.steps, args.precision)
     if args.ab_gluon_train:
         args.only = ["ab_gluon_train"]
         result["rows"] += ab_gluon_train(device, [1 << 10, 1 << 12, 1 << 14, 1 << 15, 1 << 16, 1 << 17, 1 << 18])

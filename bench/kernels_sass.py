@@ -3,14 +3,14 @@
 Compiles :func:`neuralbake.kernels.triton_decode.neural_material_kernel` at the copper tray's shape
 (8 latents, wi and wo: decoder 14 -> 64 x 3 -> 3, fp16, 128 rows x 2 warps, ``mma.sync``; pointers
 16-byte aligned as the launches are) with each of the decode's three speed choices
-(``kernels.tuning.HALF_SUMS``, ``SPLIT_FEATURES``, ``NARROW_OUTPUTS``) added one after another, and
+(fp16 sums, half-width feature tiles, 4 output columns; all shipped) added one after another, and
 counts the instructions per program with the CUDA tools Triton's wheel carries (``cuobjdump``,
 ``nvdisasm``). ``--gluon`` compiles the Gluon decode of :mod:`neuralbake.kernels.gluon_decode` at its parity
 shapes and counts its persistent tile loop apart from what comes before it (the weights' stores); ``--gluon-train`` the
 same for the Gluon training kernel of :mod:`neuralbake.kernels.gluon_train`. ``--train`` does the same for :func:`~neuralbake.kernels.triton_train.mlp_train_kernel`
 at the RTXNS network's shape (2 coordinates, 3 octaves: 12 -> 64 x 4 -> 3, leaky ReLU, sigmoid, MSE,
-fp16, 64 rows x 4 warps): gradients added to the slots, carried in registers, carried with the
-weights loaded once (``kernels.tuning.CARRY_GRADIENTS``, ``HOIST_WEIGHTS``), and that with the batch drawn in the
+fp16, 64 rows x 4 warps): gradients added to the slots, carried in registers with the
+weights loaded once (``CARRY``, ``kernels.training.carries_gradients``), and that with the batch drawn in the
 kernel (``SAMPLE``, as the neural texture bake's trainer runs it), counting the loop body
 and the epilogue once and the barriers apart. ``--lines N`` also lists, for each, the N source lines
 of the kernels' triton_*.py sources with the most instructions.
@@ -91,10 +91,9 @@ TRAIN_SIGNATURE = {
 }  # fmt: skip
 
 TRAIN_STEPS = (
-    ("gradients added to the slots", {"CARRY": False, "HOIST": False}),
-    ("carried in registers", {"CARRY": True, "HOIST": False}),
-    ("+ weights loaded once", {"CARRY": True, "HOIST": True}),
-    ("+ batch drawn in the kernel (shipped)", {"CARRY": True, "HOIST": True, "SAMPLE": True, "TRANSFORM": 0}),
+    ("gradients added to the slots", {"CARRY": False}),
+    ("carried in registers, weights loaded once", {"CARRY": True}),
+    ("+ batch drawn in the kernel (shipped)", {"CARRY": True, "SAMPLE": True, "TRANSFORM": 0}),
 )
 
 
@@ -137,7 +136,7 @@ GLUON_SHAPES = (
     (16, (0, 1, -1), 32, 64, 2, 1),
 )
 """The Gluon decode's shapes (latent channels, direction codes, inputs, hidden width, hidden-to-hidden layers,
-activation code): those bench/kernels_parity.py checks on the GPU, the copper tray's first."""
+activation code): those tests/kernels/test_gpu_parity.py checks on the GPU, the copper tray's first."""
 
 
 def compile_gluon(shape: tuple, trilinear: bool) -> bytes:
@@ -188,7 +187,7 @@ GLUON_TRAIN_SHAPES = (
     {"K": 2, "FREQ": 8, "KP": 32, "HIDDEN": 3, "HACT": 2, "OACT": 5, "LOSS": 0, "SAMPLE": True},
 )
 """The Gluon training kernel's variants: the RTXNS network's drawn step first (12 -> 64 x 4 -> 3, leaky ReLU, sigmoid,
-MSE), then those bench/kernels_parity.py --gluon-train-only checks on the GPU, plain inputs and 32 encoded inputs."""
+MSE), then those tests/kernels/test_gpu_parity.py -k gluon_training checks on the GPU, plain inputs and 32 encoded inputs."""
 
 
 def compile_gluon_train(shape: dict, tile: tuple[int, int]) -> bytes:

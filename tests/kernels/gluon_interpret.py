@@ -20,7 +20,7 @@ Gluon kernel's own Python body on the interpreter with:
 
 So a CPU test runs the kernel's indexing, masks, tile loop, views, products and arithmetic against the PyTorch
 reference. What it cannot see is what only the hardware does: layouts and the fragments they assign, a missing
-barrier or fence (a race), and the order the tensor cores sum in (``bench/kernels_parity.py`` checks those on a GPU).
+barrier or fence (a race), and the order the tensor cores sum in (``tests/kernels/test_gpu_parity.py`` checks those on a GPU).
 """
 
 from __future__ import annotations

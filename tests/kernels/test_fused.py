@@ -5,7 +5,7 @@ On a machine without a GPU the kernels run in Triton's interpreter (tests/confte
 agree to 1e-5 (the same sums in another order); fp16 weights to 2e-2 relative to the output's
 scale, the largest value of the reference (fp16 has 11 significant bits; PyTorch sums each layer in
 fp32 and rounds to fp16 after it, the training kernels do the same, and the decodes of fp16
-networks sum their hidden layers in fp16, as tiny-cuda-nn does: kernels.tuning.HALF_SUMS).
+networks sum their hidden layers in fp16, as tiny-cuda-nn does: kernels.packing.PackedMLP.half_sums).
 """
 
 from __future__ import annotations
@@ -173,13 +173,11 @@ def test_neural_material_decode_matches_torch(dtype: torch.dtype, latent: int, d
         _close(layer.eval(wi, wo), expected, dtype)
 
 
-@pytest.mark.parametrize("half_sums", [True, False])
-def test_fp16_decodes_with_either_sum_precision_match_torch(monkeypatch: pytest.MonkeyPatch, half_sums: bool) -> None:
-    """fp16 decodes sum their hidden layers in fp16 by default (HALF_SUMS); fp32 sums stay available and both meet the fp16 tolerance."""
-    monkeypatch.setattr(tuning, "HALF_SUMS", half_sums)
+def test_fp16_decodes_sum_in_fp16_and_match_torch() -> None:
+    """fp16 decodes sum their hidden layers in fp16 (PackedMLP.half_sums) and meet the fp16 tolerance."""
     mlp = _mlp(12, 32, 3, 5, "leaky_relu", "none", seed=4).half()
     packed = PackedMLP.from_mlp(mlp)
-    assert packed.half_sums == half_sums
+    assert packed.half_sums
     x = torch.rand(300, 12, device=DEVICE).half()
     _close(mlp_forward(packed, x), mlp(x), torch.float16)
     material = _neural_material(8, ("wi", "wo"), torch.float16)
@@ -192,16 +190,14 @@ def test_fp16_decodes_with_either_sum_precision_match_torch(monkeypatch: pytest.
     x = torch.randint(0, 16, (300,), device=DEVICE)
     level = torch.zeros_like(x)
     fused = FusedNTC(container, torch.float16)
-    assert fused.packed.half_sums == half_sums
+    assert fused.packed.half_sums
     _close(fused.texels(level, x, x.flip(0)), decode_texels(container, level, x, x.flip(0)), torch.float16)
 
 
-@pytest.mark.parametrize("narrow", [True, False])
-def test_a_decode_output_layer_padded_to_4_or_16_gives_the_same_values(monkeypatch: pytest.MonkeyPatch, narrow: bool) -> None:
-    monkeypatch.setattr(tuning, "NARROW_OUTPUTS", narrow)
+def test_a_decode_output_layer_padded_to_4_gives_the_values_of_torch() -> None:
     mlp = _mlp(12, 32, 2, 3, "relu", "none", seed=6)
     packed = PackedMLP.from_mlp(mlp)
-    assert packed.op == (4 if narrow else 16)
+    assert packed.op == 4 and PackedMLP.from_mlp(mlp, training=True).op == 16
     x = torch.rand(200, 12, device=DEVICE)
     _close(mlp_forward(packed, x), mlp(x), torch.float32)
 
@@ -349,8 +345,8 @@ def test_training_step_gradients_match_autograd(dtype: torch.dtype, loss: str, h
 @pytest.mark.parametrize("layers", [1, 3])
 @pytest.mark.parametrize("hidden", [32, 128])
 def test_gradients_carried_in_registers_or_added_to_the_slots_agree(monkeypatch: pytest.MonkeyPatch, layers: int, hidden: int) -> None:
-    """fp16 training with a program's running gradients carried in registers across its tiles (weights loaded once or
-    at every tile) or added to its slot in memory: the loss step's and FusedMLP's gradients agree with one another and are
+    """fp16 training with a program's running gradients carried in registers across its tiles (weights loaded once)
+    or added to its slot in memory: the loss step's and FusedMLP's gradients agree with one another and are
     as close to the exact gradient as autograd's fp16 ones; a network whose gradients do not fit in registers never carries;
     a network without hidden-to-hidden layers (layers=1) included."""
     model = _mlp(10, hidden, layers, 3, "leaky_relu", "sigmoid", seed=7).half()
@@ -364,9 +360,9 @@ def test_gradients_carried_in_registers_or_added_to_the_slots_agree(monkeypatch:
     _, exact_grads = AutogradForwardBackward(exact, LOSSES["mse"])(dict(exact.named_parameters()), Batch(batch.inputs.float(), batch.targets), 64.0)
     tensors = [layer.weight for layer in model.layers] + [layer.bias for layer in model.layers]
     results = []
-    for carry, hoist in ((False, False), (True, False), (True, True)):
-        monkeypatch.setattr(tuning, "CARRY_GRADIENTS", carry)
-        monkeypatch.setattr(tuning, "HOIST_WEIGHTS", hoist)
+    fits = training.carries_gradients
+    for carry in (False, True):  # the slots forced on a network that would carry, to compare the two on one network
+        monkeypatch.setattr(training, "carries_gradients", lambda packed, carry=carry: carry and fits(packed))
         step = FusedForwardBackward(model, "mse", dtype=torch.float16, programs=3)
         # 128 x 3: 37,264 gradient values, past 128 registers x 64 threads
         assert step.buffers.carry == (carry and not (hidden == 128 and layers == 3))
@@ -830,7 +826,7 @@ def test_only_samplers_that_say_what_they_draw_and_fit_the_network_are_drawn_in_
 def test_a_trainer_lets_the_kernel_draw_the_batches_and_resumes_the_draws(tmp_path) -> None:
     """With an image sampler the fused step draws each batch in the kernel (the sampler is never called): the loss falls,
     the draw counter follows the step count, two runs with one seed end bit for bit alike, a run resumed from a checkpoint
-    ends where the unbroken one ends, and with ``DRAW_BATCHES`` off the sampler draws again."""
+    ends where the unbroken one ends, and a sampler that does not describe its draws is called again."""
     from neuralbake.bakes.neural_texture import ImageSampler
 
     v, u = torch.meshgrid(torch.linspace(0, 1, 24, device=DEVICE), torch.linspace(0, 1, 32, device=DEVICE), indexing="ij")
@@ -869,9 +865,9 @@ def test_a_trainer_lets_the_kernel_draw_the_batches_and_resumes_the_draws(tmp_pa
     for a, b, c in zip(*finals, strict=True):
         assert torch.equal(a, b) and torch.equal(a, c)
     net, step = _small_net(23)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(tuning, "DRAW_BATCHES", False)
-        trainer = Trainer(net, counting("flip", 128), LOSSES["mse"], config, device=DEVICE, forward_backward=step)
+    silent = counting("flip", 128)
+    silent.texel_draws = lambda: None  # type: ignore[method-assign]
+    trainer = Trainer(net, silent, LOSSES["mse"], config, device=DEVICE, forward_backward=step)
     assert trainer.fused_draws is None
     trainer.train_step()
     assert len(calls) == 1 and trainer.fused_draws is None

@@ -3,7 +3,7 @@ compiles for an H100.
 
 Triton's interpreter does not run Gluon itself; ``tests/kernels/gluon_interpret.py`` runs the kernel's Python body
 there, and these tests check its values against PyTorch and the Triton decode. What only the hardware does (layouts,
-barriers, the tensor cores' sums) is checked on a GPU by ``bench/kernels_parity.py``.
+barriers, the tensor cores' sums) is checked on a GPU by ``tests/kernels/test_gpu_parity.py``.
 These tests also compile it for sm_90 with the CUDA tools in Triton's wheel (no GPU needed): at every shape the
 parity script runs, it must compile with no spilled registers, read each layer's weights from shared memory
 inside its tile loop, and never stage them there again.
@@ -189,7 +189,7 @@ def test_a_gluon_kernel_that_fails_here_leaves_the_triton_decode_with_a_warning(
 
 
 # The kernel's values on Triton's CPU interpreter (tests/kernels/gluon_interpret.py runs its Python body there), at
-# the shapes bench/kernels_sass.py compiles and bench/kernels_parity.py checks on a GPU: against PyTorch (fp16's 2e-2
+# the shapes bench/kernels_sass.py compiles and tests/kernels/test_gpu_parity.py checks on a GPU: against PyTorch (fp16's 2e-2
 # of the output's scale, as tests/kernels/test_fused.py states) and against the Triton decode (5e-3, as the GPU parity
 # check: the hidden layers summed in fp16 by both, in another order).
 

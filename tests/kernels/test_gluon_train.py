@@ -3,7 +3,7 @@ it, and that it compiles for an H100.
 
 Triton's interpreter does not run Gluon itself; ``tests/kernels/gluon_interpret.py`` runs the kernel's Python body
 there, and these tests check its gradients against the Triton kernel and the exact gradient. What only the hardware
-does (layouts, barriers, the tensor cores' sums) is checked on a GPU by ``bench/kernels_parity.py --gluon-train-only``.
+does (layouts, barriers, the tensor cores' sums) is checked on a GPU by ``tests/kernels/test_gpu_parity.py -k gluon_training``.
 These tests also compile it for sm_90 with the CUDA tools in Triton's wheel (no GPU needed): at each variant the parity
 script runs, every product must be a warpgroup MMA inside the tile loop, the weights stored in shared memory before
 it and never again, and only the tile's own operands stored inside it.
@@ -111,7 +111,7 @@ def test_small_steps_take_the_two_warpgroup_tile_and_large_ones_the_one_warpgrou
 
 def test_the_step_launches_the_gluon_kernel_with_each_argument_in_its_place(monkeypatch: pytest.MonkeyPatch) -> None:
     """The launch the fused step makes where gluon_train_reason allows, bound by name to the kernel's parameters (its
-    values: the interpreter tests below and bench/kernels_parity.py on a GPU): given rows, then rows the kernel draws."""
+    values: the interpreter tests below and tests/kernels/test_gpu_parity.py on a GPU): given rows, then rows the kernel draws."""
     calls = []
     model, step = _step("relative_l1")
     monkeypatch.setattr(step.buffers, "gluon_reason", lambda *_: None)

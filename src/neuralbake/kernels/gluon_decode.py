@@ -13,7 +13,7 @@ The arithmetic is the Triton decode's with fp16 sums (:attr:`PackedMLP.half_sums
 latent blend in fp32, hidden layers summed in fp16 from their bias, the output layer in fp32 from its
 bias (where Triton's compiler moves the Triton decode's bias). On the GPU the two give the same
 values within fp16 rounding: the same bits for bilinear decodes of 16 inputs, and rare or small
-differences elsewhere (``bench/kernels_parity.py`` checks every supported shape against the Triton
+differences elsewhere (``tests/kernels/test_gpu_parity.py`` checks every supported shape against the Triton
 decode and against PyTorch, and says how many values differ).
 
 The latent fetch and the direction features are the Triton decode's own helpers

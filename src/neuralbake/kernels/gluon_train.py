@@ -33,7 +33,7 @@ The arithmetic is the Triton kernel's: each hidden sum in fp32 from its bias, th
 (with ``HALF_ACT``, the sum rounded before a ReLU or leaky ReLU); the output layer in fp32 and its activation; the
 loss's gradient rounded to fp16; the backward's products summed in fp32, each ``dz`` rounded to fp16. Products sum
 in their own order, so values agree within fp32 rounding of the sums: on an H100 the large tile gave the Triton kernel's
-gradients bit for bit, the small tile (128-row sums) within 2e-6 of their scale (``bench/kernels_parity.py
+gradients bit for bit, the small tile (128-row sums) within 2e-6 of their scale (``tests/kernels/test_gpu_parity.py
 --gluon-train-only`` checks the gradients and losses against the Triton kernel and PyTorch).
 
 Triton's CPU interpreter does not run Gluon; the CPU tests run this kernel's Python body on it through

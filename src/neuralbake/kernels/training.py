@@ -53,14 +53,15 @@ __all__ = [
 
 
 def carries_gradients(packed: PackedMLP) -> bool:
-    """Whether the training kernel carries ``packed``'s gradients in registers (:data:`CARRY_GRADIENTS`).
+    """Whether the training kernel keeps each program's running weight gradients in registers across its tiles, with
+    the weights loaded once before them, instead of adding every tile's gradients to the program's slot in memory.
 
-    fp16 and bf16 networks. fp32 ones keep the slots: their products run at full precision and their weights take
+    fp16 and bf16 networks whose gradients fit (:data:`~neuralbake.kernels.tuning.CARRY_REGISTERS`). fp32 ones keep the slots: their products run at full precision and their weights take
     twice the registers; carried and hoisted they trained slower than with the slots (a reviewer's timing, H200,
-    12-32x3). bf16 is checked on the GPU only (bench/kernels_parity.py; the CPU interpreter cannot run bf16 products).
+    12-32x3). bf16 is checked on the GPU only (tests/kernels/test_gpu_parity.py; the CPU interpreter cannot run bf16 products).
     """
     threads = 32 * tuning.TILES[tile_key("train", packed.hp)][1]
-    return tuning.CARRY_GRADIENTS and packed.dtype in (torch.float16, torch.bfloat16) and packed.slot_size <= tuning.CARRY_REGISTERS * threads
+    return packed.dtype in (torch.float16, torch.bfloat16) and packed.slot_size <= tuning.CARRY_REGISTERS * threads
 
 
 
@@ -156,7 +157,7 @@ def launch_training(
             inputs, targets, n, buffers.scratch, buffers.grads, buffers.losses, buffers.losses if scale is None else scale,
             buffers.losses if dx is None else dx, *packed.buffers(), K=2 if draw else inputs.shape[1], O=packed.outputs, FREQ=frequencies,
             OACT=ACTIVATION_CODES[packed.output_activation], LOSS=LOSS_CODES[loss], FLOOR=floor, BM=buffers.block_rows, DX=dx is not None,
-            CARRY=buffers.carry, HALF_ACT=packed.half_activations, HOIST=buffers.carry and tuning.HOIST_WEIGHTS, **launch_options("train", packed.hp),
+            CARRY=buffers.carry, HALF_ACT=packed.half_activations, **launch_options("train", packed.hp),
             **packed.constants(), **({} if draw is None else {"SEED": draw[0], "TRANSFORM": draw[1], "IMG_W": draw[2], "IMG_H": draw[3], "SAMPLE": True}),
         )  # fmt: skip
     return grid[0]
@@ -242,10 +243,11 @@ class FusedForwardBackward:
         """What ``sampler`` draws, where this step can draw it in its kernel instead (None: the trainer calls the sampler).
 
         The sampler must say (``texel_draws()``, :class:`~neuralbake.nn.trainer.TexelDraws`), the network must take the
-        two coordinates (frequency-encoded or not) and give the image's channels, and :data:`DRAW_BATCHES` be on.
+        two coordinates (frequency-encoded or not) and give the image's channels. Drawn in the kernel, a batch saves
+        the sampler's ten or so small launches a step.
         """
         describe = getattr(sampler, "texel_draws", None)
-        draws = describe() if tuning.DRAW_BATCHES and describe is not None else None
+        draws = describe() if describe is not None else None
         if draws is None:
             return None
         p = self.packed

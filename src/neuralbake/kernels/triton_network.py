@@ -10,7 +10,7 @@ every layer. Padded neurons see zero weights and bias and feed zero weights onwa
 change a result.
 
 The decodes of fp16 networks sum their hidden layers in fp16 on the tensor cores (``HALF_SUMS``,
-:func:`_layer`; :data:`neuralbake.kernels.tuning.HALF_SUMS`), the output layer in fp32; the training
+:func:`_layer`; :attr:`neuralbake.kernels.packing.PackedMLP.half_sums`), the output layer in fp32; the training
 kernel sums in fp32 everywhere. The kernels themselves are in :mod:`neuralbake.kernels.triton_decode`
 and :mod:`neuralbake.kernels.triton_train`; the Gluon kernels (:mod:`neuralbake.kernels.gluon_decode`,
 :mod:`neuralbake.kernels.gluon_train`) call these functions too.

@@ -135,7 +135,6 @@ def mlp_train_kernel(
     DX: tl.constexpr,
     CARRY: tl.constexpr,
     HALF_ACT: tl.constexpr,
-    HOIST: tl.constexpr,
     SEED=0,
     IMG_W=1,
     IMG_H=1,
@@ -160,8 +159,8 @@ def mlp_train_kernel(
       with the layer's ``dz``, which needs no reduction across warps per tile) and the slot is
       written once at the end (zeros by a program without tiles). Without, the program's first tile
       writes the slot and every later one adds its gradients to it in memory (networks whose
-      gradients do not fit in registers, and fp32 ones: ``kernels.training.carries_gradients``).
-    - ``HOIST``: the weights are loaded once, before the tiles.
+      gradients do not fit in registers, and fp32 ones: ``kernels.training.carries_gradients``). With ``CARRY`` the
+      weights are also loaded once, before the tiles.
     - ``HALF_ACT`` (fp16, ReLU or leaky ReLU): each hidden layer's fp32 sum is rounded to fp16
       before the activation, and the activation and its slope run on fp16 values as PyTorch's fp16
       layers compute them (:func:`_activate_rounded`, :func:`_times_slope`).
@@ -201,7 +200,7 @@ def mlp_train_kernel(
         gb_in = tl.zeros((16, HP), tl.float32)
         gb_hid = (tl.zeros((16, HP), tl.float32),) * HIDDEN
         gb_out = tl.zeros((16, OP), tl.float32)
-    if HOIST:  # the weights loaded once, before the tiles
+    if CARRY:  # the weights loaded once, before the tiles
         w_first = tl.load(w_in + k[:, None] * HP + h[None, :])
         w_hids = ()
         for layer in tl.static_range(HIDDEN):
@@ -225,19 +224,19 @@ def mlp_train_kernel(
         else:
             x = tl.load(in_ptr + rows[:, None] * K + k[None, :], mask=rmask[:, None] & (k < K)[None, :], other=0.0).to(dtype)
         # forward; every hidden activation but the last (which stays in registers) goes to scratch for the backward
-        if HOIST:
+        if CARRY:
             w = w_first
         else:
             w = tl.load(w_in + k[:, None] * HP + h[None, :])
         a = _layer(x, w, tl.load(b_in + h), HACT, LEAK, DOT, False, HALF_ACT)
         for layer in tl.static_range(HIDDEN):
             tl.store(scratch + layer * BM * HP + tile_offsets, a)
-            if HOIST:
+            if CARRY:
                 w = w_hids[layer]
             else:
                 w = tl.load(w_hid + layer * HP * HP + h[:, None] * HP + h[None, :])
             a = _layer(a, w, tl.load(b_hid + layer * HP + h), HACT, LEAK, DOT, False, HALF_ACT)
-        if HOIST:
+        if CARRY:
             w = w_last
         else:
             w = tl.load(w_out + h[:, None] * OP + o[None, :])
@@ -269,7 +268,7 @@ def mlp_train_kernel(
             else:
                 _accumulate(slot + g_w_hid + layer * HP * HP, h[:, None] * HP + h[None, :], tl.dot(tl.trans(a_prev), dz, input_precision=DOT), first)
                 _accumulate(slot + g_b_hid + layer * HP, h, tl.sum(dz.to(tl.float32), axis=0), first)
-            if HOIST:
+            if CARRY:
                 w = w_hids[layer]
             else:
                 w = tl.load(w_hid + layer * HP * HP + h[:, None] * HP + h[None, :])
@@ -283,7 +282,7 @@ def mlp_train_kernel(
             _accumulate(slot, k[:, None] * HP + h[None, :], tl.dot(tl.trans(x), dz, input_precision=DOT), first)
             _accumulate(slot + g_b_in, h, tl.sum(dz.to(tl.float32), axis=0), first)
         if DX:
-            if HOIST:
+            if CARRY:
                 w = w_first
             else:
                 w = tl.load(w_in + k[:, None] * HP + h[None, :])

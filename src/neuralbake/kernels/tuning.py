@@ -1,10 +1,9 @@
-"""The fused kernels' tiles, switches and launch helpers, in one place that the launching modules read at every use.
+"""The fused kernels' tiles and launch helpers, in one place that the launching modules read at every use.
 
-The module-level switches (:data:`HALF_SUMS`, :data:`CARRY_GRADIENTS`, ...) and tables (:data:`TILES`,
-:data:`REGISTERS`) are read as ``tuning.NAME`` where they take effect, so a benchmark or a test sets them
-here (``mock.patch.multiple(tuning, ...)``) and every launching module (:mod:`~neuralbake.kernels.packing`,
-:mod:`~neuralbake.kernels.decoders`, :mod:`~neuralbake.kernels.training`) sees the change. Each one's
-docstring says when it is read and what measurement chose its value.
+:data:`TILES` holds each kernel kind's rows and warps per program; the launching modules
+(:mod:`~neuralbake.kernels.packing`, :mod:`~neuralbake.kernels.decoders`, :mod:`~neuralbake.kernels.training`) read it
+as ``tuning.TILES`` at every launch, so a benchmark sweep sets it here. Each table's docstring says what measurement
+chose its values. :data:`HALF_ACTIVATIONS` is the one switch left from the A/B measurements (see its docstring).
 """
 
 from __future__ import annotations
@@ -43,64 +42,12 @@ is ``mma.sync`` whatever the warp count: Triton 3.6's warpgroup code for these k
 (compute-sanitizer: invalid shared-memory reads, out-of-range local addresses) or gave wrong values
 in about half of the tile shapes tried with 4 or more warps (a fused MLP, the neural-material and
 NTC decodes). The sizes are the fastest of sweeps on an H100 and H200s (bench/kernels.py --sweep;
-bench/kernels_parity.py checks them); with ``mma.sync`` at any warp count the NTC decode and the
+tests/kernels/test_gpu_parity.py checks them); with ``mma.sync`` at any warp count the NTC decode and the
 training step gained from 4 warps (2026-11-26, H200: 3.2 against 2.9 G texels/s, 485 against 321 M
 training samples/s at 2^18 rows). ``trilinear`` is the neural-material decode with a level per sample
 (two sets of bilinear taps): on an H100 (2026-11-26, ``--sweep trilinear``, 2^22 samples) it ran 10.2 G samples/s
 at 128 x 4 against 8.5 at the bilinear decode's 128 x 2. ``trilinear_wide`` is
 ``forward_wide``'s tile, not swept (``--sweep trilinear`` sets the narrow key).
-"""
-
-
-REGISTERS: dict[str, int | None] = {kind: None for kind in TILES}
-"""A register cap per thread by kernel kind, keyed as :data:`TILES` (Triton's ``maxnreg``; None: the compiler's choice).
-
-The decodes are latency-bound at 12-19 % occupancy, limited by registers (Nsight Compute on an H200,
-2026-11-26: the neural-material decode at 255 registers a thread and 12.5 % occupancy, the NTC decode
-at 158 and 18.8 %, issue slots 39-45 % busy). Caps of 80-168 registers swept on H200s
-(``bench/kernels.py --sweep KIND ROWS WARPS REGISTERS``) moved the rates by no more than the
-machine-to-machine spread (about 10 %), so none is set.
-"""
-
-
-HALF_SUMS = True
-"""Whether the decodes of fp16 networks sum their hidden layers in fp16 (:attr:`PackedMLP.half_sums`).
-
-The products of each hidden layer are summed on the tensor cores in fp16, starting from the bias,
-and the activation runs on packed fp16 pairs, as tiny-cuda-nn's fully fused MLPs accumulate; the
-output layer still sums in fp32. Half the accumulator registers and fewer instructions between
-the matrix products. ``bench/kernels.py --ab`` on an H100 (2026-11-26, fp32 sums -> fp16 sums):
-the neural-material decode 12.4 -> 13.5 G samples/s, the plain MLP 12.6 -> 14.6, the NTC 4K frame
-1.77 -> 1.58 ms; the error against the fp32 network, relative to max(|v|, 1), 7.5e-5 -> 1.2e-4
-(decode), 1.3e-4 -> 2.2e-4 (MLP), 6.3e-5 -> 1.0e-4 (NTC). Training kernels, and the forward of
-:class:`FusedMLP` (which the training kernel differentiates), always sum in fp32. A partial sum past
-fp16's range (65,504) becomes inf, where an fp32 sum would not, and ReLU's ``max`` then turns a NaN
-(inf - inf) into 0: networks with such activations decode in fp32 (set this False). False: every
-decode sums in fp32.
-"""
-
-
-NARROW_OUTPUTS = True
-"""Whether a decode's output layer pads to a power of two of at least 4 instead of 16 (:class:`PackedMLP`).
-
-Triton 3.6 pads a narrow product on the tensor cores itself; the decode's epilogue (``expm1``, the
-hemisphere test, the store) then runs over 4 columns instead of 16. Static SASS of the neural-material
-decode (bench/kernels_sass.py, Triton 3.6): 1,848 -> 1,576 instructions per program; ``bench/kernels.py --ab`` on an H100 (2026-11-26):
-12.3 -> 13.5 G samples/s bilinear. Training keeps 16: the backward's products take the
-outputs as their depth, which ``tl.dot`` wants at least 16. False: 16 everywhere. Read when a
-:class:`PackedMLP` is built (as :data:`SPLIT_FEATURES` is when a :class:`FusedNeuralMaterial` is;
-:data:`HALF_SUMS` at every launch).
-"""
-
-
-SPLIT_FEATURES = True
-"""Whether the neural-material decode builds its latents and direction features as two half-width
-tiles joined side by side, where both fit in half the input width (:attr:`FusedNeuralMaterial.feature_columns`).
-
-The bilinear taps then load and blend only half the columns. The copper tray's shape (8 latents,
-wi and wo: 14 inputs in 16 columns), ``bench/kernels.py --ab`` on an H100 (2026-11-26, one tile
--> split): 9.9 -> 13.5 G samples/s bilinear, 6.4 -> 10.1 trilinear; the same values. False: one
-tile of the full input width.
 """
 
 
@@ -114,21 +61,6 @@ conversions). Off, the activation runs in fp32 on the unrounded sum, rounded aft
 ReLU some of the negative activations differ from PyTorch's in their last bit. Read at every launch.
 """
 
-HOIST_WEIGHTS = True
-"""Whether the training kernel loads the weights once, before its tiles, where it carries the gradients in registers
-(:data:`CARRY_GRADIENTS`), instead of at every tile. Read at every launch."""
-
-CARRY_GRADIENTS = True
-"""Whether the training kernel keeps each program's running weight gradients in registers across its tiles
-(fp16 and bf16 networks whose gradients fit: :func:`carries_gradients`) instead of adding every tile's gradients to the
-program's slot in memory. Read when a network's training buffers are built (:class:`FusedForwardBackward`, the first
-backward of a :class:`FusedMLP` in a dtype)."""
-
-DRAW_BATCHES = True
-"""Whether :class:`FusedForwardBackward` draws a sampler's batches in the training kernel where the sampler says what
-they are (:class:`~neuralbake.nn.trainer.TexelDraws`: uniform uv, nearest texels), instead of the trainer calling the
-sampler (about ten small launches a step). Read when a trainer is built."""
-
 CARRY_REGISTERS = 128
 """The most registers a thread the weight and bias gradients may take by :func:`carries_gradients`'s estimate (their fp32 values
 over the program's threads). The estimate leaves out the working registers, the hoisted weights and the bias
@@ -138,16 +70,15 @@ and was still as fast as the slots or faster (see docs/dev/benchmarks-diary.md).
 
 
 def tile_key(kind: str, hidden: int) -> str:
-    """The key of :data:`TILES` and :data:`REGISTERS` for a kernel kind and hidden width."""
+    """The key of :data:`TILES` for a kernel kind and hidden width."""
     return f"{kind}_wide" if hidden > 64 else kind
 
 
 def launch_options(kind: str, hidden: int) -> dict[str, int]:
-    key = tile_key(kind, hidden)
-    options = {"num_warps": TILES[key][1]}
-    if REGISTERS[key] is not None:
-        options["maxnreg"] = int(REGISTERS[key])
-    return options
+    """Triton's launch options of a kernel kind: its warps (:data:`TILES`). The decodes are latency-bound at 12-19 %
+    occupancy, limited by registers (Nsight Compute, H200, 2026-11-26), but register caps of 80-168 a thread moved the
+    rates by no more than the machine-to-machine spread (about 10 %), so none is set."""
+    return {"num_warps": TILES[tile_key(kind, hidden)][1]}
 
 
 _MMA_LOCK = threading.Lock()
