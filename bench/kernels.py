@@ -67,6 +67,11 @@ from neuralbake.core.device import describe_device
 from neuralbake.core.metrics import psnr
 from neuralbake.kernels import gluon_decode
 from neuralbake.kernels import tuning
+
+
+def TRITON_ONLY(**_: object) -> str:  # noqa: N802  (patched in for the kernels' gluon_reason functions)
+    """Why the Gluon kernels do not run: this benchmark times the Triton (``tl.dot``) kernels."""
+    return "the benchmark times the Triton kernels"
 from neuralbake.kernels.decoders import FusedNeuralMaterial, FusedNTC
 from neuralbake.kernels.packing import PackedMLP, mlp_forward
 from neuralbake.kernels.training import FusedForwardBackward
@@ -159,7 +164,7 @@ def bench_neural_material(device, sizes, repeats, peak) -> list[dict]:
     fused.kernels = "triton"
     fused.decode(*(torch.zeros(1, k, device=device) for k in (2, 3, 3)))  # builds the fused decode
     kernel = fused.decode_kernel
-    with mock.patch.object(gluon_decode, "GLUON_DECODE", False):
+    with mock.patch.object(gluon_decode, "gluon_reason", TRITON_ONLY):
         plain = FusedNeuralMaterial(material)  # the Triton (tl.dot) decode, timed beside the shipped one where that is Gluon
     print(f"  the neural-material decode runs the {kernel} kernel" + (f" ({FusedNeuralMaterial(material).gluon_reason})" if kernel != "gluon" else ""), flush=True)
     compiled = _compiled(lambda uv, wi, wo: reference.decode(uv, wi, wo))
@@ -526,7 +531,8 @@ def ab_gluon_train(device, sizes: list[int]) -> list[dict]:
             for label in ("autograd", "triton", "gluon", "gluon small tile", "gluon large tile"):
                 forced = tiles.get(label.removeprefix("gluon ").removesuffix(" tile"))
                 with contextlib.ExitStack() as stack:
-                    stack.enter_context(mock.patch.object(gluon_train, "GLUON_TRAIN", label != "triton"))
+                    if label == "triton":
+                        stack.enter_context(mock.patch.object(gluon_train, "gluon_train_reason", TRITON_ONLY))
                     if forced is not None:
                         stack.enter_context(mock.patch.object(gluon_train, "tile_for", lambda n, sms, tile=forced: tile))
                     trainer = _trainer(device, image, n, 100, label != "autograd")
@@ -542,7 +548,7 @@ def ab_gluon_train(device, sizes: list[int]) -> list[dict]:
         shown = "  ".join(f"{k} {v:7.1f} us" for k, v in best.items())
         print(f"{n:>8d} rows: {shown}  | gluon {best['autograd'] / best['gluon']:.2f}x autograd, {best['triton'] / best['gluon']:.2f}x triton, tile {chosen}", flush=True)
     for label in ("triton", "gluon"):
-        with mock.patch.object(gluon_train, "GLUON_TRAIN", label == "gluon"):
+        with mock.patch.object(gluon_train, "gluon_train_reason", TRITON_ONLY) if label == "triton" else contextlib.nullcontext():
             result = _trainer(device, image, 1 << 14, 1000, True).fit()
         print(f"1,000 steps of 2^14 rows, {label} kernel: final loss {result.final_loss:.5f}", flush=True)
         rows.append({"name": f"train 1000 x 2^14, {label} kernel", "final_loss": result.final_loss})
@@ -608,7 +614,7 @@ def main() -> None:
     parser.add_argument("--ab-gluon-train", action="store_true", help="only the graphed training step with the Triton and the Gluon training kernel and each Gluon tile (see ab_gluon_train)")
     parser.add_argument("--ab-tiles", action="store_true", help="only two tiles each of the bilinear decode and the training step, alternating (see ab_tiles)")
     parser.add_argument("--seed-spread", action="store_true", help="only the final loss and PSNR over 12 seeds, autograd against the fused step (see seed_spread)")
-    parser.add_argument("--no-gluon", action="store_true", help="the Triton (tl.dot) kernels only: the neural-material decode and the training step without Gluon (kernels.gluon_decode.GLUON_DECODE and gluon_train.GLUON_TRAIN off)")
+    parser.add_argument("--no-gluon", action="store_true", help="the Triton (tl.dot) kernels only: the neural-material decode and the training step without Gluon (their gluon_reason and gluon_train_reason patched to refuse)")
     parser.add_argument("--only", nargs="*", default=["mlp", "neural_material", "ntc", "train", "train_bf16", "train_material"])
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON (an existing file keeps its rows of the parts not run)")
     args = parser.parse_args()
@@ -627,8 +633,7 @@ def main() -> None:
         # these tune the Triton (tl.dot) kernels' tiles and choices, so they leave the Gluon decode and training kernels off
         from neuralbake.kernels import gluon_train
 
-        gluon_decode.GLUON_DECODE = False
-        gluon_train.GLUON_TRAIN = False
+        gluon_decode.gluon_reason = gluon_train.gluon_train_reason = TRITON_ONLY
     if args.sweep:
         kind, *numbers = args.sweep
         if kind not in ("forward", "trilinear", "ntc", "train") or len(numbers) != 2 or not all(v.isdigit() and int(v) > 0 for v in numbers):

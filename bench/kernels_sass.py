@@ -99,7 +99,7 @@ TRAIN_STEPS = (
 
 def compile_train(choices: dict) -> bytes:
     constants = {"K": 2, "O": 3, "FREQ": 3, "KP": 16, "HP": 64, "OP": 16, "HIDDEN": 3, "HACT": 2, "OACT": 5, "LEAK": 0.01, "LOSS": 0,
-                 "FLOOR": 0.01, "DOT": "tf32", "DX": False, "HALF_ACT": False, "SAMPLE": False, "TRANSFORM": 0}  # fmt: skip
+                 "FLOOR": 0.01, "DOT": "tf32", "DX": False, "SAMPLE": False, "TRANSFORM": 0}  # fmt: skip
     signature = TRAIN_SIGNATURE | ({"in_ptr": "*i64"} if choices.get("SAMPLE") else {})  # a drawn batch: the step counter, then the image
     return _compile(triton_train.mlp_train_kernel, signature, constants | choices, TILES["train"])
 
@@ -182,7 +182,7 @@ GLUON_TRAIN_SHAPES = (
     {"K": 2, "FREQ": 3, "KP": 16, "HIDDEN": 2, "HACT": 1, "OACT": 0, "LOSS": 2, "SAMPLE": False},
     {"K": 2, "FREQ": 3, "KP": 16, "HIDDEN": 1, "HACT": 2, "OACT": 4, "LOSS": 1, "SAMPLE": False},
     {"K": 2, "FREQ": 3, "KP": 16, "HIDDEN": 2, "HACT": 3, "OACT": 0, "LOSS": 0, "SAMPLE": True},
-    {"K": 2, "FREQ": 3, "KP": 16, "HIDDEN": 3, "HACT": 1, "OACT": 5, "LOSS": 1, "SAMPLE": False, "HALF_ACT": True},
+    {"K": 2, "FREQ": 3, "KP": 16, "HIDDEN": 3, "HACT": 1, "OACT": 5, "LOSS": 1, "SAMPLE": False},
     {"K": 5, "FREQ": 0, "KP": 16, "HIDDEN": 3, "HACT": 2, "OACT": 0, "LOSS": 0, "SAMPLE": False},
     {"K": 2, "FREQ": 8, "KP": 32, "HIDDEN": 3, "HACT": 2, "OACT": 5, "LOSS": 0, "SAMPLE": True},
 )
@@ -197,7 +197,7 @@ def compile_gluon_train(shape: dict, tile: tuple[int, int]) -> bytes:
 
     from neuralbake.kernels import gluon_train
 
-    constants = {"O": 3, "HP": 64, "OP": 16, "LEAK": 0.01, "FLOOR": 0.01, "HALF_ACT": False, "TRANSFORM": 0, "W": tile[1]} | shape
+    constants = {"O": 3, "HP": 64, "OP": 16, "LEAK": 0.01, "FLOOR": 0.01, "TRANSFORM": 0, "W": tile[1]} | shape
     signature = GLUON_TRAIN_SIGNATURE | ({"in_ptr": "*i64"} if shape["SAMPLE"] else {})  # a drawn batch: the draw counter
     return _compile(gluon_train.mlp_train_gluon_kernel, signature, constants, tile, GluonASTSource)
 

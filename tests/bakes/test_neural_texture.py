@@ -240,17 +240,19 @@ def test_fused_training_kernel_bakes_and_the_report_says_so(tiny_png, tmp_path):
 def test_auto_falls_back_to_pytorch_when_the_kernels_fail_here(tiny_png, tmp_path, monkeypatch):
     """Under ``auto`` a fused step that fails on this machine (say, Triton cannot compile it) trains on PyTorch, with a note; ``triton`` fails."""
     pytest.importorskip("triton")
-    from neuralbake.bakes import neural_texture
     from neuralbake.kernels import training
 
     def broken(self, *arguments):
         raise RuntimeError("PassManager::run failed")
 
-    monkeypatch.setattr(neural_texture, "resolve_kernels", lambda mode, device, reason, **options: "triton")  # as on a GPU
+    from neuralbake.bakes import run as run_module
+
+    monkeypatch.setattr(run_module, "kernel_choice", lambda mode, device, reason, **options: ("triton", "as on a GPU"))
     monkeypatch.setattr(training.FusedForwardBackward, "_launch", broken)  # the training kernel, under both the step and the call
     config = tiny_config(tiny_png, steps=20)
     report = bake_neural_texture(config, tmp_path / "auto", progress=False)
     assert report["kernels"] == {"train": "torch", "optimizer_step": "torch", "batches": "torch", "train_kernel": "torch"} and report["steps"] == 20
+    assert report["kernel_paths"]["train"]["path"] == "torch" and "PassManager::run failed" in report["kernel_paths"]["train"]["why"]
     config = tiny_config(tiny_png, steps=20)
     config.kernels = "triton"
     with pytest.raises(ConfigError, match="PassManager") as info:

@@ -487,3 +487,39 @@ def test_a_missing_input_is_file_not_found_naming_the_field(tmp_path: Path) -> N
         assert caught.value.field == name and not Path(missing).exists() and missing.startswith(str(tmp_path)), str(caught.value)
     check_input_paths(NTCConfig(sources=[str(there), f"normal={there}"]))  # all there: nothing to say
     check_input_paths(LodConfig(asset=str(there)))
+
+
+# -- the kernel path, decided once on the run ---------------------------------------------------
+
+
+def test_the_run_decides_each_works_kernel_path_once_and_the_report_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run.kernels``: the path for each piece of work with why, kept on the run and written to ``kernel_paths``; ``auto``
+    takes PyTorch where a measurement says it is faster, or where the fused trial fails; ``triton`` insists."""
+    import neuralbake.kernels as kernels_module
+
+    monkeypatch.setattr(kernels_module, "interpreting", lambda: False)  # as on a GPU with Triton
+    monkeypatch.setattr(kernels_module, "triton_installed", lambda: True)
+    chosen: dict[str, str] = {}
+
+    def body(run: BakeRun) -> BakeOutcome:
+        run.device = torch.device("cuda")  # kernel_choice reads only the device's type: nothing runs on it
+
+        def broken() -> None:
+            raise RuntimeError("ptxas fatal")
+
+        chosen["train"] = run.kernels("train", "auto", dtype=torch.float16, torch_faster="the graphed PyTorch step measured faster")
+        chosen["decode"] = run.kernels("decode", "auto", dtype=torch.float16, trial=lambda: None)
+        chosen["texels"] = run.kernels("texels", "auto", dtype=torch.float16, trial=broken)
+        chosen["fp32"] = run.kernels("fp32", "auto", dtype=torch.float32)
+        chosen["wide"] = run.kernels("wide", "auto", "a layer is 256 wide", dtype=torch.float16)
+        chosen["forced"] = run.kernels("forced", "triton", dtype=torch.float16, torch_faster="ignored: triton insists", trial=lambda: None)
+        return BakeOutcome({}, {})
+
+    report = run_bake(Bake("kernels", LineConfig, body, device_defaults=lambda c, d: {"size": 4}), LineConfig(), tmp_path / "o", progress=False)
+    assert chosen == {"train": "torch", "decode": "triton", "texels": "torch", "fp32": "torch", "wide": "torch", "forced": "triton"}
+    why = {work: entry["why"] for work, entry in report["kernel_paths"].items()}
+    assert {work: entry["path"] for work, entry in report["kernel_paths"].items()} == chosen
+    assert why["train"] == "auto: the graphed PyTorch step measured faster"
+    assert why["decode"] == "auto: the fused kernels run this network here"
+    assert "ptxas fatal" in why["texels"] and "fp32" in why["fp32"] and why["wide"] == "auto: a layer is 256 wide"
+    assert why["forced"] == "--kernels triton"

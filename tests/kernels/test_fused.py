@@ -34,7 +34,6 @@ from neuralbake.kernels.decoders import FusedNeuralMaterial, FusedNTC
 from neuralbake.kernels.packing import PackedMLP, mlp_forward
 from neuralbake.kernels.training import FusedForwardBackward, FusedMLP
 from neuralbake.kernels.triton_network import _sin_cos_turns
-from neuralbake.nn.activations import activation_fn
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
 from neuralbake.nn.trainer import AutogradForwardBackward, Batch, Trainer, TrainerConfig, cast_model
 
@@ -388,18 +387,15 @@ def test_which_networks_carry_their_gradients_in_registers() -> None:
     assert not carries(12, 64, 4, torch.float32)
 
 
-@pytest.mark.parametrize("half", [True, False])
 @pytest.mark.parametrize("hidden_act", ["relu", "leaky_relu"])
-def test_fp16_training_with_either_activation_arithmetic_matches_autograd(monkeypatch: pytest.MonkeyPatch, half: bool, hidden_act: str) -> None:
-    """The fp16 training kernel's ReLUs on fp16-rounded sums (kernels.tuning.HALF_ACTIVATIONS) or in fp32: the loss and
-    FusedMLP's values as PyTorch's fp16 layers compute them, every gradient as close to the exact one as autograd's."""
-    monkeypatch.setattr(tuning, "HALF_ACTIVATIONS", half)
+def test_fp16_training_matches_autograd(hidden_act: str) -> None:
+    """The fp16 training kernel's ReLUs in fp32 on the unrounded sum, rounded after: the loss and FusedMLP's values as
+    PyTorch's fp16 layers compute them, every gradient as close to the exact one as autograd's."""
     model = _mlp(10, 32, 3, 3, hidden_act, "sigmoid", seed=7).half()
     g = torch.Generator().manual_seed(8)
     batch = Batch(inputs=(torch.rand(300, 10, generator=g) * 2 - 1).to(DEVICE).half(), targets=torch.rand(300, 3, generator=g).to(DEVICE))
     params = dict(model.named_parameters())
     step = FusedForwardBackward(model, "mse", dtype=torch.float16, programs=2)
-    assert step.packed.half_activations == half
     ref_loss, ref_grads = AutogradForwardBackward(model, LOSSES["mse"])(params, batch, 64.0)
     loss, grads = step(params, batch, torch.tensor(64.0, device=DEVICE))
     _close(loss, ref_loss, torch.float16)
@@ -408,32 +404,6 @@ def test_fp16_training_with_either_activation_arithmetic_matches_autograd(monkey
     for half_grad, actual, truth in zip(ref_grads, grads, exact_grads, strict=True):
         _as_close_as_autograd(actual, half_grad, truth, 64.0)
     _close(FusedMLP(model)(batch.inputs), model(batch.inputs), torch.float16)
-
-
-@pytest.mark.parametrize("hidden_act", ["relu", "leaky_relu"])
-def test_fp16_training_activations_are_pytorchs_bit_for_bit(monkeypatch: pytest.MonkeyPatch, hidden_act: str) -> None:
-    """With kernels.tuning.HALF_ACTIVATIONS, through identity layers the training pack's forward (FusedMLP's) and the
-    training kernel's input gradient are the fp16 activation and its slope alone: bit for bit PyTorch's fp16 ``relu`` /
-    ``leaky_relu`` and their backward."""
-    monkeypatch.setattr(tuning, "HALF_ACTIVATIONS", True)
-    model = _mlp(16, 16, 1, 16, hidden_act, "none")
-    with torch.no_grad():
-        for layer in model.layers:
-            layer.weight.copy_(torch.eye(16))
-            layer.bias.zero_()
-    model = model.half()
-    g = torch.Generator().manual_seed(3)
-    x = (torch.randn(200, 16, generator=g) * 4).to(DEVICE).half()
-    upstream = (torch.randn(200, 16, generator=g) * 4).to(DEVICE).half()
-    activation = activation_fn(hidden_act)
-    packed = PackedMLP.from_mlp(model, training=True)
-    assert packed.half_activations
-    assert torch.equal(mlp_forward(packed, x, out_dtype=torch.float16), activation(x))
-    rows = x.clone().requires_grad_()
-    activation(rows).backward(upstream)
-    tensors = [layer.weight for layer in model.layers] + [layer.bias for layer in model.layers]
-    dx, _ = FusedMLP(model, programs=2).backward(x, upstream.float(), tensors)
-    assert torch.equal(dx.half(), rows.grad)
 
 
 def test_training_step_of_a_coordinate_network_matches_autograd() -> None:

@@ -62,8 +62,6 @@ def test_the_gluon_decode_takes_fp16_relu_decoders_of_split_features_on_an_amper
     ]
     for field, value in refused:
         assert gluon_decode.gluon_reason(**(SUPPORTED | {field: value})) is not None, field
-    monkeypatch.setattr(gluon_decode, "GLUON_DECODE", False)
-    assert "GLUON_DECODE" in gluon_decode.gluon_reason(**SUPPORTED)
 
 
 def test_on_the_cpu_the_decode_is_the_triton_kernel_for_want_of_a_gpu() -> None:

@@ -26,7 +26,7 @@ import torch
 pytest.importorskip("triton")
 
 from neuralbake.errors import ConfigError
-from neuralbake.kernels import gluon_train, interpreting, training, tuning
+from neuralbake.kernels import gluon_train, interpreting, training
 from neuralbake.kernels.training import FusedForwardBackward
 from neuralbake.nn.mlp import MLP, CoordinateNetwork, CoordinateNetworkConfig, MLPConfig
 from neuralbake.nn.trainer import Batch
@@ -58,8 +58,6 @@ def test_the_gluon_step_takes_fp16_networks_of_width_64_on_a_hopper_gpu(monkeypa
     ]
     for field, value in refused:
         assert gluon_train.gluon_train_reason(**(SUPPORTED | {field: value})) is not None, field
-    monkeypatch.setattr(gluon_train, "GLUON_TRAIN", False)
-    assert "GLUON_TRAIN" in gluon_train.gluon_train_reason(**SUPPORTED)
 
 
 def _step(loss: str = "mse") -> tuple[CoordinateNetwork, FusedForwardBackward]:
@@ -143,7 +141,7 @@ def test_the_step_launches_the_gluon_kernel_with_each_argument_in_its_place(monk
     assert bound["w_out"] is p.w_out and bound["b_out"] is p.b_out
     assert (bound["K"], bound["O"], bound["FREQ"], bound["KP"], bound["HP"], bound["OP"], bound["HIDDEN"]) == (2, 3, 3, 16, 64, 16, 3)
     assert (bound["HACT"], bound["OACT"], bound["LOSS"]) == (2, 5, 2) and bound["LEAK"] == pytest.approx(0.01)
-    assert bound["FLOOR"] == pytest.approx(0.01) and bound["HALF_ACT"] is p.half_activations and bound["SAMPLE"] is False
+    assert bound["FLOOR"] == pytest.approx(0.01) and bound["SAMPLE"] is False
     # a drawn batch: the draw counter and the image, the seed and the transform
     from neuralbake.bakes.neural_texture import ImageSampler
 
@@ -230,16 +228,16 @@ def _plain(inputs: int, layers: int, outputs: int, hidden_act: str, output_act: 
 
 
 INTERPRETED = [
-    # (network, loss, HALF_ACTIVATIONS): the shapes bench/kernels_sass.py compiles, the RTXNS network's first
-    pytest.param(lambda: _coordinates(4, "leaky_relu", "sigmoid"), "mse", False, id="rtxns"),
-    pytest.param(lambda: _coordinates(3, "relu", "none"), "relative_l1", False, id="relu-relative_l1"),
-    pytest.param(lambda: _coordinates(2, "leaky_relu", "exp"), "l1", False, id="one-hidden-exp-l1"),
-    pytest.param(lambda: _coordinates(3, "tanh", "none"), "mse", False, id="tanh"),
-    pytest.param(lambda: _coordinates(4, "relu", "sigmoid"), "l1", True, id="half-activations"),
-    pytest.param(lambda: _coordinates(4, "leaky_relu", "sigmoid", frequencies=8), "mse", False, id="32-encoded-inputs"),
-    pytest.param(lambda: _plain(5, 4, 1, "leaky_relu", "sigmoid"), "mse", False, id="plain-5-inputs-1-output"),
-    pytest.param(lambda: _plain(20, 4, 7, "leaky_relu", "none"), "mse", False, id="plain-20-inputs"),
-    pytest.param(lambda: _plain(40, 3, 16, "leaky_relu", "none"), "l1", False, id="plain-40-inputs-16-outputs"),
+    # (network, loss): the shapes bench/kernels_sass.py compiles, the RTXNS network's first
+    pytest.param(lambda: _coordinates(4, "leaky_relu", "sigmoid"), "mse", id="rtxns"),
+    pytest.param(lambda: _coordinates(3, "relu", "none"), "relative_l1", id="relu-relative_l1"),
+    pytest.param(lambda: _coordinates(2, "leaky_relu", "exp"), "l1", id="one-hidden-exp-l1"),
+    pytest.param(lambda: _coordinates(3, "tanh", "none"), "mse", id="tanh"),
+    pytest.param(lambda: _coordinates(4, "relu", "sigmoid"), "l1", id="relu-sigmoid-l1"),
+    pytest.param(lambda: _coordinates(4, "leaky_relu", "sigmoid", frequencies=8), "mse", id="32-encoded-inputs"),
+    pytest.param(lambda: _plain(5, 4, 1, "leaky_relu", "sigmoid"), "mse", id="plain-5-inputs-1-output"),
+    pytest.param(lambda: _plain(20, 4, 7, "leaky_relu", "none"), "mse", id="plain-20-inputs"),
+    pytest.param(lambda: _plain(40, 3, 16, "leaky_relu", "none"), "l1", id="plain-40-inputs-16-outputs"),
 ]
 
 
@@ -273,12 +271,11 @@ def _agree(gluon: list[torch.Tensor], triton: list[torch.Tensor], tolerance: flo
 
 
 @pytest.mark.parametrize("tile", [gluon_train.SMALL_TILE, gluon_train.LARGE_TILE], ids=["small-tile", "large-tile"])
-@pytest.mark.parametrize(("network", "loss", "half"), INTERPRETED)
-def test_the_gluon_step_on_the_interpreter_matches_the_triton_kernel_and_the_exact_gradient(monkeypatch: pytest.MonkeyPatch, tile, network, loss: str, half: bool) -> None:
+@pytest.mark.parametrize(("network", "loss"), INTERPRETED)
+def test_the_gluon_step_on_the_interpreter_matches_the_triton_kernel_and_the_exact_gradient(monkeypatch: pytest.MonkeyPatch, tile, network, loss: str) -> None:
     from neuralbake.nn.trainer import AutogradForwardBackward, cast_model
     from tests.kernels.test_fused import LOSSES, _close
 
-    monkeypatch.setattr(tuning, "HALF_ACTIVATIONS", half)
     model = network().half()
     mlp = model.mlp if isinstance(model, CoordinateNetwork) else model
     columns = 2 if isinstance(model, CoordinateNetwork) else mlp.config.inputs  # a coordinate network's uv, else the MLP's inputs

@@ -300,20 +300,23 @@ def _bake_body(run: BakeRun) -> BakeOutcome:
         "batch_size": config.batch_size,
         "network": asdict(config.network),
     }
-    kernels = resolve_kernels(config.kernels, run.device, fused_training_reason(config.network), dtype=compute_dtype(config.train.precision))
-    fused, draws = None, None
-    if kernels == "triton":
+    dtype = compute_dtype(config.train.precision)
+    built: dict[str, Any] = {}
+
+    def trial() -> None:
         from neuralbake.kernels.training import FusedForwardBackward  # imports Triton
 
-        dtype = compute_dtype(config.train.precision)
-        fused = FusedForwardBackward(network, "mse", dtype=dtype)
+        fused = built["fused"] = FusedForwardBackward(network, "mse", dtype=dtype)
         # the whole fused step once (its four kernels, the run's loss-scale mode, the batch drawn in the kernel where it
         # can be) on copies: what the trainer will run
-        draws = fused.draws_from(sampler)
+        draws = built["draws"] = fused.draws_from(sampler)
         # (a sampled batch only where the kernel will not draw; its own generator: training's draws stay as they are)
         trial_batch = None if draws is not None else sampler.sample(torch.Generator(device=run.device).manual_seed(0))
-        kernels = try_kernels(config.kernels, kernels, lambda: fused.rehearse(trial_batch, config.train.loss_scale, draws, config.train.seed), run.note)
-        fused = fused if kernels == "triton" else None
+        fused.rehearse(trial_batch, config.train.loss_scale, draws, config.train.seed)
+
+    kernels = run.kernels("train", config.kernels, fused_training_reason(config.network), dtype=dtype, trial=trial)
+    fused = built.get("fused") if kernels == "triton" else None
+    draws = built.get("draws") if fused is not None else None
     result = run.train(network, sampler, mse_loss, config.train, evaluate=evaluate, compatibility=compatibility, forward_backward=fused)
     outcome = _write_outputs(run.stage, config, network, result, image, target, info)
     # which path ran the forward/backward, and whether the optimizer step (unscale, Adam, loss scale) and the batches'

@@ -68,6 +68,7 @@ from neuralbake.errors import ConfigError, InputError, NeuralbakeError
 from neuralbake.io.files import atomic_path, atomic_write_json, prepare_output_dir
 from neuralbake.io.images import resize_image, save_png
 from neuralbake.io.manifest import write_bake_manifest
+from neuralbake.kernels import kernel_choice, tried_kernels
 from neuralbake.nn.convergence import training_record
 from neuralbake.nn.trainer import Trainer, TrainerConfig, TrainingInterrupted, TrainResult
 
@@ -269,6 +270,26 @@ class BakeRun:
         self._phase = ""
         self._resumed_any = False
         self._earlier_phase_trained = False
+        self.kernel_paths: dict[str, dict[str, str]] = {}
+        """Each piece of work's kernel path and why it was chosen (:meth:`kernels`), for the report's ``kernel_paths``."""
+
+    def kernels(self, work: str, mode: str, reason: str | None = None, *, dtype: torch.dtype | None = None,
+                trial: Callable[[], object] | None = None, torch_faster: str | None = None) -> str:
+        """``triton`` or ``torch`` for ``work`` (``train``, ``decode``...) under the ``--kernels`` setting ``mode``, decided
+        once here and kept on the run with why (:attr:`kernel_paths`).
+
+        ``reason``: why the fused kernels cannot run the network (:func:`~neuralbake.kernels.unsupported_reason`);
+        ``trial``: one small call of the fused path (a kernel that fails to compile here falls back under ``auto``);
+        ``torch_faster``: the measurement that makes PyTorch the faster path for this work, which ``auto`` then takes.
+        """
+        path, why = kernel_choice(mode, self.device, reason, dtype=dtype)
+        if path == "triton" and mode == "auto" and torch_faster:
+            path, why = "torch", f"auto: {torch_faster}"
+        if trial is not None:
+            path, failed = tried_kernels(mode, path, trial, self.note)
+            why = failed or why
+        self.kernel_paths[work] = {"path": path, "why": why}
+        return path
 
     def train(
         self,
@@ -536,6 +557,7 @@ def _run_locked(
         metrics=record(outcome.metrics),
         **record(outcome.fields),
         **training,
+        **({"kernel_paths": run.kernel_paths} if run.kernel_paths else {}),
         device_defaults=chosen,
         resumed=resume,
         wall_seconds=round(time.perf_counter() - wall_start, 3),

@@ -25,7 +25,9 @@ __all__ = [
     "MAX_LAYERS",
     "MAX_WIDTH",
     "interpreting",
+    "kernel_choice",
     "resolve_kernels",
+    "tried_kernels",
     "triton_installed",
     "try_kernels",
     "unsupported_reason",
@@ -70,8 +72,8 @@ def unsupported_reason(widths: Sequence[int], activations: Sequence[str], *, tra
     return None
 
 
-def resolve_kernels(mode: str, device: torch.device, reason: str | None = None, *, field: str = "kernels", dtype: torch.dtype | None = None) -> str:
-    """``"triton"`` or ``"torch"`` for a bake's ``kernels`` setting on ``device``.
+def kernel_choice(mode: str, device: torch.device, reason: str | None = None, *, field: str = "kernels", dtype: torch.dtype | None = None) -> tuple[str, str]:
+    """``("triton" | "torch", why)`` for a ``kernels`` setting on ``device``.
 
     ``reason`` is :func:`unsupported_reason` for the bake's network (None: supported). ``auto``
     falls back to PyTorch quietly; ``triton`` raises :class:`ConfigError` saying why it cannot run.
@@ -82,7 +84,7 @@ def resolve_kernels(mode: str, device: torch.device, reason: str | None = None, 
     if mode not in KERNEL_MODES:
         raise ConfigError(f"unknown kernels {mode!r}.", field=field, fix="use auto, triton or torch.")
     if mode == "torch":
-        return "torch"
+        return "torch", "--kernels torch"
     problem = reason
     if problem is None and not triton_installed():
         problem = "Triton is not installed (CUDA builds of PyTorch bring it; or pip install triton)"
@@ -92,13 +94,18 @@ def resolve_kernels(mode: str, device: torch.device, reason: str | None = None, 
         problem = "TRITON_INTERPRET=1 is set, which runs kernels on the CPU; unset it for the GPU"
     if problem is None:
         if mode == "auto" and device.type != "cuda":
-            return "torch"  # the interpreter is for tests, never picked by itself
+            return "torch", "auto: Triton's CPU interpreter is for tests"
         if mode == "auto" and dtype == torch.float32:
-            return "torch"  # fp32 kernels compile for minutes (see above)
-        return "triton"
+            return "torch", "auto: fp32 kernels compile for minutes, longer than PyTorch takes"
+        return "triton", "--kernels triton" if mode == "triton" else "auto: the fused kernels run this network here"
     if mode == "triton":
         raise ConfigError(f"the fused kernels cannot run: {problem}.", field=field, fix="use --kernels auto or torch.")
-    return "torch"
+    return "torch", f"auto: {problem}"
+
+
+def resolve_kernels(mode: str, device: torch.device, reason: str | None = None, *, field: str = "kernels", dtype: torch.dtype | None = None) -> str:
+    """``"triton"`` or ``"torch"`` for a ``kernels`` setting on ``device`` (:func:`kernel_choice` without the why)."""
+    return kernel_choice(mode, device, reason, field=field, dtype=dtype)[0]
 
 
 def try_kernels(mode: str, resolved: str, trial: Callable[[], object], note: Callable[[str], None]) -> str:
@@ -108,17 +115,23 @@ def try_kernels(mode: str, resolved: str, trial: Callable[[], object], note: Cal
     with ``note`` saying why, so ``auto`` never fails a bake PyTorch could finish; under
     ``triton`` the error stands.
     """
+    return tried_kernels(mode, resolved, trial, note)[0]
+
+
+def tried_kernels(mode: str, resolved: str, trial: Callable[[], object], note: Callable[[str], None]) -> tuple[str, str | None]:
+    """:func:`try_kernels`, with why it fell back to PyTorch (None when it did not)."""
     if resolved != "triton":
-        return resolved
+        return resolved, None
     try:
         trial()
     except Exception as exc:
         first_line = str(exc).splitlines()[0][:200] if str(exc) else ""
         if mode != "auto":
             raise ConfigError(f"the fused Triton kernels failed here ({type(exc).__name__}: {first_line}).", field="kernels", fix="use --kernels auto or torch.") from exc
-        note(f"the fused Triton kernels failed here ({type(exc).__name__}: {first_line}); using PyTorch")
-        return "torch"
-    return "triton"
+        why = f"the fused Triton kernels failed here ({type(exc).__name__}: {first_line})"
+        note(f"{why}; using PyTorch")
+        return "torch", f"auto: {why}"
+    return "triton", None
 
 
 def _fused_mlp(mlp: MLP) -> Callable[[torch.Tensor], torch.Tensor]:

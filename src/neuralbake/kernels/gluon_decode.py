@@ -35,10 +35,6 @@ import triton
 
 from neuralbake.kernels.triton_decode import _bilinear_repeat, _direction_tile
 
-GLUON_DECODE = True
-"""Whether :class:`~neuralbake.kernels.decoders.FusedNeuralMaterial` runs this kernel where :func:`gluon_reason` allows
-(False: always the Triton decode). Read when a decode is built."""
-
 TILES_PER_PROGRAM = 16
 """The most tiles a program decodes (it stores the weights once for all of them). Fewer where that leaves fewer than
 :data:`SPREAD` programs per SM: the hardware then schedules the programs, so no launch depends on how many fit on an SM."""
@@ -62,8 +58,6 @@ except ImportError:  # pragma: no cover - older Triton
 
 def gluon_reason(*, device_capability: tuple[int, int] | None, hidden_activation: str, leak: float, half_sums: bool, kp: int, hp: int, op: int, hidden: int, feature_columns: int, wide: bool) -> str | None:
     """Why this kernel cannot run a decode, or None. The Triton decode runs the others."""
-    if not GLUON_DECODE:
-        return "kernels.gluon_decode.GLUON_DECODE is off"
     if not _AVAILABLE:
         return "this Triton has no Gluon with mma_v2 (Triton 3.6 or later)"
     if device_capability is None or device_capability < (8, 0):
@@ -235,4 +229,4 @@ def launch(tiles: int, sms: int, args: tuple, constants: dict) -> None:
     neural_material_gluon_kernel[(triton.cdiv(tiles, each),)](*args, each, BM=rows, W=warps, num_warps=warps, **constants)
 
 
-__all__ = ["GLUON_DECODE", "SPREAD", "TILE", "TILES_PER_PROGRAM", "gluon_reason", "launch", "launch_constants", "tiles_per_program"]
+__all__ = ["SPREAD", "TILE", "TILES_PER_PROGRAM", "gluon_reason", "launch", "launch_constants", "tiles_per_program"]

@@ -29,8 +29,8 @@ shared memory instead of reloading them, loading the targets before the forward,
 backward products together (``is_async``, one wait, ``dz`` in two alternating buffers) were measured and changed
 nothing.
 
-The arithmetic is the Triton kernel's: each hidden sum in fp32 from its bias, the activation in fp32 rounded to fp16
-(with ``HALF_ACT``, the sum rounded before a ReLU or leaky ReLU); the output layer in fp32 and its activation; the
+The arithmetic is the Triton kernel's: each hidden sum in fp32 from its bias, the activation in fp32 rounded to fp16;
+the output layer in fp32 and its activation; the
 loss's gradient rounded to fp16; the backward's products summed in fp32, each ``dz`` rounded to fp16. Products sum
 in their own order, so values agree within fp32 rounding of the sums: on an H100 the large tile gave the Triton kernel's
 gradients bit for bit, the small tile (128-row sums) within 2e-6 of their scale (``tests/kernels/test_gpu_parity.py
@@ -49,17 +49,12 @@ from __future__ import annotations
 
 from neuralbake.kernels.triton_network import (
     _activate,
-    _activate_rounded,
     _activation_slope,
     _encode_at,
     _frequency_columns,
     _times_slope,
 )
 from neuralbake.kernels.triton_train import _draw_uv, _loss_terms, _replaced
-
-GLUON_TRAIN = True
-"""Whether the fused training step runs this kernel where :func:`gluon_train_reason` allows (False: always the
-Triton kernel). Read when a step is launched."""
 
 SMALL_TILE = (128, 8)
 """``(rows per tile, warps per program)`` of a small step: two warpgroups of 64 rows, each carrying half of every
@@ -89,8 +84,6 @@ except ImportError:  # pragma: no cover - older Triton
 
 def gluon_train_reason(*, device_capability: tuple[int, int] | None, dtype_name: str, kp: int, hp: int, op: int, hidden: int, loss: str, dx: bool, wide: bool) -> str | None:
     """Why this kernel cannot run a training step, or None. The Triton kernel runs the others."""
-    if not GLUON_TRAIN:
-        return "kernels.gluon_train.GLUON_TRAIN is off"
     if not _AVAILABLE:
         return "this Triton has no Gluon with the warpgroup MMA (Triton 3.6 or later)"
     if device_capability is None or device_capability[0] != 9:
@@ -109,29 +102,25 @@ def gluon_train_reason(*, device_capability: tuple[int, int] | None, dtype_name:
 if _AVAILABLE:
 
     @gluon.jit
-    def _hidden(z, dtype: gl.constexpr, HACT: gl.constexpr, LEAK: gl.constexpr, HALF_ACT: gl.constexpr):
+    def _hidden(z, dtype: gl.constexpr, HACT: gl.constexpr, LEAK: gl.constexpr):
         """A hidden layer's activation of its fp32 sum ``z``, in ``dtype``, as ``triton_network._layer`` computes it for
-        training: the activation in fp32, then rounded; with ``HALF_ACT`` the sum rounded first
-        (``triton_network._activate_rounded``)."""
-        if HALF_ACT:
-            a = _activate_rounded(z.to(dtype), HACT, LEAK)
-        elif HACT == 2 and LEAK >= 0.0 and LEAK <= 1.0:  # where(z > 0, z, LEAK z), the same values in two instructions
+        training: the activation in fp32, then rounded."""
+        if HACT == 2 and LEAK >= 0.0 and LEAK <= 1.0:  # where(z > 0, z, LEAK z), the same values in two instructions
             a = gl.maximum(z, z * LEAK).to(dtype)
         else:
             a = _activate(z, HACT, LEAK).to(dtype)
         return a
 
     @gluon.jit
-    def _slope_times(da, a, HACT: gl.constexpr, LEAK: gl.constexpr, HALF_ACT: gl.constexpr):
-        """``triton_network._times_slope``: ``da * act'(z)`` in ``a``'s dtype from the activation's output ``a``; without
-        ``HALF_ACT``, a ReLU's or leaky ReLU's slope as a select on the fp16 output itself (the same values as through
-        fp32, fewer instructions)."""
-        if not HALF_ACT and HACT == 1:
+    def _slope_times(da, a, HACT: gl.constexpr, LEAK: gl.constexpr):
+        """``triton_network._times_slope``: ``da * act'(z)`` in ``a``'s dtype from the activation's output ``a``; a ReLU's
+        or leaky ReLU's slope as a select on the fp16 output itself (the same values as through fp32, fewer instructions)."""
+        if HACT == 1:
             dz = gl.where(a > 0.0, da, da * 0.0).to(a.dtype)
-        elif not HALF_ACT and HACT == 2:
+        elif HACT == 2:
             dz = gl.where(a > 0.0, da, da * LEAK).to(a.dtype)
         else:
-            dz = _times_slope(da, a, HACT, LEAK, HALF_ACT)
+            dz = _times_slope(da, a, HACT, LEAK)
         return dz
 
     @gluon.jit
@@ -143,7 +132,7 @@ if _AVAILABLE:
     def mlp_train_gluon_kernel(
         in_ptr, target_ptr, N, grad_ptr, loss_ptr, scale_ptr, w_in, b_in, w_hid, b_hid, w_out, b_out,
         K: gl.constexpr, O: gl.constexpr, FREQ: gl.constexpr, KP: gl.constexpr, HP: gl.constexpr, OP: gl.constexpr,
-        HIDDEN: gl.constexpr, HACT: gl.constexpr, OACT: gl.constexpr, LEAK: gl.constexpr, LOSS: gl.constexpr, FLOOR: gl.constexpr, HALF_ACT: gl.constexpr,
+        HIDDEN: gl.constexpr, HACT: gl.constexpr, OACT: gl.constexpr, LEAK: gl.constexpr, LOSS: gl.constexpr, FLOOR: gl.constexpr,
         BM: gl.constexpr, W: gl.constexpr, SEED, IMG_W, IMG_H, SAMPLE: gl.constexpr, TRANSFORM: gl.constexpr,
     ):  # fmt: skip
         """Forward, loss and backward of ``N`` rows, as ``triton_train.mlp_train_kernel`` with ``CARRY`` computes them: program ``p`` takes tiles ``p, p + P, ...`` and writes its slot (``grad_ptr + p * G``, the
@@ -232,11 +221,11 @@ if _AVAILABLE:
 
             # forward: every hidden activation to shared memory (the next product's operand and the backward's)
             z = warpgroup_mma(x_s, w_in_s, _layer_bias(b_in, hb, BM, HL))
-            act_s.index(0).store(_hidden(z, dtype, HACT, LEAK, HALF_ACT))
+            act_s.index(0).store(_hidden(z, dtype, HACT, LEAK))
             fence_async_shared()
             for layer in gl.static_range(HIDDEN):
                 z = warpgroup_mma(act_s.index(layer), w_hid_s.index(layer), _layer_bias(b_hid + layer * HP, hb, BM, HL))
-                act_s.index(layer + 1).store(_hidden(z, dtype, HACT, LEAK, HALF_ACT))
+                act_s.index(layer + 1).store(_hidden(z, dtype, HACT, LEAK))
                 fence_async_shared()
             y = _activate(warpgroup_mma(act_s.index(HIDDEN), w_out_s, _layer_bias(b_out, ob, BM, OL)), OACT, LEAK)
 
@@ -260,13 +249,13 @@ if _AVAILABLE:
             gb_out = warpgroup_mma(ones64, dzo_s, gb_out)
             da = warpgroup_mma(dzo_s, w_out_s.permute((1, 0)), zeros, use_acc=False)
             for layer in gl.static_range(HIDDEN - 1, -1, -1):  # the product act_s[layer] @ w_hid[layer] -> act_s[layer + 1]
-                dz_s.store(_slope_times(da, act_s.index(layer + 1).load(HL), HACT, LEAK, HALF_ACT))
+                dz_s.store(_slope_times(da, act_s.index(layer + 1).load(HL), HACT, LEAK))
                 fence_async_shared()
                 transposed = dz_s.permute((1, 0))
                 g_hid = _replaced(g_hid, layer, warpgroup_mma(transposed, act_s.index(layer), g_hid[layer]), HIDDEN)
                 gb_hid = _replaced(gb_hid, layer, warpgroup_mma(transposed, ones8, gb_hid[layer]), HIDDEN)
                 da = warpgroup_mma(dz_s, w_hid_s.index(layer).permute((1, 0)), zeros, use_acc=False)
-            dz_s.store(_slope_times(da, act_s.index(0).load(HL), HACT, LEAK, HALF_ACT))
+            dz_s.store(_slope_times(da, act_s.index(0).load(HL), HACT, LEAK))
             fence_async_shared()
             transposed = dz_s.permute((1, 0))
             g_in = warpgroup_mma(transposed, x_s, g_in)
@@ -334,4 +323,4 @@ def launch(grid: tuple[int], tile: tuple[int, int], args: tuple, constants: dict
     )  # fmt: skip
 
 
-__all__ = ["GLUON_TRAIN", "LARGE_TILE", "SMALL_STEP", "SMALL_TILE", "gluon_train_reason", "launch", "programs_for", "tile_for"]
+__all__ = ["LARGE_TILE", "SMALL_STEP", "SMALL_TILE", "gluon_train_reason", "launch", "programs_for", "tile_for"]

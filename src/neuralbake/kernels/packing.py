@@ -17,7 +17,7 @@ import torch
 import triton
 
 from neuralbake.errors import ConfigError
-from neuralbake.kernels import ACTIVATION_CODES, tuning, unsupported_reason
+from neuralbake.kernels import ACTIVATION_CODES, unsupported_reason
 from neuralbake.kernels.triton_decode import mlp_kernel
 from neuralbake.kernels.tuning import block_rows, launch_options, mma_sync, pad_width, wide_addresses
 from neuralbake.nn.mlp import MLP
@@ -151,13 +151,6 @@ class PackedMLP:
         return not self.training and self.dtype == torch.float16 and 0.0 <= self.leak <= 1.0
 
     @property
-    def half_activations(self) -> bool:
-        """Whether the training kernel, and :class:`FusedMLP`'s forward that it differentiates, round each hidden sum to fp16
-        before the activation, bit for bit PyTorch's fp16 layers (:data:`HALF_ACTIVATIONS`): packed for training, fp16
-        weights, ReLU, or leaky ReLU with a leak >= 0 (the slope is read from the output's sign)."""
-        return tuning.HALF_ACTIVATIONS and self.training and self.dtype == torch.float16 and self.hidden_activation in ("relu", "leaky_relu") and self.leak >= 0.0
-
-    @property
     def block_rows(self) -> int:
         return block_rows("forward", self.hp)
 
@@ -179,7 +172,7 @@ def mlp_forward(packed: PackedMLP, inputs: torch.Tensor, *, frequencies: int = 0
     with mma_sync():
         mlp_kernel[(triton.cdiv(n, bm),)](
             inputs, out, n, *packed.buffers(), K=k, O=packed.outputs, FREQ=frequencies,
-            OACT=ACTIVATION_CODES[packed.output_activation], BM=bm, WIDE=wide_addresses(n * max(k, packed.outputs)), HALF_SUMS=packed.half_sums, HALF_ACT=packed.half_activations, **launch_options("forward", packed.hp), **packed.constants(),
+            OACT=ACTIVATION_CODES[packed.output_activation], BM=bm, WIDE=wide_addresses(n * max(k, packed.outputs)), HALF_SUMS=packed.half_sums, **launch_options("forward", packed.hp), **packed.constants(),
         )  # fmt: skip
     return out
 

@@ -142,7 +142,7 @@ def launch_training(
                 (inputs, targets, n, buffers.grads, buffers.losses, scale, *packed.buffers()),
                 {
                     "K": columns, "O": packed.outputs, "FREQ": frequencies, "OACT": ACTIVATION_CODES[packed.output_activation], "LOSS": LOSS_CODES[loss],
-                    "FLOOR": floor, "HALF_ACT": packed.half_activations, **{k: v for k, v in packed.constants().items() if k != "DOT"},
+                    "FLOOR": floor, **{k: v for k, v in packed.constants().items() if k != "DOT"},
                     **({} if draw is None else {"SEED": draw[0], "TRANSFORM": draw[1], "IMG_W": draw[2], "IMG_H": draw[3], "SAMPLE": True}),
                 },
             )  # fmt: skip
@@ -157,7 +157,7 @@ def launch_training(
             inputs, targets, n, buffers.scratch, buffers.grads, buffers.losses, buffers.losses if scale is None else scale,
             buffers.losses if dx is None else dx, *packed.buffers(), K=2 if draw else inputs.shape[1], O=packed.outputs, FREQ=frequencies,
             OACT=ACTIVATION_CODES[packed.output_activation], LOSS=LOSS_CODES[loss], FLOOR=floor, BM=buffers.block_rows, DX=dx is not None,
-            CARRY=buffers.carry, HALF_ACT=packed.half_activations, **launch_options("train", packed.hp),
+            CARRY=buffers.carry, **launch_options("train", packed.hp),
             **packed.constants(), **({} if draw is None else {"SEED": draw[0], "TRANSFORM": draw[1], "IMG_W": draw[2], "IMG_H": draw[3], "SAMPLE": True}),
         )  # fmt: skip
     return grid[0]

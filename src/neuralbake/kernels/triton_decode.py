@@ -52,7 +52,6 @@ def mlp_kernel(
     BM: tl.constexpr,
     WIDE: tl.constexpr,
     HALF_SUMS: tl.constexpr,
-    HALF_ACT: tl.constexpr,
 ):
     """``out[N, O] = mlp(in[N, K])``; with ``FREQ > 0`` the ``K`` inputs are coordinates, encoded here."""
     dtype = w_in.dtype.element_ty
@@ -64,7 +63,7 @@ def mlp_kernel(
         x = _frequency_tile(in_ptr, at, rmask, K, FREQ, KP)
     else:
         x = tl.load(in_ptr + at[:, None] * K + cols[None, :], mask=rmask[:, None] & (cols < K)[None, :], other=0.0)
-    y = _network(x.to(dtype), w_in, b_in, w_hid, b_hid, w_out, b_out, KP, HP, OP, HIDDEN, HACT, OACT, LEAK, DOT, HALF_SUMS, HALF_ACT)
+    y = _network(x.to(dtype), w_in, b_in, w_hid, b_hid, w_out, b_out, KP, HP, OP, HIDDEN, HACT, OACT, LEAK, DOT, HALF_SUMS)
     o = tl.arange(0, OP)
     tl.store(out_ptr + at[:, None] * O + o[None, :], y.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & (o < O)[None, :])
 

@@ -88,49 +88,23 @@ def _zeros_as(x):
 
 
 @triton.jit
-def _activate_rounded(z, ACT: tl.constexpr, LEAK: tl.constexpr):
-    """ReLU or leaky ReLU of fp16 values ``z`` as PyTorch's fp16 ``relu`` / ``leaky_relu`` compute it, bit for bit: the
-    leak's product in fp32, rounded once (an fp16 leak, 0.01 -> 0.0100021, would round differently)."""
-    tl.static_assert(ACT == 1 or ACT == 2, "rounded activations are ReLU and leaky ReLU")
-    if ACT == 1:
-        a = tl.maximum(z, _zeros_as(z))
-    else:
-        a = tl.where(z > 0.0, z, (z.to(tl.float32) * LEAK).to(z.dtype))
-    return a
+def _times_slope(da, a, ACT: tl.constexpr, LEAK: tl.constexpr):
+    """``da * act'(z)`` in ``a``'s dtype, from the activation's output ``a``."""
+    return (da * _activation_slope(a.to(tl.float32), ACT, LEAK)).to(a.dtype)
 
 
 @triton.jit
-def _times_slope(da, a, ACT: tl.constexpr, LEAK: tl.constexpr, HALF_ACT: tl.constexpr):
-    """``da * act'(z)`` in ``a``'s dtype, from the activation's output ``a``. With ``HALF_ACT`` (fp16, ReLU or leaky
-    ReLU with LEAK >= 0, so that ``a > 0`` where ``z > 0``) as PyTorch's fp16 backward computes it: ``da`` rounded to fp16 (PyTorch's is the output
-    of an fp16 product), then for a negative ``a`` times the leak in fp32, rounded once."""
-    if HALF_ACT:
-        tl.static_assert(ACT == 1 or ACT == 2, "rounded activations are ReLU and leaky ReLU")
-        g = da.to(a.dtype)
-        if ACT == 1:
-            dz = tl.where(a > 0.0, g, _zeros_as(g))
-        else:
-            dz = tl.where(a > 0.0, g, (g.to(tl.float32) * LEAK).to(g.dtype))
-    else:
-        dz = (da * _activation_slope(a.to(tl.float32), ACT, LEAK)).to(a.dtype)
-    return dz
-
-
-@triton.jit
-def _layer(a, w, bias, ACT: tl.constexpr, LEAK: tl.constexpr, DOT: tl.constexpr, HALF_SUMS: tl.constexpr, HALF_ACT: tl.constexpr = False):
+def _layer(a, w, bias, ACT: tl.constexpr, LEAK: tl.constexpr, DOT: tl.constexpr, HALF_SUMS: tl.constexpr):
     """One hidden layer: ``act(a @ w + bias)`` in ``a``'s dtype.
 
     ``HALF_SUMS`` (fp16 only): the products summed in fp16 from the bias, on the tensor cores, and
-    the activation in packed fp16, as tiny-cuda-nn's fully fused MLPs do; else fp32 sums. ``HALF_ACT``
-    (fp16, ReLU or leaky ReLU): fp32 sums rounded to fp16, then the activation on the fp16 values
-    (:func:`_activate_rounded`), as the training kernel computes its forward and as PyTorch's fp16
-    layers do: the linear layer's output is rounded before the activation.
+    the activation in packed fp16, as tiny-cuda-nn's fully fused MLPs do; else fp32 sums, the activation in fp32 on
+    the unrounded sum, rounded after (the training kernel's forward: for ReLU the values of PyTorch's fp16 layers,
+    which round the sum first; for leaky ReLU some negative values differ in their last bit).
     """
     if HALF_SUMS:
         start = tl.zeros((a.shape[0], w.shape[1]), tl.float16) + bias.to(tl.float16)[None, :]
         return _activate_half(tl.dot(a, w, acc=start, out_dtype=tl.float16), ACT, LEAK)
-    elif HALF_ACT:
-        return _activate_rounded((tl.dot(a, w, input_precision=DOT) + bias[None, :]).to(a.dtype), ACT, LEAK)
     else:
         return _activate(tl.dot(a, w, input_precision=DOT) + bias[None, :], ACT, LEAK).to(a.dtype)
 
@@ -153,7 +127,6 @@ def _network(
     LEAK: tl.constexpr,
     DOT: tl.constexpr,
     HALF_SUMS: tl.constexpr = False,
-    HALF_ACT: tl.constexpr = False,
 ):
     """``x`` ``[BM, KP]`` in the weights' dtype -> ``[BM, OP]`` fp32, output activation applied.
 
@@ -162,10 +135,10 @@ def _network(
     k = tl.arange(0, KP)
     h = tl.arange(0, HP)
     o = tl.arange(0, OP)
-    a = _layer(x, tl.load(w_in + k[:, None] * HP + h[None, :]), tl.load(b_in + h), HACT, LEAK, DOT, HALF_SUMS, HALF_ACT)
+    a = _layer(x, tl.load(w_in + k[:, None] * HP + h[None, :]), tl.load(b_in + h), HACT, LEAK, DOT, HALF_SUMS)
     for layer in tl.static_range(HIDDEN):
         w = tl.load(w_hid + layer * HP * HP + h[:, None] * HP + h[None, :])
-        a = _layer(a, w, tl.load(b_hid + layer * HP + h), HACT, LEAK, DOT, HALF_SUMS, HALF_ACT)
+        a = _layer(a, w, tl.load(b_hid + layer * HP + h), HACT, LEAK, DOT, HALF_SUMS)
     w = tl.load(w_out + h[:, None] * OP + o[None, :])
     y = tl.dot(a, w, input_precision=DOT) + tl.load(b_out + o)[None, :]
     return _activate(y, OACT, LEAK)

@@ -134,7 +134,6 @@ def mlp_train_kernel(
     BM: tl.constexpr,
     DX: tl.constexpr,
     CARRY: tl.constexpr,
-    HALF_ACT: tl.constexpr,
     SEED=0,
     IMG_W=1,
     IMG_H=1,
@@ -161,9 +160,6 @@ def mlp_train_kernel(
       writes the slot and every later one adds its gradients to it in memory (networks whose
       gradients do not fit in registers, and fp32 ones: ``kernels.training.carries_gradients``). With ``CARRY`` the
       weights are also loaded once, before the tiles.
-    - ``HALF_ACT`` (fp16, ReLU or leaky ReLU): each hidden layer's fp32 sum is rounded to fp16
-      before the activation, and the activation and its slope run on fp16 values as PyTorch's fp16
-      layers compute them (:func:`_activate_rounded`, :func:`_times_slope`).
     - ``SAMPLE``: the kernel draws its own batch (:func:`_draw_uv`): ``in_ptr`` is the int64 draw counter (read, not
       written: the step's last kernel advances it), ``target_ptr`` the ``[IMG_H, IMG_W, O]`` fp32 image whose
       nearest texels are the targets; the inputs are the two coordinates ``(u, v)`` (``K == 2``).
@@ -228,14 +224,14 @@ def mlp_train_kernel(
             w = w_first
         else:
             w = tl.load(w_in + k[:, None] * HP + h[None, :])
-        a = _layer(x, w, tl.load(b_in + h), HACT, LEAK, DOT, False, HALF_ACT)
+        a = _layer(x, w, tl.load(b_in + h), HACT, LEAK, DOT, False)
         for layer in tl.static_range(HIDDEN):
             tl.store(scratch + layer * BM * HP + tile_offsets, a)
             if CARRY:
                 w = w_hids[layer]
             else:
                 w = tl.load(w_hid + layer * HP * HP + h[:, None] * HP + h[None, :])
-            a = _layer(a, w, tl.load(b_hid + layer * HP + h), HACT, LEAK, DOT, False, HALF_ACT)
+            a = _layer(a, w, tl.load(b_hid + layer * HP + h), HACT, LEAK, DOT, False)
         if CARRY:
             w = w_last
         else:
@@ -260,7 +256,7 @@ def mlp_train_kernel(
             _accumulate(slot + g_b_out, o, tl.sum(dz.to(tl.float32), axis=0), first)
         da = tl.dot(dz, tl.trans(w), input_precision=DOT)
         for layer in tl.static_range(HIDDEN - 1, -1, -1):  # last to first; `a` is the layer's output activation
-            dz = _times_slope(da, a, HACT, LEAK, HALF_ACT)
+            dz = _times_slope(da, a, HACT, LEAK)
             a_prev = tl.load(scratch + layer * BM * HP + tile_offsets)
             if CARRY:
                 g_hid = _replaced(g_hid, layer, tl.dot(tl.trans(a_prev), dz, g_hid[layer], input_precision=DOT), HIDDEN)
@@ -274,7 +270,7 @@ def mlp_train_kernel(
                 w = tl.load(w_hid + layer * HP * HP + h[:, None] * HP + h[None, :])
             da = tl.dot(dz, tl.trans(w), input_precision=DOT)
             a = a_prev
-        dz = _times_slope(da, a, HACT, LEAK, HALF_ACT)
+        dz = _times_slope(da, a, HACT, LEAK)
         if CARRY:
             g_in = tl.dot(tl.trans(x), dz, g_in, input_precision=DOT)
             gb_in = tl.dot(ones, dz, gb_in, input_precision=DOT)

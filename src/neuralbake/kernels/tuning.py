@@ -3,7 +3,7 @@
 :data:`TILES` holds each kernel kind's rows and warps per program; the launching modules
 (:mod:`~neuralbake.kernels.packing`, :mod:`~neuralbake.kernels.decoders`, :mod:`~neuralbake.kernels.training`) read it
 as ``tuning.TILES`` at every launch, so a benchmark sweep sets it here. Each table's docstring says what measurement
-chose its values. :data:`HALF_ACTIVATIONS` is the one switch left from the A/B measurements (see its docstring).
+chose its values.
 """
 
 from __future__ import annotations
@@ -50,16 +50,6 @@ at 128 x 4 against 8.5 at the bilinear decode's 128 x 2. ``trilinear_wide`` is
 ``forward_wide``'s tile, not swept (``--sweep trilinear`` sets the narrow key).
 """
 
-
-HALF_ACTIVATIONS = False
-"""Whether the training kernel of an fp16 network with ReLU or leaky ReLU hidden layers (:attr:`PackedMLP.half_activations`),
-and :class:`FusedMLP`'s forward that it differentiates, round each hidden layer's fp32 sum to fp16 before the activation
-and compute the activation and its slope on fp16 values, bit for bit as PyTorch's fp16 layers do (the linear output is
-rounded, then activated). Off by default: it cost 15 % of the RTXNS network's training rate at 2^18 rows on an H100
-(``bench/kernels.py --ab-train``, 2026-11-26: 811 against 956 M rows/s; the leaky ReLU's product in fp32 and its
-conversions). Off, the activation runs in fp32 on the unrounded sum, rounded after: the same values for ReLU; for leaky
-ReLU some of the negative activations differ from PyTorch's in their last bit. Read at every launch.
-"""
 
 CARRY_REGISTERS = 128
 """The most registers a thread the weight and bias gradients may take by :func:`carries_gradients`'s estimate (their fp32 values

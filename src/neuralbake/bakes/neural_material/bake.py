@@ -47,7 +47,7 @@ from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
 from neuralbake.errors import ConfigError
 from neuralbake.io.files import sha256_file
 from neuralbake.io.neural_material_bundle import decoder_input_layout
-from neuralbake.kernels import resolve_kernels, try_kernels, unsupported_reason
+from neuralbake.kernels import resolve_kernels, unsupported_reason
 from neuralbake.material.frame import cosine_hemisphere_pdf, square_to_cosine_hemisphere
 from neuralbake.material.loader import load_material
 from neuralbake.nn.precision import compute_dtype
@@ -144,7 +144,7 @@ def bake_material(
     say which tool fits (:mod:`.verdict`). Returns the report's metrics and fields.
     """
     device = run.device
-    kernels = decode_kernels(config, device)
+    decode_kernels(config, device)  # an impossible --kernels triton fails before the work
     prepared = _prepare(run, config)
     model = NeuralMaterialModel(prepared.features, prepared.config).to(device)
     shared = _shared_decoder(prepared.config, model, device, shared_as)
@@ -156,7 +156,7 @@ def bake_material(
                            evaluate=held_out_evaluation(sampler, device, config.train.seed), quality_key=HELD_OUT_QUALITY)
     finally:
         model.encoder.kernels = model.decoder.kernels = "torch"  # the shipped decoder decodes on the decode path below
-    return _finish(run, prepared, folder, model.encoder, model.decoder, result, shared, training_kernels, kernels, verdict=verdict)
+    return _finish(run, prepared, folder, model.encoder, model.decoder, result, shared, training_kernels, verdict=verdict)
 
 
 class JointNeuralMaterialModel(torch.nn.Module):
@@ -222,7 +222,8 @@ def bake_materials_jointly(
     a config with ``verdict`` gets one for its glTF material."""
     device = run.device
     template = configs[0]
-    kernels = [decode_kernels(config, device) for config in configs]  # an impossible --kernels triton fails before the work
+    for config in configs:  # an impossible --kernels triton fails before the work
+        decode_kernels(config, device)
     prepared = [_prepare(run, config) for config in configs]
     model = JointNeuralMaterialModel([p.features for p in prepared], template).to(device)
     per_material = max(1, template.batch_size // len(configs))
@@ -232,14 +233,14 @@ def bake_materials_jointly(
                        evaluate=held_out_evaluation(sampler, device, template.train.seed), quality_key=HELD_OUT_QUALITY)
     shared = {"joint": names, "layers": "all", "note": "one decoder trained with every material of the pack; per-material encoders and latents"}
     return [
-        _finish(run, p, folder, encoder, model.decoder, result, shared, "torch", k, verdict=p.config.verdict)
-        for p, folder, encoder, k in zip(prepared, folders, model.encoders, kernels, strict=True)
+        _finish(run, p, folder, encoder, model.decoder, result, shared, "torch", verdict=p.config.verdict)
+        for p, folder, encoder in zip(prepared, folders, model.encoders, strict=True)
     ]
 
 
 def _finish(
     run: BakeRun, prepared: _Prepared, folder: Path, encoder: Any, decoder: Any, result: Any, shared: dict[str, Any] | None,
-    training_kernels: str, kernels: str, *, verdict: bool = False,
+    training_kernels: str, *, verdict: bool = False,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """After training: bake the latent pyramid with ``encoder``, write the bundle, render and score (the report's metrics and
     fields); with ``verdict``, NTC at the same bytes joins the asset's renders and the report gets ``verdict``."""
@@ -250,11 +251,12 @@ def _finish(
     supersample = min(4, max(1, material.texture_side // config.texture_size)) if isinstance(material, AssetMaterial) else 1
     levels = bake_latent_pyramid(types.SimpleNamespace(encoder=encoder), material, normal, config.texture_size, supersample=supersample)
     neural = NeuralMaterial(levels, decoder, config.direction_inputs)
-    if kernels == "triton":
+    def trial() -> None:
         neural.kernels = "triton"
         probe = torch.full((4, 2), 0.5, device=device), torch.tensor([[0.0, 0.0, 1.0]] * 4, device=device)
-        kernels = try_kernels(config.kernels, kernels, lambda: neural.decode(probe[0], probe[1], probe[1]), run.note)
-    neural.kernels = kernels
+        neural.decode(probe[0], probe[1], probe[1])
+
+    neural.kernels = run.kernels("decode", config.kernels, decode_reason(config), dtype=torch.float32, trial=trial)  # decodes in fp32
     sampling = _fit_sampler(run, prepared, neural)
     folder.mkdir(parents=True, exist_ok=True)
     bundle = write_material_bundle(folder, neural, config, features, shared, shown=run.shown)
@@ -383,36 +385,47 @@ def load_reference(config: NeuralMaterialConfig, device: torch.device) -> Any:
     return place_material(layered, config.material, config.asset, config.material_name, fallback_normal=up, device=device)
 
 
+TORCH_TRAINS_FASTER = ("PyTorch's CUDA-graphed step trained the copper tray's 10,000 steps in 12.1 s, the fused MLP kernels "
+                       "in 42.2 s (H200, 2026-11-29, bench/bakes_gpu.py)")
+"""Why ``auto`` trains a neural material with PyTorch where the fused kernels could run (the report's ``kernel_paths``)."""
+
+
 def _training_kernels(run: BakeRun, config: NeuralMaterialConfig, model: NeuralMaterialModel, device: torch.device) -> str:
     """Train the encoder and the decoder through the fused kernels (``triton``) or PyTorch; sets the MLPs' path.
 
     Each MLP's forward and backward is a fused kernel inside autograd
-    (:class:`neuralbake.kernels.fused.FusedMLP`); the loss, the glue between encoder and decoder
-    and the optimiser stay PyTorch. Only ``--kernels triton`` takes it: on an H100 it measured
-    1.0-1.5x the CUDA-graph autograd step (``bench/kernels.py --only train_material``), which does
-    not pay for compiling the kernels, so ``auto`` trains with PyTorch.
+    (:class:`neuralbake.kernels.training.FusedMLP`); the loss, the glue between encoder and decoder
+    and the optimiser stay PyTorch. Only ``--kernels triton`` takes it: the whole step replayed as a CUDA graph
+    trains faster in PyTorch (:data:`TORCH_TRAINS_FASTER`), so ``auto`` trains with PyTorch.
     """
-    if config.kernels != "triton":
-        return "torch"
     reason = None
     for name, mlp in (("encoder", model.encoder), ("decoder", model.decoder)):
         why = unsupported_reason(mlp.config.widths(), [mlp.config.hidden_activation, mlp.config.output_activation], training=True)
         if why is not None and reason is None:
             reason = f"the {name}: {why}"
-    kernels = resolve_kernels(config.kernels, device, reason, dtype=compute_dtype(config.train.precision))
+    dtype = compute_dtype(config.train.precision)
 
     def trial() -> None:
         # in the training precision: the kernels the steps will use (an fp32 compile alone takes minutes)
-        dtype = compute_dtype(config.train.precision)
+        model.encoder.kernels = model.decoder.kernels = "triton"
         params = {name: value.detach().to(dtype).requires_grad_() for name, value in model.named_parameters()}
         probe = torch.zeros(4, model.features + 6, device=device, dtype=dtype)
         probe[:, -1] = probe[:, -4] = 1.0
         functional_call(model, params, (probe,)).float().sum().backward()
 
-    model.encoder.kernels = model.decoder.kernels = kernels
-    kernels = try_kernels(config.kernels, kernels, trial, run.note)
+    kernels = run.kernels("train", config.kernels, reason, dtype=dtype, trial=trial, torch_faster=TORCH_TRAINS_FASTER)
     model.encoder.kernels = model.decoder.kernels = kernels
     return kernels
+
+
+def decode_reason(config: NeuralMaterialConfig) -> str | None:
+    """Why the fused kernels cannot decode a bake with ``config``, or None."""
+    directions = len(config.direction_inputs)
+    widths = [decoder_input_layout(config.latent, config.direction_inputs).width, *[config.decoder_hidden] * config.decoder_layers, 3]
+    reason = unsupported_reason(widths, ["relu", "none"])
+    if reason is None and directions > 3:
+        reason = f"the fused decode reads at most 3 direction features, and the bake has {directions}"
+    return reason
 
 
 def decode_kernels(config: NeuralMaterialConfig, device: torch.device) -> str:
@@ -420,12 +433,7 @@ def decode_kernels(config: NeuralMaterialConfig, device: torch.device) -> str:
 
     Resolved before training, so an impossible ``--kernels triton`` fails before the work.
     """
-    directions = len(config.direction_inputs)
-    widths = [decoder_input_layout(config.latent, config.direction_inputs).width, *[config.decoder_hidden] * config.decoder_layers, 3]
-    reason = unsupported_reason(widths, ["relu", "none"])
-    if reason is None and directions > 3:
-        reason = f"the fused decode reads at most 3 direction features, and the bake has {directions}"
-    return resolve_kernels(config.kernels, device, reason, dtype=torch.float32)  # the trained decoder decodes in fp32
+    return resolve_kernels(config.kernels, device, decode_reason(config), dtype=torch.float32)  # the trained decoder decodes in fp32
 
 
 def _bake_body(run: BakeRun) -> BakeOutcome:

@@ -32,7 +32,7 @@ from torch import nn
 from neuralbake.bakes.ntc.baselines import bc_baselines
 from neuralbake.bakes.ntc.config import NTCConfig, device_defaults, load_config_texture_set, ntc_footprint
 from neuralbake.bakes.ntc.container import CONTAINER_NAME, MANIFEST_NAME, pack_container, read_container
-from neuralbake.bakes.ntc.decode import decode_all_levels, resolve_decode_kernels, set_quality
+from neuralbake.bakes.ntc.decode import decode_all_levels, decode_reason, set_quality
 from neuralbake.bakes.ntc.layout import CONTAINER_VERSION, NTCLayout, choose_layout
 from neuralbake.bakes.ntc.model import NTCModel, TexelSampler
 from neuralbake.bakes.ntc.rd import comparison_table, plot_rate_distortion, rate_distortion_summary
@@ -46,7 +46,7 @@ from neuralbake.errors import ConfigError
 from neuralbake.io.files import atomic_write_bytes, atomic_write_json, sha256_file
 from neuralbake.io.images import save_png
 from neuralbake.io.manifest import write_bake_manifest
-from neuralbake.kernels import resolve_kernels, try_kernels, unsupported_reason
+from neuralbake.kernels import resolve_kernels, unsupported_reason
 from neuralbake.nn.convergence import training_record
 from neuralbake.nn.trainer import TrainingInterrupted, TrainResult
 from neuralbake.render.pictures import comparison_row, panel_grid
@@ -179,12 +179,14 @@ def _compress_rate(
 
     decode_start = time.perf_counter()
     container = read_container(folder / CONTAINER_NAME).to(device)
-    kernels = resolve_decode_kernels(container, config.kernels)
-    if kernels == "triton":
+    def trial() -> None:
         from neuralbake.kernels.decoders import FusedNTC  # imports Triton
 
         one = torch.zeros(1, dtype=torch.int64, device=device)
-        kernels = try_kernels(config.kernels, kernels, lambda: FusedNTC(container, torch.float32).texels(one, one, one), run.note)
+        FusedNTC(container, torch.float32).texels(one, one, one)
+
+    kernels = run.kernels("decode", config.kernels, decode_reason(container), dtype=torch.float32, trial=trial)  # the decode runs in fp32
+    run.kernel_paths["train"] = {"path": "torch", "why": "NTC trains with PyTorch: there is no fused NTC training kernel yet"}
     with run.task(f"decoding {prefix.rstrip('_') or 'texture.ntc'}", sum(w * h for w, h in layout.level_sizes), unit="texels") as advance:
         decoded = decode_all_levels(container, progress=advance, kernels=kernels)
     if device.type == "cuda":

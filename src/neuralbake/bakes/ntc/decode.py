@@ -44,6 +44,7 @@ __all__ = [
     "decode_texels",
     "decompress",
     "filter_taps",
+    "decode_reason",
     "resolve_decode_kernels",
     "sample_filtered",
     "sample_levels",
@@ -191,11 +192,15 @@ def sample_levels(levels: Sequence[np.ndarray | torch.Tensor], uv: torch.Tensor,
     return (texels * weight[..., None]).sum(dim=1)
 
 
+def decode_reason(container: NTCContainer) -> str | None:
+    """Why the fused kernels cannot decode ``container`` (:func:`~neuralbake.kernels.unsupported_reason`), or None."""
+    layout = container.layout
+    return unsupported_reason(layout.layer_widths, [layout.activation, "none"])
+
+
 def resolve_decode_kernels(container: NTCContainer, kernels: str) -> str:
     """``triton`` or ``torch`` for decoding ``container`` with the ``--kernels`` setting (see :mod:`neuralbake.kernels`)."""
-    layout = container.layout
-    reason = unsupported_reason(layout.layer_widths, [layout.activation, "none"])
-    return resolve_kernels(kernels, container.latents_high.device, reason, dtype=torch.float32)  # the decode runs in fp32
+    return resolve_kernels(kernels, container.latents_high.device, decode_reason(container), dtype=torch.float32)  # the decode runs in fp32
 
 
 def decode_all_levels(
