@@ -54,8 +54,9 @@ from neuralbake.render.camera import Camera
 from neuralbake.render.envmap import EnvironmentLight
 from neuralbake.render.gbuffer import GBuffer, SurfaceParameters, as_render_scene, evaluate_materials, render_gbuffer
 from neuralbake.render.scene import RenderScene
+from neuralbake.render.transparency import ALPHA_MODES, MAX_LAYERS, composite_layers, coverage, next_layer
 
-__all__ = ["DirectionalLight", "Lighting", "RenderResult", "ShadeResult", "over_pdf", "power_heuristic", "render", "shade", "shade_direct", "with_environment"]
+__all__ = ["DirectionalLight", "Lighting", "RenderResult", "ShadeResult", "background_radiance", "over_pdf", "power_heuristic", "render", "shade", "shade_direct", "with_environment"]
 
 
 # --- lights and shading ------------------------------------------------------------------------------
@@ -233,21 +234,24 @@ def with_environment(scene: RenderScene, gbuffer: GBuffer, direct: ShadeResult, 
     return _composite(scene, gbuffer, lighting, s, radiance)
 
 
-def _composite(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting, s: SurfaceParameters, radiance: torch.Tensor) -> ShadeResult:
+def background_radiance(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting) -> torch.Tensor:
+    """What the camera rays see where they miss: the environment along each ray (``[H, W, 3]``), or the background
+    colour (``[3]``)."""
     dtype, device = scene.dtype, scene.device
-    radiance = torch.where(s.unlit[:, None], s.base_color, radiance)
     vis = gbuffer.visibility
     if isinstance(lighting.background, str):
         if lighting.environment is not None:
             env = lighting.environment
             background = env.eval(vis.ray_direction.reshape(-1, 3).to(device=env.radiance.device, dtype=env.pmf.dtype))
-            background = background.to(device=device, dtype=dtype).reshape(gbuffer.height, gbuffer.width, 3)
-        else:
-            background = torch.zeros(3, dtype=dtype, device=device)
-    else:
-        background = torch.as_tensor(lighting.background, dtype=dtype, device=device)
-    hdr = gbuffer.image(radiance, background)
-    return ShadeResult(hdr=hdr, alpha=vis.mask.to(dtype), radiance=radiance, surface=s)
+            return background.to(device=device, dtype=dtype).reshape(gbuffer.height, gbuffer.width, 3)
+        return torch.zeros(3, dtype=dtype, device=device)
+    return torch.as_tensor(lighting.background, dtype=dtype, device=device)
+
+
+def _composite(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting, s: SurfaceParameters, radiance: torch.Tensor) -> ShadeResult:
+    radiance = torch.where(s.unlit[:, None], s.base_color, radiance)
+    hdr = gbuffer.image(radiance, background_radiance(scene, gbuffer, lighting))
+    return ShadeResult(hdr=hdr, alpha=gbuffer.visibility.mask.to(scene.dtype), radiance=radiance, surface=s)
 
 
 @dataclass(eq=False)
@@ -284,8 +288,11 @@ def render(
     vertex positions."""
     rs = as_render_scene(scene)
     g = render_gbuffer(rs, camera, width, height)
-    shaded = shade(rs, g, lighting)
-    hdr, alpha = shaded.hdr, shaded.alpha
+    if any(m.alpha_mode != "OPAQUE" for m in rs.materials):
+        hdr, alpha = _layers(rs, camera, g, lighting)
+    else:
+        shaded = shade(rs, g, lighting)
+        hdr, alpha = shaded.hdr, shaded.alpha
     ldr = tonemap.tone_map(hdr, operator=tone_map, exposure=exposure, white=white)
     if antialias:
         vis = g.visibility
@@ -293,3 +300,28 @@ def render(
         blended = antialias_edges(stacked, vis.triangle_id, vis.depth, rs.positions, rs.faces, camera, neighbours=rs.edge_neighbours())
         hdr, ldr, alpha = blended[..., :3], blended[..., 3:6], blended[..., 6]
     return RenderResult(hdr=hdr, ldr=ldr, alpha=alpha, gbuffer=g)
+
+
+def _layers(scene: RenderScene, camera: Camera, first: GBuffer, lighting: Lighting | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``render``'s image and alpha for a scene with ``MASK`` or ``BLEND`` materials: each layer along the camera rays
+    shaded, then composited front to back (:mod:`~neuralbake.render.transparency`)."""
+    lighting = Lighting() if lighting is None else lighting
+    if scene.caster.mesh is None:
+        raise InputError(
+            "see-through materials (alphaMode MASK or BLEND) need NVIDIA Warp's ray caster to look past a surface.",
+            field="alphaMode", fix="pip install warp-lang, or set the materials' alphaMode to OPAQUE.",
+        )
+    modes = torch.tensor([ALPHA_MODES.get(m.alpha_mode, 0) for m in scene.materials], device=scene.device)
+    cutoffs = torch.tensor([m.alpha_cutoff for m in scene.materials], dtype=scene.dtype, device=scene.device)
+    colours, covers, g = [], [], first
+    for layer in range(MAX_LAYERS):
+        shaded = shade(scene, g, lighting)
+        cover = coverage(shaded.surface.alpha, modes[g.material_id], cutoffs[g.material_id])
+        colours.append(g.image(shaded.radiance, 0.0))
+        covers.append(g.image(cover[:, None], 0.0)[..., 0])
+        go_on = g.visibility.mask & (covers[-1].detach() < 1.0)
+        if layer == MAX_LAYERS - 1 or not bool(go_on.any()):
+            break
+        behind = next_layer(scene.caster, g.visibility, go_on, scene.material_ids, offset=1e-4 * scene.extent)
+        g = render_gbuffer(scene, camera, g.width, g.height, visibility=behind)
+    return composite_layers(colours, covers, background_radiance(scene, first, lighting))

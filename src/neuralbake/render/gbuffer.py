@@ -131,15 +131,16 @@ def as_render_scene(scene: Scene | RenderScene) -> RenderScene:
     )
 
 
-def render_gbuffer(scene: Scene | RenderScene, camera: Camera, width: int, height: int) -> GBuffer:
+def render_gbuffer(scene: Scene | RenderScene, camera: Camera, width: int, height: int, visibility: VisibilityBuffer | None = None) -> GBuffer:
     """Visibility buffer and interpolated surface attributes of ``scene`` seen by ``camera``.
 
     ``scene``: a :class:`~neuralbake.render.scene.RenderScene` (build it once with
     :func:`~neuralbake.render.scene.prepare_scene`; a plain glTF ``Scene`` is prepared on the CPU
-    on every call). Tensors follow the scene's device and dtype.
+    on every call). Tensors follow the scene's device and dtype. ``visibility``: the hits to build it on (a layer
+    behind the first, :mod:`~neuralbake.render.transparency`); by default the camera rays' first hits.
     """
     rs = as_render_scene(scene)
-    vis = visibility_buffer(rs.caster, camera, width, height, material_ids=rs.material_ids, dtype=rs.dtype)
+    vis = visibility if visibility is not None else visibility_buffer(rs.caster, camera, width, height, material_ids=rs.material_ids, dtype=rs.dtype)
     mask = vis.mask.reshape(-1)
     pixel = torch.nonzero(mask).reshape(-1)
     tri = vis.triangle_id.reshape(-1)[pixel]
@@ -187,7 +188,8 @@ class SurfaceParameters:
     base_color: torch.Tensor
     """``[N, 3]`` linear base colour (factor x texture x vertex colour)."""
     alpha: torch.Tensor
-    """``[N]`` base colour alpha (not used for shading: every surface is opaque)."""
+    """``[N]`` base colour alpha: how much of what is behind a ``MASK`` or ``BLEND`` surface it covers
+    (:mod:`~neuralbake.render.transparency`)."""
     metallic: torch.Tensor
     """``[N]``."""
     roughness: torch.Tensor

@@ -92,6 +92,11 @@ class MaterialParameters:
     """``KHR_materials_unlit``: output the base colour."""
     double_sided: bool = False
     """Informational: the ray caster shades back faces of every material (flipped normal)."""
+    alpha_mode: str = "OPAQUE"
+    """glTF ``alphaMode``: ``OPAQUE``, ``MASK`` (cut out below :attr:`alpha_cutoff`) or ``BLEND`` (composited by alpha);
+    see :mod:`~neuralbake.render.transparency`."""
+    alpha_cutoff: float = 0.5
+    """``MASK``'s threshold."""
 
 
 @dataclass(eq=False)
@@ -263,6 +268,8 @@ def _material_parameters(m: Material, device: torch.device, dtype: torch.dtype) 
         textures=textures,
         unlit=m.unlit,
         double_sided=m.double_sided,
+        alpha_mode=m.alpha_mode,
+        alpha_cutoff=float(m.alpha_cutoff),
     )
 
 
