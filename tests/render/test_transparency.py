@@ -126,3 +126,33 @@ def test_the_render_is_differentiable_in_the_alpha_texels_as_finite_differences_
     analytic = float(grad[..., 3].sum())
     assert abs(analytic) > 1e-3, "the alpha texels must move the image"
     assert analytic == pytest.approx(numeric, rel=1e-4)
+
+
+# -- the shipped see-through examples ------------------------------------------------------------
+
+EXAMPLES = __import__("pathlib").Path(__file__).resolve().parents[2] / "examples" / "cards"
+
+
+def test_the_example_foliage_card_and_decal_are_see_through_and_render_so() -> None:
+    """examples/cards: the foliage card cuts out (MASK) and the decal blends (BLEND); rendered, the card shows the
+    background between its leaves and the decal lets the wall show through its worn paint."""
+    from neuralbake.io.gltf import load_gltf
+    from neuralbake.io.gltf.model import see_through
+    from neuralbake.render.camera import look_at
+
+    foliage, decal = load_gltf(EXAMPLES / "foliage.gltf"), load_gltf(EXAMPLES / "decal.gltf")
+    assert [m.alpha_mode for m in foliage.materials] == ["MASK"] and foliage.materials[0].double_sided
+    assert [m.alpha_mode for m in decal.materials] == ["OPAQUE", "BLEND"]
+    assert see_through(foliage.materials[0], foliage.meshes) == 0.0 and see_through(decal.materials[1], decal.meshes) == 0.0
+    background = (0.55, 0.6, 0.68)
+    lighting = Lighting(directional=[], shadows=False, background=background)
+    camera = look_at((0.0, 0.5, 2.5), (0.0, 0.5, 0.0), fov_y_deg=30.0)
+    result = render(prepare_scene(foliage), camera, 48, 48, lighting, tone_map="reinhard")
+    on_card = result.gbuffer.visibility.material_id == 0
+    shows_background = (result.hdr - torch.tensor(background)).abs().amax(-1) < 1e-6
+    assert int((on_card & shows_background).sum()) > 0.2 * int(on_card.sum())  # between the leaves
+    assert int((on_card & ~shows_background).sum()) > 0.1 * int(on_card.sum())  # the leaves
+    result = render(prepare_scene(decal), look_at((0.0, 0.0, 2.0), (0.0, 0.0, 0.0), fov_y_deg=30.0), 48, 48, lighting, tone_map="reinhard")
+    assert torch.isclose(result.alpha, torch.ones(())).all()  # the opaque wall behind everything
+    on_decal = result.gbuffer.visibility.material_id == 1
+    assert int(on_decal.sum()) > 100
