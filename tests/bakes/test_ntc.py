@@ -747,3 +747,21 @@ def test_a_gltf_source_takes_no_name(tmp_path: Path) -> None:
     crate = Path(__file__).resolve().parents[2] / "examples" / "crate" / "crate.gltf"
     with pytest.raises(InputError, match="takes no NAME="):
         load_texture_set([f"../../x={crate}"])
+
+
+def test_a_see_through_gltf_material_keeps_its_alpha_as_a_fourth_base_colour_channel(tmp_path: Path) -> None:
+    """examples/cards/foliage.gltf (alphaMode MASK): the base colour group is RGBA, compressed and decompressed with its
+    alpha; where the source cuts out, the decompressed alpha does too (at the material's cutoff, on most texels)."""
+    card = Path(__file__).resolve().parents[2] / "examples" / "cards" / "foliage.gltf"
+    texture_set = load_texture_set([str(card)])
+    assert texture_set.groups[0].name == "base_color" and texture_set.groups[0].channels == ("R", "G", "B", "A")
+    source_alpha = texture_set.images[0][..., 3]
+    assert source_alpha.min() == 0.0 and source_alpha.max() == 1.0
+    config = _config([str(card)], bpp=8.0, steps=150, finetune=10)
+    config.batch_size = 2048
+    compress_texture_set(config, tmp_path / "ntc", progress=False)
+    decompress(tmp_path / "ntc", tmp_path / "png", device="cpu")
+    decoded = np.asarray(Image.open(tmp_path / "png" / "base_color_mip0.png"), dtype=np.float32) / 255
+    assert decoded.shape == (*source_alpha.shape, 4)
+    agree = float(((decoded[..., 3] >= 0.5) == (source_alpha >= 0.5)).mean())
+    assert agree > 0.8, agree

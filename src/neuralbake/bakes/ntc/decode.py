@@ -267,7 +267,8 @@ def set_quality(levels: Sequence[np.ndarray], reference: Sequence[np.ndarray], g
 def decompress(
     folder: str | Path, out_dir: str | Path, *, image_format: str = "png", device: str = "auto", progress: bool = False, kernels: str = "auto"
 ) -> list[Path]:
-    """Decode every group at every mip level to ``out_dir/<group>_mip<k>.png`` (8-bit RGB) or ``.exr`` (float32, one channel per stored channel)."""
+    """Decode every group at every mip level to ``out_dir/<group>_mip<k>.png`` (8-bit RGB; RGBA for a four-channel colour
+    group) or ``.exr`` (float32, one channel per stored channel)."""
     if image_format not in ("png", "exr"):
         raise ConfigError(f"unknown image format {image_format!r}.", field="format", fix="use png or exr.")
     container = open_container(folder).to(resolve_device(device))
@@ -283,8 +284,8 @@ def decompress(
             stop = start + len(group.channels)
             part = level[..., start:stop]
             path = out / f"{group.name}_mip{index}.{image_format}"
-            if image_format == "png":
-                save_png(path, display_rgb(part, kind=group.kind))
+            if image_format == "png":  # an RGBA colour group (a see-through base colour) keeps its alpha
+                save_png(path, part if group.kind == "color" and len(group.channels) == 4 else display_rgb(part, kind=group.kind))
             else:
                 save_exr(path, part, channels=group.channels)
             written.append(path)

@@ -16,7 +16,6 @@ import torch
 
 from neuralbake.errors import InputError
 from neuralbake.io.gltf import load_gltf_materials
-from neuralbake.io.gltf.model import see_through
 from neuralbake.io.images import load_image, resize_image
 from neuralbake.render.mip import build_mip_pyramid, is_power_of_two
 
@@ -158,7 +157,8 @@ def load_texture_set(sources: Sequence[str | Path], *, material: str = "0") -> T
 
 
 def load_gltf_material(path: str | Path, *, material: str = "0") -> TextureSet:
-    """Read a glTF 2.0 material's textures: base colour RGB, normal XY, occlusion R / roughness G / metallic B, emissive RGB.
+    """Read a glTF 2.0 material's textures: base colour RGB (RGBA for a MASK or BLEND material whose texture has alpha),
+    normal XY, occlusion R / roughness G / metallic B, emissive RGB.
 
     Occlusion comes from the occlusion texture's R channel, roughness and metallic from the
     metallic-roughness texture's G and B (glTF 2.0 section 3.9); they form the ``orm`` group. A
@@ -173,16 +173,9 @@ def load_gltf_material(path: str | Path, *, material: str = "0") -> TextureSet:
         raise InputError("the glTF file has no materials.", path=path, field="materials", fix="pass a glTF file with a material.")
     index = _material_index(materials, material, path)
     mat = materials[index]
-    lowest = see_through(mat)
-    if lowest is not None:
-        raise InputError(
-            f"material {index} ({mat.name!r}) has alphaMode {mat.alpha_mode} and an alpha below "
-            f"{mat.alpha_cutoff if mat.alpha_mode == 'MASK' else 1:g} (lowest {lowest:.3f}); NTC compresses the base "
-            "colour's RGB only, so its alpha would be lost.",
-            path=path, field=f"materials[{index}].alphaMode",
-            fix="pass the maps as image files instead (an RGBA base colour image keeps its alpha as a fourth channel), or set "
-                "alphaMode to OPAQUE if the alpha may be dropped.",
-        )
+    # a see-through material's alpha lives in its base colour texture's fourth channel: it is compressed with the colour
+    # (an alpha from the factor or the vertex colours alone stays in the material, as every factor does)
+    carries_alpha = mat.alpha_mode != "OPAQUE"
 
     def image_of(ref: Any, role: str) -> np.ndarray | None:
         if ref is None:
@@ -202,7 +195,9 @@ def load_gltf_material(path: str | Path, *, material: str = "0") -> TextureSet:
         sources.append(f"{path}#{role}")
 
     base = image_of(mat.base_color_texture, "baseColorTexture")
-    if base is not None:
+    if base is not None and carries_alpha and base.shape[2] == 4:
+        add(ChannelGroup("base_color", ("R", "G", "B", "A"), "color"), base, "baseColorTexture")
+    elif base is not None:
         add(ChannelGroup("base_color", ("R", "G", "B"), "color"), base[..., :3], "baseColorTexture")
     normal = image_of(mat.normal_texture, "normalTexture")
     if normal is not None:
