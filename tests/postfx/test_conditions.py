@@ -134,6 +134,29 @@ def test_our_renderer_gives_true_depth_and_normals_of_a_sphere(tmp_path: Path) -
 
 
 
+def test_the_passes_of_a_mask_card_show_what_lies_behind_its_cut_outs() -> None:
+    """examples/cards/decal.gltf's wall behind the foliage card's cut-outs: a card (MASK) in front of the wall; the depth,
+    normal and id passes show the wall where the card is cut out and the card on its leaves, as the image does."""
+    import dataclasses
+
+    from neuralbake.io.gltf import load_gltf
+    from neuralbake.render.camera import look_at
+    from neuralbake.render.scene import prepare_scene
+
+    cards = Path(__file__).resolve().parents[2] / "examples" / "cards"
+    foliage, decal = load_gltf(cards / "foliage.gltf"), load_gltf(cards / "decal.gltf")
+    wall = dataclasses.replace(decal.meshes[0], positions=decal.meshes[0].positions * 2 + np.float32([0, 0.5, -0.4]), material=1)
+    scene = prepare_scene(dataclasses.replace(foliage, meshes=[foliage.meshes[0], wall], materials=[foliage.materials[0], decal.materials[0]]))
+    passes = render_passes(scene, look_at((0.0, 0.5, 2.5), (0.0, 0.5, 0.0), fov_y_deg=30.0), 48, 48)
+    assert set(np.unique(passes.ids)) == {1, 2}  # the card or the wall everywhere: the wall fills the frame behind
+    card, wall_seen = passes.ids == 1, passes.ids == 2
+    assert card.sum() > 50 and wall_seen.sum() > 50
+    assert passes.depth[card].max() < passes.depth[wall_seen].min()  # the card in front, the wall through its cut-outs
+    rows, columns = np.nonzero(card)
+    inside = wall_seen[rows.min() : rows.max() + 1, columns.min() : columns.max() + 1]
+    assert inside.sum() > 0.2 * inside.size  # between the leaves, within the card's extent
+
+
 def test_cli_writes_conditions_from_exr_passes_and_from_a_gltf_scene(tmp_path: Path) -> None:
     import json
 

@@ -259,17 +259,22 @@ def segmentation_condition(ids: np.ndarray) -> np.ndarray:
 
 def render_passes(scene: Any, camera: Any, width: int, height: int, lighting: Any = None, *, tone_map: str = "aces") -> RenderPasses:
     """A render of a glTF scene (a :class:`~neuralbake.render.scene.RenderScene`) by neuralbake's
-    deferred renderer, with its true passes: camera distance, world normals and material index + 1."""
+    deferred renderer, with its true passes: camera distance, world normals and material index + 1. Each pass shows the
+    first surface along the ray that covers at least half of what is behind it: a ``MASK`` card's cut-outs show what is
+    behind them (a ``BLEND`` surface under alpha 0.5 too), as in the image."""
     with torch.no_grad():
         out = deferred_render(scene, camera, width, height, lighting, tone_map=tone_map)
-        g = out.gbuffer
-        origin = torch.as_tensor(np.asarray(camera.position), dtype=g.position.dtype, device=g.position.device)
+        layers = out.layers if out.layers is not None else [(out.gbuffer, out.gbuffer.visibility.mask.to(out.hdr.dtype))]
         depth = torch.full((height * width,), float("inf"), dtype=torch.float64)
-        depth[g.pixel.cpu()] = (g.position - origin).norm(dim=1).double().cpu()
         normal = torch.zeros((height * width, 3), dtype=torch.float64)
-        normal[g.pixel.cpu()] = g.normal.double().cpu()
         ids = torch.zeros(height * width, dtype=torch.int32)
-        ids[g.pixel.cpu()] = (g.material_id + 1).int().cpu()
+        for g, cover in reversed(layers):  # front layers written last: the first solid surface wins
+            solid = (cover.reshape(-1)[g.pixel] >= 0.5).cpu()
+            pixel = g.pixel.cpu()[solid]
+            origin = torch.as_tensor(np.asarray(camera.position), dtype=g.position.dtype, device=g.position.device)
+            depth[pixel] = (g.position - origin).norm(dim=1).double().cpu()[solid]
+            normal[pixel] = g.normal.double().cpu()[solid]
+            ids[pixel] = (g.material_id + 1).int().cpu()[solid]
     right, up, forward = camera.basis()
     return RenderPasses(
         image=out.ldr.float().cpu().numpy(),
@@ -296,7 +301,7 @@ def load_render(path: Path) -> np.ndarray:
 
 def scene_passes(path: Path, size: int) -> RenderPasses:
     """Render a glTF asset with neuralbake's renderer from the front (the orbit's first view), sun and sky."""
-    scene = pose_scene(load_bake_input(path, field="render"))
+    scene = pose_scene(load_bake_input(path, field="render", see_through=True))
     lo, hi = scene.bounds()
     centre = (lo + hi) / 2
     extent = max(float(np.sqrt(((m.positions - centre) ** 2).sum(-1)).max()) for m in scene.meshes)

@@ -265,7 +265,10 @@ class RenderResult:
     alpha: torch.Tensor
     """``[H, W]`` coverage."""
     gbuffer: GBuffer
-    """The G-buffer (for losses on attributes, masks, debugging)."""
+    """The G-buffer of the camera rays' first hits (for losses on attributes, masks, debugging)."""
+    layers: list[tuple[GBuffer, torch.Tensor]] | None = None
+    """With ``MASK`` or ``BLEND`` materials: every layer along the camera rays, front to back, with how much of what lies
+    behind it each pixel's surface covers (``[H, W]``; :mod:`~neuralbake.render.transparency`); None for opaque scenes."""
 
 
 def render(
@@ -288,8 +291,9 @@ def render(
     vertex positions."""
     rs = as_render_scene(scene)
     g = render_gbuffer(rs, camera, width, height)
+    layers = None
     if any(m.alpha_mode != "OPAQUE" for m in rs.materials):
-        hdr, alpha = _layers(rs, camera, g, lighting)
+        hdr, alpha, layers = _layers(rs, camera, g, lighting)
     else:
         shaded = shade(rs, g, lighting)
         hdr, alpha = shaded.hdr, shaded.alpha
@@ -299,12 +303,12 @@ def render(
         stacked = torch.cat((hdr, ldr, alpha[..., None].to(hdr.dtype)), dim=-1)
         blended = antialias_edges(stacked, vis.triangle_id, vis.depth, rs.positions, rs.faces, camera, neighbours=rs.edge_neighbours())
         hdr, ldr, alpha = blended[..., :3], blended[..., 3:6], blended[..., 6]
-    return RenderResult(hdr=hdr, ldr=ldr, alpha=alpha, gbuffer=g)
+    return RenderResult(hdr=hdr, ldr=ldr, alpha=alpha, gbuffer=g, layers=layers)
 
 
-def _layers(scene: RenderScene, camera: Camera, first: GBuffer, lighting: Lighting | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _layers(scene: RenderScene, camera: Camera, first: GBuffer, lighting: Lighting | None) -> tuple[torch.Tensor, torch.Tensor, list[tuple[GBuffer, torch.Tensor]]]:
     """``render``'s image and alpha for a scene with ``MASK`` or ``BLEND`` materials: each layer along the camera rays
-    shaded, then composited front to back (:mod:`~neuralbake.render.transparency`)."""
+    shaded, then composited front to back (:mod:`~neuralbake.render.transparency`); and the layers with their coverage."""
     lighting = Lighting() if lighting is None else lighting
     if scene.caster.mesh is None:
         raise InputError(
@@ -313,15 +317,17 @@ def _layers(scene: RenderScene, camera: Camera, first: GBuffer, lighting: Lighti
         )
     modes = torch.tensor([ALPHA_MODES.get(m.alpha_mode, 0) for m in scene.materials], device=scene.device)
     cutoffs = torch.tensor([m.alpha_cutoff for m in scene.materials], dtype=scene.dtype, device=scene.device)
-    colours, covers, g = [], [], first
+    colours, covers, gbuffers, g = [], [], [], first
     for layer in range(MAX_LAYERS):
         shaded = shade(scene, g, lighting)
         cover = coverage(shaded.surface.alpha, modes[g.material_id], cutoffs[g.material_id])
         colours.append(g.image(shaded.radiance, 0.0))
         covers.append(g.image(cover[:, None], 0.0)[..., 0])
+        gbuffers.append(g)
         go_on = g.visibility.mask & (covers[-1].detach() < 1.0)
         if layer == MAX_LAYERS - 1 or not bool(go_on.any()):
             break
         behind = next_layer(scene.caster, g.visibility, go_on, scene.material_ids, offset=1e-4 * scene.extent)
         g = render_gbuffer(scene, camera, g.width, g.height, visibility=behind)
-    return composite_layers(colours, covers, background_radiance(scene, first, lighting))
+    hdr, alpha = composite_layers(colours, covers, background_radiance(scene, first, lighting))
+    return hdr, alpha, list(zip(gbuffers, covers, strict=True))

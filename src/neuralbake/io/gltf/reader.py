@@ -522,13 +522,14 @@ def _bind(reader: GltfDocument, mesh: Mesh, skin: int, joints: int, field: str) 
 
 
 def load_bake_input(
-    path: str | Path, *, field: str = "asset", max_triangles: int = DEFAULT_MAX_TRIANGLES, problem: str | None = None, fix: str = "pass a .gltf or .glb file."
+    path: str | Path, *, field: str = "asset", max_triangles: int = DEFAULT_MAX_TRIANGLES, problem: str | None = None, fix: str = "pass a .gltf or .glb file.",
+    see_through: bool = False,
 ) -> Scene:
     """:func:`load_gltf` for a bake's input: a missing file is an :class:`InputError` naming ``field``
     (``problem``: its message, default "the <field> does not exist."); the reader's repair warnings
     (generated normals or tangents, dropped degenerate triangles) are silenced, as they do not stop a bake; a
-    material that would cut out or blend is refused (:func:`~neuralbake.io.gltf.model.check_opaque`: the
-    renderer draws every surface opaque)."""
+    material that would cut out or blend is refused (:func:`~neuralbake.io.gltf.model.check_opaque`: the bakes draw
+    their results opaque) unless ``see_through`` (work that only renders the asset, which composites such materials)."""
     import warnings
 
     path = Path(path)
@@ -537,5 +538,6 @@ def load_bake_input(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         scene = load_gltf(path, max_triangles=max_triangles)
-    check_opaque(scene, path=path, field=field)
+    if not see_through:
+        check_opaque(scene, path=path, field=field)
     return scene
