@@ -9,7 +9,8 @@ use) on the input the README gives it, once per kernel path where the bake has o
 - whether training had converged (``training.converged``: the last quarter's gain under the tolerance), and its gain;
 - for a fused path, compile seconds: the wall of a first run on an empty Triton cache minus that of a second run on
   the warm cache (Triton keeps compiled kernels on disk, so a machine pays the compile once);
-- the bake's own summary line.
+- the bake's own summary line (and, in ``--json`` rows, the report's ``kernel_paths``: which path each piece of work
+  took and why).
 
 ``--profile KIND`` instead profiles a short run of one bake (``--profile-steps`` steps) with ``torch.profiler`` and
 writes the operators by GPU time, to see what a training step spends its time on.
@@ -132,6 +133,7 @@ def row_of(kind: str, path: str | None, report: dict[str, Any], summary: str, wa
         "last_quarter_gain": [b.get("last_quarter_gain") for _, b in blocks],
         "steps": [p.get("steps") for p in phases],
         "kernels_report": report.get("kernels"),
+        "kernel_paths": report.get("kernel_paths"),  # each piece of work's path and why (BakeRun.kernels)
         "summary": summary,
     }
 
