@@ -268,10 +268,10 @@ def render_passes(scene: Any, camera: Any, width: int, height: int, lighting: An
         depth = torch.full((height * width,), float("inf"), dtype=torch.float64)
         normal = torch.zeros((height * width, 3), dtype=torch.float64)
         ids = torch.zeros(height * width, dtype=torch.int32)
+        origin = torch.as_tensor(np.asarray(camera.position), dtype=out.gbuffer.position.dtype, device=out.gbuffer.position.device)
         for g, cover in reversed(layers):  # front layers written last: the first solid surface wins
             solid = (cover.reshape(-1)[g.pixel] >= 0.5).cpu()
             pixel = g.pixel.cpu()[solid]
-            origin = torch.as_tensor(np.asarray(camera.position), dtype=g.position.dtype, device=g.position.device)
             depth[pixel] = (g.position - origin).norm(dim=1).double().cpu()[solid]
             normal[pixel] = g.normal.double().cpu()[solid]
             ids[pixel] = (g.material_id + 1).int().cpu()[solid]

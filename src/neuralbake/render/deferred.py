@@ -191,10 +191,16 @@ def shade(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting | None = None
     tensors, vertex attributes and positions the G-buffer was built from."""
     lighting = Lighting() if lighting is None else lighting
     lighting.validate()
+    return _composite(scene, gbuffer, lighting, *_hit_radiance(scene, gbuffer, lighting))
+
+
+def _hit_radiance(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting) -> tuple[SurfaceParameters, torch.Tensor]:
+    """:func:`shade`'s material inputs and radiance at the hits (emission, the lights, the environment), before the
+    background is filled in."""
     s, radiance = _direct_radiance(scene, gbuffer, lighting)
     if lighting.environment is not None and radiance.shape[0]:
         radiance = radiance + _environment(scene, gbuffer, s, lighting, s.to_local(gbuffer.view))
-    return _composite(scene, gbuffer, lighting, s, radiance)
+    return s, torch.where(s.unlit[:, None], s.base_color, radiance)
 
 
 def shade_direct(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting) -> ShadeResult:
@@ -249,7 +255,7 @@ def background_radiance(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting
 
 
 def _composite(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting, s: SurfaceParameters, radiance: torch.Tensor) -> ShadeResult:
-    radiance = torch.where(s.unlit[:, None], s.base_color, radiance)
+    radiance = torch.where(s.unlit[:, None], s.base_color, radiance)  # idempotent: _hit_radiance did it already
     hdr = gbuffer.image(radiance, background_radiance(scene, gbuffer, lighting))
     return ShadeResult(hdr=hdr, alpha=gbuffer.visibility.mask.to(scene.dtype), radiance=radiance, surface=s)
 
@@ -310,6 +316,7 @@ def _layers(scene: RenderScene, camera: Camera, first: GBuffer, lighting: Lighti
     """``render``'s image and alpha for a scene with ``MASK`` or ``BLEND`` materials: each layer along the camera rays
     shaded, then composited front to back (:mod:`~neuralbake.render.transparency`); and the layers with their coverage."""
     lighting = Lighting() if lighting is None else lighting
+    lighting.validate()
     if scene.caster.mesh is None:
         raise InputError(
             "see-through materials (alphaMode MASK or BLEND) need NVIDIA Warp's ray caster to look past a surface.",
@@ -319,9 +326,9 @@ def _layers(scene: RenderScene, camera: Camera, first: GBuffer, lighting: Lighti
     cutoffs = torch.tensor([m.alpha_cutoff for m in scene.materials], dtype=scene.dtype, device=scene.device)
     colours, covers, gbuffers, g = [], [], [], first
     for layer in range(MAX_LAYERS):
-        shaded = shade(scene, g, lighting)
-        cover = coverage(shaded.surface.alpha, modes[g.material_id], cutoffs[g.material_id])
-        colours.append(g.image(shaded.radiance, 0.0))
+        surface, radiance = _hit_radiance(scene, g, lighting)  # the background is composited once, below
+        cover = coverage(surface.alpha, modes[g.material_id], cutoffs[g.material_id])
+        colours.append(g.image(radiance, 0.0))
         covers.append(g.image(cover[:, None], 0.0)[..., 0])
         gbuffers.append(g)
         go_on = g.visibility.mask & (covers[-1].detach() < 1.0)
