@@ -176,3 +176,12 @@ def test_a_loss_curve_is_judged_like_an_evaluation_history_and_the_warning_names
     assert "more --epochs would" in still_improving({"bake": "simplify", "training": falling})
     chain = {"bake": "lod", "training": {**falling, "stage": "skin"}}
     assert "its skin stage was still improving" in still_improving(chain) and "--set skin.steps" in still_improving(chain)
+
+
+def test_a_rate_tolerance_accepts_a_long_run_whose_last_quarter_is_lifted_by_its_anneal() -> None:
+    # the same 0.5 dB lift in the last quarter: over 400 steps it is 5 dB per 1,000 steps, over 40,000 steps 0.05
+    short = convergence(_evals([10, 20, 25, 29.5, 30]), "psnr_db", tolerance=0.25, rate_tolerance=0.1)
+    long = convergence(_evals([10, 20, 25, 29.5, 30], every=10_000), "psnr_db", tolerance=0.25, rate_tolerance=0.1)
+    assert short["converged"] is False and long["converged"] is True
+    assert long["last_quarter_gain"] == pytest.approx(0.5) and long["gain_per_1000_steps"] == pytest.approx(0.05)
+    assert convergence(_evals([10, 20, 25, 29.5, 30], every=10_000), "psnr_db", tolerance=0.25)["converged"] is False

@@ -41,7 +41,7 @@ from typing import Any, Literal
 from neuralbake.bakes.footprint import dominant_field, footprint
 from neuralbake.bakes.neural_material import NeuralMaterialConfig, bake_material, bake_materials_jointly
 from neuralbake.bakes.neural_material.config import MATERIAL_BASE_BYTES, device_defaults, material_knobs, material_memory, material_steps
-from neuralbake.bakes.neural_material.bake import HELD_OUT_QUALITY
+from neuralbake.bakes.neural_material.bake import HELD_OUT_QUALITY, HELD_OUT_RATE
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, Footprint, run_bake
 from neuralbake.core.config import config_to_dict
 from neuralbake.core.events import EventSink
@@ -207,7 +207,7 @@ def _write_material(run: BakeRun, config: NeuralMaterialConfig, folder: Path, ph
     if result.history:
         plot_loss_curve(folder / "loss.png", result.history, title=title, quality_key=HELD_OUT_QUALITY)
     report = write_report(folder / "report.json", bake="neural_material", device=run.device, metrics=run.shown(metrics), **run.shown(fields), pack_phase=phase,
-                          training=training_record([(phase, result)], HELD_OUT_QUALITY))
+                          training=training_record([(phase, result)], HELD_OUT_QUALITY, rate_tolerance=HELD_OUT_RATE))
     write_bake_manifest(folder, bake="neural_material")
     return report
 
@@ -274,7 +274,7 @@ def _export_pack(run: BakeRun, config: MaterialPackConfig, names: list[str], bun
         "shader": {key: _final(run, value) if isinstance(value, Path) else str(value) for key, value in dataclasses.asdict(export).items()},
     }
     atomic_write_json(run.stage / "pack.json", run.shown(summary))
-    return BakeOutcome({}, summary, curve_title=f"material pack: {', '.join(reports) or 'no bakes'}" if reports else None, quality_key=HELD_OUT_QUALITY)
+    return BakeOutcome({}, summary, curve_title=f"material pack: {', '.join(reports) or 'no bakes'}" if reports else None, quality_key=HELD_OUT_QUALITY, rate_tolerance=HELD_OUT_RATE)
 
 
 def _record_final_bundles(run: BakeRun, manifest: Path) -> None:

@@ -104,6 +104,9 @@ class BakeOutcome:
     """Title of ``loss.png`` (``None``: the bake draws no loss curve)."""
     quality_key: str | None = None
     """Eval metric drawn on the loss curve's second axis (e.g. ``psnr_db``)."""
+    rate_tolerance: float | None = None
+    """Gain of ``quality_key`` per 1,000 steps under which the run also counts as converged
+    (:func:`~neuralbake.nn.convergence.convergence`); ``None``: the last quarter's gain alone decides."""
 
 
 @dataclass(frozen=True)
@@ -549,7 +552,7 @@ def _run_locked(
     history = run.history()
     if outcome.curve_title is not None and history:
         plot_loss_curve(stage / "loss.png", history, title=outcome.curve_title, quality_key=outcome.quality_key)
-    training = {"training": training_record(run.phases, outcome.quality_key)} if run.phases and "training" not in outcome.fields else {}
+    training = {"training": training_record(run.phases, outcome.quality_key, rate_tolerance=outcome.rate_tolerance)} if run.phases and "training" not in outcome.fields else {}
     report = write_report(
         stage / "report.json",
         bake=bake.name,
