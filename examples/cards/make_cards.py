@@ -45,7 +45,7 @@ def _quad(corners: np.ndarray, material: int, name: str) -> Mesh:
     normals = np.tile((normal / np.linalg.norm(normal)).astype(np.float32), (4, 1))
     faces = np.array([[0, 1, 2], [0, 2, 3]])
     tangents = generate_tangents(corners.astype(np.float32), normals, uv, faces)
-    return Mesh(corners.astype(np.float32), faces, normals, tangents, uv, uv, None, material, name)
+    return Mesh(corners.astype(np.float32), faces, normals, tangents, uv, None, None, material, name)
 
 
 def foliage_textures(rng: np.random.Generator) -> dict[str, np.ndarray]:

@@ -436,9 +436,9 @@ def missing_input_cases() -> None:
 
 
 def transparency_cases() -> None:
-    """A card whose material cuts out (``MASK``, alpha 0.2 under the 0.5 cutoff) or blends (``BLEND``, alpha 0.5): the
-    bakes draw their LODs opaque, so each bake that reads a glTF refuses it by name instead of baking it solid (``ntc
-    compress`` carries a see-through base colour's alpha as a fourth channel instead; ``postfx conditions`` renders it)."""
+    """A card whose material cuts out (``MASK``, alpha 0.2 under the 0.5 cutoff) or blends (``BLEND``, alpha 0.5): each
+    bake that cannot keep alpha refuses it by name instead of baking it solid (``fit --target unlit`` keeps it in the
+    LOD's texture, ``ntc compress`` as a fourth channel, ``postfx conditions`` renders it)."""
     small = ["--out", "{out}", "--device", "cpu", "-q"]
 
     def card(folder: Path, mode: str, alpha: float) -> None:
@@ -452,12 +452,12 @@ def transparency_cases() -> None:
         doc["meshes"][0]["primitives"][0]["material"] = 0
         (folder / "card.gltf").write_text(json.dumps(doc))
 
-    for name, argv in (("fit", ["fit", "{case}/card.gltf", "--render-size", "16", "--size", "16", "--views", "2", "--epochs", "1"]),
+    for name, argv in (("fit_vertex_color", ["fit", "{case}/card.gltf", "--target", "vertex-color", "--render-size", "16", "--views", "2", "--epochs", "1"]),
                        ("simplify", ["simplify", "{case}/card.gltf", "--ratio", "0.5"]),
                        ("lod", ["lod", "{case}/card.gltf"]),
                        ("material", ["material", "bake", "{case}/card.gltf", "--steps", "2"])):
         card(case(f"alpha_mask_{name}", [*argv, *small], "alphaMode MASK"), "MASK", 0.2)
-    card(case("alpha_blend_fit", ["fit", "{case}/card.gltf", *small], "alphaMode BLEND"), "BLEND", 0.5)
+    card(case("alpha_blend_fit_shape", ["fit", "{case}/card.gltf", "--shape", *small], "alphaMode BLEND"), "BLEND", 0.5)
 
 
 def main() -> None:

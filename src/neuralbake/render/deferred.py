@@ -56,7 +56,7 @@ from neuralbake.render.gbuffer import GBuffer, SurfaceParameters, as_render_scen
 from neuralbake.render.scene import RenderScene
 from neuralbake.render.transparency import ALPHA_MODES, MAX_LAYERS, composite_layers, coverage, next_layer
 
-__all__ = ["DirectionalLight", "Lighting", "RenderResult", "ShadeResult", "background_radiance", "over_pdf", "power_heuristic", "render", "shade", "shade_direct", "with_environment"]
+__all__ = ["DirectionalLight", "Lighting", "RenderResult", "ShadeResult", "background_radiance", "over_pdf", "peel_layers", "power_heuristic", "render", "see_through", "shade", "shade_direct", "with_environment"]
 
 
 # --- lights and shading ------------------------------------------------------------------------------
@@ -298,7 +298,7 @@ def render(
     rs = as_render_scene(scene)
     g = render_gbuffer(rs, camera, width, height)
     layers = None
-    if any(m.alpha_mode != "OPAQUE" for m in rs.materials):
+    if see_through(rs):
         hdr, alpha, layers = _layers(rs, camera, g, lighting)
     else:
         shaded = shade(rs, g, lighting)
@@ -312,11 +312,16 @@ def render(
     return RenderResult(hdr=hdr, ldr=ldr, alpha=alpha, gbuffer=g, layers=layers)
 
 
-def _layers(scene: RenderScene, camera: Camera, first: GBuffer, lighting: Lighting | None) -> tuple[torch.Tensor, torch.Tensor, list[tuple[GBuffer, torch.Tensor]]]:
-    """``render``'s image and alpha for a scene with ``MASK`` or ``BLEND`` materials: each layer along the camera rays
-    shaded, then composited front to back (:mod:`~neuralbake.render.transparency`); and the layers with their coverage."""
-    lighting = Lighting() if lighting is None else lighting
-    lighting.validate()
+def see_through(scene: RenderScene) -> bool:
+    """Whether any of the scene's materials is ``MASK`` or ``BLEND`` (its renders peel layers)."""
+    return any(m.alpha_mode != "OPAQUE" for m in scene.materials)
+
+
+def peel_layers(scene: RenderScene, camera: Camera, first: GBuffer) -> list[tuple[GBuffer, torch.Tensor]]:
+    """Every layer along the camera rays of ``first`` (the G-buffer of their first hits), front to back, each with the
+    coverage of its hits (``[N]``, :func:`~neuralbake.render.transparency.coverage`, differentiable in the alpha
+    texels): a pixel whose surface lets light through is cast again past it, up to
+    :data:`~neuralbake.render.transparency.MAX_LAYERS` surfaces."""
     if scene.caster.mesh is None:
         raise InputError(
             "see-through materials (alphaMode MASK or BLEND) need NVIDIA Warp's ray caster to look past a surface.",
@@ -324,17 +329,28 @@ def _layers(scene: RenderScene, camera: Camera, first: GBuffer, lighting: Lighti
         )
     modes = torch.tensor([ALPHA_MODES.get(m.alpha_mode, 0) for m in scene.materials], device=scene.device)
     cutoffs = torch.tensor([m.alpha_cutoff for m in scene.materials], dtype=scene.dtype, device=scene.device)
-    colours, covers, gbuffers, g = [], [], [], first
+    layers, g = [], first
     for layer in range(MAX_LAYERS):
-        surface, radiance = _hit_radiance(scene, g, lighting)  # the background is composited once, below
-        cover = coverage(surface.alpha, modes[g.material_id], cutoffs[g.material_id])
-        colours.append(g.image(radiance, 0.0))
-        covers.append(g.image(cover[:, None], 0.0)[..., 0])
-        gbuffers.append(g)
-        go_on = g.visibility.mask & (covers[-1].detach() < 1.0)
+        cover = coverage(evaluate_materials(scene, g).alpha, modes[g.material_id], cutoffs[g.material_id])
+        layers.append((g, cover))
+        go_on = g.visibility.mask & (g.image(cover.detach()[:, None], 1.0)[..., 0] < 1.0)
         if layer == MAX_LAYERS - 1 or not bool(go_on.any()):
             break
         behind = next_layer(scene.caster, g.visibility, go_on, scene.material_ids, offset=1e-4 * scene.extent)
         g = render_gbuffer(scene, camera, g.width, g.height, visibility=behind)
+    return layers
+
+
+def _layers(scene: RenderScene, camera: Camera, first: GBuffer, lighting: Lighting | None) -> tuple[torch.Tensor, torch.Tensor, list[tuple[GBuffer, torch.Tensor]]]:
+    """``render``'s image and alpha for a scene with ``MASK`` or ``BLEND`` materials: each layer along the camera rays
+    shaded, then composited front to back (:mod:`~neuralbake.render.transparency`); and the layers with their coverage."""
+    lighting = Lighting() if lighting is None else lighting
+    lighting.validate()
+    colours, covers, gbuffers = [], [], []
+    for g, cover in peel_layers(scene, camera, first):
+        _, radiance = _hit_radiance(scene, g, lighting)  # the background is composited once, below
+        colours.append(g.image(radiance, 0.0))
+        covers.append(g.image(cover[:, None], 0.0)[..., 0])
+        gbuffers.append(g)
     hdr, alpha = composite_layers(colours, covers, background_radiance(scene, first, lighting))
     return hdr, alpha, list(zip(gbuffers, covers, strict=True))

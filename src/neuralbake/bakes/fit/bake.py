@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from neuralbake.bakes.fit.config import CPU_DEFAULTS, GPU_DEFAULTS, FitConfig, device_defaults, steps_per_epoch
 from neuralbake.bakes.fit.model import LodAppearance, evaluate_views, initialise
-from neuralbake.bakes.fit.outputs import triptych_image, write_lod, write_triptych
+from neuralbake.bakes.fit.outputs import lod_alpha_mode, transfer_alpha, triptych_image, write_lod, write_triptych
 from neuralbake.bakes.fit.shape import ShapeForwardBackward, ShapeParameters, ShapeTarget, shape_view
 from neuralbake.bakes.fit.training import ViewForwardBackward, ViewOrderSampler, soft_temperature_at
 from neuralbake.bakes.fit.views import (
@@ -37,7 +37,7 @@ from neuralbake.bakes.footprint import ASSUMED_ASSET_BYTES, RENDERER_BASE_BYTES,
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, Footprint
 from neuralbake.core.events import EventSink, EventWriter
 from neuralbake.errors import ConfigError, InputError
-from neuralbake.io.gltf import Scene, load_bake_input
+from neuralbake.io.gltf import Scene, check_opaque, load_bake_input
 from neuralbake.nn.checkpoint import CHECKPOINT_FORMAT, checkpointed_buffers
 from neuralbake.render.paint import view_uv_buffer
 from neuralbake.render.scene import prepare_scene
@@ -78,8 +78,27 @@ def _check_inputs(config: FitConfig) -> None:
             )
 
 
+def _see_through_limit(config: FitConfig) -> tuple[str, str, str] | None:
+    """The setting that cannot keep a see-through asset's alpha (field, why, fix), or None."""
+    if config.target != "unlit":
+        return ("target", f"a {config.target} LOD cannot carry its cut-outs and blending (only the unlit texture has an alpha channel)",
+                "fit it with --target unlit, which keeps the alpha in the texture and the alphaMode in lod.gltf.")
+    if config.shape:
+        return ("shape", "shape fitting does not yet render the LOD's see-through layers", "leave --shape off for this asset.")
+    if config.tonemap == "fit":
+        return ("tonemap", "a fitted tone map stores codes that a glTF viewer cannot blend", "leave --tonemap at none for this asset.")
+    if config.reference is not None:
+        return ("reference", "a fit against another asset does not yet peel the LOD's see-through layers",
+                "fit the see-through asset itself (without --reference).")
+    return None
+
+
 def _load_asset(config: FitConfig) -> Scene:
-    scene = pose_scene(load_bake_input(config.asset, max_triangles=config.max_triangles))
+    scene = pose_scene(load_bake_input(config.asset, max_triangles=config.max_triangles, see_through=True))
+    limit = _see_through_limit(config)
+    if limit is not None:
+        field, why, fix = limit
+        check_opaque(scene, path=config.asset, field=field, why=why, fix=fix)
     if config.weights is not None and any(m.uv0 is None for m in scene.meshes):
         raise InputError(
             "the weights mask lives in uv0 space, but a mesh has no TEXCOORD_0.",
@@ -172,6 +191,9 @@ def _body(run: BakeRun) -> BakeOutcome:
     }
 
     model = LodAppearance(config, rs.faces, rs.positions.shape[0], device)
+    if (alpha_mode := lod_alpha_mode(rs)) != "OPAQUE":
+        assert config.texture_size is not None
+        model.cut_out(transfer_alpha(rs, config.texture_size), alpha_mode)
     shape = None
     if config.shape:
         model.shape = shape = ShapeParameters(rs.positions, rs.faces, config.shape_smoothness)
@@ -282,7 +304,8 @@ def _publish_paint_views(run: BakeRun, scene: Scene, held_views: list, config: F
     for k, view in enumerate(held_views[:PAINT_VIEWS]):
         height, width = view.image.shape[:2]
         cpu = lambda t: t.detach().float().cpu().numpy()
-        buffer = view_uv_buffer(cpu(view.pixel), cpu(view.uv[0]), cpu(view.uv_dx[0]), cpu(view.uv_dy[0]), width, height)
+        n = view.targets.numel()  # a see-through view's first layer: its first rows
+        buffer = view_uv_buffer(cpu(view.pixel[:n]), cpu(view.uv[0][:n]), cpu(view.uv_dx[0][:n]), cpu(view.uv_dy[0][:n]), width, height)
         data = run.preview_arrays(f"view{k}", buffer)
         picture = run.preview_image(f"view{k}", lambda view=view: view.image.float().cpu().numpy())
         run.events.emit("paint_view", view=k, picture=picture, data=data, width=width, height=height, weights=config.weights)

@@ -1,7 +1,13 @@
 """What the fit learns: :class:`LodAppearance`, the stored values of a LOD (texels in uv1, vertex
 colours, or luminance in uv0 times chrominance in uv1; optionally LDR codes behind a fitted inverse
 tone map) and how a glTF viewer reads them in a view; their splatted starting point; the loss and
-the held-out evaluation."""
+the held-out evaluation.
+
+A see-through asset's unlit LOD also ships an alpha channel: the source's alpha carried into uv1
+(:func:`~.outputs.transfer_alpha`), fixed during the fit. In a view with layers
+(:class:`~.views.Composite`) the LOD composites its colours front to back with that alpha, as a glTF
+viewer blends them (in linear colour, then displayed), so the colours learn what the reference
+shows through the cut-outs and under the blended layers."""
 
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from neuralbake.nn.quantize import quantize_hard, quantize_soft, quantize_ste
 from neuralbake.render.gbuffer import interpolate
 from neuralbake.render.mip import build_mip_pyramid, sample_trilinear
 from neuralbake.render.tonemap import InverseToneMap, tone_map
+from neuralbake.render.transparency import ALPHA_MODES, coverage
 
 __all__ = ["LodAppearance", "evaluate_views", "initialise", "lod_image", "view_loss"]
 
@@ -39,6 +46,56 @@ class LodAppearance(torch.nn.Module):
         # fp32 like every master weight the Trainer steps (the curve is evaluated in fp32 anyway)
         self.tonemap = InverseToneMap(config.tonemap_order).to(device=device, dtype=torch.float32) if config.tonemap == "fit" else None
         self.temperature = float(config.soft_temperature[0])
+        self.alpha_mode = "OPAQUE"
+        self._alpha_pyramid: list[torch.Tensor] | None = None
+
+    def cut_out(self, alpha: torch.Tensor, mode: str) -> None:
+        """Ship the uv1 alpha texels ``[n, n, 1]`` (fixed) with glTF ``alphaMode`` ``mode`` (``MASK``: cutoff 0.5, or
+        ``BLEND``); views with layers composite through them."""
+        self.register_buffer("alpha", alpha.detach().to(self.faces.device, torch.float32).contiguous())
+        self.alpha_mode = mode
+        self._alpha_pyramid = build_mip_pyramid(self.alpha)
+
+    def coverage(self, view: View) -> torch.Tensor:
+        """``[F]`` how much of what lies behind each of the view's rows the LOD covers (1 without alpha)."""
+        if self._alpha_pyramid is None:
+            return torch.ones(view.triangle.shape[0], device=self.faces.device)
+        alpha = sample_trilinear(self._alpha_pyramid, view.uv[1], view.uv_dx[1], view.uv_dy[1], wrap_s="clamp", wrap_t="clamp")[:, 0]
+        mode = torch.full_like(alpha, ALPHA_MODES[self.alpha_mode])
+        return coverage(alpha, mode, torch.full_like(alpha, 0.5))
+
+    def composite(self, colours: torch.Tensor, view: View) -> torch.Tensor:
+        """Linear ``colours`` ``[F, 3]`` at a see-through view's rows composited front to back over what lies behind
+        them: ``[P, 3]`` at its pixels (the rows themselves without layers)."""
+        c = view.composite
+        if c is None:
+            return colours
+        cover = self.coverage(view).to(colours.dtype)
+        pixels = c.pixel.shape[0]
+        through = torch.ones(pixels, dtype=colours.dtype, device=colours.device)
+        out = torch.zeros(pixels, 3, dtype=colours.dtype, device=colours.device)
+        start = 0
+        for end in c.layer_ends:
+            slot, layer = c.slot[start:end], cover[start:end]
+            passed = through[slot]
+            out = out.index_add(0, slot, (passed * layer)[:, None] * colours[start:end])
+            through = through.index_put((slot,), passed * (1.0 - layer))
+            start = end
+        return out + through[:, None] * self.decode(c.behind.to(colours.dtype))
+
+    def front_rows(self, view: View) -> torch.Tensor:
+        """int64 ``[P]``: for each of a view's pixels, its front-most row that covers at least half of what lies behind
+        (-1 where none does); the rows themselves without layers."""
+        c = view.composite
+        if c is None:
+            return torch.arange(view.triangle.shape[0], device=view.triangle.device)
+        solid = self.coverage(view) >= 0.5
+        chosen = torch.full((c.pixel.shape[0],), -1, dtype=torch.int64, device=c.pixel.device)
+        starts = (0, *c.layer_ends[:-1])
+        for start, end in reversed(list(zip(starts, c.layer_ends, strict=True))):  # back to front: the front-most wins
+            rows = torch.arange(start, end, device=c.pixel.device)[solid[start:end]]
+            chosen[c.slot[rows]] = rows
+        return chosen
 
     def stored_parameters(self) -> list[torch.nn.Parameter]:
         """The [0, 1] stored values (projected after every step)."""
@@ -78,7 +135,7 @@ class LodAppearance(torch.nn.Module):
             build_mip_pyramid(tex), view.uv[k], view.uv_dx[k], view.uv_dy[k], wrap_s="clamp", wrap_t="clamp"
         )
         if target == "unlit":
-            return self.display(sample(self.decode(self.store(self.texture, hard=hard)), 1))
+            return self.display(self.composite(sample(self.decode(self.store(self.texture, hard=hard)), 1), view))
         luma = sample(self.decode(self.store(self.luma, hard=hard)), 0)
         chroma = sample(self.decode(self.store(self.chroma, hard=hard)), 1)
         return self.display(luma * chroma)
@@ -142,7 +199,9 @@ def initialise(model: LodAppearance, views: list[View], num_vertices: int) -> No
         total = torch.zeros(n * n, 3, device=dev, dtype=dt)
         count = torch.zeros(n * n, 1, device=dev, dtype=dt)
         for v in views:
-            _splat(stored_of(v).to(dt), v.uv[1], n, total, count)
+            rows = model.front_rows(v)
+            seen = rows >= 0
+            _splat(stored_of(v).to(dt)[seen], v.uv[1][rows[seen]], n, total, count)
         model.texture.copy_(_average(total, count, total.sum(0) / count.sum().clamp(min=1)).reshape(n, n, 3))
         return
     n, m = cfg.texture_size, cfg.chroma_side
@@ -189,7 +248,7 @@ def evaluate_views(model: LodAppearance, views: list[View], *, with_ssim: bool) 
         image = lod_image(model, v, pred)
         squared = ((image.double() - v.image.double()) ** 2).sum(-1)
         covered = (v.alpha > 0).reshape(-1).clone()
-        covered[v.pixel] = True
+        covered[v.targets] = True
         covered = covered.reshape(v.alpha.shape)
         frame_squared += float(squared.sum())
         frame_values += v.image.numel()
@@ -214,5 +273,5 @@ def lod_image(model: LodAppearance, v: View, pred: torch.Tensor | None = None) -
         image = v.image.clone().reshape(-1, 3)
     else:
         image = v.background.to(v.image).expand(v.image.numel() // 3, 3).clone()
-    image[v.pixel] = model(v, hard=True) if pred is None else pred
+    image[v.targets] = model(v, hard=True) if pred is None else pred
     return image.reshape(v.image.shape)

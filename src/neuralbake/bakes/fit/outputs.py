@@ -24,6 +24,7 @@ from neuralbake.render.mip import sample_bilinear
 from neuralbake.render.pictures import comparison_row, panel_grid
 from neuralbake.render.skinning import pose_scene
 from neuralbake.render.tonemap import tone_map
+from neuralbake.render.transparency import MASK_EDGE
 from neuralbake.render.uv_raster import rasterize_uv
 
 __all__ = ["TRIPTYCH_MAX_PIXELS", "skin_of", "triptych_image", "write_lod", "write_triptych"]
@@ -93,6 +94,40 @@ def _baked_uv1_texture(model: LodAppearance, rs: Any, config: FitConfig) -> np.n
     return display.float().cpu().numpy()
 
 
+def lod_alpha_mode(rs: Any) -> str:
+    """The LOD's one ``alphaMode``: ``BLEND`` when a source material blends, else ``MASK`` (cut-outs at 0.5 of the
+    carried alpha, :func:`transfer_alpha`); ``OPAQUE`` when none lets light through."""
+    modes = {m.alpha_mode for m in rs.materials}
+    return "BLEND" if "BLEND" in modes else "MASK" if "MASK" in modes else "OPAQUE"
+
+
+@torch.no_grad()
+def transfer_alpha(rs: Any, size: int) -> torch.Tensor:
+    """The source's alpha carried into the LOD's uv1 texture ``[size, size, 1]``: at each texel's surface point, the
+    base colour factor's alpha times the vertex colours' times the base colour texture's (bilinear, in the slot's
+    uv set). A ``MASK`` material's alpha is stored as its alpha test's coverage (the renderer's ramp), so a LOD
+    cutoff of 0.5 cuts where the source's own cutoff did; ``BLEND`` stores alpha; ``OPAQUE`` materials store 1."""
+    tri, bary = rasterize_uv(rs.uv1, rs.faces, size)
+    covered = (tri >= 0).reshape(-1)
+    t = tri.reshape(-1).clamp(min=0)
+    b = bary.reshape(-1, 2)
+    material = rs.material_ids[t]
+    alpha = torch.ones(size * size, dtype=rs.dtype, device=rs.device)
+    for index, m in enumerate(rs.materials):
+        rows = torch.nonzero(covered & (material == index)).reshape(-1)
+        if rows.numel() == 0 or m.alpha_mode == "OPAQUE":
+            continue
+        value = m.base_color_factor.to(rs.dtype)[3] * interpolate(rs.colors[:, 3:], rs.faces, t[rows], b[rows])[:, 0]
+        slot = m.textures.get("base_color")
+        if slot is not None and slot.texels.shape[-1] in (2, 4):
+            uv = interpolate(rs.uv1 if slot.texcoord == 1 else rs.uv0, rs.faces, t[rows], b[rows])
+            value = value * sample_bilinear(slot.texels.detach(), uv, wrap_s=slot.wrap_s, wrap_t=slot.wrap_t)[:, -1]
+        if m.alpha_mode == "MASK":  # its alpha test, ramped as the renderer's coverage; in a BLEND LOD too
+            value = (value - m.alpha_cutoff) / MASK_EDGE + 0.5
+        alpha[rows] = torch.clamp(value, 0.0, 1.0)
+    return alpha.reshape(size, size, 1).float()
+
+
 SKIN_FIELDS = ("joints", "weights", "bind_positions", "bind_normals")
 """Per-vertex skinning attributes a skinned LOD keeps through the fit."""
 
@@ -149,8 +184,12 @@ def write_lod(out: Path, model: LodAppearance, rs: Any, config: FitConfig, scene
         else:
             shown = cpu(model.display(stored))
             codes["codes_uv1"] = cpu(stored)
+        if model.alpha_mode != "OPAQUE":  # the carried alpha rides in the texture's fourth channel
+            shown = np.concatenate((shown, cpu(model.alpha)), -1)
+            material.alpha_mode, material.alpha_cutoff = model.alpha_mode, 0.5
+            info["alpha_mode"] = model.alpha_mode
         material.base_color_texture = TextureRef(shown, texcoord=1, wrap_s="clamp", wrap_t="clamp", name="lod_uv1")
-        info["bytes"] = int(stored.numel() * (1 if config.quantize else 2))
+        info["bytes"] = int(shown.size * (1 if config.quantize else 2))
     else:
         shown = _baked_uv1_texture(model, rs, config)
         material.base_color_texture = TextureRef(shown, texcoord=1, wrap_s="clamp", wrap_t="clamp", name="lod_combined_uv1")

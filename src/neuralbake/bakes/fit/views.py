@@ -12,6 +12,12 @@ training views to the lower ``training_noise_db`` (the fit averages a texel over
 sees it, and the views' grain is independent), both within ``max_environment_samples``. The HDR
 halves are averaged before the display transform, so a target is the tone-mapped expectation, not
 the expectation of tone-mapped noise (which a fit on fresh noisy samples each epoch would learn).
+
+See-through assets (glTF ``MASK`` or ``BLEND``). A reference pixel may show several surfaces, composited
+front to back over the background (:mod:`~neuralbake.render.transparency`). Each layer is shaded and
+converged like a whole render and the layers are composited per round. A view then keeps every
+layer's hits as its rows (fragments) and, in :class:`Composite`, how they make up its pixels: the
+LOD composites its own colours there with the alpha it ships (:class:`~.model.LodAppearance`).
 """
 
 from __future__ import annotations
@@ -31,14 +37,16 @@ from neuralbake.io.gltf import Scene
 from neuralbake.io.images import load_image
 from neuralbake.io.limits import check_memory
 from neuralbake.render.camera import Camera, fibonacci_orbit, framing_radius, random_orbit
-from neuralbake.render.deferred import DirectionalLight, Lighting, shade_direct, with_environment
+from neuralbake.render.deferred import DirectionalLight, Lighting, background_radiance, peel_layers, see_through, shade_direct, with_environment
 from neuralbake.render.envmap import EnvironmentLight, default_environment
 from neuralbake.render.gbuffer import GBuffer, GBufferRows, as_render_scene, render_gbuffer
 from neuralbake.render.mip import sample_bilinear
 from neuralbake.render.tonemap import tone_map
+from neuralbake.render.transparency import composite_layers
 
 __all__ = [
     "HALVES_TO_FLOOR_DB",
+    "Composite",
     "ReferenceRender",
     "View",
     "converged_render",
@@ -80,6 +88,8 @@ class ReferenceRender:
     """Environment light samples per pixel (and as many BRDF samples) of the last round, both halves; 0 without an environment."""
     halves_psnr_db: float
     """PSNR between the two independent halves over the hit pixels (``inf``: noise-free)."""
+    layers: list[tuple[GBuffer, torch.Tensor]] | None = None
+    """A see-through scene's layers front to back, each with its hits' coverage (``None``: opaque)."""
 
     @property
     def noise_floor_db(self) -> float:
@@ -106,22 +116,48 @@ def converged_render(scene: Any, camera: Camera, size: int, lighting: Lighting, 
     rs = as_render_scene(scene)
     g = render_gbuffer(rs, camera, size, size)
     display = lambda hdr: tone_map(hdr, operator=config.display_tone_map, exposure=config.exposure)  # noqa: E731
-    direct = shade_direct(rs, g, lighting)  # emission and the directional lights: exact, shaded once
-    if lighting.environment is None:
-        return ReferenceRender(direct.hdr, display(direct.hdr), direct.alpha, g, 0, math.inf)
+    layers = peel_layers(rs, camera, g) if see_through(rs) else [(g, None)]
+    directs = [shade_direct(rs, layer, lighting) for layer, _ in layers]  # emission and the directional lights: exact, shaded once
+
+    def composed(results: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        if len(layers) == 1 and layers[0][1] is None:
+            return results[0].hdr, results[0].alpha
+        colours = [layer.image(r.radiance, 0.0) for (layer, _), r in zip(layers, results, strict=True)]
+        covers = [layer.image(cover[:, None], 0.0)[..., 0] for layer, cover in layers]
+        return composite_layers(colours, covers, background_radiance(rs, g, lighting))
+
+    peeled = None if layers[0][1] is None else [(layer, cover.detach()) for layer, cover in layers]
     hits = g.visibility.mask
+    if lighting.environment is None:
+        hdr, alpha = composed(directs)
+        return ReferenceRender(hdr, display(hdr), alpha, g, 0, math.inf, peeled)
     largest = max(config.max_environment_samples // 2, lighting.environment_samples)
     spp, rounds = lighting.environment_samples, 0
     while True:
-        a, b = (with_environment(rs, g, direct, replace(lighting, seed=seed * 4096 + 2 * rounds + half, environment_samples=spp)) for half in (0, 1))
-        between = psnr(display(a.hdr)[hits], display(b.hdr)[hits]) if bool(hits.any()) else math.inf
+        a, b = (composed([with_environment(rs, layer, direct, replace(lighting, seed=seed * 4096 + 2 * rounds + half, environment_samples=spp))
+                          for (layer, _), direct in zip(layers, directs, strict=True)]) for half in (0, 1))
+        between = psnr(display(a[0])[hits], display(b[0])[hits]) if bool(hits.any()) else math.inf
         shortfall = target_db - (between + HALVES_TO_FLOOR_DB)
         planned = spp * 2 ** max(1, math.ceil(shortfall / QMC_DB_PER_DOUBLING)) if math.isfinite(shortfall) else spp
         if shortfall <= 0 or spp >= largest:
             break
         spp, rounds = min(planned, largest), rounds + 1
-    hdr = 0.5 * (a.hdr + b.hdr)
-    return ReferenceRender(hdr, display(hdr), a.alpha, g, 2 * spp, between)
+    hdr = 0.5 * (a[0] + b[0])
+    return ReferenceRender(hdr, display(hdr), a[1], g, 2 * spp, between, peeled)
+
+
+@dataclass(eq=False)
+class Composite:
+    """How a see-through view's pixels are made of its rows (fragments: every layer's hits, front layer first)."""
+
+    pixel: torch.Tensor
+    """int64 ``[P]`` flat image pixels the view scores: the first layer's hits (its first ``P`` rows, in this order)."""
+    slot: torch.Tensor
+    """int64 ``[F]`` each fragment's pixel, as an index into :attr:`pixel`."""
+    layer_ends: tuple[int, ...]
+    """End row of each layer's fragments (a pixel has at most one fragment per layer)."""
+    behind: torch.Tensor
+    """``[P, 3]`` display colour of what lies behind every layer (the background) at each pixel."""
 
 
 @dataclass(eq=False)
@@ -144,6 +180,13 @@ class View(GBufferRows):
     """Environment samples per pixel of the reference (:class:`ReferenceRender`)."""
     halves_psnr_db: float = math.inf
     """PSNR between the reference's two independent halves (``inf``: noise-free)."""
+    composite: Composite | None = None
+    """A see-through view's layers (``None``: one opaque hit per pixel, the rows are the pixels)."""
+
+    @property
+    def targets(self) -> torch.Tensor:
+        """int64 ``[P]`` flat image pixels of :attr:`reference`'s rows."""
+        return self.pixel if self.composite is None else self.composite.pixel
 
 
 def fit_lighting(config: FitConfig, device: torch.device) -> Lighting:
@@ -256,9 +299,12 @@ def render_views(
         if mask is not None:
             m = sample_bilinear(mask, g.uv[0], wrap_s="repeat", wrap_t="repeat")[:, 0]
             weight = 1.0 + (config.weight_max - 1.0) * m
+        kept, composite = g.rows(detach=True), None
+        if out.layers is not None:
+            kept, composite = _fragments(out, background if background is not None else display_background(config, lighting, g.pixel.device))
         views.append(
             View(
-                **g.rows(detach=True),
+                **kept,
                 reference=out.ldr.reshape(-1, 3)[rows].detach(),
                 weight=weight,
                 hdr=out.hdr.reshape(-1, 3)[rows].detach(),
@@ -267,11 +313,31 @@ def render_views(
                 background=background if keep_image else None,
                 samples=out.samples,
                 halves_psnr_db=out.halves_psnr_db,
+                composite=composite,
             )
         )
         if advance is not None:
             advance(1)
     return views
+
+
+def _fragments(out: ReferenceRender, background: torch.Tensor) -> tuple[dict[str, Any], Composite]:
+    """A see-through reference's layers as one view's rows (every layer's hits, front layer first) and their
+    :class:`Composite`. ``background``: the display colour behind every layer (a constant background)."""
+    assert out.layers is not None
+    first = out.layers[0][0]
+    slot_of = torch.full((first.height * first.width,), -1, dtype=torch.int64, device=first.pixel.device)
+    slot_of[first.pixel] = torch.arange(first.pixel.numel(), device=first.pixel.device)
+    parts = [layer.rows(detach=True) for layer, _ in out.layers]
+    rows = {}
+    for name, value in parts[0].items():
+        if isinstance(value, tuple):
+            rows[name] = tuple(torch.cat([p[name][k] for p in parts]) for k in range(len(value)))
+        else:
+            rows[name] = torch.cat([p[name] for p in parts])
+    ends = tuple(int(e) for e in np.cumsum([layer.pixel.numel() for layer, _ in out.layers]))
+    behind = background.to(first.pixel.device).reshape(1, 3).expand(first.pixel.numel(), 3)
+    return rows, Composite(pixel=first.pixel, slot=slot_of[rows["pixel"]], layer_ends=ends, behind=behind)
 
 
 def reference_record(config: FitConfig, train_views: list[View], held_views: list[View]) -> dict[str, Any]:

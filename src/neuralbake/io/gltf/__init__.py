@@ -13,7 +13,7 @@ The package is split by concern: :mod:`~neuralbake.io.gltf.model` (the dataclass
 """
 
 from neuralbake.io.gltf.geometry import generate_normals, generate_tangents
-from neuralbake.io.gltf.model import Material, Mesh, Scene, TextureRef
+from neuralbake.io.gltf.model import Material, Mesh, Scene, TextureRef, check_opaque
 from neuralbake.io.gltf.reader import DEFAULT_MAX_JSON_BYTES, DEFAULT_MAX_TRIANGLES, load_bake_input, load_gltf, load_gltf_materials
 from neuralbake.io.gltf.rig import Clip, Rig, Skin
 from neuralbake.io.gltf.writer import write_gltf
@@ -29,6 +29,7 @@ __all__ = [
     "Scene",
     "Skin",
     "TextureRef",
+    "check_opaque",
     "generate_normals",
     "generate_tangents",
     "load_gltf",

@@ -182,13 +182,18 @@ def see_through(material: Material, meshes: list[Mesh] = ()) -> float | None:
     return lowest if lowest < (material.alpha_cutoff if material.alpha_mode == "MASK" else OPAQUE_ALPHA) else None
 
 
-def check_opaque(scene: Scene, *, path: str | Path | None = None, field: str = "asset") -> None:
+def check_opaque(scene: Scene, *, path: str | Path | None = None, field: str = "asset", alpha: bool = True,
+                 why: str = "neuralbake renders every surface opaque and would bake the see-through parts solid",
+                 fix: str = "bake an asset without see-through materials, or set that material's alphaMode to OPAQUE if its "
+                            "transparent parts may be baked solid.") -> None:
     """Refuse a scene with a material whose alpha cuts out (``MASK`` below its cutoff) or blends (``BLEND`` below 1), or
     whose look depends on an extension the renderer does not shade (:attr:`Material.unshaded_extensions`).
 
     The bakes render every surface opaque: such a material would be baked solid where it is see-through, with no word
     said. A ``MASK`` or ``BLEND`` material whose alpha never falls that low draws as opaque and passes. The error names
-    the material, its mode and the lowest alpha found, and the fix.
+    the material, its mode and the lowest alpha found, and the fix. ``alpha=False``: check the extensions only (work
+    that composites see-through materials); ``why`` and ``fix``: the refusal's reason and remedy (a bake that keeps
+    alpha in some settings names the setting that cannot).
     """
     for index, material in enumerate(scene.materials):
         users = [m for m in scene.meshes if m.material == index]
@@ -203,16 +208,15 @@ def check_opaque(scene: Scene, *, path: str | Path | None = None, field: str = "
                 field=f"{field}: materials[{index}].extensions",
                 fix="bake an asset without those extensions, or remove them from the material if its look may be baked without them.",
             )
-        lowest = see_through(material, users)
+        lowest = see_through(material, users) if alpha else None
         if lowest is None:
             continue
         what = (f"cuts out where its alpha is below {material.alpha_cutoff:g}" if material.alpha_mode == "MASK"
                 else "blends with what lies behind it")
         raise InputError(
             f"material {index} ({material.name!r}) has alphaMode {material.alpha_mode} and {what} (its alpha reaches "
-            f"{lowest:.3f}); neuralbake renders every surface opaque and would bake the see-through parts solid.",
+            f"{lowest:.3f}); {why}.",
             path=path or scene.source,
             field=f"{field}: materials[{index}].alphaMode",
-            fix="bake an asset without see-through materials, or set that material's alphaMode to OPAQUE if its "
-                "transparent parts may be baked solid.",
+            fix=fix,
         )

@@ -529,7 +529,8 @@ def load_bake_input(
     (``problem``: its message, default "the <field> does not exist."); the reader's repair warnings
     (generated normals or tangents, dropped degenerate triangles) are silenced, as they do not stop a bake; a
     material that would cut out or blend is refused (:func:`~neuralbake.io.gltf.model.check_opaque`: the bakes draw
-    their results opaque) unless ``see_through`` (work that only renders the asset, which composites such materials)."""
+    their results opaque) unless ``see_through`` (work that composites such materials); a material whose look depends on
+    an extension the renderer does not shade is refused either way."""
     import warnings
 
     path = Path(path)
@@ -538,6 +539,5 @@ def load_bake_input(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         scene = load_gltf(path, max_triangles=max_triangles)
-    if not see_through:
-        check_opaque(scene, path=path, field=field)
+    check_opaque(scene, path=path, field=field, alpha=not see_through)
     return scene
