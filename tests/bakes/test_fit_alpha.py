@@ -125,3 +125,46 @@ def test_the_lods_composite_matches_the_renderers_and_has_gradients() -> None:
     assert torch.autograd.gradcheck(lambda c: model.composite(c, view), (colours,))
     chosen = model.front_rows(view)
     assert chosen.tolist() == [0, -1, 2]  # pixel 1's layers cover 0.2 and 0: none is solid; pixel 2's front one covers 0.6
+
+
+def _grid_card(folder: Path, cells: int = 8) -> Path:
+    """The foliage texture on one finely divided double-sided MASK card (``cells`` x ``cells`` quads), facing +z: a mesh
+    that a decimation can simplify while the holes stay in the texture."""
+    from neuralbake.io.gltf import Material, Mesh, Scene, TextureRef, write_gltf
+
+    texture, _ = load_image(CARDS / "foliage_base_color.png")
+    t = np.linspace(0.0, 1.0, cells + 1, dtype=np.float32)
+    u, v = np.meshgrid(t, t, indexing="xy")
+    positions = np.stack((u - 0.5, 1.0 - v, np.zeros_like(u)), -1).reshape(-1, 3).astype(np.float32)
+    uv = np.stack((u, v), -1).reshape(-1, 2).astype(np.float32)
+    faces = []
+    for row in range(cells):
+        for col in range(cells):
+            a = row * (cells + 1) + col
+            faces += [(a, a + cells + 1, a + 1), (a + 1, a + cells + 1, a + cells + 2)]
+    normals = np.tile(np.array([0.0, 0.0, 1.0], np.float32), (len(positions), 1))
+    material = Material(name="leaf", base_color_texture=TextureRef(np.ascontiguousarray(texture, np.float32), name="leaf"), alpha_mode="MASK",
+                        alpha_cutoff=0.5, double_sided=True, metallic_factor=0.0, roughness_factor=0.8)
+    folder.mkdir(parents=True, exist_ok=True)
+    return write_gltf(folder / "card.gltf", Scene(meshes=[Mesh(positions, np.asarray(faces, np.int64), normals, uv0=uv, name="card")], materials=[material]))
+
+
+def test_simplify_and_lod_keep_the_holes_that_alpha_makes(tmp_path: Path) -> None:
+    from neuralbake.bakes.lod import LodConfig, make_lod
+    from neuralbake.bakes.simplify import SimplifyConfig, simplify_lod
+    from neuralbake.io.gltf import load_gltf
+
+    card = _grid_card(tmp_path / "card")
+    source = _coverage(card) > 0.5
+    iou = lambda a, b: float((a & b).sum() / (a | b).sum())  # noqa: E731
+    simplify_lod(SimplifyConfig(asset=str(card), ratio=0.25, render_size=32, views=4, held_out_views=1, epochs=1, device="cpu"),
+                 tmp_path / "simple", progress=False)
+    assert [m.alpha_mode for m in load_gltf(tmp_path / "simple" / "lod.glb").materials] == ["MASK"]
+    assert iou(source, _coverage(tmp_path / "simple" / "lod.glb") > 0.5) > 0.85
+    config = LodConfig(asset=str(card), ratio=0.25, shadows=False, device="cpu", texture_size=64,
+                       stage_options={"simplify": {"render_size": 32, "views": 4, "held_out_views": 1, "epochs": 1},
+                                      "fit": {"render_size": 32, "views": 4, "held_out_views": 1, "epochs": 2, "environment": False}})
+    make_lod(config, tmp_path / "lod", progress=False)
+    assert [m.alpha_mode for m in load_gltf(tmp_path / "lod" / "lod.glb").materials] == ["MASK"]
+    assert iou(source, _coverage(tmp_path / "lod" / "lod.glb") > 0.5) > 0.85
+

@@ -437,8 +437,9 @@ def missing_input_cases() -> None:
 
 def transparency_cases() -> None:
     """A card whose material cuts out (``MASK``, alpha 0.2 under the 0.5 cutoff) or blends (``BLEND``, alpha 0.5): each
-    bake that cannot keep alpha refuses it by name instead of baking it solid (``fit --target unlit`` keeps it in the
-    LOD's texture, ``ntc compress`` as a fourth channel, ``postfx conditions`` renders it)."""
+    bake that cannot keep alpha refuses it by name instead of baking it solid (``fit`` and ``lod`` with ``--target
+    unlit`` keep it in the LOD's texture, ``simplify`` keeps the material, ``ntc compress`` keeps it as a fourth
+    channel, ``postfx conditions`` renders it)."""
     small = ["--out", "{out}", "--device", "cpu", "-q"]
 
     def card(folder: Path, mode: str, alpha: float) -> None:
@@ -453,8 +454,7 @@ def transparency_cases() -> None:
         (folder / "card.gltf").write_text(json.dumps(doc))
 
     for name, argv in (("fit_vertex_color", ["fit", "{case}/card.gltf", "--target", "vertex-color", "--render-size", "16", "--views", "2", "--epochs", "1"]),
-                       ("simplify", ["simplify", "{case}/card.gltf", "--ratio", "0.5"]),
-                       ("lod", ["lod", "{case}/card.gltf"]),
+                       ("lod_vertex_color", ["lod", "{case}/card.gltf", "--target", "vertex-color"]),
                        ("material", ["material", "bake", "{case}/card.gltf", "--steps", "2"])):
         card(case(f"alpha_mask_{name}", [*argv, *small], "alphaMode MASK"), "MASK", 0.2)
     card(case("alpha_blend_fit_shape", ["fit", "{case}/card.gltf", "--shape", *small], "alphaMode BLEND"), "BLEND", 0.5)

@@ -37,7 +37,8 @@ from neuralbake.bakes.skin import SKIN, SkinConfig
 from neuralbake.core.config import coerce_field
 from neuralbake.core.paths import InputPath, StageConfigs
 from neuralbake.errors import ConfigError
-from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES, load_bake_input, write_gltf
+from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES, check_opaque, load_bake_input, write_gltf
+from neuralbake.io.gltf.model import see_through
 from neuralbake.render.skinning import pose_scene
 
 __all__ = ["LOD", "LodConfig", "make_lod"]
@@ -141,11 +142,20 @@ def _finished(folder: Path) -> dict[str, Any] | None:
     return None
 
 
+def _clear(scene: Any) -> bool:
+    """Whether no material of ``scene`` lets light through (alphaMode MASK under its cutoff, BLEND under 1)."""
+    return all(see_through(m, [mesh for mesh in scene.meshes if mesh.material == i]) is None for i, m in enumerate(scene.materials))
+
+
 def _body(run: BakeRun) -> BakeOutcome:
     started = time.perf_counter()
     config: LodConfig = run.config
     asset = Path(config.asset)
-    scene = load_bake_input(asset, max_triangles=config.max_triangles)  # bind pose: only its skins and clips are asked about
+    scene = load_bake_input(asset, max_triangles=config.max_triangles, see_through=True)  # bind pose: only its skins and clips are asked about
+    if config.target != "unlit":  # refused before the simplify stage spends its minutes
+        check_opaque(scene, path=asset, field="target", why=f"a {config.target} LOD cannot carry its cut-outs and blending",
+                     fix="use --target unlit, which keeps the alpha in the LOD's texture and its alphaMode.")
+    clear = _clear(scene)
     skinned = any(m.skin is not None for m in scene.meshes)
     animated = skinned and scene.rig is not None and any(c.duration > 0 for c in scene.rig.clips)
     stages = run.checkpoints / "stages"
@@ -156,8 +166,10 @@ def _body(run: BakeRun) -> BakeOutcome:
     for stage in plan:
         folder = stages / stage
         stage_config = _stage_config(stage, config, current, str(asset.resolve()))
-        if stage == "fit" and skinned:
-            stage_config.shape = False  # the simplify stage fitted the shape over the animation
+        if stage == "fit" and (skinned or not clear):
+            # the simplify stage fitted the shape (over the animation; through the see-through layers, which the fit's
+            # shape step does not render yet)
+            stage_config.shape = False
         report = _finished(folder) if run.resume else None
         if report is None:
             run.note(f"lod: {stage}")
@@ -167,7 +179,7 @@ def _body(run: BakeRun) -> BakeOutcome:
         reports[stage] = report
         current = str(folder / ("lod.gltf" if stage == "fit" else "lod.glb"))
     out = run.stage
-    lod = pose_scene(load_bake_input(current, field="lod"))
+    lod = pose_scene(load_bake_input(current, field="lod", see_through=True))
     write_gltf(out / "lod.glb", lod, texture_bits=8)
     pictures = {"simplify": ("triptych.png", "simplify.png"), "skin": ("frames.png", "frames.png"), "fit": ("triptych.png", "triptych.png")}
     for stage in plan:

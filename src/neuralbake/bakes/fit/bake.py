@@ -87,9 +87,6 @@ def _see_through_limit(config: FitConfig) -> tuple[str, str, str] | None:
         return ("shape", "shape fitting does not yet render the LOD's see-through layers", "leave --shape off for this asset.")
     if config.tonemap == "fit":
         return ("tonemap", "a fitted tone map stores codes that a glTF viewer cannot blend", "leave --tonemap at none for this asset.")
-    if config.reference is not None:
-        return ("reference", "a fit against another asset does not yet peel the LOD's see-through layers",
-                "fit the see-through asset itself (without --reference).")
     return None
 
 
@@ -131,7 +128,7 @@ def _load_reference(config: FitConfig) -> Scene | None:
     if config.reference is None:
         return None
     reference = load_bake_input(config.reference, field="reference", max_triangles=config.max_triangles, problem="the reference asset does not exist.",
-                                fix="pass the original .gltf or .glb, or leave reference unset.")
+                                fix="pass the original .gltf or .glb, or leave reference unset.", see_through=True)
     return pose_scene(reference)
 
 

@@ -294,14 +294,17 @@ def render_views(
         with torch.no_grad():
             out = converged_render(rs if reference is None else reference, cam, size, lighting, config, seed=lighting.seed + first_seed + k, target_db=target_db)
             g: GBuffer = out.gbuffer if reference is None else render_gbuffer(rs, cam, size, size)
+            layers = out.layers
+            if reference is not None:  # the rows are the LOD's: its own layers along the camera rays
+                layers = [(layer, cover.detach()) for layer, cover in peel_layers(rs, cam, g)] if see_through(rs) else None
         rows = g.pixel
         weight = None
         if mask is not None:
             m = sample_bilinear(mask, g.uv[0], wrap_s="repeat", wrap_t="repeat")[:, 0]
             weight = 1.0 + (config.weight_max - 1.0) * m
         kept, composite = g.rows(detach=True), None
-        if out.layers is not None:
-            kept, composite = _fragments(out, background if background is not None else display_background(config, lighting, g.pixel.device))
+        if layers is not None:
+            kept, composite = _fragments(layers, background if background is not None else display_background(config, lighting, g.pixel.device))
         views.append(
             View(
                 **kept,
@@ -321,21 +324,20 @@ def render_views(
     return views
 
 
-def _fragments(out: ReferenceRender, background: torch.Tensor) -> tuple[dict[str, Any], Composite]:
-    """A see-through reference's layers as one view's rows (every layer's hits, front layer first) and their
+def _fragments(layers: list[tuple[GBuffer, torch.Tensor]], background: torch.Tensor) -> tuple[dict[str, Any], Composite]:
+    """See-through layers (front to back) as one view's rows (every layer's hits, front layer first) and their
     :class:`Composite`. ``background``: the display colour behind every layer (a constant background)."""
-    assert out.layers is not None
-    first = out.layers[0][0]
+    first = layers[0][0]
     slot_of = torch.full((first.height * first.width,), -1, dtype=torch.int64, device=first.pixel.device)
     slot_of[first.pixel] = torch.arange(first.pixel.numel(), device=first.pixel.device)
-    parts = [layer.rows(detach=True) for layer, _ in out.layers]
+    parts = [layer.rows(detach=True) for layer, _ in layers]
     rows = {}
     for name, value in parts[0].items():
         if isinstance(value, tuple):
             rows[name] = tuple(torch.cat([p[name][k] for p in parts]) for k in range(len(value)))
         else:
             rows[name] = torch.cat([p[name] for p in parts])
-    ends = tuple(int(e) for e in np.cumsum([layer.pixel.numel() for layer, _ in out.layers]))
+    ends = tuple(int(e) for e in np.cumsum([layer.pixel.numel() for layer, _ in layers]))
     behind = background.to(first.pixel.device).reshape(1, 3).expand(first.pixel.numel(), 3)
     return rows, Composite(pixel=first.pixel, slot=slot_of[rows["pixel"]], layer_ends=ends, behind=behind)
 

@@ -44,7 +44,7 @@ def _load(config: SimplifyConfig) -> Scene:
     path = Path(config.asset)
     if path.is_file() and config.protect_mask is not None and not Path(config.protect_mask).is_file():
         raise InputError("the protect mask does not exist.", path=config.protect_mask, field="protect_mask", fix="pass a greyscale PNG in uv0 space.")
-    scene = pose_scene(load_bake_input(path, max_triangles=config.max_triangles))
+    scene = pose_scene(load_bake_input(path, max_triangles=config.max_triangles, see_through=True))
     if len({m.skin for m in scene.meshes if m.skin is not None}) > 1:
         raise InputError(
             "the asset's meshes use several skins; simplify fits one skeleton at a time.", path=path, field="skins",
@@ -65,7 +65,7 @@ def _load(config: SimplifyConfig) -> Scene:
 def _load_lod(config: SimplifyConfig, original: Scene) -> Scene:
     path = Path(str(config.lod))
     lod = pose_scene(load_bake_input(path, field="lod", max_triangles=config.max_triangles, problem="the given lod does not exist.",
-                                     fix="pass a .gltf or .glb, or leave lod unset to decimate."))
+                                     fix="pass a .gltf or .glb, or leave lod unset to decimate.", see_through=True))
     if any(m.skin is not None for m in lod.meshes) and not any(m.skin is not None for m in original.meshes):
         raise InputError("the given lod is skinned but the asset is not.", path=path, field="lod", fix="pass a static LOD of a static asset.")
     return lod
