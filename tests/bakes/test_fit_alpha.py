@@ -89,6 +89,13 @@ def test_settings_that_cannot_keep_alpha_are_refused_by_name(tmp_path: Path, set
     assert field in str(caught.value) and "alphaMode" in str(caught.value) and not (tmp_path / "o").exists()
 
 
+def test_an_opaque_lod_of_a_see_through_reference_is_refused(tmp_path: Path) -> None:
+    solid = _opaque_copy(CARDS / "foliage.gltf", tmp_path / "src")
+    with pytest.raises(InputError) as caught:
+        fit_lod(_config(solid, reference=str(CARDS / "foliage.gltf")), tmp_path / "o", progress=False)
+    assert "reference" in str(caught.value) and not (tmp_path / "o").exists()
+
+
 def _layered_view() -> tuple[View, torch.Tensor]:
     """Three pixels: one opaque layer, two layers, three layers (rows front layer first); uv1 picks alpha texels."""
     pixel = torch.tensor([0, 1, 2])

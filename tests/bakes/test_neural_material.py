@@ -234,6 +234,11 @@ def test_device_defaults_fill_only_what_is_left_out() -> None:
     assert gpu == {"train.steps": 30_000, "batch_size": 16_384}  # a layered material converges there (44.8 dB on an H200)
     asset = apply_defaults(NEURAL_MATERIAL, NeuralMaterialConfig(material="helmet.GLB"), torch.device("cuda"))
     assert asset == {"train.steps": 10_000, "batch_size": 16_384}  # the README's asset run (29.0 dB on an H100)
+    from neuralbake.bakes.material_pack import MATERIAL_PACK, MaterialPackConfig
+
+    scenes = apply_defaults(MATERIAL_PACK, MaterialPackConfig(materials=["a.glb", "b.gltf"]), torch.device("cuda"))
+    layered = apply_defaults(MATERIAL_PACK, MaterialPackConfig(materials=["a.glb", "m.json"]), torch.device("cuda"))
+    assert scenes["bake.train.steps"] == 10_000 and layered["bake.train.steps"] == 30_000
     given = NeuralMaterialConfig(material="m.json", batch_size=256)
     given.train.steps = 7
     assert apply_defaults(NEURAL_MATERIAL, given, torch.device("cuda")) == {} and (given.train.steps, given.batch_size) == (7, 256)

@@ -185,3 +185,6 @@ def test_a_rate_tolerance_accepts_a_long_run_whose_last_quarter_is_lifted_by_its
     assert short["converged"] is False and long["converged"] is True
     assert long["last_quarter_gain"] == pytest.approx(0.5) and long["gain_per_1000_steps"] == pytest.approx(0.05)
     assert convergence(_evals([10, 20, 25, 29.5, 30], every=10_000), "psnr_db", tolerance=0.25)["converged"] is False
+    # a very long run gaining 2 dB in its last quarter is not waved through on its rate (RATE_GAIN_CAP: 1 dB here)
+    creeping = convergence(_evals([10, 20, 25, 28, 30], every=100_000), "psnr_db", tolerance=0.25, rate_tolerance=0.1)
+    assert creeping["gain_per_1000_steps"] < 0.1 and creeping["converged"] is False

@@ -38,7 +38,7 @@ from neuralbake.core.config import coerce_field
 from neuralbake.core.paths import InputPath, StageConfigs
 from neuralbake.errors import ConfigError
 from neuralbake.io.gltf import DEFAULT_MAX_TRIANGLES, check_opaque, load_bake_input, write_gltf
-from neuralbake.io.gltf.model import see_through
+from neuralbake.io.gltf.model import see_through_materials
 from neuralbake.render.skinning import pose_scene
 
 __all__ = ["LOD", "LodConfig", "make_lod"]
@@ -142,11 +142,6 @@ def _finished(folder: Path) -> dict[str, Any] | None:
     return None
 
 
-def _clear(scene: Any) -> bool:
-    """Whether no material of ``scene`` lets light through (alphaMode MASK under its cutoff, BLEND under 1)."""
-    return all(see_through(m, [mesh for mesh in scene.meshes if mesh.material == i]) is None for i, m in enumerate(scene.materials))
-
-
 def _body(run: BakeRun) -> BakeOutcome:
     started = time.perf_counter()
     config: LodConfig = run.config
@@ -155,9 +150,12 @@ def _body(run: BakeRun) -> BakeOutcome:
     if config.target != "unlit":  # refused before the simplify stage spends its minutes
         check_opaque(scene, path=asset, field="target", why=f"a {config.target} LOD cannot carry its cut-outs and blending",
                      fix="use --target unlit, which keeps the alpha in the LOD's texture and its alphaMode.")
-    clear = _clear(scene)
+    clear = not see_through_materials(scene)
     skinned = any(m.skin is not None for m in scene.meshes)
     animated = skinned and scene.rig is not None and any(c.duration > 0 for c in scene.rig.clips)
+    if animated and config.skin:  # the skin stage draws every surface opaque: refused before simplify runs
+        check_opaque(scene, path=asset, field="skin", why="the skin stage does not keep see-through materials yet",
+                     fix="make the LOD with --no-skin (the decimation's weights), or of an asset without see-through materials.")
     stages = run.checkpoints / "stages"
     bakes = {"simplify": SIMPLIFY, "skin": SKIN, "fit": FIT}
     plan = ["simplify", *(["skin"] if animated and config.skin else []), "fit"]

@@ -30,6 +30,11 @@ CONVERGED_GAIN = 0.25
 as converged: a quarter more of the same schedule would buy about that again."""
 
 
+RATE_GAIN_CAP = 4.0
+"""A run that passes on ``rate_tolerance`` alone may still have gained at most this many ``tolerance`` s in its last
+quarter (1 dB at 0.25: above the largest anneal lift measured), so a very long run is not waved through on its rate."""
+
+
 def _value_at(points: Sequence[tuple[int, float]], step: float) -> float:
     """The figure at ``step``, linearly interpolated between the evaluations around it."""
     for (s0, v0), (s1, v1) in itertools.pairwise(points):
@@ -54,8 +59,9 @@ def convergence(history: Sequence[dict[str, Any]], key: str, *, tolerance: float
     higher_is_better : bool
         False for an error figure (the gain is then its fall).
     rate_tolerance : float, optional
-        Also converged when the last quarter gained less than this per 1,000 steps (for a bake whose
-        anneal lifts its last quarter by about ``tolerance`` whatever the run's length).
+        Also converged when the last quarter gained less than this per 1,000 steps and less than
+        :data:`RATE_GAIN_CAP` times ``tolerance`` (for a bake whose anneal lifts its last quarter by about
+        ``tolerance`` whatever the run's length).
 
     Returns
     -------
@@ -78,7 +84,7 @@ def convergence(history: Sequence[dict[str, Any]], key: str, *, tolerance: float
     span = last - quarter_start
     rate = 1000.0 * gain / span
     return {
-        "converged": bool(gain < tolerance or (rate_tolerance is not None and rate < rate_tolerance)),
+        "converged": bool(gain < tolerance or (rate_tolerance is not None and rate < rate_tolerance and gain < RATE_GAIN_CAP * tolerance)),
         "last_quarter_gain": round(gain, 4),
         "gain_per_1000_steps": round(rate, 4),
         "evaluations": len(points),

@@ -38,6 +38,7 @@ from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun, Footprint
 from neuralbake.core.events import EventSink, EventWriter
 from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.gltf import Scene, check_opaque, load_bake_input
+from neuralbake.io.gltf.model import see_through_materials
 from neuralbake.nn.checkpoint import CHECKPOINT_FORMAT, checkpointed_buffers
 from neuralbake.render.paint import view_uv_buffer
 from neuralbake.render.scene import prepare_scene
@@ -161,6 +162,14 @@ def _body(run: BakeRun) -> BakeOutcome:
     rs = prepare_scene(scene, device=device)
     original = _load_reference(config)
     reference = None if original is None else prepare_scene(original, device=device)
+    clear_through = see_through_materials(scene)  # the LOD's materials that let light through
+    alpha_mode = lod_alpha_mode(clear_through)
+    if original is not None and alpha_mode == "OPAQUE" and see_through_materials(original):
+        raise InputError(
+            "the reference has see-through materials (alphaMode MASK or BLEND) and this LOD has none, so the fit would learn "
+            "what shows through them as the LOD's own colour.", path=config.asset, field="reference",
+            fix="fit a LOD that keeps the original's materials (neuralbake simplify or lod does), or a reference without see-through materials.",
+        )
     lighting = fit_lighting(config, device)
     background = display_background(config, lighting, device)
     mask = load_weights(config, device)
@@ -170,11 +179,11 @@ def _body(run: BakeRun) -> BakeOutcome:
     with run.task("rendering reference views", len(train_cams) + len(held_cams), unit="views") as advance:
         train_views = render_views(
             rs, train_cams, config, lighting, mask, keep_image=config.shape, advance=advance, reference=reference, background=background,
-            target_db=config.training_noise_db,
+            target_db=config.training_noise_db, layered=alpha_mode != "OPAQUE",
         )
         held_views = render_views(
             rs, held_cams, config, lighting, None, keep_image=True, advance=advance, reference=reference, background=background, first_seed=len(train_cams),
-            target_db=config.reference_noise_db,
+            target_db=config.reference_noise_db, layered=alpha_mode != "OPAQUE",
         )
     if sum(v.pixel.numel() for v in train_views) == 0:
         raise InputError("no training view sees the asset.", path=config.asset, field="views", fix="check the asset's scale and position.")
@@ -188,9 +197,9 @@ def _body(run: BakeRun) -> BakeOutcome:
     }
 
     model = LodAppearance(config, rs.faces, rs.positions.shape[0], device)
-    if (alpha_mode := lod_alpha_mode(rs)) != "OPAQUE":
+    if alpha_mode != "OPAQUE":
         assert config.texture_size is not None
-        model.cut_out(transfer_alpha(rs, config.texture_size), alpha_mode)
+        model.cut_out(transfer_alpha(rs, config.texture_size, clear_through), alpha_mode)
     shape = None
     if config.shape:
         model.shape = shape = ShapeParameters(rs.positions, rs.faces, config.shape_smoothness)

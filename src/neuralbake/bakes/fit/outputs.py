@@ -94,19 +94,21 @@ def _baked_uv1_texture(model: LodAppearance, rs: Any, config: FitConfig) -> np.n
     return display.float().cpu().numpy()
 
 
-def lod_alpha_mode(rs: Any) -> str:
-    """The LOD's one ``alphaMode``: ``BLEND`` when a source material blends, else ``MASK`` (cut-outs at 0.5 of the
-    carried alpha, :func:`transfer_alpha`); ``OPAQUE`` when none lets light through."""
-    modes = {m.alpha_mode for m in rs.materials}
+def lod_alpha_mode(see_through: dict[int, str]) -> str:
+    """The LOD's one ``alphaMode`` from its see-through materials (index -> mode,
+    :func:`~neuralbake.io.gltf.model.see_through_materials`): ``BLEND`` when one blends, else ``MASK`` (cut-outs at
+    0.5 of the carried alpha, :func:`transfer_alpha`); ``OPAQUE`` when none lets light through."""
+    modes = set(see_through.values())
     return "BLEND" if "BLEND" in modes else "MASK" if "MASK" in modes else "OPAQUE"
 
 
 @torch.no_grad()
-def transfer_alpha(rs: Any, size: int) -> torch.Tensor:
+def transfer_alpha(rs: Any, size: int, see_through: dict[int, str]) -> torch.Tensor:
     """The source's alpha carried into the LOD's uv1 texture ``[size, size, 1]``: at each texel's surface point, the
     base colour factor's alpha times the vertex colours' times the base colour texture's (bilinear, in the slot's
     uv set). A ``MASK`` material's alpha is stored as its alpha test's coverage (the renderer's ramp), so a LOD
-    cutoff of 0.5 cuts where the source's own cutoff did; ``BLEND`` stores alpha; ``OPAQUE`` materials store 1."""
+    cutoff of 0.5 cuts where the source's own cutoff did; ``BLEND`` stores alpha; materials that draw opaque (not in
+    ``see_through``, index -> mode) store 1."""
     tri, bary = rasterize_uv(rs.uv1, rs.faces, size)
     covered = (tri >= 0).reshape(-1)
     t = tri.reshape(-1).clamp(min=0)
@@ -115,7 +117,7 @@ def transfer_alpha(rs: Any, size: int) -> torch.Tensor:
     alpha = torch.ones(size * size, dtype=rs.dtype, device=rs.device)
     for index, m in enumerate(rs.materials):
         rows = torch.nonzero(covered & (material == index)).reshape(-1)
-        if rows.numel() == 0 or m.alpha_mode == "OPAQUE":
+        if rows.numel() == 0 or index not in see_through:
             continue
         value = m.base_color_factor.to(rs.dtype)[3] * interpolate(rs.colors[:, 3:], rs.faces, t[rows], b[rows])[:, 0]
         slot = m.textures.get("base_color")

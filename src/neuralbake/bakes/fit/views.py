@@ -277,6 +277,7 @@ def render_views(
     background: torch.Tensor | None = None,
     first_seed: int = 0,
     target_db: float = math.inf,
+    layered: bool = False,
 ) -> list[View]:
     """Render the converged PBR reference (:func:`converged_render`) from ``cameras`` and keep each
     view's hit pixels (see :class:`View`).
@@ -286,7 +287,9 @@ def render_views(
     display colour where nothing is hit (:func:`display_background`), kept by held-out views.
     ``first_seed``: the first view's render seed (each view takes the next), so that two calls
     (training and held-out views) draw independent samples. ``target_db``: the noise floor each
-    reference is rendered to (``config.training_noise_db`` or ``config.reference_noise_db``).
+    reference is rendered to (``config.training_noise_db`` or ``config.reference_noise_db``). ``layered``: the LOD
+    lets light through (it ships alpha), so each view keeps every layer along its rays (:class:`Composite`); else one
+    row per pixel, its first hit.
     """
     views = []
     size = config.render_size
@@ -294,9 +297,9 @@ def render_views(
         with torch.no_grad():
             out = converged_render(rs if reference is None else reference, cam, size, lighting, config, seed=lighting.seed + first_seed + k, target_db=target_db)
             g: GBuffer = out.gbuffer if reference is None else render_gbuffer(rs, cam, size, size)
-            layers = out.layers
-            if reference is not None:  # the rows are the LOD's: its own layers along the camera rays
-                layers = [(layer, cover.detach()) for layer, cover in peel_layers(rs, cam, g)] if see_through(rs) else None
+            layers = out.layers if layered else None
+            if reference is not None and layered:  # the rows are the LOD's: its own layers along the camera rays
+                layers = [(layer, cover.detach()) for layer, cover in peel_layers(rs, cam, g)]
         rows = g.pixel
         weight = None
         if mask is not None:

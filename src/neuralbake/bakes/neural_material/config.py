@@ -149,13 +149,13 @@ def device_defaults(prefix: str = "") -> Any:
     On a GPU, 16,384 samples a step: 30,000 steps for a layered material (the copper tray's preview
     renders reach 44.8 dB / FLIP 0.012 there in 36 s of training on an H200 and gain nothing at 60,000
     or 100,000; 44.6 dB at 10,000) and 10,000 for a glTF asset's material (measured there: 29.0 dB in about a
-    minute on an H100; longer runs not measured). On a CPU, 2,000 steps of 4,096 (about a minute on 2 cores, 41.4 dB).
+    minute on an H100; longer runs not measured; a pack of glTF scenes likewise). On a CPU, 2,000 steps of 4,096 (about a minute on 2 cores, 41.4 dB).
     """
 
     def choose(config: Any, device: torch.device) -> dict[str, Any]:
         gpu = device.type == "cuda"
-        bake = config.bake if prefix == "bake." else config
-        asset = Path(str(bake.material)).suffix.lower() in (".gltf", ".glb")
+        inputs = [str(m) for m in config.materials] if prefix == "bake." else [str(config.material)]
+        asset = bool(inputs) and all(Path(m).suffix.lower() in (".gltf", ".glb") for m in inputs)
         steps = (10_000 if asset else 30_000) if gpu else 2000
         return {f"{prefix}train.steps": steps, f"{prefix}batch_size": 16_384 if gpu else 4096}
 

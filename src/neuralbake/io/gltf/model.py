@@ -16,7 +16,7 @@ import numpy as np
 from neuralbake.errors import InputError
 from neuralbake.io.gltf.rig import Rig
 
-__all__ = ["OPAQUE_ALPHA", "WRAP_CODES", "Material", "Mesh", "Scene", "TextureRef", "check_opaque", "lowest_alpha", "see_through"]
+__all__ = ["OPAQUE_ALPHA", "WRAP_CODES", "Material", "Mesh", "Scene", "TextureRef", "check_opaque", "lowest_alpha", "see_through", "see_through_materials"]
 
 WRAP_CODES = {10497: "repeat", 33071: "clamp", 33648: "mirror"}
 """glTF sampler ``wrapS``/``wrapT`` codes -> the :attr:`TextureRef.wrap_s` / ``wrap_t`` names."""
@@ -180,6 +180,17 @@ def see_through(material: Material, meshes: list[Mesh] = ()) -> float | None:
         return None
     lowest = lowest_alpha(material, meshes)
     return lowest if lowest < (material.alpha_cutoff if material.alpha_mode == "MASK" else OPAQUE_ALPHA) else None
+
+
+def see_through_materials(scene: Scene) -> dict[int, str]:
+    """The materials of ``scene`` that let light through where its meshes use them (:func:`see_through`): index ->
+    alphaMode. A MASK or BLEND material whose alpha never falls that low, or that no mesh uses, is left out."""
+    out = {}
+    for index, material in enumerate(scene.materials):
+        users = [m for m in scene.meshes if m.material == index]
+        if users and see_through(material, users) is not None:
+            out[index] = material.alpha_mode
+    return out
 
 
 def check_opaque(scene: Scene, *, path: str | Path | None = None, field: str = "asset", alpha: bool = True,
