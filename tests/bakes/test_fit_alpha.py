@@ -58,7 +58,7 @@ def _coverage(asset: Path) -> torch.Tensor:
 def test_a_mask_card_fits_with_its_cut_outs_and_the_lod_ships_them(tmp_path: Path) -> None:
     fit_lod(_config(CARDS / "foliage.gltf"), tmp_path / "alpha", progress=False)
     lod = json.loads((tmp_path / "alpha" / "lod.gltf").read_text())
-    material = lod["materials"][0]
+    material = lod["materials"][lod["meshes"][0]["primitives"][0]["material"]]
     assert material["alphaMode"] == "MASK" and material["alphaCutoff"] == 0.5
     texture, _ = load_image(tmp_path / "alpha" / lod["images"][0]["uri"])
     assert texture.shape[2] == 4 and (texture[..., 3] < 0.1).mean() > 0.2 and (texture[..., 3] > 0.9).mean() > 0.2
@@ -72,7 +72,10 @@ def test_a_mask_card_fits_with_its_cut_outs_and_the_lod_ships_them(tmp_path: Pat
 def test_a_blend_decal_fits_over_its_wall_and_the_lod_blends(tmp_path: Path) -> None:
     report = fit_lod(_config(CARDS / "decal.gltf"), tmp_path / "decal", progress=False)
     lod = json.loads((tmp_path / "decal" / "lod.gltf").read_text())
-    assert lod["materials"][0]["alphaMode"] == "BLEND" and report["alpha_mode"] == "BLEND"
+    # the wall stays on an OPAQUE material (depth-written, not sorted), the decal blends; both read the one texture
+    modes = {m["name"]: m.get("alphaMode", "OPAQUE") for m in lod["materials"]}
+    assert modes == {"lod_unlit": "OPAQUE", "lod_unlit_alpha": "BLEND"} and report["alpha_mode"] == "BLEND"
+    assert len(lod["images"]) == 1 and sorted(p["material"] for m in lod["meshes"] for p in m["primitives"]) == [0, 1]
     texture, _ = load_image(tmp_path / "decal" / lod["images"][0]["uri"])
     alpha = texture[..., 3]
     assert (alpha > 0.99).mean() > 0.3 and ((alpha > 0.05) & (alpha < 0.95)).mean() > 0.01  # the wall, and the decal's blend
@@ -172,6 +175,7 @@ def test_simplify_and_lod_keep_the_holes_that_alpha_makes(tmp_path: Path) -> Non
                        stage_options={"simplify": {"render_size": 32, "views": 4, "held_out_views": 1, "epochs": 1},
                                       "fit": {"render_size": 32, "views": 4, "held_out_views": 1, "epochs": 2, "environment": False}})
     make_lod(config, tmp_path / "lod", progress=False)
-    assert [m.alpha_mode for m in load_gltf(tmp_path / "lod" / "lod.glb").materials] == ["MASK"]
+    lod = load_gltf(tmp_path / "lod" / "lod.glb")
+    assert {lod.materials[m.material].alpha_mode for m in lod.meshes} == {"MASK"}
     assert iou(source, _coverage(tmp_path / "lod" / "lod.glb") > 0.5) > 0.85
 

@@ -147,9 +147,12 @@ def _body(run: BakeRun) -> BakeOutcome:
     config: LodConfig = run.config
     asset = Path(config.asset)
     scene = load_bake_input(asset, max_triangles=config.max_triangles, see_through=True)  # bind pose: only its skins and clips are asked about
-    if config.target != "unlit":  # refused before the simplify stage spends its minutes
-        check_opaque(scene, path=asset, field="target", why=f"a {config.target} LOD cannot carry its cut-outs and blending",
-                     fix="use --target unlit, which keeps the alpha in the LOD's texture and its alphaMode.")
+    fit_options = config.stage_options.get("fit", {})
+    target = fit_options.get("target", config.target)
+    if target != "unlit" or fit_options.get("tonemap") == "fit":  # refused before the simplify stage spends its minutes
+        field = "target" if target != "unlit" else "stage_options.fit.tonemap"
+        check_opaque(scene, path=asset, field=field, why=f"a {target} LOD with a {fit_options.get('tonemap', 'none')} tone map cannot carry its cut-outs and blending",
+                     fix="use --target unlit without a fitted tone map, which keeps the alpha in the LOD's texture and its alphaMode.")
     clear = not see_through_materials(scene)
     skinned = any(m.skin is not None for m in scene.meshes)
     animated = skinned and scene.rig is not None and any(c.duration > 0 for c in scene.rig.clips)

@@ -43,6 +43,7 @@ from neuralbake.nn.checkpoint import CHECKPOINT_FORMAT, checkpointed_buffers
 from neuralbake.render.paint import view_uv_buffer
 from neuralbake.render.scene import prepare_scene
 from neuralbake.render.skinning import pose_scene
+from neuralbake.render.transparency import MAX_LAYERS
 from neuralbake.render.uv_raster import generate_uv1_atlas
 from neuralbake.render.visibility import warp_available
 
@@ -170,6 +171,8 @@ def _body(run: BakeRun) -> BakeOutcome:
             "what shows through them as the LOD's own colour.", path=config.asset, field="reference",
             fix="fit a LOD that keeps the original's materials (neuralbake simplify or lod does), or a reference without see-through materials.",
         )
+    if alpha_mode != "OPAQUE":  # each view keeps every layer's rows
+        check_view_memory(config, device, layers=MAX_LAYERS)
     lighting = fit_lighting(config, device)
     background = display_background(config, lighting, device)
     mask = load_weights(config, device)
@@ -338,7 +341,7 @@ def _outcome(
     converged = next((c for c in curve if c[1] >= final[key] - 0.1), curve[-1] if curve else (0, initial[key], 0.0))
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     out = run.stage
-    files = write_lod(out, model, rs, config, scene)
+    files = write_lod(out, model, rs, config, scene, see_through=see_through_materials(scene) if scene is not None else None)
     write_triptych(out / "triptych.png", model, held_views)
     written = sum(
         p.stat().st_size

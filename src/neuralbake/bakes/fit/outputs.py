@@ -146,12 +146,16 @@ def skin_of(scene: Scene | None) -> int | None:
 
 
 @torch.no_grad()
-def write_lod(out: Path, model: LodAppearance, rs: Any, config: FitConfig, scene: Scene | None = None) -> dict[str, Any]:
+def write_lod(out: Path, model: LodAppearance, rs: Any, config: FitConfig, scene: Scene | None = None,
+              see_through: dict[int, str] | None = None) -> dict[str, Any]:
     """Write ``lod.gltf`` and the stored textures (codes, tone map) into ``out``; return the payload sizes.
 
     ``scene``: the loaded LOD (after any uv1 unwrap, in :func:`~neuralbake.render.scene.prepare_scene`'s
     vertex order). When it is skinned as a whole (:func:`skin_of`), the LOD keeps its skin, joints,
-    weights and animations (the fit's appearance does not change how it deforms)."""
+    weights and animations (the fit's appearance does not change how it deforms). ``see_through``: the source
+    materials that let light through (index -> mode); with alpha, their meshes get a second LOD material with the
+    LOD's alphaMode and the others stay on an OPAQUE one (same texture), so a viewer sorts and depth-writes them as
+    the source asked."""
     bits = config.quantize or 16
     material = Material(name="lod_unlit", metallic_factor=0.0, roughness_factor=1.0, unlit=True, double_sided=True)
     cpu = lambda t: t.detach().float().cpu().numpy()
@@ -174,7 +178,10 @@ def write_lod(out: Path, model: LodAppearance, rs: Any, config: FitConfig, scene
         extra = {f: np.concatenate([getattr(m, f) for m in scene.meshes]) for f in SKIN_FIELDS}
         # the rest pose is unchanged (fit --shape refuses skinned LODs), so the bind pose carries over as loaded
         info["skinned"] = True
-    meshes = rs.gltf_meshes(attributes=attributes, colors=colours, material=0, name_prefix="lod_", extra=extra)
+    layered = model.alpha_mode != "OPAQUE" and config.target == "unlit"
+    meshes = rs.gltf_meshes(attributes=attributes, colors=colours, material=None if layered else 0, name_prefix="lod_", extra=extra)
+    if layered:
+        meshes = [replace(m, material=1 if m.material in (see_through or {}) else 0) for m in meshes]
     if skin is not None:
         meshes = [replace(m, skin=skin) for m in meshes]
     if config.target == "vertex-color":
@@ -186,9 +193,8 @@ def write_lod(out: Path, model: LodAppearance, rs: Any, config: FitConfig, scene
         else:
             shown = cpu(model.display(stored))
             codes["codes_uv1"] = cpu(stored)
-        if model.alpha_mode != "OPAQUE":  # the carried alpha rides in the texture's fourth channel
+        if layered:  # the carried alpha rides in the texture's fourth channel
             shown = np.concatenate((shown, cpu(model.alpha)), -1)
-            material.alpha_mode, material.alpha_cutoff = model.alpha_mode, 0.5
             info["alpha_mode"] = model.alpha_mode
         material.base_color_texture = TextureRef(shown, texcoord=1, wrap_s="clamp", wrap_t="clamp", name="lod_uv1")
         info["bytes"] = int(shown.size * (1 if config.quantize else 2))
@@ -215,6 +221,9 @@ def write_lod(out: Path, model: LodAppearance, rs: Any, config: FitConfig, scene
                 "exposure": config.exposure,
             },
         )
-    lod = Scene(meshes=meshes, materials=[material], source=None, rig=scene.rig if skin is not None and scene is not None else None)
+    materials = [material]
+    if layered:
+        materials.append(replace(material, name="lod_unlit_alpha", alpha_mode=model.alpha_mode, alpha_cutoff=0.5))
+    lod = Scene(meshes=meshes, materials=materials, source=None, rig=scene.rig if skin is not None and scene is not None else None)
     write_gltf(out / "lod.gltf", pose_scene(lod) if skin is not None else lod, texture_bits=8 if config.quantize else 16)
     return info

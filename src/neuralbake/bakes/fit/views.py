@@ -230,24 +230,25 @@ def load_weights(config: FitConfig, device: torch.device) -> torch.Tensor | None
     return torch.from_numpy(np.ascontiguousarray(grey, np.float32)).to(device)
 
 
-def estimated_view_bytes(config: FitConfig) -> int:
+def estimated_view_bytes(config: FitConfig, layers: int = 1) -> int:
     """A rough upper estimate of the memory the reference views keep, plus one view's render.
 
     Every view's hits at most fill the disc that the framed bounding sphere projects to (pi/4 of
     the frame); each hit keeps :data:`VIEW_BYTES_PER_PIXEL` (held-out views
     :data:`HELD_OUT_BYTES_PER_PIXEL`, and their full images; with ``shape`` every training view
-    keeps its whole frame and each step's differentiable renders are counted too).
+    keeps its whole frame and each step's differentiable renders are counted too). ``layers``: rows a hit pixel keeps
+    at most (a see-through LOD keeps every layer along the ray, up to ``MAX_LAYERS``).
     """
     pixels = config.render_size * config.render_size
-    kept = math.pi / 4 * pixels * (config.views * VIEW_BYTES_PER_PIXEL + config.held_out_views * HELD_OUT_BYTES_PER_PIXEL)
+    kept = math.pi / 4 * pixels * layers * (config.views * VIEW_BYTES_PER_PIXEL + config.held_out_views * HELD_OUT_BYTES_PER_PIXEL)
     if config.shape:  # every training view keeps its whole frame; a step renders and differentiates one more
         kept += pixels * (16 * config.views + RENDER_BYTES_PER_PIXEL * config.views_per_step)
     return int(kept + pixels * RENDER_BYTES_PER_PIXEL)
 
 
-def check_view_memory(config: FitConfig, device: torch.device) -> None:
+def check_view_memory(config: FitConfig, device: torch.device, layers: int = 1) -> None:
     """Refuse, before any render, views that cannot fit in the memory of ``device`` (host RAM for cpu)."""
-    needed = estimated_view_bytes(config)
+    needed = estimated_view_bytes(config, layers)
     what = f"the reference views ({config.views} training + {config.held_out_views} held-out, {config.render_size}x{config.render_size})"
     fix = "lower --views / --held-out or --render-size."
     if device.type == "cuda":
