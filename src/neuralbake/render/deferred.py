@@ -194,10 +194,10 @@ def shade(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting | None = None
     return _composite(scene, gbuffer, lighting, *_hit_radiance(scene, gbuffer, lighting))
 
 
-def _hit_radiance(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting) -> tuple[SurfaceParameters, torch.Tensor]:
+def _hit_radiance(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting, surface: SurfaceParameters | None = None) -> tuple[SurfaceParameters, torch.Tensor]:
     """:func:`shade`'s material inputs and radiance at the hits (emission, the lights, the environment), before the
-    background is filled in."""
-    s, radiance = _direct_radiance(scene, gbuffer, lighting)
+    background is filled in. ``surface``: the G-buffer's material inputs when already evaluated."""
+    s, radiance = _direct_radiance(scene, gbuffer, lighting, surface)
     if lighting.environment is not None and radiance.shape[0]:
         radiance = radiance + _environment(scene, gbuffer, s, lighting, s.to_local(gbuffer.view))
     return s, torch.where(s.unlit[:, None], s.base_color, radiance)
@@ -210,9 +210,9 @@ def shade_direct(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting) -> Sh
     return _composite(scene, gbuffer, lighting, *_direct_radiance(scene, gbuffer, lighting))
 
 
-def _direct_radiance(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting) -> tuple[SurfaceParameters, torch.Tensor]:
-    """The per-pixel material inputs and the hits' radiance from emission and the directional lights."""
-    s = evaluate_materials(scene, gbuffer)
+def _direct_radiance(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting, surface: SurfaceParameters | None = None) -> tuple[SurfaceParameters, torch.Tensor]:
+    """The per-pixel material inputs (``surface``, or evaluated here) and the hits' radiance from emission and the directional lights."""
+    s = evaluate_materials(scene, gbuffer) if surface is None else surface
     dtype, device = scene.dtype, scene.device
     wo = s.to_local(gbuffer.view)
     radiance = s.emissive
@@ -322,6 +322,11 @@ def peel_layers(scene: RenderScene, camera: Camera, first: GBuffer) -> list[tupl
     coverage of its hits (``[N]``, :func:`~neuralbake.render.transparency.coverage`, differentiable in the alpha
     texels): a pixel whose surface lets light through is cast again past it, up to
     :data:`~neuralbake.render.transparency.MAX_LAYERS` surfaces."""
+    return [(g, cover) for g, cover, _ in _peel(scene, camera, first)]
+
+
+def _peel(scene: RenderScene, camera: Camera, first: GBuffer) -> list[tuple[GBuffer, torch.Tensor, SurfaceParameters]]:
+    """:func:`peel_layers` with each layer's material inputs (so shading it does not evaluate them again)."""
     if scene.caster.mesh is None:
         raise InputError(
             "see-through materials (alphaMode MASK or BLEND) need NVIDIA Warp's ray caster to look past a surface.",
@@ -331,8 +336,9 @@ def peel_layers(scene: RenderScene, camera: Camera, first: GBuffer) -> list[tupl
     cutoffs = torch.tensor([m.alpha_cutoff for m in scene.materials], dtype=scene.dtype, device=scene.device)
     layers, g = [], first
     for layer in range(MAX_LAYERS):
-        cover = coverage(evaluate_materials(scene, g).alpha, modes[g.material_id], cutoffs[g.material_id])
-        layers.append((g, cover))
+        surface = evaluate_materials(scene, g)
+        cover = coverage(surface.alpha, modes[g.material_id], cutoffs[g.material_id])
+        layers.append((g, cover, surface))
         go_on = g.visibility.mask & (g.image(cover.detach()[:, None], 1.0)[..., 0] < 1.0)
         if layer == MAX_LAYERS - 1 or not bool(go_on.any()):
             break
@@ -347,8 +353,8 @@ def _layers(scene: RenderScene, camera: Camera, first: GBuffer, lighting: Lighti
     lighting = Lighting() if lighting is None else lighting
     lighting.validate()
     colours, covers, gbuffers = [], [], []
-    for g, cover in peel_layers(scene, camera, first):
-        _, radiance = _hit_radiance(scene, g, lighting)  # the background is composited once, below
+    for g, cover, surface in _peel(scene, camera, first):
+        _, radiance = _hit_radiance(scene, g, lighting, surface)  # the background is composited once, below
         colours.append(g.image(radiance, 0.0))
         covers.append(g.image(cover[:, None], 0.0)[..., 0])
         gbuffers.append(g)
