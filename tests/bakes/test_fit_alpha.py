@@ -179,3 +179,24 @@ def test_simplify_and_lod_keep_the_holes_that_alpha_makes(tmp_path: Path) -> Non
     assert {lod.materials[m.material].alpha_mode for m in lod.meshes} == {"MASK"}
     assert iou(source, _coverage(tmp_path / "lod" / "lod.glb") > 0.5) > 0.85
 
+
+
+def test_lod_of_a_skinned_blend_asset_keeps_its_blending_and_its_skin(tmp_path: Path) -> None:
+    from neuralbake.bakes.lod import LodConfig, make_lod
+    from neuralbake.io.gltf import load_gltf
+
+    arm = Path(__file__).resolve().parents[2] / "examples" / "arm"
+    (tmp_path / "src").mkdir()
+    shutil.copy(arm / "arm.bin", tmp_path / "src" / "arm.bin")
+    document = json.loads((arm / "arm.gltf").read_text())
+    document["materials"][0]["alphaMode"] = "BLEND"
+    document["materials"][0]["pbrMetallicRoughness"]["baseColorFactor"] = [1.0, 1.0, 1.0, 0.6]
+    (tmp_path / "src" / "arm.gltf").write_text(json.dumps(document))
+    small = {"render_size": 24, "views": 3, "held_out_views": 1}
+    config = LodConfig(asset=str(tmp_path / "src" / "arm.gltf"), ratio=0.5, shadows=False, device="cpu", texture_size=32,
+                       stage_options={"simplify": {**small, "epochs": 1}, "skin": {"render_size": 24, "views": 2, "steps": 4, "frames": 2, "held_out_frames": 1},
+                                      "fit": {**small, "epochs": 1, "environment": False}})
+    report = make_lod(config, tmp_path / "lod", progress=False)
+    lod = load_gltf(tmp_path / "lod" / "lod.glb")
+    assert "skin" in report["stages"] and lod.rig is not None and all(m.skin is not None for m in lod.meshes)
+    assert {lod.materials[m.material].alpha_mode for m in lod.meshes} == {"BLEND"}

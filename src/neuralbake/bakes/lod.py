@@ -156,9 +156,6 @@ def _body(run: BakeRun) -> BakeOutcome:
     clear = not see_through_materials(scene)
     skinned = any(m.skin is not None for m in scene.meshes)
     animated = skinned and scene.rig is not None and any(c.duration > 0 for c in scene.rig.clips)
-    if animated and config.skin:  # the skin stage draws every surface opaque: refused before simplify runs
-        check_opaque(scene, path=asset, field="skin", why="the skin stage does not keep see-through materials yet",
-                     fix="make the LOD with --no-skin (the decimation's weights), or of an asset without see-through materials.")
     stages = run.checkpoints / "stages"
     bakes = {"simplify": SIMPLIFY, "skin": SKIN, "fit": FIT}
     plan = ["simplify", *(["skin"] if animated and config.skin else []), "fit"]

@@ -33,7 +33,8 @@ STRIP_FRAMES = 4
 
 
 def _inputs(config: SkinConfig) -> tuple[Scene, Scene]:
-    reference = pose_scene(load_bake_input(config.reference, field="reference", max_triangles=config.max_triangles))
+    # see-through materials render with their layers (the image term compares composited frames)
+    reference = pose_scene(load_bake_input(config.reference, field="reference", max_triangles=config.max_triangles, see_through=True))
     skins = {m.skin for m in reference.meshes if m.skin is not None}
     if not skins:
         raise InputError("the reference has no skin: there are no joints to bind the LOD to.", path=config.reference, field="reference",
@@ -44,7 +45,7 @@ def _inputs(config: SkinConfig) -> tuple[Scene, Scene]:
     if not reference.rig.clips or reference.rig.clips[0].duration <= 0:
         raise InputError("the reference has no animation clip to fit the weights over.", path=config.reference, field="reference",
                          fix="export the original with at least one animation.")
-    lod = pose_scene(load_bake_input(config.lod, field="lod", max_triangles=config.max_triangles))
+    lod = pose_scene(load_bake_input(config.lod, field="lod", max_triangles=config.max_triangles, see_through=True))
     return lod, reference
 
 
