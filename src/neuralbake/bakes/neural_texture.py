@@ -78,16 +78,20 @@ before they are decoded, with the fix: ``--size`` resamples them first."""
 
 CPU_STEPS = 3000
 """Steps on a CPU: the RTX Neural Shaders sample's scale of run, a minute or two on 2 cores."""
-GPU_STEPS = 100_000
-"""Steps on a GPU. On an H200 (2026-11-28, grace_hopper_256.png, fused kernels) 3,000 steps took 0.1 s and reached
-23.7 dB, still rising 1 dB over their last quarter; 100,000 take 9 s for 29.8 dB, 300,000 24 s for 30.8 dB. The tiny
-network keeps gaining slowly for far longer (about 1 dB per last quarter at every length measured), so the report
-says it stopped while still improving and ``--steps`` buys more."""
+GPU_STEPS = 1_000_000
+"""Steps on a GPU. On an H200 (2026-11-29, grace_hopper_256.png, fused kernels) 3,000 steps took 0.1 s of training and
+reached 23.7 dB, still rising 1 dB over their last quarter; 100,000 take 9 s for 29.8 dB, 300,000 for 30.8 dB and
+1,000,000 24 s for 31.35 dB (the wall time of that run with today's evaluation and checkpoint spacing is not
+measured yet; its 4,000 evaluations and 2,000 checkpoints at the old spacing took under 300 s, so 200 evaluations
+should add well under 20 s). The tiny network keeps gaining slowly for far longer (about 1 dB per last quarter at
+every length measured), so the report says it stopped while still improving and ``--steps`` buys more."""
 
 
 def _default_train() -> TrainerConfig:
-    # steps None: the device's (device_defaults)
-    return TrainerConfig(steps=None, learning_rate=0.01, eval_every=250, checkpoint_every=500)
+    # steps None: the device's (device_defaults). Evaluations spaced by the run's length (200 a run, at least 250 steps
+    # apart) and checkpoints by time (every checkpoint_seconds): a million steps evaluated every 250 and checkpointed
+    # every 500 spent over 300 s around 24 s of training on an H200
+    return TrainerConfig(steps=None, learning_rate=0.01, eval_every=None, checkpoint_every=0)
 
 
 def device_defaults(config: NeuralTextureConfig, device: torch.device) -> dict[str, Any]:

@@ -8,7 +8,10 @@ from typing import Literal
 
 from neuralbake.errors import ConfigError
 
-__all__ = ["TrainerConfig"]
+__all__ = ["AUTO_EVALUATIONS", "TrainerConfig"]
+
+AUTO_EVALUATIONS = 200
+"""Evaluations a run makes when its ``eval_every`` is left to the run's length (None)."""
 
 
 @dataclass
@@ -47,8 +50,9 @@ class TrainerConfig:
     """Seed for weight initialisation and batch sampling."""
     log_every: int = 25
     """Emit a training-loss event every this many steps."""
-    eval_every: int = 250
-    """Run the bake's evaluation every this many steps (0: only at the end)."""
+    eval_every: int | None = 250
+    """Run the bake's evaluation every this many steps (0: only at the end; None: :attr:`evaluation_interval` chooses
+    by the run's length)."""
     checkpoint_every: int = 500
     """Save a resumable checkpoint every this many steps (0: only by time, when stopped and at the end)."""
     checkpoint_seconds: float = 60.0
@@ -67,6 +71,14 @@ class TrainerConfig:
     cuda_graph: bool = True
     """On a GPU, capture the whole training step in a CUDA graph (far less launch overhead); same results."""
 
+    @property
+    def evaluation_interval(self) -> int:
+        """Steps between evaluations: ``eval_every``, or when it is None about :data:`AUTO_EVALUATIONS` a run and at
+        least 250 steps apart (so a million-step run is not timed by its evaluations)."""
+        if self.eval_every is not None:
+            return self.eval_every
+        return max(250, (self.steps or 0) // AUTO_EVALUATIONS)
+
     def validate(self) -> None:
         """Raise ConfigError on values no run can use."""
         if self.steps is None:
@@ -84,7 +96,7 @@ class TrainerConfig:
         if not (self.checkpoint_seconds >= 0 and math.isfinite(self.checkpoint_seconds)):
             raise ConfigError(f"must be >= 0, got {self.checkpoint_seconds}.", field="checkpoint_seconds", fix="set checkpoint_seconds to 0 or more.")
         for name in ("warmup_steps", "log_every", "eval_every", "checkpoint_every", "plateau_evals"):
-            if getattr(self, name) < 0:
+            if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ConfigError(f"must be >= 0, got {getattr(self, name)}.", field=name, fix=f"set {name} to 0 or more.")
         for name in ("adam_beta1", "adam_beta2", "final_lr_fraction"):
             value = getattr(self, name)

@@ -474,7 +474,7 @@ class Trainer:
                 self._check_divergence(started)
             if self.on_step is not None:
                 self.on_step(self, self.step)
-            eval_now = self.evaluate is not None and cfg.eval_every and self.step % cfg.eval_every == 0 and not at_end
+            eval_now = self.evaluate is not None and cfg.evaluation_interval and self.step % cfg.evaluation_interval == 0 and not at_end
             ckpt_now = self.checkpoint_path is not None and not at_end and (
                 (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0)
                 or (cfg.checkpoint_seconds and time.monotonic() - self._saved_at_time >= cfg.checkpoint_seconds)
