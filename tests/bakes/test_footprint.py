@@ -16,10 +16,11 @@ import torch
 
 from neuralbake.bakes.run import Bake, apply_defaults, check_footprint, set_field
 from neuralbake.errors import ConfigError
+from neuralbake.service.settings import ServiceSettings
 
 GIB = 1 << 30
 SERVICE_MEMORY = 16 * GIB
-SERVICE_STEPS = 1_000_000
+SERVICE_STEPS = ServiceSettings(data=Path(".")).max_steps  # the service default
 
 
 def _bakes() -> dict[str, tuple[Bake[Any], Callable[[], Any]]]:

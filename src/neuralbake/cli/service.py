@@ -47,7 +47,7 @@ def serve(
     ray: Annotated[str | None, typer.Option("--ray", help="Run the workers as Ray tasks: `auto` (this machine's cluster, else a local one) or a cluster ADDRESS. Workers must see --data and --db.")] = None,
     gpus_per_worker: Annotated[float, typer.Option(help="With --ray: GPUs each worker asks the cluster for.")] = 0.0,
     models: Annotated[Path | None, typer.Option("--models", help="Model library for postfx jobs (diffusion models, ControlNets, LoRAs), named relative to it.")] = None,
-    max_steps: Annotated[int, typer.Option("--max-steps", help="Most training steps one job may ask for.")] = 1_000_000,
+    max_steps: Annotated[int, typer.Option("--max-steps", help="Most training steps one job may ask for.")] = 10_000_000,
     lease: Annotated[float, typer.Option("--lease", help="Seconds a running job's worker may go silent before the job is requeued (a lost worker's job waits this long).")] = 30.0,
     job_memory: Annotated[float | None, typer.Option("--job-memory", help="GiB one job may need (checked against its settings before it is queued). \\[default: the workers' GPU or RAM shared among --workers]")] = None,
 ) -> None:

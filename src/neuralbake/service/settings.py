@@ -42,8 +42,8 @@ class ServiceSettings:
     job_memory: int | None = None
     """Memory one job may need, in bytes, checked against its footprint before it is queued; ``None``:
     the workers' device's memory (the GPU's, else this machine's RAM) shared among the local workers."""
-    max_steps: int = 1_000_000
-    """Most training steps one job may ask for."""
+    max_steps: int = 10_000_000
+    """Most training steps one job may ask for (ten times the largest device default, the neural texture's million on a GPU)."""
 
     def worker_device(self) -> str:
         """``cpu`` or ``cuda``: the device a job left at ``auto`` runs on."""
