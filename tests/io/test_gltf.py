@@ -358,3 +358,21 @@ def test_a_bake_input_whose_look_needs_an_unshaded_extension_is_refused_by_name(
     with pytest.raises(InputError, match=extension) as error:
         load_bake_input(path)
     assert "materials[1].extensions" in str(error.value) and "'flat'" in str(error.value)
+
+
+def test_khr_materials_ior_is_read_written_and_checked(tmp_path: Path) -> None:
+    path = write_gltf(tmp_path / "glass.gltf", two_material_scene())
+    doc = json.loads(path.read_text())
+    doc["materials"][1]["extensions"] = {"KHR_materials_ior": {"ior": 2.0}}
+    doc["extensionsUsed"] = ["KHR_materials_ior"]
+    path.write_text(json.dumps(doc))
+    scene = load_gltf(path)
+    assert scene.materials[1].ior == 2.0 and scene.materials[0].ior == 1.5 and scene.materials[1].unshaded_extensions == ()
+    again = json.loads(write_gltf(tmp_path / "again.gltf", scene).read_text())
+    assert again["materials"][1]["extensions"] == {"KHR_materials_ior": {"ior": 2.0}} and "KHR_materials_ior" in again["extensionsUsed"]
+    assert "extensions" not in again["materials"][0]
+    doc["materials"][1]["extensions"]["KHR_materials_ior"]["ior"] = 0.5
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="KHR_materials_ior") as error:
+        load_gltf(path)
+    assert "materials[1].extensions.KHR_materials_ior.ior" in str(error.value)

@@ -49,6 +49,8 @@ def test_gltf_gradcheck() -> None:
     metallic = _param(0.0, 0.4, 1.0)
     roughness = _param(0.3, 0.6, 0.9)
     assert gradcheck(lambda b, m, r: gltf_eval(WI, WO, base_color=b, metallic=m, roughness=r), (base, metallic, roughness))
+    f0 = _param(0.04, 0.1, 0.2)
+    assert gradcheck(lambda b, f: gltf_eval(WI, WO, base_color=b, metallic=0.0, roughness=0.5, f0=f), (base, f0))  # KHR_materials_ior's reflectance
 
 
 def test_eval_gradcheck_wrt_directions() -> None:

@@ -23,7 +23,7 @@ from neuralbake.material import (
     lambert_eval,
     smith_g_height_correlated,
 )
-from neuralbake.material.gltf import gltf_visibility
+from neuralbake.material.gltf import dielectric_f0, gltf_visibility
 from neuralbake.material.sheen import charlie_d
 
 from ._support import direction, hemisphere_directions, lobe_cases
@@ -156,8 +156,11 @@ def test_gltf_visibility_is_height_correlated_smith() -> None:
     torch.testing.assert_close(gltf_visibility(wi[:, 2], wo[:, 2], alpha), expected)
 
 
-def test_gltf_matches_spec_full_code_at_one_point() -> None:
-    # The "full code" of glTF 2.0 Appendix B, written out in scalar Python for one direction pair.
+@pytest.mark.parametrize("ior", [1.5, 2.0, 1.0])
+def test_gltf_matches_spec_full_code_at_one_point(ior: float) -> None:
+    # The "full code" of glTF 2.0 Appendix B, written out in scalar Python for one direction pair; KHR_materials_ior
+    # replaces its dielectric 0.04 by ((ior - 1) / (ior + 1))^2 (0.04 at the default 1.5).
+    f0 = ((ior - 1) / (ior + 1)) ** 2
     wi, wo = direction(0.8, 0.1), direction(0.6, 2.5)
     base, metallic, roughness = (0.9, 0.5, 0.2), 0.3, 0.6
     n_dot_l, n_dot_v = 0.8, 0.6
@@ -170,11 +173,13 @@ def test_gltf_matches_spec_full_code_at_one_point() -> None:
     expected = []
     for c in base:
         specular = d * vis
-        dielectric = c / math.pi + (specular - c / math.pi) * (0.04 + 0.96 * fresnel_w)
+        dielectric = c / math.pi + (specular - c / math.pi) * (f0 + (1 - f0) * fresnel_w)
         metal = (c + (1 - c) * fresnel_w) * specular
         expected.append((dielectric + (metal - dielectric) * metallic) * n_dot_l)
-    ours = gltf_eval(wi, wo, base_color=torch.tensor(base, dtype=torch.float64), metallic=metallic, roughness=roughness)
+    ours = gltf_eval(wi, wo, base_color=torch.tensor(base, dtype=torch.float64), metallic=metallic, roughness=roughness, f0=dielectric_f0(ior))
     torch.testing.assert_close(ours, torch.tensor([expected], dtype=torch.float64))
+    if ior == 1.5:  # the spec's fixed dielectric is the default
+        torch.testing.assert_close(gltf_eval(wi, wo, base_color=torch.tensor(base, dtype=torch.float64), metallic=metallic, roughness=roughness), ours)
 
 
 def test_pdf_integrates_to_valid_fraction() -> None:
@@ -203,4 +208,4 @@ def test_charlie_distribution_is_normalised() -> None:
 
 def test_lobe_parameters_come_from_eval() -> None:
     assert LOBES["conductor"].parameters == ("eta", "k", "alpha_x", "alpha_y")
-    assert LOBES["gltf"].parameters == ("base_color", "metallic", "roughness")
+    assert LOBES["gltf"].parameters == ("base_color", "metallic", "roughness", "f0")

@@ -121,10 +121,13 @@ def two_quads(texture: np.ndarray | None = None, colors: bool = False) -> Scene:
 CAMERA = look_at((0.2, 0.3, 3.0), (0.0, 0.0, 0.0), fov_y_deg=50.0)
 
 
-def test_one_pixel_equals_the_brdf_evaluated_directly() -> None:
+@pytest.mark.parametrize("ior", [1.5, 2.4])
+def test_one_pixel_equals_the_brdf_evaluated_directly(ior: float) -> None:
     srgb_half = 0.5
     linear = ((srgb_half + 0.055) / 1.055) ** 2.4  # the texture is sRGB; the renderer decodes it
-    rs = prepare_scene(two_quads(), dtype=F64)
+    scene = two_quads()
+    scene.materials[0].ior = ior  # KHR_materials_ior on the dielectric-ish material
+    rs = prepare_scene(scene, dtype=F64)
     lighting = Lighting([DirectionalLight(LIGHT, IRRADIANCE)], shadows=False)
     g = render_gbuffer(rs, CAMERA, 16, 12)
     out = shade(rs, g, lighting)
@@ -137,7 +140,7 @@ def test_one_pixel_equals_the_brdf_evaluated_directly() -> None:
         wo = -dirs[row, col][None]
         wi = torch.tensor([LIGHT], dtype=F64)
         if material == 0:
-            params = {"base_color": torch.tensor([0.8, 0.6, 0.4], dtype=F64) * linear, "metallic": 0.3, "roughness": 0.6}
+            params = {"base_color": torch.tensor([0.8, 0.6, 0.4], dtype=F64) * linear, "metallic": 0.3, "roughness": 0.6, "f0": ((ior - 1) / (ior + 1)) ** 2}
         else:
             params = {"base_color": torch.tensor([0.2, 0.5, 0.9], dtype=F64), "metallic": 0.9, "roughness": 0.3}
         expected = gltf_eval(wi, wo, **params)[0] * torch.tensor(IRRADIANCE, dtype=F64)

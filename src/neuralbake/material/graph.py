@@ -59,6 +59,7 @@ _RANGES = {
     "base_color": (0.0, 1.0),
     "color": (0.0, 1.0),
     "metallic": (0.0, 1.0),
+    "f0": (0.0, 1.0),
     "roughness": (0.0, 1.0),
     "alpha_x": (0.0, 1.0),
     "alpha_y": (0.0, 1.0),

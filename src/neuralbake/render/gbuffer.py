@@ -21,6 +21,7 @@ import torch
 from neuralbake.errors import InputError
 from neuralbake.io.gltf import Scene
 from neuralbake.material.frame import normalize
+from neuralbake.material.gltf import DIELECTRIC_F0, dielectric_f0
 from neuralbake.material.texture import decode_normal_map
 from neuralbake.render.camera import Camera
 from neuralbake.render.mip import sample_trilinear
@@ -208,6 +209,8 @@ class SurfaceParameters:
     """``[N, 3]`` unit shading normal (normal mapped), on the viewer's side of the surface."""
     geometric_normal: torch.Tensor
     """``[N, 3]`` unit face normal flipped to the viewer's side."""
+    f0: torch.Tensor | float = DIELECTRIC_F0
+    """``[N]`` the dielectric's normal-incidence reflectance (``KHR_materials_ior``; 0.04 at the default ior 1.5)."""
 
     def to_local(self, w: torch.Tensor) -> torch.Tensor:
         """World directions ``[N, 3]`` in the shading frame (tangent, bitangent, normal) = (x, y, z)."""
@@ -279,6 +282,7 @@ def evaluate_materials(scene: RenderScene, gbuffer: GBuffer) -> SurfaceParameter
     occlusion = torch.ones(n, dtype=dtype, device=device)
     emissive = torch.zeros(n, 3, dtype=dtype, device=device)
     unlit = torch.zeros(n, dtype=torch.bool, device=device)
+    f0 = torch.full((n,), DIELECTRIC_F0, dtype=dtype, device=device)
     for index, mat in enumerate(scene.materials):
         rows = torch.nonzero(gbuffer.material_id == index).reshape(-1)
         if rows.numel() == 0:
@@ -307,6 +311,8 @@ def evaluate_materials(scene: RenderScene, gbuffer: GBuffer) -> SurfaceParameter
         emissive = emissive.index_put((rows,), e)
         if mat.unlit:
             unlit[rows] = True
+        if mat.ior != 1.5:
+            f0[rows] = dielectric_f0(float(mat.ior))
     tangent, bitangent, normal, geometric = shading_frame(gbuffer, tangent_normal)
     return SurfaceParameters(
         base_color=base[:, :3],
@@ -320,4 +326,5 @@ def evaluate_materials(scene: RenderScene, gbuffer: GBuffer) -> SurfaceParameter
         bitangent=bitangent,
         normal=normal,
         geometric_normal=geometric,
+        f0=f0,
     )

@@ -97,6 +97,8 @@ class MaterialParameters:
     see :mod:`~neuralbake.render.transparency`."""
     alpha_cutoff: float = 0.5
     """``MASK``'s threshold."""
+    ior: float = 1.5
+    """``KHR_materials_ior``: sets the dielectric's Fresnel reflectance (:func:`~neuralbake.material.gltf.dielectric_f0`)."""
 
 
 @dataclass(eq=False)
@@ -226,6 +228,9 @@ class RenderScene:
                 occlusion_strength=float(p.occlusion_strength),
                 double_sided=p.double_sided,
                 unlit=p.unlit,
+                alpha_mode=p.alpha_mode,
+                alpha_cutoff=p.alpha_cutoff,
+                ior=p.ior,
             )
             for slot, (attr, srgb) in MATERIAL_SLOTS.items():
                 tex = p.textures.get(slot)
@@ -270,6 +275,7 @@ def _material_parameters(m: Material, device: torch.device, dtype: torch.dtype) 
         double_sided=m.double_sided,
         alpha_mode=m.alpha_mode,
         alpha_cutoff=float(m.alpha_cutoff),
+        ior=float(m.ior),
     )
 
 

@@ -71,6 +71,8 @@ class Material:
     whose alpha would cut out or blend (:func:`check_opaque`)."""
     alpha_cutoff: float = 0.5
     """Threshold of the ``MASK`` mode."""
+    ior: float = 1.5
+    """``KHR_materials_ior``: the dielectric's index of refraction (its Fresnel reflectance; 1.5 without the extension)."""
     double_sided: bool = False
     """Back faces are shaded with the flipped normal when true."""
     unlit: bool = False

@@ -34,6 +34,7 @@ triangles (repeated indices or zero area) are dropped and counted; the maths for
 
 from __future__ import annotations
 
+import math
 import warnings
 from pathlib import Path
 
@@ -67,7 +68,6 @@ UNSHADED_MATERIAL_EXTENSIONS = (
     "KHR_materials_clearcoat",
     "KHR_materials_diffuse_transmission",
     "KHR_materials_dispersion",
-    "KHR_materials_ior",
     "KHR_materials_iridescence",
     "KHR_materials_pbrSpecularGlossiness",
     "KHR_materials_sheen",
@@ -77,7 +77,7 @@ UNSHADED_MATERIAL_EXTENSIONS = (
 )
 """Material extensions that change a material's look and that the renderer does not shade: read, recorded on the
 material (:attr:`~neuralbake.io.gltf.model.Material.unshaded_extensions`) and refused by the bakes."""
-_KNOWN_EXTENSIONS = {"KHR_materials_unlit", "KHR_mesh_quantization", "KHR_materials_emissive_strength", "KHR_draco_mesh_compression"}
+_KNOWN_EXTENSIONS = {"KHR_materials_unlit", "KHR_mesh_quantization", "KHR_materials_emissive_strength", "KHR_materials_ior", "KHR_draco_mesh_compression"}
 
 _TRIANGLES = 4
 
@@ -129,6 +129,15 @@ def _texture_ref(reader: GltfDocument, info: object | None, field: str, material
     return TextureRef(cache[source], int(info.texCoord or 0), wrap_s, wrap_t, name)
 
 
+def _ior(reader: GltfDocument, value: object, index: int) -> float:
+    """A material's ``KHR_materials_ior.ior``: 0 (a mirror-like dielectric) or at least 1, as the extension requires."""
+    ior = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    if not (ior == 0.0 or (ior >= 1.0 and math.isfinite(ior))):
+        raise InputError(f"KHR_materials_ior.ior is {value!r}; the extension allows 0 or a finite number of at least 1.", path=reader.path,
+                         field=f"materials[{index}].extensions.KHR_materials_ior.ior", fix="set it to e.g. 1.5 (glass), 1.33 (water), or remove it.")
+    return ior
+
+
 def _read_materials(reader: GltfDocument) -> list[Material]:
     out = []
     cache: dict[int, np.ndarray] = {}
@@ -157,6 +166,9 @@ def _read_materials(reader: GltfDocument) -> list[Material]:
         mat.alpha_cutoff = float(0.5 if m.alphaCutoff is None else m.alphaCutoff)
         mat.double_sided = bool(m.doubleSided)
         mat.unlit = "KHR_materials_unlit" in (m.extensions or {})
+        ior = ((m.extensions or {}).get("KHR_materials_ior") or {}).get("ior")
+        if ior is not None:
+            mat.ior = _ior(reader, ior, i)
         mat.unshaded_extensions = tuple(e for e in UNSHADED_MATERIAL_EXTENSIONS if e in (m.extensions or {}))
         out.append(mat)
     return out

@@ -212,6 +212,8 @@ def write_gltf(path: str | Path, scene: Scene, *, texture_bits: int = 8) -> Path
         entry["doubleSided"] = bool(m.double_sided)
         if m.unlit:
             entry["extensions"] = {"KHR_materials_unlit": {}}
+        elif m.ior != 1.5:
+            entry["extensions"] = {"KHR_materials_ior": {"ior": float(m.ior)}}
         materials.append(entry)
 
     rig = scene.rig if scene.rig is not None and any(m.skin is not None for m in scene.meshes) else None
@@ -258,8 +260,9 @@ def write_gltf(path: str | Path, scene: Scene, *, texture_bits: int = 8) -> Path
             del doc["animations"]
     if textures:
         doc.update({"textures": textures, "samplers": samplers, "images": images})
-    if any(m.unlit for m in scene.materials):
-        doc["extensionsUsed"] = ["KHR_materials_unlit"]
+    used = sorted({name for entry in materials for name in entry.get("extensions", {})})
+    if used:
+        doc["extensionsUsed"] = used
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=RuntimeWarning, module="dataclasses_json")
         gltf = pygltflib.GLTF2.from_dict(doc)  # checks the structure against pygltflib's schema classes
