@@ -376,3 +376,24 @@ def test_khr_materials_ior_is_read_written_and_checked(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="KHR_materials_ior") as error:
         load_gltf(path)
     assert "materials[1].extensions.KHR_materials_ior.ior" in str(error.value)
+
+
+def test_khr_materials_specular_factors_are_shaded_and_its_textures_refused(tmp_path: Path) -> None:
+    from neuralbake.io.gltf import load_bake_input
+
+    path = write_gltf(tmp_path / "tinted.gltf", two_material_scene())
+    doc = json.loads(path.read_text())
+    doc["materials"][1]["extensions"] = {"KHR_materials_specular": {"specularFactor": 0.5, "specularColorFactor": [1.0, 0.5, 0.25]}}
+    path.write_text(json.dumps(doc))
+    scene = load_bake_input(path)
+    assert scene.materials[1].specular == 0.5 and scene.materials[1].specular_color == (1.0, 0.5, 0.25)
+    again = json.loads(write_gltf(tmp_path / "again.gltf", scene).read_text())
+    assert again["materials"][1]["extensions"]["KHR_materials_specular"] == {"specularFactor": 0.5, "specularColorFactor": [1.0, 0.5, 0.25]}
+    doc["materials"][1]["extensions"]["KHR_materials_specular"]["specularColorTexture"] = {"index": 0}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="KHR_materials_specular"):
+        load_bake_input(path)  # its textures are not sampled yet: refused by name
+    doc["materials"][1]["extensions"]["KHR_materials_specular"] = {"specularFactor": 2.0}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="specularFactor"):
+        load_gltf(path)

@@ -23,7 +23,7 @@ from neuralbake.material import (
     lambert_eval,
     smith_g_height_correlated,
 )
-from neuralbake.material.gltf import dielectric_f0, gltf_visibility
+from neuralbake.material.gltf import dielectric_reflectance, gltf_visibility
 from neuralbake.material.sheen import charlie_d
 
 from ._support import direction, hemisphere_directions, lobe_cases
@@ -156,11 +156,13 @@ def test_gltf_visibility_is_height_correlated_smith() -> None:
     torch.testing.assert_close(gltf_visibility(wi[:, 2], wo[:, 2], alpha), expected)
 
 
-@pytest.mark.parametrize("ior", [1.5, 2.0, 1.0])
-def test_gltf_matches_spec_full_code_at_one_point(ior: float) -> None:
+@pytest.mark.parametrize(("ior", "specular", "tint"), [(1.5, 1.0, (1.0, 1.0, 1.0)), (2.0, 1.0, (1.0, 1.0, 1.0)), (1.0, 1.0, (1.0, 1.0, 1.0)),
+                                                     (1.5, 0.5, (1.0, 0.4, 30.0))])
+def test_gltf_matches_spec_full_code_at_one_point(ior: float, specular: float, tint: tuple[float, float, float]) -> None:
     # The "full code" of glTF 2.0 Appendix B, written out in scalar Python for one direction pair; KHR_materials_ior
-    # replaces its dielectric 0.04 by ((ior - 1) / (ior + 1))^2 (0.04 at the default 1.5).
-    f0 = ((ior - 1) / (ior + 1)) ** 2
+    # replaces its dielectric 0.04 by ((ior - 1) / (ior + 1))^2 (0.04 at the default 1.5), and KHR_materials_specular
+    # makes it min(that * specularColor, 1) * specular per channel with f90 = specular.
+    f0s = [min(((ior - 1) / (ior + 1)) ** 2 * t, 1.0) * specular for t in tint]
     wi, wo = direction(0.8, 0.1), direction(0.6, 2.5)
     base, metallic, roughness = (0.9, 0.5, 0.2), 0.3, 0.6
     n_dot_l, n_dot_v = 0.8, 0.6
@@ -171,14 +173,15 @@ def test_gltf_matches_spec_full_code_at_one_point(ior: float) -> None:
     vis = 1 / (2 * (n_dot_v * math.sqrt(a * a + (1 - a * a) * n_dot_l**2) + n_dot_l * math.sqrt(a * a + (1 - a * a) * n_dot_v**2)))
     fresnel_w = (1 - abs(v_dot_h)) ** 5
     expected = []
-    for c in base:
-        specular = d * vis
-        dielectric = c / math.pi + (specular - c / math.pi) * (f0 + (1 - f0) * fresnel_w)
-        metal = (c + (1 - c) * fresnel_w) * specular
+    for c, f0 in zip(base, f0s):
+        spec = d * vis
+        dielectric = c / math.pi + (spec - c / math.pi) * (f0 + (specular - f0) * fresnel_w)
+        metal = (c + (1 - c) * fresnel_w) * spec
         expected.append((dielectric + (metal - dielectric) * metallic) * n_dot_l)
-    ours = gltf_eval(wi, wo, base_color=torch.tensor(base, dtype=torch.float64), metallic=metallic, roughness=roughness, f0=dielectric_f0(ior))
+    rgb, f90 = dielectric_reflectance(ior, specular, tint)
+    ours = gltf_eval(wi, wo, base_color=torch.tensor(base, dtype=torch.float64), metallic=metallic, roughness=roughness, f0=torch.tensor(rgb, dtype=torch.float64), f90=f90)
     torch.testing.assert_close(ours, torch.tensor([expected], dtype=torch.float64))
-    if ior == 1.5:  # the spec's fixed dielectric is the default
+    if (ior, specular) == (1.5, 1.0):  # the spec's fixed dielectric is the default
         torch.testing.assert_close(gltf_eval(wi, wo, base_color=torch.tensor(base, dtype=torch.float64), metallic=metallic, roughness=roughness), ours)
 
 
@@ -208,4 +211,4 @@ def test_charlie_distribution_is_normalised() -> None:
 
 def test_lobe_parameters_come_from_eval() -> None:
     assert LOBES["conductor"].parameters == ("eta", "k", "alpha_x", "alpha_y")
-    assert LOBES["gltf"].parameters == ("base_color", "metallic", "roughness", "f0")
+    assert LOBES["gltf"].parameters == ("base_color", "metallic", "roughness", "f0", "f90")

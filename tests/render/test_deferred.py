@@ -121,12 +121,13 @@ def two_quads(texture: np.ndarray | None = None, colors: bool = False) -> Scene:
 CAMERA = look_at((0.2, 0.3, 3.0), (0.0, 0.0, 0.0), fov_y_deg=50.0)
 
 
-@pytest.mark.parametrize("ior", [1.5, 2.4])
-def test_one_pixel_equals_the_brdf_evaluated_directly(ior: float) -> None:
+@pytest.mark.parametrize(("ior", "specular", "tint"), [(1.5, 1.0, (1.0, 1.0, 1.0)), (2.4, 1.0, (1.0, 1.0, 1.0)), (1.5, 0.6, (2.0, 1.0, 0.5))])
+def test_one_pixel_equals_the_brdf_evaluated_directly(ior: float, specular: float, tint: tuple[float, float, float]) -> None:
     srgb_half = 0.5
     linear = ((srgb_half + 0.055) / 1.055) ** 2.4  # the texture is sRGB; the renderer decodes it
     scene = two_quads()
-    scene.materials[0].ior = ior  # KHR_materials_ior on the dielectric-ish material
+    scene.materials[0].ior = ior  # KHR_materials_ior and _specular on the dielectric-ish material
+    scene.materials[0].specular, scene.materials[0].specular_color = specular, tint
     rs = prepare_scene(scene, dtype=F64)
     lighting = Lighting([DirectionalLight(LIGHT, IRRADIANCE)], shadows=False)
     g = render_gbuffer(rs, CAMERA, 16, 12)
@@ -140,7 +141,8 @@ def test_one_pixel_equals_the_brdf_evaluated_directly(ior: float) -> None:
         wo = -dirs[row, col][None]
         wi = torch.tensor([LIGHT], dtype=F64)
         if material == 0:
-            params = {"base_color": torch.tensor([0.8, 0.6, 0.4], dtype=F64) * linear, "metallic": 0.3, "roughness": 0.6, "f0": ((ior - 1) / (ior + 1)) ** 2}
+            params = {"base_color": torch.tensor([0.8, 0.6, 0.4], dtype=F64) * linear, "metallic": 0.3, "roughness": 0.6,
+                      "f0": torch.tensor([min(((ior - 1) / (ior + 1)) ** 2 * t, 1.0) * specular for t in tint], dtype=F64), "f90": specular}
         else:
             params = {"base_color": torch.tensor([0.2, 0.5, 0.9], dtype=F64), "metallic": 0.9, "roughness": 0.3}
         expected = gltf_eval(wi, wo, **params)[0] * torch.tensor(IRRADIANCE, dtype=F64)

@@ -51,7 +51,7 @@ from neuralbake.material.frame import (
 from neuralbake.material.fresnel import fresnel_schlick
 from neuralbake.material.microfacet import clamp_alpha, ggx_d, ggx_reflection_pdf, ggx_reflection_sample
 
-__all__ = ["DIELECTRIC_F0", "dielectric_f0", "gltf_eval", "gltf_pdf", "gltf_sample", "gltf_visibility"]
+__all__ = ["DIELECTRIC_F0", "dielectric_f0", "dielectric_reflectance", "gltf_eval", "gltf_pdf", "gltf_sample", "gltf_visibility"]
 
 DIELECTRIC_F0 = 0.04
 """Normal-incidence reflectance of the spec's fixed dielectric ``ior = 1.5``: ``((1 - 1.5) / (1 + 1.5))^2``."""
@@ -77,13 +77,23 @@ def dielectric_f0(ior: Param) -> Param:
     return ((ior - 1.0) / (ior + 1.0)) ** 2
 
 
-def gltf_eval(wi: torch.Tensor, wo: torch.Tensor, *, base_color: Param, metallic: Param, roughness: Param, f0: Param = DIELECTRIC_F0) -> torch.Tensor:
+def dielectric_reflectance(ior: float = 1.5, specular: float = 1.0, specular_color: tuple[float, float, float] = (1.0, 1.0, 1.0)) -> tuple[tuple[float, float, float], float]:
+    """``(f0 RGB, f90)`` of a glTF dielectric: ``KHR_materials_specular`` scales :func:`dielectric_f0` of
+    ``KHR_materials_ior`` by its colour (capped at 1) and both ends by its factor."""
+    base = dielectric_f0(ior)
+    return tuple(min(base * c, 1.0) * specular for c in specular_color), specular  # type: ignore[return-value]
+
+
+def gltf_eval(
+    wi: torch.Tensor, wo: torch.Tensor, *, base_color: Param, metallic: Param, roughness: Param, f0: Param = DIELECTRIC_F0, f90: Param = 1.0
+) -> torch.Tensor:
     """Cosine-weighted glTF metal/rough BRDF ``f(wi, wo) cos_i``, ``[N, 3]``.
 
     ``base_color``: linear RGB, broadcastable to ``[N, 3]``; ``metallic``, ``roughness``
     (perceptual, ``alpha = roughness^2``): broadcastable to ``[N]``. Zero unless both directions
-    are above the surface. ``f0``: the dielectric's normal-incidence reflectance (:func:`dielectric_f0` of
-    ``KHR_materials_ior``; the spec's 0.04 at ior 1.5), broadcastable to ``[N]``.
+    are above the surface. ``f0``, ``f90``: the dielectric's reflectance at normal and grazing incidence
+    (:func:`dielectric_reflectance`: ``KHR_materials_ior`` and ``_specular``; the spec's 0.04 and 1 by default), ``f0``
+    broadcastable to ``[N, 3]`` and ``f90`` to ``[N]``.
     """
     wi, wo = check_direction_pair(wi, wo)
     base = as_colour("base_color", base_color, wi)
@@ -94,7 +104,9 @@ def gltf_eval(wi: torch.Tensor, wo: torch.Tensor, *, base_color: Param, metallic
     h = half_vector(wi_s, wo_s)
     specular = (ggx_d(h, alpha, alpha) * gltf_visibility(cos_i, cos_o, alpha))[:, None]
     v_dot_h = dot(wo_s, h)[:, None]
-    dielectric_fresnel = fresnel_schlick(v_dot_h, as_scalar("f0", f0, wi)[:, None])
+    f0_rgb, f90_n = as_colour("f0", f0, wi), as_scalar("f90", f90, wi)[:, None]
+    grazing = torch.clamp(1.0 - torch.abs(v_dot_h), min=0.0) ** 5
+    dielectric_fresnel = f0_rgb + (f90_n - f0_rgb) * grazing
     dielectric = torch.lerp(base / math.pi, specular.expand_as(base), dielectric_fresnel)
     metal = fresnel_schlick(v_dot_h, base) * specular
     f = dielectric + (metal - dielectric) * metallic
@@ -106,9 +118,11 @@ def _specular_probability(metallic: Param, like: torch.Tensor) -> torch.Tensor:
     return 0.5 * (1.0 + torch.clamp(as_scalar("metallic", metallic, like), 0.0, 1.0))
 
 
-def gltf_pdf(wi: torch.Tensor, wo: torch.Tensor, *, base_color: Param | None = None, metallic: Param, roughness: Param, f0: Param = DIELECTRIC_F0) -> torch.Tensor:
-    """Mixture density ``p_spec * pdf_GGX + (1 - p_spec) * cos_i / pi``, ``[N]`` (``base_color`` and ``f0`` do not
-    change it; they are accepted so every lobe operation takes the same parameters)."""
+def gltf_pdf(
+    wi: torch.Tensor, wo: torch.Tensor, *, base_color: Param | None = None, metallic: Param, roughness: Param, f0: Param = DIELECTRIC_F0, f90: Param = 1.0
+) -> torch.Tensor:
+    """Mixture density ``p_spec * pdf_GGX + (1 - p_spec) * cos_i / pi``, ``[N]`` (``base_color``, ``f0`` and ``f90`` do
+    not change it; they are accepted so every lobe operation takes the same parameters)."""
     wi, wo = check_direction_pair(wi, wo)
     p_spec = _specular_probability(metallic, wi)
     alpha = _alpha(roughness, wi)
@@ -117,10 +131,11 @@ def gltf_pdf(wi: torch.Tensor, wo: torch.Tensor, *, base_color: Param | None = N
 
 
 def gltf_sample(
-    wo: torch.Tensor, u: torch.Tensor, *, base_color: Param | None = None, metallic: Param, roughness: Param, f0: Param = DIELECTRIC_F0
+    wo: torch.Tensor, u: torch.Tensor, *, base_color: Param | None = None, metallic: Param, roughness: Param, f0: Param = DIELECTRIC_F0,
+    f90: Param = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pick GGX or cosine sampling with ``u[:, 0]``, reuse it rescaled; ``(wi [N, 3], pdf [N])`` (``base_color`` and
-    ``f0`` do not change it)."""
+    """Pick GGX or cosine sampling with ``u[:, 0]``, reuse it rescaled; ``(wi [N, 3], pdf [N])`` (``base_color``,
+    ``f0`` and ``f90`` do not change it)."""
     wo = check_directions("wo", wo)
     u = check_uniforms(u, wo)
     # The lobe choice is discrete, so it carries no gradient; detaching also keeps the rescaling's

@@ -160,7 +160,7 @@ def _environment(scene: RenderScene, g: GBuffer, s: SurfaceParameters, lighting:
     gen = torch.Generator(device="cpu").manual_seed(lighting.seed)
     shift = torch.rand(g.width * g.height, 4, generator=gen, dtype=torch.float64)[g.pixel.cpu()]
     metallic, roughness = s.metallic.detach(), s.roughness.detach()
-    params = {"base_color": s.base_color, "metallic": s.metallic, "roughness": s.roughness, "f0": s.f0}
+    params = {"base_color": s.base_color, "metallic": s.metallic, "roughness": s.roughness, "f0": s.f0, "f90": s.f90}
     origin = g.position.detach() + s.geometric_normal.detach() * (1e-4 * scene.extent)
     total = torch.zeros_like(s.base_color)
     for k in range(spp):
@@ -223,7 +223,7 @@ def _direct_radiance(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting, s
         lit = ((l_world * s.geometric_normal).sum(-1) > 0.0).to(dtype)
         if lighting.shadows and wo.shape[0]:
             lit = lit * (~scene.caster.occluded(origin, l_world)).to(dtype)
-        f = gltf_eval(s.to_local(l_world), wo, base_color=s.base_color, metallic=s.metallic, roughness=s.roughness, f0=s.f0)
+        f = gltf_eval(s.to_local(l_world), wo, base_color=s.base_color, metallic=s.metallic, roughness=s.roughness, f0=s.f0, f90=s.f90)
         radiance = radiance + f * e * lit[:, None]
     return s, radiance
 

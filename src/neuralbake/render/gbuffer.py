@@ -21,7 +21,7 @@ import torch
 from neuralbake.errors import InputError
 from neuralbake.io.gltf import Scene
 from neuralbake.material.frame import normalize
-from neuralbake.material.gltf import DIELECTRIC_F0, dielectric_f0
+from neuralbake.material.gltf import DIELECTRIC_F0, dielectric_reflectance
 from neuralbake.material.texture import decode_normal_map
 from neuralbake.render.camera import Camera
 from neuralbake.render.mip import sample_trilinear
@@ -210,7 +210,9 @@ class SurfaceParameters:
     geometric_normal: torch.Tensor
     """``[N, 3]`` unit face normal flipped to the viewer's side."""
     f0: torch.Tensor | float = DIELECTRIC_F0
-    """``[N]`` the dielectric's normal-incidence reflectance (``KHR_materials_ior``; 0.04 at the default ior 1.5)."""
+    """``[N, 3]`` the dielectric's normal-incidence reflectance (``KHR_materials_ior`` and ``_specular``; 0.04 by default)."""
+    f90: torch.Tensor | float = 1.0
+    """``[N]`` its grazing reflectance (``KHR_materials_specular``'s factor; 1 by default)."""
 
     def to_local(self, w: torch.Tensor) -> torch.Tensor:
         """World directions ``[N, 3]`` in the shading frame (tangent, bitangent, normal) = (x, y, z)."""
@@ -282,7 +284,8 @@ def evaluate_materials(scene: RenderScene, gbuffer: GBuffer) -> SurfaceParameter
     occlusion = torch.ones(n, dtype=dtype, device=device)
     emissive = torch.zeros(n, 3, dtype=dtype, device=device)
     unlit = torch.zeros(n, dtype=torch.bool, device=device)
-    f0 = torch.full((n,), DIELECTRIC_F0, dtype=dtype, device=device)
+    f0 = torch.full((n, 3), DIELECTRIC_F0, dtype=dtype, device=device)
+    f90 = torch.ones(n, dtype=dtype, device=device)
     for index, mat in enumerate(scene.materials):
         rows = torch.nonzero(gbuffer.material_id == index).reshape(-1)
         if rows.numel() == 0:
@@ -311,8 +314,10 @@ def evaluate_materials(scene: RenderScene, gbuffer: GBuffer) -> SurfaceParameter
         emissive = emissive.index_put((rows,), e)
         if mat.unlit:
             unlit[rows] = True
-        if mat.ior != 1.5:
-            f0[rows] = dielectric_f0(float(mat.ior))
+        if mat.ior != 1.5 or mat.specular != 1.0 or tuple(mat.specular_color) != (1.0, 1.0, 1.0):
+            rgb, grazing = dielectric_reflectance(float(mat.ior), float(mat.specular), tuple(mat.specular_color))
+            f0[rows] = torch.tensor(rgb, dtype=dtype, device=device)
+            f90[rows] = grazing
     tangent, bitangent, normal, geometric = shading_frame(gbuffer, tangent_normal)
     return SurfaceParameters(
         base_color=base[:, :3],
@@ -327,4 +332,5 @@ def evaluate_materials(scene: RenderScene, gbuffer: GBuffer) -> SurfaceParameter
         normal=normal,
         geometric_normal=geometric,
         f0=f0,
+        f90=f90,
     )

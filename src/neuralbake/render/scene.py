@@ -99,6 +99,10 @@ class MaterialParameters:
     """``MASK``'s threshold."""
     ior: float = 1.5
     """``KHR_materials_ior``: sets the dielectric's Fresnel reflectance (:func:`~neuralbake.material.gltf.dielectric_f0`)."""
+    specular: float = 1.0
+    """``KHR_materials_specular``'s factor (:func:`~neuralbake.material.gltf.dielectric_reflectance`)."""
+    specular_color: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    """``KHR_materials_specular``'s colour factor."""
 
 
 @dataclass(eq=False)
@@ -231,6 +235,8 @@ class RenderScene:
                 alpha_mode=p.alpha_mode,
                 alpha_cutoff=p.alpha_cutoff,
                 ior=p.ior,
+                specular=p.specular,
+                specular_color=p.specular_color,
             )
             for slot, (attr, srgb) in MATERIAL_SLOTS.items():
                 tex = p.textures.get(slot)
@@ -276,6 +282,8 @@ def _material_parameters(m: Material, device: torch.device, dtype: torch.dtype) 
         alpha_mode=m.alpha_mode,
         alpha_cutoff=float(m.alpha_cutoff),
         ior=float(m.ior),
+        specular=float(m.specular),
+        specular_color=tuple(float(c) for c in m.specular_color),
     )
 
 

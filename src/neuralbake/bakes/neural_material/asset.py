@@ -32,7 +32,7 @@ from neuralbake.errors import InputError
 from neuralbake.io.bundle import read_bundle
 from neuralbake.io.gltf import Scene, load_bake_input
 from neuralbake.material.frame import normalize, orthonormal_basis
-from neuralbake.material.gltf import DIELECTRIC_F0, dielectric_f0, gltf_eval, gltf_pdf, gltf_sample
+from neuralbake.material.gltf import DIELECTRIC_F0, dielectric_reflectance, gltf_eval, gltf_pdf, gltf_sample
 from neuralbake.material.texture import decode_normal_map
 from neuralbake.render.gbuffer import GBuffer, SurfaceParameters, interpolate
 from neuralbake.render.layer_shading import VertexFrame
@@ -84,7 +84,9 @@ class GltfLayer:
     roughness: torch.Tensor
     shading_normal: torch.Tensor
     f0: torch.Tensor | float = DIELECTRIC_F0
-    """The dielectric's normal-incidence reflectance (``KHR_materials_ior``), ``[N]`` or one value."""
+    """The dielectric's normal-incidence reflectance (``KHR_materials_ior`` and ``_specular``), ``[N, 3]`` or one value."""
+    f90: torch.Tensor | float = 1.0
+    """Its grazing reflectance (``KHR_materials_specular``'s factor), ``[N]`` or one value."""
 
     def __post_init__(self) -> None:
         self.normal = normalize(self.shading_normal)
@@ -98,7 +100,7 @@ class GltfLayer:
 
     def eval(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
         above = ((wi[:, 2] > 0) & (wo[:, 2] > 0)).to(wi.dtype)[:, None]
-        return gltf_eval(self._to_shading(wi), self._to_shading(wo), base_color=self.base_color, f0=self.f0, **self._params()) * above
+        return gltf_eval(self._to_shading(wi), self._to_shading(wo), base_color=self.base_color, f0=self.f0, f90=self.f90, **self._params()) * above
 
     def pdf(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
         above = ((wi[:, 2] > 0) & (wo[:, 2] > 0)).to(wi.dtype)
@@ -113,8 +115,12 @@ class GltfLayer:
 
     def rows(self, rows: torch.Tensor) -> GltfLayer:
         """The layer of the points ``rows`` only."""
-        f0 = self.f0[rows] if isinstance(self.f0, torch.Tensor) else self.f0
-        return GltfLayer(self.base_color[rows], self.metallic[rows], self.roughness[rows], self.shading_normal[rows], f0)
+        return GltfLayer(self.base_color[rows], self.metallic[rows], self.roughness[rows], self.shading_normal[rows], _rows(self.f0, rows), _rows(self.f90, rows))
+
+
+def _rows(value: torch.Tensor | float, rows: torch.Tensor) -> torch.Tensor | float:
+    """``value`` at ``rows`` when it is per point (a tensor: one row per point), else the one value."""
+    return value[rows] if isinstance(value, torch.Tensor) else value
 
 
 class AssetSurface:
@@ -203,8 +209,7 @@ class AssetMaterial(AssetSurface):
 
     def render_layer(self, g: GBuffer, frame: VertexFrame, s: SurfaceParameters, rows: torch.Tensor) -> GltfLayer:
         """The reference layer of G-buffer rows ``rows`` (from the deferred renderer's material inputs ``s``)."""
-        f0 = s.f0[rows] if isinstance(s.f0, torch.Tensor) else s.f0
-        return GltfLayer(s.base_color[rows], s.metallic[rows], s.roughness[rows], normalize(frame.local(s.normal)[rows]), f0)
+        return GltfLayer(s.base_color[rows], s.metallic[rows], s.roughness[rows], normalize(frame.local(s.normal)[rows]), _rows(s.f0, rows), _rows(s.f90, rows))
 
     def _slot(self, name: str, uv: torch.Tensor) -> torch.Tensor | None:
         tex = self.material.textures.get(name)
@@ -250,7 +255,10 @@ class AssetMaterial(AssetSurface):
         self, uv: torch.Tensor, normal: torch.Tensor | None = None, position: torch.Tensor | None = None
     ) -> tuple[GltfLayer, torch.Tensor]:
         s = self.surface(uv)
-        layer = GltfLayer(s["base_color"], s["metallic"], s["roughness"], s["normal"], dielectric_f0(float(self.material.ior)))
+        m = self.material
+        rgb, grazing = dielectric_reflectance(float(m.ior), float(m.specular), tuple(m.specular_color))
+        base = s["base_color"]
+        layer = GltfLayer(base, s["metallic"], s["roughness"], s["normal"], torch.tensor(rgb, dtype=base.dtype, device=base.device).expand_as(base), grazing)
         features = torch.cat([s["base_color"], s["metallic"][:, None], s["roughness"][:, None], s["normal"]], dim=1)
         return layer, features
 

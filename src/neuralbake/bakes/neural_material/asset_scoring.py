@@ -180,7 +180,7 @@ def view_radiance(
     rs, index = reference.render_scene, reference.index
     frame = vertex_frame(g)
     s = evaluate_materials(rs, g)
-    gltf = GltfLayer(s.base_color, s.metallic, s.roughness, normalize(frame.local(s.normal)), s.f0)
+    gltf = GltfLayer(s.base_color, s.metallic, s.roughness, normalize(frame.local(s.normal)), s.f0, s.f90)
     mine = torch.nonzero(g.material_id == index).reshape(-1)
     others = torch.nonzero(g.material_id != index).reshape(-1)
     occlusion, emissive = s.occlusion.clone(), s.emissive.clone()

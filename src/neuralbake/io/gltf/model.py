@@ -73,6 +73,10 @@ class Material:
     """Threshold of the ``MASK`` mode."""
     ior: float = 1.5
     """``KHR_materials_ior``: the dielectric's index of refraction (its Fresnel reflectance; 1.5 without the extension)."""
+    specular: float = 1.0
+    """``KHR_materials_specular``'s ``specularFactor``: scales the dielectric's reflectance (1 without the extension)."""
+    specular_color: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    """``KHR_materials_specular``'s ``specularColorFactor``: tints its normal-incidence reflectance (linear RGB)."""
     double_sided: bool = False
     """Back faces are shaded with the flipped normal when true."""
     unlit: bool = False

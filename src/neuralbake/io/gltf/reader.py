@@ -78,6 +78,9 @@ UNSHADED_MATERIAL_EXTENSIONS = (
 """Material extensions that change a material's look and that the renderer does not shade: read, recorded on the
 material (:attr:`~neuralbake.io.gltf.model.Material.unshaded_extensions`) and refused by the bakes."""
 _KNOWN_EXTENSIONS = {"KHR_materials_unlit", "KHR_mesh_quantization", "KHR_materials_emissive_strength", "KHR_materials_ior", "KHR_draco_mesh_compression"}
+SPECULAR_TEXTURES = ("specularTexture", "specularColorTexture")
+"""``KHR_materials_specular``'s textures: not sampled yet, so a material with them keeps the extension among its
+unshaded ones (refused by the bakes); its factors alone are shaded."""
 
 _TRIANGLES = 4
 
@@ -138,6 +141,22 @@ def _ior(reader: GltfDocument, value: object, index: int) -> float:
     return ior
 
 
+def _specular(reader: GltfDocument, ext: dict, index: int) -> tuple[float, tuple[float, float, float]]:
+    """A material's ``KHR_materials_specular`` factors: ``specularFactor`` in [0, 1], ``specularColorFactor`` three
+    finite values of at least 0."""
+    where = f"materials[{index}].extensions.KHR_materials_specular"
+    factor = ext.get("specularFactor", 1.0)
+    colour = ext.get("specularColorFactor", [1.0, 1.0, 1.0])
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
+    if not (number(factor) and 0.0 <= factor <= 1.0):
+        raise InputError(f"specularFactor is {factor!r}; it must be a number in [0, 1].", path=reader.path, field=f"{where}.specularFactor",
+                         fix="set it to e.g. 1.0, or remove it.")
+    if not (isinstance(colour, list) and len(colour) == 3 and all(number(c) and c >= 0.0 for c in colour)):
+        raise InputError(f"specularColorFactor is {colour!r}; it must be three numbers of at least 0.", path=reader.path,
+                         field=f"{where}.specularColorFactor", fix="set it to e.g. [1, 1, 1], or remove it.")
+    return float(factor), (float(colour[0]), float(colour[1]), float(colour[2]))
+
+
 def _read_materials(reader: GltfDocument) -> list[Material]:
     out = []
     cache: dict[int, np.ndarray] = {}
@@ -170,6 +189,10 @@ def _read_materials(reader: GltfDocument) -> list[Material]:
         if ior is not None:
             mat.ior = _ior(reader, ior, i)
         mat.unshaded_extensions = tuple(e for e in UNSHADED_MATERIAL_EXTENSIONS if e in (m.extensions or {}))
+        specular = (m.extensions or {}).get("KHR_materials_specular")
+        if isinstance(specular, dict) and not any(key in specular for key in SPECULAR_TEXTURES):
+            mat.specular, mat.specular_color = _specular(reader, specular, i)
+            mat.unshaded_extensions = tuple(e for e in mat.unshaded_extensions if e != "KHR_materials_specular")
         out.append(mat)
     return out
 

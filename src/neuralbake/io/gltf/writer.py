@@ -212,8 +212,14 @@ def write_gltf(path: str | Path, scene: Scene, *, texture_bits: int = 8) -> Path
         entry["doubleSided"] = bool(m.double_sided)
         if m.unlit:
             entry["extensions"] = {"KHR_materials_unlit": {}}
-        elif m.ior != 1.5:
-            entry["extensions"] = {"KHR_materials_ior": {"ior": float(m.ior)}}
+        else:
+            extensions: dict[str, dict] = {}
+            if m.ior != 1.5:
+                extensions["KHR_materials_ior"] = {"ior": float(m.ior)}
+            if m.specular != 1.0 or tuple(m.specular_color) != (1.0, 1.0, 1.0):
+                extensions["KHR_materials_specular"] = {"specularFactor": float(m.specular), "specularColorFactor": [float(c) for c in m.specular_color]}
+            if extensions:
+                entry["extensions"] = extensions
         materials.append(entry)
 
     rig = scene.rig if scene.rig is not None and any(m.skin is not None for m in scene.meshes) else None
