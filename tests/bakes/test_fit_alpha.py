@@ -30,17 +30,13 @@ def _config(asset: Path, **kw: object) -> FitConfig:
 
 
 def _opaque_copy(asset: Path, folder: Path) -> Path:
-    """The same asset with every material made OPAQUE (the old behaviour: cut-outs baked solid)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for item in asset.parent.iterdir():
-        if item.suffix in (".bin", ".png"):
-            shutil.copy(item, folder / item.name)
-    document = json.loads(asset.read_text())
-    for material in document["materials"]:
-        material["alphaMode"] = "OPAQUE"
-    target = folder / asset.name
-    target.write_text(json.dumps(document))
-    return target
+    """The same asset with every material made OPAQUE (the old behaviour): ``examples/cards/fit_cards.py``'s own helper."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fit_cards", CARDS / "fit_cards.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.opaque_copy(asset, folder)
 
 
 def _coverage(asset: Path) -> torch.Tensor:

@@ -460,6 +460,21 @@ def transparency_cases() -> None:
     card(case("alpha_blend_fit_shape", ["fit", "{case}/card.gltf", "--shape", *small], "alphaMode BLEND"), "BLEND", 0.5)
 
 
+def material_extension_cases() -> None:
+    """``KHR_materials_ior`` and ``KHR_materials_specular`` values the extensions forbid: refused by the reader, naming
+    the material's field."""
+    small = ["--render-size", "16", "--size", "16", "--views", "2", "--epochs", "1", "--out", "{out}", "--device", "cpu", "-q"]
+    for name, extension, expect in (("khr_ior_below_one", {"KHR_materials_ior": {"ior": 0.5}}, "KHR_materials_ior.ior"),
+                                    ("khr_specular_factor_above_one", {"KHR_materials_specular": {"specularFactor": 2.0}}, "specularFactor")):
+        folder = case(name, ["fit", "{case}/glass.gltf", *small], expect)
+        doc, blob = _triangle_gltf()
+        doc["buffers"][0] = {"byteLength": len(blob), "uri": _data_uri(blob)}
+        doc["materials"] = [{"name": "glass", "pbrMetallicRoughness": {"baseColorFactor": [0.8, 0.8, 0.8, 1.0]}, "extensions": extension}]
+        doc["extensionsUsed"] = list(extension)
+        doc["meshes"][0]["primitives"][0]["material"] = 0
+        (folder / "glass.gltf").write_text(json.dumps(doc))
+
+
 def main() -> None:
     if CORPUS.exists():
         shutil.rmtree(CORPUS)
@@ -476,6 +491,7 @@ def main() -> None:
     ntc_cases()
     missing_input_cases()
     transparency_cases()
+    material_extension_cases()
     (CORPUS / "cases.json").write_text(json.dumps(_CASES, indent=1) + "\n")
     print(f"{len(_CASES)} cases -> {CORPUS}")
 
