@@ -164,6 +164,8 @@ def run_one(kind: str, device: str, path: str | None, out: Path, steps: int | No
     averages = prof.key_averages()
     profile.write_text(f"{kind} kernels={path} steps={steps} wall {watch.seconds:.1f} s\n"
                        f"{averages.table(sort_by=sort, row_limit=40, max_name_column_width=70)}\n"
+                       f"by host time (launch-bound steps show here):\n"
+                       f"{averages.table(sort_by='self_cpu_time_total', row_limit=25, max_name_column_width=70)}\n"
                        f"launches: {sum(e.count for e in averages if e.device_type.name == 'CUDA')} GPU kernels\n")
     return row_of(kind, path, report, entry.summary(report, out), watch.seconds)
 

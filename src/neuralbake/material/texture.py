@@ -50,12 +50,15 @@ def linear_to_srgb(c: torch.Tensor) -> torch.Tensor:
     return torch.where(c <= 0.0031308, 12.92 * c, high)
 
 
-def wrap_texel_index(i: torch.Tensor, n: int, mode: str) -> torch.Tensor:
+def wrap_texel_index(i: torch.Tensor, n: int | torch.Tensor, mode: str) -> torch.Tensor:
     """Integer texel indices ``i`` (any shape) wrapped into ``[0, n)``: ``repeat``, ``clamp`` (to the
-    edge) or ``mirror`` (mirrored repeat, ``..., 1, 0, 0, 1, ..., n-1, n-1, n-2, ...``); same shape and dtype."""
+    edge) or ``mirror`` (mirrored repeat, ``..., 1, 0, 0, 1, ..., n-1, n-1, n-2, ...``); same shape and dtype.
+    ``n``: one size, or an integer tensor of sizes broadcast against ``i`` (one per row of a mip pyramid's levels)."""
     if mode == "repeat":
         return torch.remainder(i, n)
     if mode == "clamp":
+        if isinstance(n, torch.Tensor):
+            return torch.minimum(torch.clamp(i, min=0), n - 1)
         return torch.clamp(i, 0, n - 1)
     m = torch.remainder(i, 2 * n)
     return torch.where(m < n, m, 2 * n - 1 - m)

@@ -35,6 +35,8 @@ visibility buffer.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from neuralbake.errors import InputError
@@ -125,57 +127,50 @@ def antialias(
     tri = triangle_id.to(positions.device).reshape(-1)
     dep = depth.to(positions.device).reshape(-1)
     flat = image.reshape(-1, channels)
-    delta = torch.zeros_like(flat)
-    index = torch.arange(height * width, device=positions.device).reshape(height, width)
-    for first, second in ((index[:, :-1], index[:, 1:]), (index[:-1, :], index[1:, :])):
-        first, second = first.reshape(-1), second.reshape(-1)
-        differ = tri[first] != tri[second]
-        first, second = first[differ], second[differ]
-        if first.numel() == 0:
-            continue
-        first_in_front = dep[first] <= dep[second]
-        front = torch.where(first_in_front, first, second)
-        back = torch.where(first_in_front, second, first)
-        occluder = tri[front]
-        valid = occluder >= 0
-        front, back, occluder = front[valid], back[valid], occluder[valid]
-        if front.numel() == 0:
-            continue
-        fx, fy = (front % width).to(px.dtype), torch.div(front, width, rounding_mode="floor").to(px.dtype)
-        bx, by = (back % width).to(px.dtype), torch.div(back, width, rounding_mode="floor").to(px.dtype)
-        corners = faces[occluder]
-        best_t = torch.full(front.shape, 2.0, dtype=px.dtype, device=px.device)
-        best_edge = torch.full(front.shape, -1, dtype=torch.int64, device=px.device)
-        crossings = []
-        for k in range(3):
-            a, b = corners[:, k], corners[:, (k + 1) % 3]
-            ax, ay, ex, ey = px[a], py[a], px[b] - px[a], py[b] - py[a]
-            e_front = ex * (fy - ay) - ey * (fx - ax)
-            e_back = ex * (by - ay) - ey * (bx - ax)
-            crosses = (e_front * e_back) < 0
-            denominator = torch.where(crosses, e_front - e_back, torch.ones_like(e_front))
-            t = e_front / denominator
-            # the crossing point must lie on the edge segment, not on its extension
-            cx, cy = fx + t * (bx - fx), fy + t * (by - fy)
-            length2 = ex * ex + ey * ey
-            s = ((cx - ax) * ex + (cy - ay) * ey) / torch.where(length2 > 0, length2, torch.ones_like(length2))
-            ok = crosses & (s >= 0) & (s <= 1) & (length2 > 0)
-            take = ok & (t.detach() < best_t)
-            best_t = torch.where(take, t.detach(), best_t)
-            best_edge = torch.where(take, torch.full_like(best_edge, k), best_edge)
-            crossings.append(t)
-        found = best_edge >= 0
-        if not bool(found.any()):
-            continue
-        t = torch.stack(crossings, dim=1).gather(1, best_edge.clamp(min=0)[:, None])[:, 0]
-        across = neighbours[occluder, best_edge.clamp(min=0)]
-        facing = _facing(px.detach(), py.detach(), faces, occluder)
-        across_facing = _facing(px.detach(), py.detach(), faces, across.clamp(min=0))
-        silhouette = found & ((across < 0) | (across_facing != facing))
-        front, back, t = front[silhouette], back[silhouette], t[silhouette]
-        front_colour, back_colour = flat[front], flat[back]
-        front_weight = (0.5 - t).clamp(min=0)[:, None]
-        back_weight = (t - 0.5).clamp(min=0)[:, None]
-        delta = delta.index_add(0, front, front_weight * (back_colour - front_colour))
-        delta = delta.index_add(0, back, back_weight * (front_colour - back_colour))
+    first, second = _adjacent_pairs(height, width, positions.device)  # horizontal and vertical neighbours at once
+    differ = tri[first] != tri[second]
+    first, second = first[differ], second[differ]
+    first_in_front = dep[first] <= dep[second]
+    front = torch.where(first_in_front, first, second)
+    back = torch.where(first_in_front, second, first)
+    occluder = tri[front]
+    valid = occluder >= 0
+    front, back, occluder = front[valid], back[valid], occluder[valid]
+    fx, fy = (front % width).to(px.dtype)[:, None], torch.div(front, width, rounding_mode="floor").to(px.dtype)[:, None]
+    bx, by = (back % width).to(px.dtype)[:, None], torch.div(back, width, rounding_mode="floor").to(px.dtype)[:, None]
+    # the occluder's three edges side by side ([M, 3]): edge k runs from corner k to corner k + 1
+    a = faces[occluder]
+    b = a[:, [1, 2, 0]]
+    ax, ay = px[a], py[a]
+    ex, ey = px[b] - ax, py[b] - ay
+    e_front = ex * (fy - ay) - ey * (fx - ax)
+    e_back = ex * (by - ay) - ey * (bx - ax)
+    crosses = (e_front * e_back) < 0
+    t = e_front / torch.where(crosses, e_front - e_back, torch.ones_like(e_front))
+    # the crossing point must lie on the edge segment, not on its extension
+    cx, cy = fx + t * (bx - fx), fy + t * (by - fy)
+    length2 = ex * ex + ey * ey
+    along = ((cx - ax) * ex + (cy - ay) * ey) / torch.where(length2 > 0, length2, torch.ones_like(length2))
+    ok = crosses & (along >= 0) & (along <= 1) & (length2 > 0)
+    nearest = torch.where(ok, t.detach(), torch.full_like(t, 2.0))
+    best_edge = torch.argmin(nearest, dim=1, keepdim=True)  # the first of equally near crossings
+    found = ok.gather(1, best_edge)[:, 0]
+    t = t.gather(1, best_edge)[:, 0]
+    across = neighbours[occluder, best_edge[:, 0]]
+    facing = _facing(px.detach(), py.detach(), faces, torch.cat((occluder, across.clamp(min=0))))
+    silhouette = found & ((across < 0) | (facing[across.shape[0] :] != facing[: across.shape[0]]))
+    front, back, t = front[silhouette], back[silhouette], t[silhouette]
+    front_colour, back_colour = flat[front], flat[back]
+    front_weight = (0.5 - t).clamp(min=0)[:, None]
+    back_weight = (t - 0.5).clamp(min=0)[:, None]
+    delta = torch.zeros_like(flat).index_add(0, torch.cat((front, back)), torch.cat((front_weight * (back_colour - front_colour), back_weight * (front_colour - back_colour))))
     return (flat + delta).reshape(height, width, channels)
+
+
+@functools.lru_cache(maxsize=16)
+def _adjacent_pairs(height: int, width: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flat indices of every horizontally, then every vertically adjacent pixel pair of an image (made once per size)."""
+    index = torch.arange(height * width, device=device).reshape(height, width)
+    first = torch.cat((index[:, :-1].reshape(-1), index[:-1, :].reshape(-1)))
+    second = torch.cat((index[:, 1:].reshape(-1), index[1:, :].reshape(-1)))
+    return first, second

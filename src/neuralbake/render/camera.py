@@ -95,6 +95,24 @@ class Camera:
         o = torch.as_tensor(self.position, dtype=dtype, device=device).expand(height, width, 3)
         return o, d
 
+    def pixel_directions(
+        self, pixel: torch.Tensor, width: int, height: int, offsets: Sequence[tuple[float, float]], dtype: torch.dtype = torch.float32
+    ) -> torch.Tensor:
+        """Unit directions ``[K, N, 3]`` of the rays :meth:`generate_rays` casts through the flat pixel indices
+        ``pixel`` (``row * width + col``, ``[N]``) at each of the ``K`` ``offsets`` (same arithmetic, so the
+        same values), computed for those pixels only."""
+        _check_size(width, height)
+        device = pixel.device
+        right, up, forward = torch.as_tensor(np.stack(self.basis()), dtype=dtype, device=device)
+        off = torch.as_tensor(offsets, dtype=dtype, device=device).reshape(-1, 2)
+        tan_half = math.tan(math.radians(self.fov_y_deg) / 2.0)
+        col = (pixel % width).to(dtype)
+        row = torch.div(pixel, width, rounding_mode="floor").to(dtype)
+        x = (col[None, :] + off[:, 0:1]) * (2.0 / width) - 1.0
+        y = 1.0 - (row[None, :] + off[:, 1:2]) * (2.0 / height)
+        d = forward + tan_half * ((width / height) * x[..., None] * right + y[..., None] * up)
+        return d / torch.linalg.vector_norm(d, dim=-1, keepdim=True)
+
     def project(self, points: torch.Tensor, width: int, height: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Pixel coordinates and view depth of world ``points`` ``[N, 3]``, differentiable in ``points``.
 

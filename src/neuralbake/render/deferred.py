@@ -150,39 +150,61 @@ def over_pdf(value: torch.Tensor, pdf: torch.Tensor) -> torch.Tensor:
     return torch.where(ok[:, None], value / torch.where(ok, pdf, torch.ones_like(pdf))[:, None], torch.zeros_like(value))
 
 
+ENVIRONMENT_BATCH_ROWS = 1 << 21
+"""Rows (pixels x samples) the environment estimator evaluates per batch: all of a view's samples at once
+where they fit (one BRDF evaluation for every sample and both strategies), else a few batches."""
+
+
 def _environment(scene: RenderScene, g: GBuffer, s: SurfaceParameters, lighting: Lighting, wo: torch.Tensor) -> torch.Tensor:
     env = lighting.environment
     dtype, device = scene.dtype, scene.device
     if env.radiance.device != device:
         env = EnvironmentLight.from_map(env.radiance.to(device))
-    spp = lighting.environment_samples
+    spp, n = lighting.environment_samples, wo.shape[0]
     sobol = torch.quasirandom.SobolEngine(4, scramble=True, seed=lighting.seed).draw(spp).to(torch.float64)
     gen = torch.Generator(device="cpu").manual_seed(lighting.seed)
     shift = torch.rand(g.width * g.height, 4, generator=gen, dtype=torch.float64)[g.pixel.cpu()]
+    sobol, shift = sobol.to(device), shift.to(device)
+    frame = (s.tangent.detach(), s.bitangent.detach(), s.normal.detach())
+    geometric = s.geometric_normal.detach()
     metallic, roughness = s.metallic.detach(), s.roughness.detach()
-    params = {"base_color": s.base_color, "metallic": s.metallic, "roughness": s.roughness, "f0": s.f0, "f90": s.f90}
-    origin = g.position.detach() + s.geometric_normal.detach() * (1e-4 * scene.extent)
+    origin = g.position.detach() + geometric * (1e-4 * scene.extent)
+
+    def local(w: torch.Tensor) -> torch.Tensor:  # [K, N, 3] world -> shading frame
+        return torch.stack([(w * axis).sum(-1) for axis in frame], dim=-1)
+
+    def world(w: torch.Tensor) -> torch.Tensor:
+        return w[..., 0:1] * frame[0] + w[..., 1:2] * frame[1] + w[..., 2:3] * frame[2]
+
+    def rows(t: torch.Tensor | float, k: int) -> torch.Tensor | float:  # per-pixel values for k samples each
+        return t.repeat(k, *([1] * (t.dim() - 1))) if isinstance(t, torch.Tensor) else t
+
     total = torch.zeros_like(s.base_color)
-    for k in range(spp):
-        u = torch.remainder(sobol[k] + shift, 1.0).to(device=device, dtype=env.pmf.dtype)
-        for strategy in ("light", "bsdf"):
-            if strategy == "light":
-                wi_world, p_light = env.sample(u[:, 0:2])
-                wi_world, p_light = wi_world.to(dtype), p_light.to(dtype)
-                wi = s.to_local(wi_world).detach()
-                p_bsdf = gltf_pdf(wi, wo.detach(), metallic=metallic, roughness=roughness)
-                weight, pdf = power_heuristic(p_light, p_bsdf), p_light
-            else:
-                wi, p_bsdf = gltf_sample(wo.detach(), u[:, 2:4].to(dtype), metallic=metallic, roughness=roughness)
-                wi_world = s.to_world(wi).detach()
-                p_light = env.pdf(wi_world.to(env.pmf.dtype)).to(dtype)
-                weight, pdf = power_heuristic(p_bsdf, p_light), p_bsdf
-            above = ((wi_world * s.geometric_normal.detach()).sum(-1) > 0.0).to(dtype)
-            if lighting.environment_shadows:
-                above = above * (~scene.caster.occluded(origin, wi_world)).to(dtype)
-            radiance = env.eval(wi_world.to(env.pmf.dtype)).to(dtype)
-            f = gltf_eval(wi, wo, **params)
-            total = total + over_pdf(f * radiance, pdf) * (weight * above)[:, None]
+    step = max(1, ENVIRONMENT_BATCH_ROWS // max(2 * n, 1))
+    for k0 in range(0, spp, step):
+        k = min(step, spp - k0)
+        u = torch.remainder(sobol[k0 : k0 + k, None, :] + shift[None], 1.0).to(env.pmf.dtype)  # [K, N, 4]
+        # light samples, then BRDF samples: [K, N, 3] each
+        light_world, p_light_l = env.sample(u[..., 0:2].reshape(-1, 2))
+        light_world = light_world.to(dtype).reshape(k, n, 3)
+        light_local = local(light_world)
+        bsdf_local, p_bsdf_b = gltf_sample(rows(wo.detach(), k), u[..., 2:4].reshape(-1, 2).to(dtype), metallic=rows(metallic, k), roughness=rows(roughness, k))
+        bsdf_local = bsdf_local.reshape(k, n, 3)
+        bsdf_world = world(bsdf_local)
+        p_bsdf_l = gltf_pdf(light_local.reshape(-1, 3), rows(wo.detach(), k), metallic=rows(metallic, k), roughness=rows(roughness, k))
+        p_light_b = env.pdf(bsdf_world.reshape(-1, 3).to(env.pmf.dtype)).to(dtype)
+        p_light_l = p_light_l.to(dtype)
+        weight = torch.cat((power_heuristic(p_light_l, p_bsdf_l), power_heuristic(p_bsdf_b, p_light_b)))
+        pdf = torch.cat((p_light_l, p_bsdf_b))
+        wi_world = torch.cat((light_world, bsdf_world)).reshape(-1, 3)  # [2 K N, 3]: both strategies
+        wi = torch.cat((light_local, bsdf_local)).reshape(-1, 3).detach()
+        above = ((wi_world.reshape(2 * k, n, 3) * geometric).sum(-1) > 0.0).to(dtype).reshape(-1)
+        if lighting.environment_shadows:
+            above = above * (~scene.caster.occluded(rows(origin, 2 * k), wi_world)).to(dtype)
+        radiance = env.eval(wi_world.to(env.pmf.dtype)).to(dtype)
+        f = gltf_eval(wi, rows(wo, 2 * k), base_color=rows(s.base_color, 2 * k), metallic=rows(s.metallic, 2 * k), roughness=rows(s.roughness, 2 * k),
+                      f0=rows(s.f0, 2 * k), f90=rows(s.f90, 2 * k))
+        total = total + (over_pdf(f * radiance, pdf) * (weight * above)[:, None]).reshape(2 * k, n, 3).sum(0)
     return total * (s.occlusion[:, None] / spp)
 
 
@@ -217,15 +239,26 @@ def _direct_radiance(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting, s
     wo = s.to_local(gbuffer.view)
     radiance = s.emissive
     origin = gbuffer.position.detach() + s.geometric_normal.detach() * (1e-4 * scene.extent)
-    for light in lighting.directional:
-        l_world = normalize(torch.as_tensor(light.direction, dtype=dtype, device=device).reshape(1, 3)).expand_as(wo)
-        e = torch.as_tensor(light.irradiance, dtype=dtype, device=device).reshape(-1).expand(3)
-        lit = ((l_world * s.geometric_normal).sum(-1) > 0.0).to(dtype)
-        if lighting.shadows and wo.shape[0]:
-            lit = lit * (~scene.caster.occluded(origin, l_world)).to(dtype)
-        f = gltf_eval(s.to_local(l_world), wo, base_color=s.base_color, metallic=s.metallic, roughness=s.roughness, f0=s.f0, f90=s.f90)
-        radiance = radiance + f * e * lit[:, None]
-    return s, radiance
+    lights = lighting.directional
+    if not lights:
+        return s, radiance
+    # every light in one batch of rows (light-major), so the BRDF is evaluated once however many lights there are
+    count, n = len(lights), wo.shape[0]
+    table = torch.stack([
+        torch.cat((torch.as_tensor(light.direction, dtype=torch.float64).reshape(3),
+                   torch.as_tensor(light.irradiance, dtype=torch.float64).reshape(-1).expand(3)))
+        for light in lights
+    ]).to(device=device, dtype=dtype)  # [L, 6]: direction towards the light, irradiance
+    l_world = normalize(table[:, None, :3]).expand(count, n, 3)
+    lit = ((l_world * s.geometric_normal).sum(-1) > 0.0).to(dtype)
+    if lighting.shadows and n:
+        lit = lit * torch.stack([~scene.caster.occluded(origin, l_world[k]) for k in range(count)]).to(dtype)
+    repeat = (lambda t: t) if count == 1 else (lambda t: t.repeat(count, *([1] * (t.dim() - 1))) if isinstance(t, torch.Tensor) else t)
+    f = gltf_eval(
+        s.to_local(l_world).reshape(count * n, 3), repeat(wo), base_color=repeat(s.base_color), metallic=repeat(s.metallic),
+        roughness=repeat(s.roughness), f0=repeat(s.f0), f90=repeat(s.f90),
+    )
+    return s, radiance + (f.reshape(count, n, 3) * table[:, None, 3:] * lit[..., None]).sum(0)
 
 
 def with_environment(scene: RenderScene, gbuffer: GBuffer, direct: ShadeResult, lighting: Lighting) -> ShadeResult:

@@ -13,6 +13,7 @@ differentiable in the texels) on the pixels whose material id selects it and ret
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -24,9 +25,9 @@ from neuralbake.material.frame import normalize
 from neuralbake.material.gltf import DIELECTRIC_F0, dielectric_reflectance
 from neuralbake.material.texture import decode_normal_map
 from neuralbake.render.camera import Camera
-from neuralbake.render.mip import sample_trilinear
+from neuralbake.render.mip import PackedPyramid, pack_pyramid, sample_trilinear
 from neuralbake.render.scene import RenderScene, TextureSlot, prepare_scene
-from neuralbake.render.visibility import VisibilityBuffer, ray_triangle_barycentrics, visibility_buffer
+from neuralbake.render.visibility import VisibilityBuffer, plane_barycentrics, visibility_buffer
 
 __all__ = ["GBuffer", "GBufferRows", "SurfaceParameters", "as_render_scene", "evaluate_materials", "interpolate", "render_gbuffer", "shading_frame"]
 
@@ -48,10 +49,10 @@ def interpolate(attributes: torch.Tensor, faces: torch.Tensor, triangle_id: torc
             field="attributes",
             fix="flatten the hit pixels first.",
         )
-    f = faces[triangle_id]
+    corners = attributes.index_select(0, faces.index_select(0, triangle_id).reshape(-1)).reshape(triangle_id.shape[0], 3, attributes.shape[1])
     b = barycentrics.to(attributes.dtype)
     b1, b2 = b[:, 0:1], b[:, 1:2]
-    return (1.0 - b1 - b2) * attributes[f[:, 0]] + b1 * attributes[f[:, 1]] + b2 * attributes[f[:, 2]]
+    return (1.0 - b1 - b2) * corners[:, 0] + b1 * corners[:, 1] + b2 * corners[:, 2]
 
 
 
@@ -142,23 +143,31 @@ def render_gbuffer(scene: Scene | RenderScene, camera: Camera, width: int, heigh
     """
     rs = as_render_scene(scene)
     vis = visibility if visibility is not None else visibility_buffer(rs.caster, camera, width, height, material_ids=rs.material_ids, dtype=rs.dtype)
+    dtype = rs.dtype
     mask = vis.mask.reshape(-1)
     pixel = torch.nonzero(mask).reshape(-1)
+    n = pixel.shape[0]
     tri = vis.triangle_id.reshape(-1)[pixel]
-    origin = vis.ray_origin.reshape(-1, 3)[pixel]
-    direction = vis.ray_direction.reshape(-1, 3)[pixel]
-    bary, _ = ray_triangle_barycentrics(rs.positions, rs.faces, tri, origin, direction)
-    position = interpolate(rs.positions, rs.faces, tri, bary)
-    f = rs.faces[tri]
-    p0, p1, p2 = rs.positions[f[:, 0]], rs.positions[f[:, 1]], rs.positions[f[:, 2]]
+    origin = vis.ray_origin.reshape(-1, 3)[pixel].to(dtype)
+    direction = vis.ray_direction.reshape(-1, 3)[pixel].to(dtype)
+    # the pixel's own ray and its neighbours' to the right and below (ray differentials), met in one batch with the
+    # triangle's plane, and every vertex attribute interpolated with one gather of the triangles' corners
+    rays = torch.stack((direction, *camera.pixel_directions(pixel, width, height, ((1.5, 0.5), (0.5, 1.5)), dtype=dtype)))
+    f = rs.faces.index_select(0, tri)
+    attributes = torch.cat((rs.positions, rs.uv0, rs.uv1, rs.normals, rs.tangents, rs.colors), 1).to(dtype)
+    corners = attributes.index_select(0, f.reshape(-1)).reshape(n, 3, attributes.shape[1])
+    p0, p1, p2 = corners[:, 0, 0:3], corners[:, 1, 0:3], corners[:, 2, 0:3]
+    eye = torch.as_tensor(camera.position, dtype=dtype, device=origin.device).expand_as(origin)
+    barycentrics, _ = plane_barycentrics(p0, p1 - p0, p2 - p0, torch.stack((origin, eye, eye)), rays)
+    weights = torch.cat((1.0 - barycentrics.sum(-1, keepdim=True), barycentrics), -1)  # [3, N, 3]
+    own = (weights[0, :, :, None] * corners).sum(1)  # [N, 18]
+    uvs = (own[:, 3:5], own[:, 5:7])
+    beside = (weights[1:, :, :, None] * corners[None, :, :, 3:7]).sum(2) - own[None, :, 3:7]  # [2, N, 4]: the uvs only
+    beside = torch.nan_to_num(beside, nan=0.0, posinf=1e6, neginf=-1e6)
+    bary = barycentrics[0]
+    position = own[:, 0:3]
     geometric = normalize(torch.cross(p1 - p0, p2 - p0, dim=-1))
-    uvs = (interpolate(rs.uv0, rs.faces, tri, bary), interpolate(rs.uv1, rs.faces, tri, bary))
-    uv_dx, uv_dy = [], []
-    for offset, out in (((1.5, 0.5), uv_dx), ((0.5, 1.5), uv_dy)):
-        o, d = camera.generate_rays(width, height, offset=offset, device=rs.device, dtype=rs.dtype)
-        b, _ = ray_triangle_barycentrics(rs.positions, rs.faces, tri, o.reshape(-1, 3)[pixel], d.reshape(-1, 3)[pixel])
-        for k, attr in enumerate((rs.uv0, rs.uv1)):
-            out.append(torch.nan_to_num(interpolate(attr, rs.faces, tri, b) - uvs[k], nan=0.0, posinf=1e6, neginf=-1e6))
+    uv_dx, uv_dy = (beside[0, :, 0:2], beside[0, :, 2:4]), (beside[1, :, 0:2], beside[1, :, 2:4])
     return GBuffer(
         visibility=vis,
         pixel=pixel,
@@ -167,13 +176,13 @@ def render_gbuffer(scene: Scene | RenderScene, camera: Camera, width: int, heigh
         barycentrics=bary,
         position=position,
         geometric_normal=geometric,
-        normal=normalize(interpolate(rs.normals, rs.faces, tri, bary)),
-        tangent=interpolate(rs.tangents, rs.faces, tri, bary),
+        normal=normalize(own[:, 7:10]),
+        tangent=own[:, 10:14],
         uv=uvs,
-        uv_dx=(uv_dx[0], uv_dx[1]),
-        uv_dy=(uv_dy[0], uv_dy[1]),
-        color=interpolate(rs.colors, rs.faces, tri, bary),
-        view=-direction.to(rs.dtype),
+        uv_dx=uv_dx,
+        uv_dy=uv_dy,
+        color=own[:, 14:18],
+        view=-direction,
         width=width,
         height=height,
     )
@@ -257,13 +266,65 @@ def shading_frame(gbuffer: GBuffer, tangent_normal: torch.Tensor | None = None) 
     return t, torch.cross(n, t, dim=-1), n, geo
 
 
-def _sample_slot(tex: TextureSlot | None, gbuffer: GBuffer, rows: torch.Tensor) -> torch.Tensor | None:
-    """Trilinear texels ``[len(rows), C]`` of a bound slot at the G-buffer rows ``rows`` (``None`` if unbound)."""
-    if tex is None:
-        return None
-    k = tex.texcoord
-    uv, dx, dy = gbuffer.uv[k][rows], gbuffer.uv_dx[k][rows], gbuffer.uv_dy[k][rows]
-    return sample_trilinear(tex.pyramid(), uv, dx, dy, wrap_s=tex.wrap_s, wrap_t=tex.wrap_t)
+SAMPLED_SLOTS = ("base_color", "metallic_roughness", "normal", "occlusion", "emissive")
+"""The texture slots :func:`evaluate_materials` samples, in the order their channels are packed."""
+
+_GROUPS: weakref.WeakKeyDictionary[TextureSlot, tuple[tuple[Any, ...], PackedPyramid]] = weakref.WeakKeyDictionary()
+"""Packed pyramids of slots sampled together, keyed by the group's first slot (with what they were built from)."""
+
+
+def _packed_group(slots: list[TextureSlot]) -> PackedPyramid:
+    """Slots with the same uv set, addressing, size and dtype as one packed pyramid, their channels side by
+    side (box filtering works per channel, so each slot's channels are its own pyramid). Cached while no
+    texel changes or needs gradients; each slot's own pyramid then becomes a view into the packed texels,
+    so the textures are held once."""
+    key = tuple((id(s.texels), s.texels._version) for s in slots)
+    fixed = not any(s.texels.requires_grad for s in slots)
+    if fixed:
+        hit = _GROUPS.get(slots[0])
+        if hit is not None and hit[0] == key:
+            return hit[1]
+    pyramids = [s.pyramid() for s in slots]
+    levels = [parts[0] if len(parts) == 1 else torch.cat(parts, -1) for parts in zip(*pyramids, strict=True)]
+    if not fixed:
+        return pack_pyramid(levels)
+    with torch.no_grad():
+        packed = pack_pyramid(levels)
+        start = 0
+        for slot, pyramid in zip(slots, pyramids, strict=True):
+            c = pyramid[0].shape[2]
+            views = [
+                packed.texels[offset : offset + level.shape[0] * level.shape[1], start : start + c].view(level.shape[0], level.shape[1], c)
+                for offset, level in zip(packed.offsets.tolist(), pyramid, strict=True)
+            ]
+            slot.adopt_pyramid(views)
+            start += c
+    _GROUPS[slots[0]] = (key, packed)
+    return packed
+
+
+def _sample_material(textures: dict[str, TextureSlot], gbuffer: GBuffer, rows: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """Trilinear texels of every bound slot at the G-buffer rows ``rows`` (``None``: all), by slot name. Slots that
+    share a uv set, addressing and size are looked up together, one lookup for all their channels."""
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    for name in SAMPLED_SLOTS:
+        tex = textures.get(name)
+        if tex is not None:
+            t = tex.texels
+            groups.setdefault((tex.texcoord, tex.wrap_s, tex.wrap_t, tuple(t.shape[:2]), t.dtype, t.device), []).append(name)
+    out = {}
+    for (k, wrap_s, wrap_t, *_), names in groups.items():
+        slots = [textures[name] for name in names]
+        uv, dx, dy = gbuffer.uv[k], gbuffer.uv_dx[k], gbuffer.uv_dy[k]
+        if rows is not None:
+            uv, dx, dy = uv.index_select(0, rows), dx.index_select(0, rows), dy.index_select(0, rows)
+        taps = sample_trilinear(_packed_group(slots), uv, dx, dy, wrap_s=wrap_s, wrap_t=wrap_t)
+        start = 0
+        for name, slot in zip(names, slots, strict=True):
+            c = slot.texels.shape[2]
+            out[name] = taps[:, start : start + c]
+            start += c
+    return out
 
 
 def _rgba(t: torch.Tensor) -> torch.Tensor:
@@ -286,38 +347,45 @@ def evaluate_materials(scene: RenderScene, gbuffer: GBuffer) -> SurfaceParameter
     unlit = torch.zeros(n, dtype=torch.bool, device=device)
     f0 = torch.full((n, 3), DIELECTRIC_F0, dtype=dtype, device=device)
     f90 = torch.ones(n, dtype=dtype, device=device)
+    single = len(scene.materials) == 1  # every hit is the one material's: no split, no host sync
     for index, mat in enumerate(scene.materials):
-        rows = torch.nonzero(gbuffer.material_id == index).reshape(-1)
-        if rows.numel() == 0:
+        rows = None if single else torch.nonzero(gbuffer.material_id == index).reshape(-1)
+        count = n if rows is None else int(rows.numel())
+        if count == 0:
             continue
 
-        bc = mat.base_color_factor.to(dtype).expand(rows.numel(), 4) * gbuffer.color[rows]
-        t = _sample_slot(mat.textures.get("base_color"), gbuffer, rows)
-        if t is not None:
-            bc = bc * _rgba(t)
-        base = base.index_put((rows,), bc)
-        rm = torch.stack((mat.roughness_factor, mat.metallic_factor)).to(dtype).expand(rows.numel(), 2)
-        t = _sample_slot(mat.textures.get("metallic_roughness"), gbuffer, rows)
+        def put(into: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+            return values if rows is None else into.index_put((rows,), values)
+
+        taps = _sample_material(mat.textures, gbuffer, rows)
+        color = gbuffer.color if rows is None else gbuffer.color.index_select(0, rows)
+        bc = mat.base_color_factor.to(dtype).expand(count, 4) * color
+        if "base_color" in taps:
+            bc = bc * _rgba(taps["base_color"])
+        base = put(base, bc)
+        rm = torch.stack((mat.roughness_factor, mat.metallic_factor)).to(dtype).expand(count, 2)
+        t = taps.get("metallic_roughness")
         if t is not None:
             rm = rm * (t[:, 1:3] if t.shape[1] >= 3 else t[:, :1].expand(-1, 2))
-        rough_metal = rough_metal.index_put((rows,), rm)
-        t = _sample_slot(mat.textures.get("normal"), gbuffer, rows)
+        rough_metal = put(rough_metal, rm)
+        t = taps.get("normal")
         if t is not None:
-            tangent_normal = tangent_normal.index_put((rows,), decode_normal_map(t[:, :3], strength=mat.normal_scale.to(dtype)))
-        t = _sample_slot(mat.textures.get("occlusion"), gbuffer, rows)
+            tangent_normal = put(tangent_normal, decode_normal_map(t[:, :3], strength=mat.normal_scale.to(dtype)))
+        t = taps.get("occlusion")
         if t is not None:
-            occlusion = occlusion.index_put((rows,), 1.0 + mat.occlusion_strength.to(dtype) * (t[:, 0] - 1.0))
-        e = mat.emissive_factor.to(dtype).expand(rows.numel(), 3)
-        t = _sample_slot(mat.textures.get("emissive"), gbuffer, rows)
+            occlusion = put(occlusion, 1.0 + mat.occlusion_strength.to(dtype) * (t[:, 0] - 1.0))
+        e = mat.emissive_factor.to(dtype).expand(count, 3)
+        t = taps.get("emissive")
         if t is not None:
             e = e * (t[:, :3] if t.shape[1] >= 3 else t[:, :1].expand(-1, 3))
-        emissive = emissive.index_put((rows,), e)
+        emissive = put(emissive, e)
+        everywhere = slice(None) if rows is None else rows
         if mat.unlit:
-            unlit[rows] = True
+            unlit[everywhere] = True
         if mat.ior != 1.5 or mat.specular != 1.0 or tuple(mat.specular_color) != (1.0, 1.0, 1.0):
             rgb, grazing = dielectric_reflectance(float(mat.ior), float(mat.specular), tuple(mat.specular_color))
-            f0[rows] = torch.tensor(rgb, dtype=dtype, device=device)
-            f90[rows] = grazing
+            f0[everywhere] = torch.tensor(rgb, dtype=dtype, device=device)
+            f90[everywhere] = grazing
     tangent, bitangent, normal, geometric = shading_frame(gbuffer, tangent_normal)
     return SurfaceParameters(
         base_color=base[:, :3],

@@ -15,13 +15,16 @@ measured on level 0, clamped to the pyramid; a non-square texture halves each si
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
 from neuralbake.errors import InputError
 from neuralbake.material.texture import WRAP_MODES, wrap_texel_index
 
-__all__ = ["box_downsample", "build_mip_pyramid", "is_power_of_two", "mip_level", "sample_bilinear", "sample_trilinear"]
+__all__ = ["PackedPyramid", "box_downsample", "build_mip_pyramid", "is_power_of_two", "mip_level", "pack_pyramid", "sample_bilinear", "sample_trilinear"]
 
 
 def _check_texture(texture: torch.Tensor) -> None:
@@ -145,8 +148,61 @@ def mip_level(uv_dx: torch.Tensor, uv_dy: torch.Tensor, height: int, width: int,
     return torch.clamp(lod, 0.0, float(levels - 1))
 
 
+@dataclass(frozen=True, eq=False)
+class PackedPyramid:
+    """A mip pyramid as one texel table, so that a trilinear lookup is a fixed handful of tensor operations
+    whatever the number of levels (no loop over levels, no host synchronisation): GPU steps that sample
+    textures many times (shape fits, references) are bound by how many kernels they launch."""
+
+    texels: torch.Tensor
+    """``[T, C]``: every level's texels, row-major, level 0 first."""
+    offsets: torch.Tensor
+    """int64 ``[L]``: each level's first row in :attr:`texels`."""
+    widths: torch.Tensor
+    """int64 ``[L]``."""
+    heights: torch.Tensor
+    """int64 ``[L]``."""
+    height: int
+    """Level 0's height."""
+    width: int
+    """Level 0's width."""
+
+    @property
+    def levels(self) -> int:
+        return int(self.offsets.shape[0])
+
+    @property
+    def channels(self) -> int:
+        return int(self.texels.shape[1])
+
+
+@functools.lru_cache(maxsize=256)
+def _level_tables(sizes: tuple[tuple[int, int], ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Offsets, widths and heights of levels of ``(height, width)`` ``sizes`` as int64 tensors on ``device``
+    (cached: made once per pyramid shape, not copied to the device every lookup)."""
+    counts = [h * w for h, w in sizes]
+    offsets = [sum(counts[:k]) for k in range(len(counts))]
+    table = torch.tensor([offsets, [w for _, w in sizes], [h for h, _ in sizes]], dtype=torch.int64, device=device)
+    return table[0], table[1], table[2]
+
+
+def pack_pyramid(pyramid: list[torch.Tensor]) -> PackedPyramid:
+    """``pyramid`` (from :func:`build_mip_pyramid`, ``[H, W, C]`` levels) as a :class:`PackedPyramid`;
+    differentiable in the levels."""
+    if not pyramid:
+        raise InputError("the mip pyramid is empty.", field="pyramid", fix="build it with build_mip_pyramid(texture).")
+    for level in pyramid:
+        _check_texture(level)
+    channels = pyramid[0].shape[2]
+    flat = [level.reshape(-1, channels) for level in pyramid]
+    sizes = tuple((int(level.shape[0]), int(level.shape[1])) for level in pyramid)
+    offsets, widths, heights = _level_tables(sizes, pyramid[0].device)
+    texels = flat[0] if len(flat) == 1 else torch.cat(flat)
+    return PackedPyramid(texels=texels, offsets=offsets, widths=widths, heights=heights, height=sizes[0][0], width=sizes[0][1])
+
+
 def sample_trilinear(
-    pyramid: list[torch.Tensor],
+    pyramid: list[torch.Tensor] | PackedPyramid,
     uv: torch.Tensor,
     uv_dx: torch.Tensor | None = None,
     uv_dy: torch.Tensor | None = None,
@@ -156,29 +212,38 @@ def sample_trilinear(
 ) -> torch.Tensor:
     """Trilinearly filtered texels ``[N, C]`` at ``uv`` ``[N, 2]``.
 
-    ``pyramid``: from :func:`build_mip_pyramid`; ``uv_dx``, ``uv_dy``: ``[N, 2]`` change of uv to
-    the next pixel right and down (``None``: level 0, plain bilinear). Each sample blends the two
-    levels around its :func:`mip_level`. Differentiable in the pyramid, ``uv`` and the derivatives.
+    ``pyramid``: from :func:`build_mip_pyramid`, or packed (:func:`pack_pyramid`, to pack a fixed
+    texture once); ``uv_dx``, ``uv_dy``: ``[N, 2]`` change of uv to the next pixel right and down
+    (``None``: level 0, plain bilinear). Each sample blends the two levels around its
+    :func:`mip_level`: the four taps of both levels are gathered from the packed texels at once.
+    Differentiable in the pyramid, ``uv`` and the derivatives.
     """
-    if not pyramid:
-        raise InputError("the mip pyramid is empty.", field="pyramid", fix="build it with build_mip_pyramid(texture).")
     if uv.dim() != 2 or uv.shape[1] != 2:
         raise InputError(f"uv must have shape [N, 2], got {tuple(uv.shape)}.", field="uv", fix="pass one (u, v) per row.")
-    base = pyramid[0]
-    if uv_dx is None or uv_dy is None or len(pyramid) == 1:
+    _check_wrap(wrap_s, wrap_t)
+    packed = pyramid if isinstance(pyramid, PackedPyramid) else pack_pyramid(pyramid)
+    texels = packed.texels
+    n, levels = uv.shape[0], packed.levels
+    if uv_dx is None or uv_dy is None or levels == 1:
+        base = texels[: packed.height * packed.width].reshape(packed.height, packed.width, packed.channels)
         return sample_bilinear(base, uv, wrap_s=wrap_s, wrap_t=wrap_t)
-    lod = mip_level(uv_dx.to(base.dtype), uv_dy.to(base.dtype), base.shape[0], base.shape[1], len(pyramid))
+    dtype = texels.dtype
+    lod = mip_level(uv_dx.to(dtype), uv_dy.to(dtype), packed.height, packed.width, levels)
     lo = torch.floor(lod.detach()).long()
-    frac = (lod - lo.to(lod.dtype))[:, None]
-    hi = torch.clamp(lo + 1, max=len(pyramid) - 1)
-    out = torch.zeros(uv.shape[0], base.shape[2], dtype=base.dtype, device=base.device)
-    for level in range(len(pyramid)):
-        w = torch.where((lo == level)[:, None], 1.0 - frac, torch.zeros_like(frac)) + torch.where(
-            (hi == level)[:, None], frac, torch.zeros_like(frac)
-        )
-        rows = torch.nonzero((lo == level) | (hi == level)).reshape(-1)
-        if rows.numel() == 0:
-            continue
-        taps = sample_bilinear(pyramid[level], uv[rows], wrap_s=wrap_s, wrap_t=wrap_t)
-        out = out.index_add(0, rows, taps * w[rows])
-    return out
+    frac = lod - lo.to(dtype)
+    level = torch.stack((lo, torch.clamp(lo + 1, max=levels - 1)), 1)  # [N, 2]: the two levels blended
+    w, h = packed.widths[level], packed.heights[level]
+    uv = uv.to(dtype)
+    x = uv[:, None, 0] * w.to(dtype) - 0.5
+    y = uv[:, None, 1] * h.to(dtype) - 0.5
+    x0, y0 = torch.floor(x.detach()), torch.floor(y.detach())
+    fx, fy = (x - x0)[..., None], (y - y0)[..., None]
+    x0, y0 = x0.long(), y0.long()
+    xa, xb = wrap_texel_index(x0, w, wrap_s), wrap_texel_index(x0 + 1, w, wrap_s)
+    ya, yb = wrap_texel_index(y0, h, wrap_t) * w, wrap_texel_index(y0 + 1, h, wrap_t) * w
+    index = torch.stack((ya + xa, ya + xb, yb + xa, yb + xb), -1) + packed.offsets[level][..., None]  # [N, 2, 4]
+    taps = texels.index_select(0, index.reshape(-1)).reshape(n, 2, 4, packed.channels)
+    top = torch.lerp(taps[:, :, 0], taps[:, :, 1], fx)
+    bottom = torch.lerp(taps[:, :, 2], taps[:, :, 3], fx)
+    both = torch.lerp(top, bottom, fy)  # [N, 2, C]
+    return torch.lerp(both[:, 0], both[:, 1], frac[:, None])

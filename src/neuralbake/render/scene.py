@@ -67,6 +67,11 @@ class TextureSlot:
                 self._cache = (*key, build_mip_pyramid(t))
         return self._cache[2]
 
+    def adopt_pyramid(self, levels: list[torch.Tensor]) -> None:
+        """Use ``levels`` (equal to :meth:`pyramid`'s, e.g. views into a packed table holding several slots) as the
+        cached pyramid of the current texels."""
+        self._cache = (id(self.texels), self.texels._version, levels)
+
 
 @dataclass(eq=False)
 class MaterialParameters:

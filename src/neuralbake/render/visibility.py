@@ -37,6 +37,7 @@ __all__ = [
     "closest_points",
     "RayCaster",
     "VisibilityBuffer",
+    "plane_barycentrics",
     "ray_triangle_barycentrics",
     "visibility_buffer",
 ]
@@ -339,17 +340,25 @@ def ray_triangle_barycentrics(
     flow to vertex positions. For the pixel's own ray this reproduces the visibility buffer's
     barycentrics; for a neighbouring pixel's ray it gives the ray differential on the same plane.
     """
-    f = faces[triangle_id]
-    p0, p1, p2 = positions[f[:, 0]], positions[f[:, 1]], positions[f[:, 2]]
-    e1, e2 = p1 - p0, p2 - p0
-    d = directions.to(positions.dtype)
-    s = origins.to(positions.dtype) - p0
-    pvec = torch.cross(d, e2, dim=-1)
+    corners = positions.index_select(0, faces.index_select(0, triangle_id).reshape(-1)).reshape(triangle_id.shape[0], 3, 3)
+    p0 = corners[:, 0]
+    return plane_barycentrics(p0, corners[:, 1] - p0, corners[:, 2] - p0, origins.to(positions.dtype), directions.to(positions.dtype))
+
+
+def plane_barycentrics(
+    p0: torch.Tensor, e1: torch.Tensor, e2: torch.Tensor, origins: torch.Tensor, directions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`ray_triangle_barycentrics` for triangles given as a corner ``p0`` and edges ``e1 = p1 - p0``,
+    ``e2 = p2 - p0`` (``[N, 3]`` each) and rays ``[..., N, 3]`` (several rays per triangle batch: leading axes
+    broadcast): barycentrics ``[..., N, 2]`` and distances ``[..., N]``."""
+    d = directions
+    s = origins - p0
+    pvec = torch.cross(d, e2.expand_as(d), dim=-1)
     det = (e1 * pvec).sum(-1)
-    tiny = torch.finfo(positions.dtype).tiny
+    tiny = torch.finfo(p0.dtype).tiny
     det = torch.where(det.abs() > tiny, det, torch.full_like(det, tiny))  # ray parallel to the plane
     inv = 1.0 / det
-    qvec = torch.cross(s, e1, dim=-1)
+    qvec = torch.cross(s.expand_as(d), e1.expand_as(d), dim=-1)
     b1 = (s * pvec).sum(-1) * inv
     b2 = (d * qvec).sum(-1) * inv
     t = (e2 * qvec).sum(-1) * inv
