@@ -82,10 +82,13 @@ def chi2_sampler_pvalue(
     n_phi: int = 20,
     seed: int = 0,
     nodes: int = 6,
+    *,
+    sphere: bool = False,
 ) -> float:
     """p-value of Pearson's chi-square test of ``sample`` (given ``wo`` ``[1, 3]``) against ``pdf``.
 
-    Valid samples (``pdf > 0``) are binned in ``(cos theta, phi)`` cells of the upper hemisphere;
+    Valid samples (``pdf > 0``) are binned in ``(cos theta, phi)`` cells of the upper hemisphere
+    (``sphere``: of the whole sphere);
     the expected count of a cell is ``n_samples`` times the integral of ``pdf`` over it
     (Gauss-Legendre, ``nodes`` x ``nodes`` per cell, in the measure ``d cos(theta) d phi``, which
     is solid angle). Cells expecting fewer than 5 samples are pooled into one bin, as in Mitsuba's
@@ -98,9 +101,11 @@ def chi2_sampler_pvalue(
     u = torch.rand(n_samples, 2, generator=g, dtype=torch.float64)
     wi, p = sample(wo.expand(n_samples, 3), u)
     wi = wi[p > 0.0]
-    cos = torch.clamp(wi[:, 2], 0.0, 1.0)
+    low_cos = -1.0 if sphere else 0.0  # sphere: cells over both hemispheres (transmission)
+    span = 1.0 - low_cos
+    cos = torch.clamp(wi[:, 2], low_cos, 1.0)
     phi = torch.remainder(torch.atan2(wi[:, 1], wi[:, 0]), 2.0 * math.pi)
-    i_cos = torch.clamp((cos * n_cos).long(), max=n_cos - 1)
+    i_cos = torch.clamp(((cos - low_cos) / span * n_cos).long(), max=n_cos - 1)
     i_phi = torch.clamp((phi / (2.0 * math.pi) * n_phi).long(), max=n_phi - 1)
     observed = torch.bincount(i_cos * n_phi + i_phi, minlength=n_cos * n_phi).double().numpy()
 
@@ -110,12 +115,12 @@ def chi2_sampler_pvalue(
     cell_c = torch.arange(n_cos, dtype=torch.float64)
     cell_p = torch.arange(n_phi, dtype=torch.float64)
     # Node coordinates [n_cos, n_phi, nodes, nodes].
-    c = ((cell_c[:, None] + t[None, :]) / n_cos)[:, None, :, None].expand(n_cos, n_phi, nodes, nodes)
+    c = (low_cos + span * (cell_c[:, None] + t[None, :]) / n_cos)[:, None, :, None].expand(n_cos, n_phi, nodes, nodes)
     f = ((cell_p[:, None] + t[None, :]) * (2.0 * math.pi / n_phi))[None, :, None, :].expand(n_cos, n_phi, nodes, nodes)
     s = torch.sqrt(torch.clamp(1.0 - c * c, min=0.0))
     dirs = torch.stack((s * torch.cos(f), s * torch.sin(f), c), dim=-1).reshape(-1, 3)
     density = pdf(dirs, wo.expand(dirs.shape[0], 3)).reshape(n_cos, n_phi, nodes, nodes)
-    weights = (wt[:, None] * wt[None, :]) * ((1.0 / n_cos) * (2.0 * math.pi / n_phi))
+    weights = (wt[:, None] * wt[None, :]) * ((span / n_cos) * (2.0 * math.pi / n_phi))
     expected = (n_samples * (density * weights).sum(dim=(-1, -2))).reshape(-1).numpy()
 
     low = expected < 5.0

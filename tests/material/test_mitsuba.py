@@ -315,3 +315,33 @@ def test_gltf_dielectric_pdf_matches_principled(
     _, their_pdf = _mitsuba_eval_pdf(_principled(base_color, 0.0, roughness), wi, wo)
     ours = gltf_pdf(wi, wo, base_color=torch.tensor(base_color, dtype=torch.float64), metallic=0.0, roughness=roughness)
     assert max_relative_error(ours, their_pdf) < TOLERANCE
+
+
+def _sphere_directions(n: int, seed: int, min_abs_cos: float = 0.05) -> torch.Tensor:
+    """``n`` directions over both hemispheres (``|cos theta| >= min_abs_cos``), half of them below the surface."""
+    up = hemisphere_directions(n, seed=seed, min_cos=min_abs_cos)
+    flip = torch.ones(n, dtype=torch.float64)
+    flip[1::2] = -1.0
+    return up * torch.stack((torch.ones_like(flip), torch.ones_like(flip), flip), -1)
+
+
+@pytest.mark.parametrize(("alpha_x", "alpha_y", "ior"), [(0.3, None, 1.5), (0.15, 0.45, 1.33), (0.6, None, 2.4)])
+def test_dielectric_matches_roughdielectric_on_both_sides(variant: str, alpha_x: float, alpha_y: float | None, ior: float) -> None:
+    """Reflection and refraction, viewer in the air and inside the medium, against ``roughdielectric`` (radiance mode)."""
+    from neuralbake.material.dielectric import dielectric_eval, dielectric_pdf
+
+    wi, wo = _sphere_directions(N_PAIRS, seed=41), _sphere_directions(N_PAIRS, seed=42)[torch.randperm(N_PAIRS, generator=torch.Generator().manual_seed(3))]
+    bsdf = {"type": "roughdielectric", "distribution": "ggx", "int_ior": ior, "ext_ior": 1.0, "sample_visible": True}
+    bsdf.update({"alpha": alpha_x} if alpha_y is None else {"alpha_u": alpha_x, "alpha_v": alpha_y})
+    theirs, their_pdf = _mitsuba_eval_pdf(bsdf, wi, wo)
+    params = {"alpha_x": alpha_x, "alpha_y": alpha_y, "ior": ior}
+    ours, our_pdf = dielectric_eval(wi, wo, **params), dielectric_pdf(wi, wo, **params)
+    transmitted = wi[:, 2] * wo[:, 2] < 0
+    assert bool((theirs[transmitted] > 0).any()) and bool((theirs[~transmitted] > 0).any())
+    # float32 in Mitsuba: relative error where the value is not tiny, absolute below
+    big = theirs.abs() > 1e-3
+    assert max_relative_error(ours[big], theirs[big]) < 5 * TOLERANCE
+    assert (ours[~big] - theirs[~big]).abs().max().item() < 1e-5
+    big = their_pdf > 1e-3
+    assert max_relative_error(our_pdf[big], their_pdf[big]) < 5 * TOLERANCE
+    assert (our_pdf[~big] - their_pdf[~big]).abs().max().item() < 1e-5

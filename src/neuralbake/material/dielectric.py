@@ -1,0 +1,135 @@
+"""Rough dielectric interface: GGX reflection and refraction through a boundary between air and a
+medium of index ``ior`` (Walter et al. 2007, "Microfacet Models for Refraction through Rough
+Surfaces"), for glass, water, gems and the transmission lobes of Standard Surface and OpenPBR.
+
+Unlike the reflection lobes of :mod:`~neuralbake.material.lobes`, directions may lie on either side
+of the surface: the local frame's +z points into the air, so ``wo.z < 0`` is a viewer inside the
+medium and ``wi.z * wo.z < 0`` a pair joined by refraction. The model is Mitsuba 3's
+``roughdielectric`` with ``distribution="ggx"`` (anisotropic GGX, separable Smith masking with the
+microfacet side test, exact unpolarised Fresnel, visible-normal sampling), evaluated for radiance:
+
+- reflection: ``F(wo.m) D(m) G(wi, wo, m) / (4 |cos_o|)`` with ``m`` the half vector;
+- refraction: ``(1 - F(wo.m)) D(m) G |wi.m| |wo.m| / (|cos_o| (wo.m + eta wi.m)^2)`` with
+  ``m = normalize(wo + eta wi)`` and ``eta`` the index ratio from the viewer's side to the light's
+  (``ior`` for a viewer in the air, ``1 / ior`` inside). The ``eta^2`` of Walter's BTDF is cancelled
+  by the ``1 / eta^2`` by which radiance shrinks as it leaves the denser medium (Veach 1997, 5.2), so
+  the pair is not reciprocal; a light-tracing estimator would need the adjoint (the ``eta^2`` kept).
+
+All functions return the cosine-weighted BSDF ``f(wi, wo) |cos_i|`` like the other lobes, take
+``alpha_x``/``alpha_y``/``ior`` broadcastable to ``[N]``, and are differentiable in the directions
+and the parameters. Sampling picks reflection with probability ``F`` and refraction otherwise,
+from the low digits of ``u[:, 1]`` (two uniforms per sample, as every lobe here takes).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from neuralbake.material.frame import as_scalar, check_direction_pair, check_directions, check_uniforms, dot, normalize, reflect
+from neuralbake.material.fresnel import fresnel_dielectric
+from neuralbake.material.lobes import Lobe, Param, _alphas
+from neuralbake.material.microfacet import ggx_d, ggx_g1, ggx_sample_visible_normal
+
+__all__ = ["BRANCH_DIGITS", "DIELECTRIC", "dielectric_eval", "dielectric_pdf", "dielectric_sample", "fresnel_signed", "refract"]
+
+
+BRANCH_DIGITS = 4096
+""":func:`dielectric_sample` draws reflection or refraction with ``frac(u1 * BRANCH_DIGITS)``."""
+
+
+def fresnel_signed(cos_i: torch.Tensor, ior: torch.Tensor) -> torch.Tensor:
+    """Unpolarised reflectance for light meeting a microfacet at signed cosine ``cos_i`` (positive: from the air side,
+    relative index ``ior``; negative: from inside, ``1 / ior``), ``[N]``; 1 under total internal reflection."""
+    return fresnel_dielectric(cos_i, torch.where(cos_i >= 0.0, ior, 1.0 / ior))
+
+
+def refract(w: torch.Tensor, m: torch.Tensor, ior: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Refraction of ``w`` (``[N, 3]``, pointing away from the surface) through microfacet normal ``m``: the
+    transmitted direction on the other side and whether it exists (False under total internal reflection)."""
+    cos_i = dot(w, m)
+    eta_ti = torch.where(cos_i >= 0.0, 1.0 / ior, ior)  # index ratio incident side / transmitted side, inverted
+    cos_t2 = 1.0 - eta_ti * eta_ti * (1.0 - cos_i * cos_i)
+    exists = cos_t2 > 0.0
+    cos_t = -torch.sign(cos_i) * torch.sqrt(torch.clamp(cos_t2, min=0.0))
+    return m * (cos_i * eta_ti + cos_t)[:, None] - w * eta_ti[:, None], exists
+
+
+def _microfacet(wi: torch.Tensor, wo: torch.Tensor, ior: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The pair's microfacet normal (upper side), whether it is a reflection, the viewer-to-light index ratio ``eta``
+    and whether the micro- and macro-surface agree on the sides (pairs they do not are zero)."""
+    cos_i, cos_o = wi[:, 2], wo[:, 2]
+    reflected = cos_i * cos_o > 0.0
+    eta = torch.where(cos_o > 0.0, ior, 1.0 / ior)
+    m = normalize(wo + wi * torch.where(reflected, torch.ones_like(eta), eta)[:, None])
+    m = m * torch.where(m[:, 2] < 0.0, -1.0, 1.0)[:, None]
+    agree = (dot(wo, m) * cos_o > 0.0) & (dot(wi, m) * cos_i > 0.0) & (cos_o != 0.0) & (cos_i != 0.0)
+    return m, reflected, eta, agree
+
+
+def dielectric_eval(wi: torch.Tensor, wo: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param = 1.5) -> torch.Tensor:
+    """``f(wi, wo) |cos_i|`` of the rough dielectric boundary, ``[N, 3]`` (grey): reflection where ``wi`` and
+    ``wo`` are on one side, refraction where they are on opposite sides (module docstring)."""
+    wi, wo = check_direction_pair(wi, wo)
+    ior = as_scalar("ior", ior, wi)
+    ax, ay = _alphas(alpha_x, alpha_y, wi)
+    m, reflected, eta, agree = _microfacet(wi, wo, ior)
+    d = ggx_d(m, ax, ay)
+    f = fresnel_signed(dot(wo, m), ior)
+    g = ggx_g1(wi, m, ax, ay) * ggx_g1(wo, m, ax, ay)
+    abs_cos_o = torch.abs(wo[:, 2]).clamp(min=torch.finfo(wo.dtype).tiny)
+    reflection = f * d * g / (4.0 * abs_cos_o)
+    denominator = (dot(wo, m) + eta * dot(wi, m)) ** 2
+    refraction = torch.abs((1.0 - f) * d * g * dot(wi, m) * dot(wo, m) / (abs_cos_o * denominator.clamp(min=torch.finfo(wo.dtype).tiny)))
+    value = torch.where(reflected, reflection, refraction)
+    return torch.where(agree, value, torch.zeros_like(value))[:, None].expand(-1, 3)
+
+
+def dielectric_pdf(wi: torch.Tensor, wo: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param = 1.5) -> torch.Tensor:
+    """Solid-angle density of :func:`dielectric_sample`, ``[N]``: the visible-normal density of ``m`` seen from
+    ``wo``, times the branch's probability (``F`` or ``1 - F``) and the Jacobian from ``m`` to ``wi``."""
+    wi, wo = check_direction_pair(wi, wo)
+    ior = as_scalar("ior", ior, wi)
+    ax, ay = _alphas(alpha_x, alpha_y, wi)
+    m, reflected, eta, agree = _microfacet(wi, wo, ior)
+    tiny = torch.finfo(wo.dtype).tiny
+    wo_up = wo * torch.where(wo[:, 2] < 0.0, -1.0, 1.0)[:, None]
+    visible = ggx_g1(wo_up, m, ax, ay) * ggx_d(m, ax, ay) * torch.abs(dot(wo, m)) / torch.abs(wo[:, 2]).clamp(min=tiny)
+    f = fresnel_signed(dot(wo, m), ior)
+    jacobian = torch.where(
+        reflected,
+        1.0 / (4.0 * torch.abs(dot(wi, m)).clamp(min=tiny)),
+        eta * eta * torch.abs(dot(wi, m)) / ((dot(wo, m) + eta * dot(wi, m)) ** 2).clamp(min=tiny),
+    )
+    pdf = visible * torch.where(reflected, f, 1.0 - f) * jacobian
+    return torch.where(agree, pdf, torch.zeros_like(pdf))
+
+
+def dielectric_sample(
+    wo: torch.Tensor, u: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param = 1.5
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A visible GGX normal seen from ``wo``, then reflection (probability ``F``) or refraction: ``(wi [N, 3], pdf [N])``;
+    ``pdf`` is 0 for a sample the model gives no value (the side tests)."""
+    wo = check_directions("wo", wo)
+    u = check_uniforms(u, wo)
+    ior = as_scalar("ior", ior, wo)
+    ax, ay = _alphas(alpha_x, alpha_y, wo)
+    side = torch.where(wo[:, 2] < 0.0, -1.0, 1.0).to(wo.dtype)
+    m = ggx_sample_visible_normal(wo * side[:, None], u, ax, ay)
+    f = fresnel_signed(dot(wo, m), ior)
+    # the branch needs a third uniform, independent of m: the digits of u1 below its first 12 bits (u1's top bits
+    # place the normal's azimuth; the two share nothing coarser than 2 pi / 4096 of it)
+    choose = torch.remainder(u[:, 1] * float(BRANCH_DIGITS), 1.0)
+    reflected = choose < f
+    through, exists = refract(wo, m, ior)
+    mirror = reflected | ~exists
+    wi = torch.where(mirror[:, None], reflect(wo, m), through)
+    # a reflection that leaves through the surface, or a refraction that stays on the viewer's side, is no sample
+    # (its density belongs to the other branch)
+    same_side = wi[:, 2] * wo[:, 2] > 0.0
+    pdf = dielectric_pdf(wi, wo, alpha_x=ax, alpha_y=ay, ior=ior)
+    return wi, torch.where(mirror == same_side, pdf, torch.zeros_like(pdf))
+
+
+DIELECTRIC = Lobe("dielectric", dielectric_eval, dielectric_sample, dielectric_pdf)
+"""The rough dielectric behind the common lobe interface. Not in :data:`~neuralbake.material.lobes.LOBES`:
+the layered materials and the renderers shade the upper hemisphere only, so it is not yet selectable there."""
