@@ -21,7 +21,7 @@ from a MaterialX document and calls them.
 **open_pbr_surface** (the same structure; fuzz sits on top, as in OpenPBR)::
 
     diffuse  = lambert((1 - subsurface_weight) base_weight base_color + subsurface_weight subsurface_color)
-    specular = mix(diffuse, coat(diffuse, spec alphas, ior=specular_ior), specular_weight)
+    specular = mix(diffuse, coat(diffuse, spec alphas, ior=eta_s), specular_weight)
     metal    = conductor(artistic_ior(base_weight base_color, specular_weight specular_color), spec alphas)
     base     = mix(specular, metal, base_metalness)
     coated   = mix(base, coat(base, coat alphas, ior=coat_ior, coat_color absorption), coat_weight)
@@ -33,7 +33,10 @@ Roughness to GGX alpha is MaterialX's ``roughness_anisotropy`` node
 (:func:`~neuralbake.material.microfacet.roughness_anisotropy`). Standard Surface's specular
 roughness is first pulled towards 1 by ``coat_affect_roughness * coat * coat_roughness``;
 OpenPBR's by the coat as ``mix(r, min(1, 2 r_coat^4 + r^4)^(1/4), coat_weight)``, both as in the
-MaterialX graphs. The metal's complex index comes from Gulbrandsen's artist-friendly mapping
+MaterialX graphs. OpenPBR's specular index under the coat is relative to the coat, as in the
+MaterialX graph: ``eta_s = mix(specular_ior, max(r, 1/r), coat_weight)`` with
+``r = specular_ior / coat_ior`` (the inversion where ``r < 1`` stands in for total internal
+reflection). The metal's complex index comes from Gulbrandsen's artist-friendly mapping
 (:func:`~neuralbake.material.fresnel.artistic_ior`). Weights are clamped to ``[0, 1]`` and
 indices of refraction to at least 1.
 
@@ -205,7 +208,10 @@ def open_pbr_surface_layers(v: Mapping[str, torch.Tensor]) -> Layer:
     r, r_coat = v["specular_roughness"], v["coat_roughness"]
     coated_r = torch.clamp(2.0 * r_coat**4 + r**4, torch.finfo(r.dtype).tiny, 1.0) ** 0.25
     ax, ay = roughness_anisotropy(r + coat_w * (coated_r - r), v["specular_roughness_anisotropy"])
-    dielectric = coat(diffuse, alpha_x=ax, alpha_y=ay, ior=torch.clamp(v["specular_ior"], min=1.0))
+    # Under the coat the specular interface is base-to-coat (MaterialX's eta_s; see the module docstring).
+    ratio = v["specular_ior"] / torch.clamp(v["coat_ior"], min=1.0)
+    eta_s = v["specular_ior"] + coat_w * (torch.maximum(ratio, 1.0 / ratio) - v["specular_ior"])
+    dielectric = coat(diffuse, alpha_x=ax, alpha_y=ay, ior=torch.clamp(eta_s, min=1.0))
     specular = mix(diffuse, dielectric, _unit(v["specular_weight"]))
     eta, k = artistic_ior(v["base_weight"][:, None] * v["base_color"], v["specular_weight"][:, None] * v["specular_color"])
     metal = layer("conductor", {"eta": eta, "k": k, "alpha_x": ax, "alpha_y": ay})
