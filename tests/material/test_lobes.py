@@ -210,5 +210,24 @@ def test_charlie_distribution_is_normalised() -> None:
 
 
 def test_lobe_parameters_come_from_eval() -> None:
-    assert LOBES["conductor"].parameters == ("eta", "k", "alpha_x", "alpha_y")
+    assert LOBES["conductor"].parameters == ("eta", "k", "alpha_x", "alpha_y", "film_weight", "film_thickness", "film_ior")
+    assert LOBES["coating"].parameters == ("alpha_x", "alpha_y", "ior", "film_weight", "film_thickness", "film_ior")
     assert LOBES["gltf"].parameters == ("base_color", "metallic", "roughness", "f0", "f90")
+
+
+@pytest.mark.parametrize("lobe", ["coating", "conductor"])
+def test_thin_film_colours_the_fresnel_and_vanishes_with_its_weight(lobe: str) -> None:
+    """A film over the coating or the metal tints the reflection (unequal RGB where the plain lobe is grey or smooth);
+    weight 0, or a film of thickness 0 with weight 1, gives the plain lobe back; its sampler and pdf are the plain ones."""
+    from ._support import hemisphere_directions
+
+    wi, wo = hemisphere_directions(64, seed=3), hemisphere_directions(64, seed=4)
+    params = {"alpha_x": 0.3, "ior": 1.5} if lobe == "coating" else {"eta": torch.tensor([0.2, 0.9, 1.1], dtype=torch.float64), "k": 3.0, "alpha_x": 0.3}
+    plain = LOBES[lobe].eval(wi, wo, params)
+    film = {"film_weight": 1.0, "film_thickness": 350.0, "film_ior": 1.4}
+    tinted = LOBES[lobe].eval(wi, wo, {**params, **film})
+    ratio = tinted / plain.clamp(min=1e-12)
+    assert float((ratio.max(-1).values - ratio.min(-1).values)[plain[:, 0] > 1e-4].max()) > 0.2
+    torch.testing.assert_close(LOBES[lobe].eval(wi, wo, {**params, **film, "film_weight": 0.0}), plain)
+    torch.testing.assert_close(LOBES[lobe].eval(wi, wo, {**params, **film, "film_thickness": 0.0}), plain, atol=1e-6, rtol=1e-4)
+    torch.testing.assert_close(LOBES[lobe].pdf(wi, wo, {**params, **film}), LOBES[lobe].pdf(wi, wo, params))

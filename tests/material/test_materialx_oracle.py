@@ -37,6 +37,18 @@ DOCUMENTS = {
     "opbr_dielectric": ("open_pbr_surface", {"base_color": "0.2, 0.7, 0.3", "specular_roughness": "0.4"}),
     "opbr_metal": ("open_pbr_surface", {"base_color": "0.9, 0.7, 0.4", "base_metalness": "1", "specular_roughness": "0.3"}),
     "opbr_coat": ("open_pbr_surface", {"base_color": "0.7, 0.2, 0.1", "coat_weight": "1", "coat_roughness": "0.1", "coat_ior": "1.5"}),
+    "ss_thin_film": (
+        "standard_surface",
+        {"base_color": "0.2, 0.2, 0.2", "specular_roughness": "0.3", "thin_film_thickness": "400", "thin_film_IOR": "1.4"},
+    ),
+    "ss_thin_film_metal": (
+        "standard_surface",
+        {"base_color": "0.9, 0.9, 0.9", "metalness": "1", "specular_roughness": "0.3", "thin_film_thickness": "300", "thin_film_IOR": "1.5"},
+    ),
+    "opbr_thin_film": (
+        "open_pbr_surface",
+        {"base_color": "0.2, 0.2, 0.2", "specular_roughness": "0.3", "thin_film_weight": "1", "thin_film_thickness": "0.4", "thin_film_ior": "1.4"},
+    ),
 }
 
 # case: (median, p95, albedo) upper bounds, and the main cause of the disagreement.
@@ -51,6 +63,9 @@ TOLERANCES = {
     "opbr_dielectric": (0.07, 0.25, 0.09, "specular layer's albedo scaling"),
     "opbr_metal": (0.04, 0.46, 0.13, "F82-tint Schlick metal vs Gulbrandsen conductor"),
     "opbr_coat": (0.28, 1.45, 0.46, "coat darkening (MaterialX) vs albedo scaling; coat colour"),
+    "ss_thin_film": (0.085, 0.29, 0.09, "specular layer's albedo scaling (the film's colours agree: a wrong thickness gives p95 > 0.58)"),
+    "ss_thin_film_metal": (0.075, 0.2, 0.1, "the film's change added to the metal's own Fresnel; MaterialX's Airy takes the metal's phase"),
+    "opbr_thin_film": (0.085, 0.29, 0.09, "as ss_thin_film (the thickness is in micrometres)"),
 }
 
 
@@ -108,3 +123,14 @@ def test_samples_estimate_the_hemisphere() -> None:
     cos = samples.wi[:, 2].double().reshape(samples.points, samples.per_point)
     assert torch.allclose(weight.sum(1).mean(), torch.tensor(2 * torch.pi * 0.99, dtype=torch.float64), rtol=0.03)
     assert torch.allclose((weight * cos).sum(1).mean(), torch.tensor(torch.pi, dtype=torch.float64), rtol=0.03)
+
+
+def test_a_wrong_film_thickness_exceeds_the_tolerance(tmp_path: Path) -> None:
+    """The film's colours are compared, not only its mean: no film, or one 100 nm thinner, fails the film's bounds."""
+    path = _document(tmp_path, "ss_thin_film")
+    run = compare(path)
+    median, p95, albedo, _ = TOLERANCES["ss_thin_film"]
+    for thickness in (0.0, 300.0):
+        wrong, _ = evaluate_ours(path, run.samples, {"SR_ss_thin_film/thin_film_thickness": torch.tensor([thickness])})
+        result = agreement(wrong, run.theirs, run.samples)
+        assert result.median > median or result.p95 > p95 or result.albedo > albedo, (thickness, result.row())

@@ -357,7 +357,6 @@ def test_missing_image_names_node_and_file(tmp_path: Path) -> None:
     [
         ('<input name="transmission" type="float" value="0.5" />', "transmission"),
         ('<input name="emission" type="float" value="1" />', "emission"),
-        ('<input name="thin_film_thickness" type="float" value="300" />', "thin_film_thickness"),
         ('<input name="opacity" type="color3" value="1, 0.5, 1" />', "opacity"),
         ('<input name="specular_color" type="color3" value="1, 0.5, 1" />', "specular_color"),
     ],
@@ -365,6 +364,27 @@ def test_missing_image_names_node_and_file(tmp_path: Path) -> None:
 def test_refused_inputs_are_named(tmp_path: Path, shader: str, refused: str) -> None:
     with pytest.raises(InputError, match=f"SR_test/{refused}.*not supported"):
         compile_materialx(_write(tmp_path, _surface(shader)))
+
+
+@pytest.mark.parametrize(("category", "inputs"), [
+    ("standard_surface", '<input name="thin_film_thickness" type="float" value="300" /><input name="thin_film_IOR" type="float" value="1.4" />'),
+    ("open_pbr_surface", '<input name="thin_film_weight" type="float" value="1" /><input name="thin_film_thickness" type="float" value="0.3" />'),
+])
+def test_thin_film_tints_the_specular_and_its_thickness_is_learnable(tmp_path: Path, category: str, inputs: str) -> None:
+    """A film colours the reflection (``thin_film_*`` read, no longer refused; MaterialX's own code agrees, see
+    test_materialx_oracle.py), and its thickness is a leaf parameter the gradient reaches."""
+    plain = compile_materialx(_write(tmp_path, _surface("", category=category), "plain.mtlx"))
+    filmed = compile_materialx(_write(tmp_path, _surface(inputs, category=category), "film.mtlx"))
+    g = torch.Generator().manual_seed(5)
+    n = 256
+    wi, wo = hemisphere_directions(n, generator=g, dtype=torch.float32), hemisphere_directions(n, generator=g, dtype=torch.float32)
+    uv, normal, position = torch.rand(n, 2, generator=g), torch.tensor([[0.0, 0.0, 1.0]]).expand(n, 3), torch.zeros(n, 3)
+    thickness = filmed.parameters["SR_test/thin_film_thickness"].requires_grad_()
+    value = filmed(uv, normal, position).eval(wi, wo)
+    reference = plain(uv, normal, position).eval(wi, wo)
+    assert float((value - reference).abs().max()) > 1e-3
+    (grad,) = torch.autograd.grad(value.sum(), thickness)
+    assert bool(torch.isfinite(grad).all()) and float(grad.abs().sum()) > 0
 
 
 def test_transmission_from_a_graph_is_refused(tmp_path: Path) -> None:

@@ -298,12 +298,15 @@ class CoatLayer:
     ior: Param = 1.5
     absorption: Param = 0.0
     thickness: Param = 0.0
+    film: Mapping[str, Param] | None = None
+    """A thin film on the coat's surface: ``{"film_weight", "film_thickness" (nm), "film_ior"}`` of
+    :func:`~neuralbake.material.lobes.coating_eval` (None: none). Its albedo scaling stays the clear coat's."""
     _coat_params: dict = field(init=False, repr=False)
     layer_depth: int = field(init=False, repr=False)
     """Levels of layers in this tree (see :data:`MAX_LAYER_DEPTH`)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_coat_params", {"alpha_x": self.alpha_x, "alpha_y": self.alpha_y, "ior": self.ior})
+        object.__setattr__(self, "_coat_params", {"alpha_x": self.alpha_x, "alpha_y": self.alpha_y, "ior": self.ior, **(self.film or {})})
         object.__setattr__(self, "layer_depth", _checked_depth(self.base))
 
     def _albedo(self, cos: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -410,7 +413,8 @@ def layer(lobe: str | Lobe, params: Mapping[str, Param]) -> LobeLayer:
 
 
 def coat(
-    base: Layer, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param = 1.5, absorption: Param = 0.0, thickness: Param = 0.0
+    base: Layer, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param = 1.5, absorption: Param = 0.0, thickness: Param = 0.0,
+    film: Mapping[str, Param] | None = None,
 ) -> CoatLayer:
     """Put a rough dielectric coat (varnish) over ``base``.
 
@@ -430,8 +434,10 @@ def coat(
         is ``sigma = -log(c) / (2 d)`` (in and out).
     thickness:
         Coat thickness ``d`` in the same unit, broadcastable to ``[N]``.
+    film:
+        A thin film on top (see :class:`CoatLayer`), or None.
     """
-    return CoatLayer(base, alpha_x, alpha_y, ior, absorption, thickness)
+    return CoatLayer(base, alpha_x, alpha_y, ior, absorption, thickness, film)
 
 
 def mix(a: Layer, b: Layer, mask: Param) -> MixLayer:

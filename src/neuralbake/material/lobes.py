@@ -35,6 +35,7 @@ from neuralbake.material.fresnel import fresnel_conductor, fresnel_dielectric
 from neuralbake.material.gltf import gltf_eval, gltf_pdf, gltf_sample
 from neuralbake.material.microfacet import clamp_alpha, ggx_reflection, ggx_reflection_pdf, ggx_reflection_sample
 from neuralbake.material.sheen import sheen_eval, sheen_pdf, sheen_sample
+from neuralbake.material.thin_film import ior_from_f0, thin_film_reflectance
 
 __all__ = [
     "LOBES",
@@ -45,6 +46,7 @@ __all__ = [
     "conductor_eval",
     "conductor_pdf",
     "conductor_sample",
+    "filmed",
     "lambert_eval",
     "lambert_pdf",
     "lambert_sample",
@@ -57,6 +59,24 @@ def _alphas(alpha_x: Param, alpha_y: Param | None, like: torch.Tensor) -> tuple[
     ax = clamp_alpha(as_scalar("alpha_x", alpha_x, like))
     ay = ax if alpha_y is None else clamp_alpha(as_scalar("alpha_y", alpha_y, like))
     return ax, ay
+
+
+def _has_film(weight: Param) -> bool:
+    return isinstance(weight, torch.Tensor) or weight != 0.0
+
+
+def filmed(fresnel: torch.Tensor, cos: torch.Tensor, f0: torch.Tensor, weight: Param, thickness: Param, ior: Param) -> torch.Tensor:
+    """``fresnel`` ``[N, 3]`` where a thin film covers a ``weight`` share of the surface, at the cosine ``cos`` ``[N]`` to
+    the microfacet normal; ``thickness`` in nanometres.
+
+    The film model (:func:`~neuralbake.material.thin_film.thin_film_reflectance`) sees the base as the dielectric of
+    the same normal-incidence reflectance ``f0``; what the film adds is its reflectance minus that dielectric's own,
+    added to the base's exact ``fresnel``: so a film of zero thickness or weight leaves a metal's Fresnel exactly as
+    it was, and over a dielectric it is the film model itself."""
+    w = as_scalar("film_weight", weight, cos)[:, None]
+    film = thin_film_reflectance(cos, as_scalar("film_ior", ior, cos), as_scalar("film_thickness", thickness, cos), f0)
+    bare = fresnel_dielectric(torch.abs(cos)[:, None], ior_from_f0(f0))
+    return torch.clamp(fresnel + w * (film - bare), 0.0, 1.0)
 
 
 # --- Lambert ------------------------------------------------------------------------------------
@@ -91,7 +111,8 @@ def lambert_sample(wo: torch.Tensor, u: torch.Tensor, *, albedo: Param | None = 
 
 
 def conductor_eval(
-    wi: torch.Tensor, wo: torch.Tensor, *, eta: Param, k: Param, alpha_x: Param, alpha_y: Param | None = None
+    wi: torch.Tensor, wo: torch.Tensor, *, eta: Param, k: Param, alpha_x: Param, alpha_y: Param | None = None,
+    film_weight: Param = 0.0, film_thickness: Param = 0.0, film_ior: Param = 1.5,
 ) -> torch.Tensor:
     """Rough conductor: ``F(wo.h; eta + i k) D(h) G1(wi) G1(wo) / (4 cos_o)``, ``[N, 3]``.
 
@@ -108,16 +129,25 @@ def conductor_eval(
     alpha_x, alpha_y:
         GGX roughness along the tangent (x) and bitangent (y), broadcastable to ``[N]``;
         ``alpha_y=None`` means isotropic.
+    film_weight, film_thickness, film_ior:
+        A thin film over the metal (:func:`filmed`): the share of the surface it covers, its thickness in
+        nanometres and its index; weight 0 (the default) is no film.
     """
     wi, wo = check_direction_pair(wi, wo)
     eta, k = as_colour("eta", eta, wi), as_colour("k", k, wi)
     ax, ay = _alphas(alpha_x, alpha_y, wi)
     value, h, _ = ggx_reflection(wi, wo, ax, ay)
-    return fresnel_conductor(dot(wo, h)[:, None], eta, k) * value[:, None]
+    cos = dot(wo, h)
+    fresnel = fresnel_conductor(cos[:, None], eta, k)
+    if _has_film(film_weight):
+        f0 = fresnel_conductor(torch.ones_like(cos)[:, None], eta, k)
+        fresnel = filmed(fresnel, cos, f0, film_weight, film_thickness, film_ior)
+    return fresnel * value[:, None]
 
 
 def conductor_pdf(
-    wi: torch.Tensor, wo: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, eta: Param | None = None, k: Param | None = None
+    wi: torch.Tensor, wo: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, eta: Param | None = None, k: Param | None = None,
+    **film: Param,
 ) -> torch.Tensor:
     """Visible-normal sampling density ``G1(wo) D(h) / (4 cos_o)``, ``[N]``."""
     wi, wo = check_direction_pair(wi, wo)
@@ -125,7 +155,8 @@ def conductor_pdf(
 
 
 def conductor_sample(
-    wo: torch.Tensor, u: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, eta: Param | None = None, k: Param | None = None
+    wo: torch.Tensor, u: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, eta: Param | None = None, k: Param | None = None,
+    **film: Param,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Visible-normal GGX sample: ``wi`` ``[N, 3]`` and pdf ``[N]`` (0 for invalid samples)."""
     wo = check_directions("wo", wo)
@@ -135,23 +166,32 @@ def conductor_sample(
 # --- GGX dielectric coating (reflection only) ---------------------------------------------------
 
 
-def coating_eval(wi: torch.Tensor, wo: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param = 1.5) -> torch.Tensor:
+def coating_eval(
+    wi: torch.Tensor, wo: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param = 1.5,
+    film_weight: Param = 0.0, film_thickness: Param = 0.0, film_ior: Param = 1.5,
+) -> torch.Tensor:
     """Top reflection of a rough varnish / clear coat, ``[N, 3]`` (grey).
 
     ``F_dielectric(wo.h; ior) D(h) G1(wi) G1(wo) / (4 cos_o)``: the reflection part of Mitsuba 3's
     ``roughdielectric`` (and the specular part of ``roughplastic``). Light entering the coating is
     not modelled here; layering the lobes is a later step. ``ior`` (real, relative to air) is
-    broadcastable to ``[N]``; ``alpha_x``/``alpha_y`` as in :func:`conductor_eval`.
+    broadcastable to ``[N]``; ``alpha_x``/``alpha_y`` and the thin film as in :func:`conductor_eval`
+    (with a film the reflection is coloured).
     """
     wi, wo = check_direction_pair(wi, wo)
     ior = as_scalar("ior", ior, wi)
     ax, ay = _alphas(alpha_x, alpha_y, wi)
     value, h, _ = ggx_reflection(wi, wo, ax, ay)
-    return (fresnel_dielectric(dot(wo, h), ior) * value)[:, None].expand(-1, 3)
+    cos = dot(wo, h)
+    fresnel = fresnel_dielectric(cos, ior)[:, None].expand(-1, 3)
+    if _has_film(film_weight):
+        f0 = (((ior - 1.0) / (ior + 1.0)) ** 2)[:, None].expand(-1, 3)
+        fresnel = filmed(fresnel, cos, f0, film_weight, film_thickness, film_ior)
+    return fresnel * value[:, None]
 
 
 def coating_pdf(
-    wi: torch.Tensor, wo: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param | None = None
+    wi: torch.Tensor, wo: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param | None = None, **film: Param
 ) -> torch.Tensor:
     """Visible-normal sampling density, as :func:`conductor_pdf`, ``[N]``."""
     wi, wo = check_direction_pair(wi, wo)
@@ -159,7 +199,7 @@ def coating_pdf(
 
 
 def coating_sample(
-    wo: torch.Tensor, u: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param | None = None
+    wo: torch.Tensor, u: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param | None = None, **film: Param
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Visible-normal GGX sample, as :func:`conductor_sample`."""
     wo = check_directions("wo", wo)

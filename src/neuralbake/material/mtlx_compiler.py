@@ -18,7 +18,7 @@ Colour constants in ``srgb_texture`` are decoded to linear; other colour spaces 
 ``lin_rec709`` are refused.
 
 Refused with an :class:`~neuralbake.errors.InputError` naming the input: the features listed in
-:mod:`~neuralbake.material.mtlx_shaders` (transmission, thin film, emission, cut-outs, ...). A
+:mod:`~neuralbake.material.mtlx_shaders` (transmission, emission, cut-outs, ...). A
 refused input that is connected to a node graph is refused too (its value is unknown until
 evaluation). Inputs that only matter for refused features are not read and not in
 :attr:`CompiledMaterial.parameters`.

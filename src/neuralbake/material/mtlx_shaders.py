@@ -5,13 +5,13 @@ inputs it refuses.
 colour and scalar inputs the closure (:mod:`~neuralbake.material.surfaces`) is built from, the
 geometry inputs that must not be driven by a node, and the refusals. Refused with an
 :class:`~neuralbake.errors.InputError` naming the input (:func:`refuse_unsupported_inputs`):
-transmission (``transmission`` / ``transmission_weight`` > 0), thin film
-(``thin_film_thickness`` > 0 / ``thin_film_weight`` > 0), emission (``emission`` /
+transmission (``transmission`` / ``transmission_weight`` > 0), emission (``emission`` /
 ``emission_luminance`` > 0 with a non-black colour), cut-outs (``opacity`` / ``geometry_opacity``
 < 1), a tinted dielectric specular (``specular_color`` not white where the dielectric is
 visible), thin-walled subsurface, ``coat_darkening`` other than 1, and normal or tangent inputs
 driven by a node (normal maps). Inputs that only matter for refused features
-(``transmission_color``, ``thin_film_IOR``, ...) are not read.
+(``transmission_color``, ...) are not read. Thin film (``thin_film_*``) is read: it colours the
+specular and metal Fresnel (:func:`~neuralbake.material.lobes.filmed`).
 """
 
 from __future__ import annotations
@@ -113,10 +113,11 @@ SHADERS: dict[str, ShaderModel] = {
             "coat_affect_roughness",
             "specular_rotation",
             "coat_rotation",
+            "thin_film_thickness",
+            "thin_film_IOR",
         ),
         refusals=(
             _Refusal("transmission", _positive, f"transmission {_NOT_YET} (the layers are reflection-only)", "set transmission to 0."),
-            _Refusal("thin_film_thickness", _positive, f"thin-film iridescence {_NOT_YET}", "set thin_film_thickness to 0."),
             _Refusal("emission", _emits("emission_color"), f"emission {_NOT_YET} (a BSDF layer emits nothing)", "set emission to 0."),
             _Refusal("opacity", lambda v, _: not _white(v), f"opacity below 1 (cut-outs) {_NOT_YET}", "set opacity to 1, 1, 1."),
             _Refusal(
@@ -151,6 +152,9 @@ SHADERS: dict[str, ShaderModel] = {
             "coat_ior",
             "fuzz_weight",
             "fuzz_roughness",
+            "thin_film_weight",
+            "thin_film_thickness",
+            "thin_film_ior",
         ),
         refusals=(
             _Refusal(
@@ -159,7 +163,6 @@ SHADERS: dict[str, ShaderModel] = {
                 f"transmission {_NOT_YET} (the layers are reflection-only)",
                 "set transmission_weight to 0.",
             ),
-            _Refusal("thin_film_weight", _positive, f"thin-film iridescence {_NOT_YET}", "set thin_film_weight to 0."),
             _Refusal(
                 "emission_luminance",
                 _emits("emission_color"),

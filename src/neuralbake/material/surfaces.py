@@ -168,6 +168,14 @@ def _coat_absorption(colour: torch.Tensor) -> torch.Tensor:
     return -0.5 * torch.log(torch.clamp(colour, 1e-4, 1.0))
 
 
+def _film(covered: torch.Tensor, thickness_nm: torch.Tensor, ior: torch.Tensor) -> dict[str, torch.Tensor] | None:
+    """The thin film's lobe parameters (weight: where ``covered``, as a float), or None where no point has one."""
+    weight = covered.to(thickness_nm.dtype) if covered.dtype == torch.bool else _unit(covered)
+    if not bool((weight > 0.0).any()):
+        return None
+    return {"film_weight": weight, "film_thickness": torch.clamp(thickness_nm, min=0.0), "film_ior": torch.clamp(ior, min=1.0)}
+
+
 def standard_surface_layers(v: Mapping[str, torch.Tensor]) -> Layer:
     """The layer tree of a Standard Surface from its inputs at N points (colours ``[N, 3]``, scalars ``[N]``); see the module docstring."""
     coat_w = _unit(v["coat"])
@@ -180,10 +188,11 @@ def standard_surface_layers(v: Mapping[str, torch.Tensor]) -> Layer:
     pull = v["coat_affect_roughness"] * coat_w * v["coat_roughness"]
     rough = v["specular_roughness"] + pull * (1.0 - v["specular_roughness"])
     ax, ay = roughness_anisotropy(rough, v["specular_anisotropy"])
-    dielectric = coat(sheened, alpha_x=ax, alpha_y=ay, ior=torch.clamp(v["specular_IOR"], min=1.0))
+    film = _film(v["thin_film_thickness"] > 0.0, v["thin_film_thickness"], v["thin_film_IOR"])
+    dielectric = coat(sheened, alpha_x=ax, alpha_y=ay, ior=torch.clamp(v["specular_IOR"], min=1.0), film=film)
     specular = mix(sheened, dielectric, _unit(v["specular"]))
     eta, k = artistic_ior(v["base"][:, None] * v["base_color"], v["specular"][:, None] * v["specular_color"])
-    metal = layer("conductor", {"eta": eta, "k": k, "alpha_x": ax, "alpha_y": ay})
+    metal = layer("conductor", {"eta": eta, "k": k, "alpha_x": ax, "alpha_y": ay, **(film or {})})
     base = mix(specular, metal, _unit(v["metalness"]))
     # specular_rotation / coat_rotation turn the tangents by 360 degrees per unit (MaterialX's rotate3d).
     turn_specular, turn_coat = (2.0 * math.pi) * v["specular_rotation"], (2.0 * math.pi) * v["coat_rotation"]
@@ -211,10 +220,12 @@ def open_pbr_surface_layers(v: Mapping[str, torch.Tensor]) -> Layer:
     # Under the coat the specular interface is base-to-coat (MaterialX's eta_s; see the module docstring).
     ratio = v["specular_ior"] / torch.clamp(v["coat_ior"], min=1.0)
     eta_s = v["specular_ior"] + coat_w * (torch.maximum(ratio, 1.0 / ratio) - v["specular_ior"])
-    dielectric = coat(diffuse, alpha_x=ax, alpha_y=ay, ior=torch.clamp(eta_s, min=1.0))
+    # OpenPBR's film thickness is in micrometres
+    film = _film(v["thin_film_weight"], 1000.0 * v["thin_film_thickness"], v["thin_film_ior"])
+    dielectric = coat(diffuse, alpha_x=ax, alpha_y=ay, ior=torch.clamp(eta_s, min=1.0), film=film)
     specular = mix(diffuse, dielectric, _unit(v["specular_weight"]))
     eta, k = artistic_ior(v["base_weight"][:, None] * v["base_color"], v["specular_weight"][:, None] * v["specular_color"])
-    metal = layer("conductor", {"eta": eta, "k": k, "alpha_x": ax, "alpha_y": ay})
+    metal = layer("conductor", {"eta": eta, "k": k, "alpha_x": ax, "alpha_y": ay, **(film or {})})
     base = mix(specular, metal, _unit(v["base_metalness"]))
     cx, cy = roughness_anisotropy(r_coat, v["coat_roughness_anisotropy"])
     coated = coat(

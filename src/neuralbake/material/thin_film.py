@@ -34,7 +34,7 @@ import torch
 
 from neuralbake.material.fresnel import fresnel_dielectric
 
-__all__ = ["THIN_FILM_TERMS", "XYZ_TO_REC709", "thin_film_reflectance", "thin_film_sensitivity"]
+__all__ = ["THIN_FILM_TERMS", "XYZ_TO_REC709", "ior_from_f0", "thin_film_reflectance", "thin_film_sensitivity"]
 
 THIN_FILM_TERMS = 2
 """Oscillating terms of the Airy series kept (``m = 1 .. THIN_FILM_TERMS``)."""
@@ -67,7 +67,8 @@ def thin_film_sensitivity(opd_nm: torch.Tensor, shift: torch.Tensor) -> torch.Te
     return xyz @ tensor(XYZ_TO_REC709).T
 
 
-def _ior_from_f0(f0: torch.Tensor) -> torch.Tensor:
+def ior_from_f0(f0: torch.Tensor) -> torch.Tensor:
+    """The dielectric index (against air) whose normal-incidence reflectance is ``f0`` (clamped below 1)."""
     root = torch.sqrt(torch.clamp(f0, 0.0, 0.9999))
     return (1.0 + root) / (1.0 - root)
 
@@ -100,7 +101,7 @@ def thin_film_reflectance(
     r12 = fresnel_dielectric(cos1, n2 / outside_ior)[:, None]
     t12 = 1.0 - r12
     base = torch.as_tensor(base_f0, dtype=like.dtype, device=like.device).expand(like.shape[0], 3)
-    n3 = _ior_from_f0(base)
+    n3 = ior_from_f0(base)
     r23 = fresnel_dielectric(cos2[:, None], n3 / n2[:, None])
     # phase changes on reflection: pi off a lower index, for the film's inside (phi21) and the base (phi23)
     phi21 = torch.where(n2 < outside_ior, 0.0, math.pi).to(like.dtype)[:, None]
