@@ -465,7 +465,9 @@ def material_extension_cases() -> None:
     the material's field."""
     small = ["--render-size", "16", "--size", "16", "--views", "2", "--epochs", "1", "--out", "{out}", "--device", "cpu", "-q"]
     for name, extension, expect in (("khr_ior_below_one", {"KHR_materials_ior": {"ior": 0.5}}, "KHR_materials_ior.ior"),
-                                    ("khr_specular_factor_above_one", {"KHR_materials_specular": {"specularFactor": 2.0}}, "specularFactor")):
+                                    ("khr_specular_factor_above_one", {"KHR_materials_specular": {"specularFactor": 2.0}}, "specularFactor"),
+                                    ("khr_iridescence_thickness_negative", {"KHR_materials_iridescence": {"iridescenceFactor": 1.0,
+                                     "iridescenceThicknessMaximum": -50}}, "iridescenceThicknessMaximum")):
         folder = case(name, ["fit", "{case}/glass.gltf", *small], expect)
         doc, blob = _triangle_gltf()
         doc["buffers"][0] = {"byteLength": len(blob), "uri": _data_uri(blob)}

@@ -397,3 +397,27 @@ def test_khr_materials_specular_factors_are_shaded_and_its_textures_refused(tmp_
     path.write_text(json.dumps(doc))
     with pytest.raises(InputError, match="specularFactor"):
         load_gltf(path)
+
+
+def test_khr_materials_iridescence_factors_are_shaded_and_its_textures_refused(tmp_path: Path) -> None:
+    from neuralbake.io.gltf import load_bake_input
+
+    path = write_gltf(tmp_path / "soap.gltf", two_material_scene())
+    doc = json.loads(path.read_text())
+    film = {"iridescenceFactor": 0.8, "iridescenceIor": 1.4, "iridescenceThicknessMinimum": 200.0, "iridescenceThicknessMaximum": 450.0}
+    doc["materials"][1]["extensions"] = {"KHR_materials_iridescence": dict(film)}
+    path.write_text(json.dumps(doc))
+    scene = load_bake_input(path)
+    m = scene.materials[1]
+    assert (m.iridescence, m.iridescence_ior, m.iridescence_thickness, m.unshaded_extensions) == (0.8, 1.4, (200.0, 450.0), ())
+    again = json.loads(write_gltf(tmp_path / "again.gltf", scene).read_text())
+    assert again["materials"][1]["extensions"]["KHR_materials_iridescence"] == film
+    assert "KHR_materials_iridescence" in again["extensionsUsed"] and "extensions" not in again["materials"][0]
+    doc["materials"][1]["extensions"]["KHR_materials_iridescence"]["iridescenceThicknessTexture"] = {"index": 0}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="KHR_materials_iridescence"):
+        load_bake_input(path)  # its textures are not sampled yet: refused by name
+    doc["materials"][1]["extensions"]["KHR_materials_iridescence"] = {"iridescenceFactor": 1.5}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="iridescenceFactor"):
+        load_gltf(path)

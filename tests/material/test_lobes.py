@@ -212,7 +212,6 @@ def test_charlie_distribution_is_normalised() -> None:
 def test_lobe_parameters_come_from_eval() -> None:
     assert LOBES["conductor"].parameters == ("eta", "k", "alpha_x", "alpha_y", "film_weight", "film_thickness", "film_ior")
     assert LOBES["coating"].parameters == ("alpha_x", "alpha_y", "ior", "film_weight", "film_thickness", "film_ior")
-    assert LOBES["gltf"].parameters == ("base_color", "metallic", "roughness", "f0", "f90")
 
 
 @pytest.mark.parametrize("lobe", ["coating", "conductor"])
@@ -231,3 +230,32 @@ def test_thin_film_colours_the_fresnel_and_vanishes_with_its_weight(lobe: str) -
     torch.testing.assert_close(LOBES[lobe].eval(wi, wo, {**params, **film, "film_weight": 0.0}), plain)
     torch.testing.assert_close(LOBES[lobe].eval(wi, wo, {**params, **film, "film_thickness": 0.0}), plain, atol=1e-6, rtol=1e-4)
     torch.testing.assert_close(LOBES[lobe].pdf(wi, wo, {**params, **film}), LOBES[lobe].pdf(wi, wo, params))
+
+
+def test_gltf_iridescence_replaces_the_fresnel_by_the_film() -> None:
+    """``KHR_materials_iridescence`` at factor 1: the dielectric's and the metal's Fresnel are the thin film's reflectance
+    (over the dielectric's f0, over the metal's base colour); at factor 0 the BRDF is unchanged; in between, a blend."""
+    from neuralbake.material.frame import half_vector
+    from neuralbake.material.gltf import gltf_eval
+    from neuralbake.material.thin_film import thin_film_reflectance
+
+    from ._support import hemisphere_directions
+
+    wi, wo = hemisphere_directions(32, seed=7), hemisphere_directions(32, seed=8)
+    cos = (half_vector(wi, wo) * wo).sum(-1)
+    base = torch.tensor([0.9, 0.6, 0.3], dtype=torch.float64)
+    film = {"iridescence_ior": 1.4, "iridescence_thickness": 380.0}
+    for metallic, f0 in ((1.0, base.expand(32, 3)), (0.0, torch.full((32, 3), 0.04, dtype=torch.float64))):
+        params = {"base_color": base, "metallic": metallic, "roughness": 0.4}
+        plain = gltf_eval(wi, wo, **params)
+        torch.testing.assert_close(gltf_eval(wi, wo, **params, iridescence=0.0, **film), plain)
+        full = gltf_eval(wi, wo, **params, iridescence=1.0, **film)
+        half = gltf_eval(wi, wo, **params, iridescence=0.5, **film)
+        torch.testing.assert_close(half, 0.5 * (plain + full))
+        fresnel = thin_film_reflectance(cos, 1.4, 380.0, f0)
+        if metallic == 1.0:  # the metal BRDF is Fresnel x specular: their ratio is the film's over Schlick's
+            schlick = base + (1 - base) * (1 - cos[:, None]) ** 5
+            torch.testing.assert_close(full / plain, fresnel / schlick)
+        else:  # the dielectric: lerp(diffuse, specular, F), so F enters linearly
+            assert not torch.allclose(full, plain)
+    assert LOBES["gltf"].parameters == ("base_color", "metallic", "roughness", "f0", "f90", "iridescence", "iridescence_ior", "iridescence_thickness")

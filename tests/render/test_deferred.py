@@ -387,3 +387,21 @@ def test_antialiased_render_has_silhouette_gradients_and_no_seams() -> None:
     out = render(rs, CAMERA, 20, 16, lighting, antialias=True)
     (grad,) = torch.autograd.grad(out.alpha.sum(), positions)
     assert grad[:, :2].abs().sum() > 0  # coverage grows as the outline moves outwards
+
+
+def test_iridescent_material_is_shaded_with_its_film() -> None:
+    """``KHR_materials_iridescence`` reaches the renderer: the film's colours change the quad that has it (direct and
+    environment light), not the other one."""
+    from dataclasses import replace
+
+    scene = two_quads()
+    film = replace(scene, materials=[scene.materials[0], replace(scene.materials[1], iridescence=1.0, iridescence_ior=1.4,
+                                                                    iridescence_thickness=(100.0, 350.0))])
+    camera = look_at((0.3, -0.8, 2.0), (0.0, 0.0, 0.0), fov_y_deg=60.0)
+    lighting = Lighting(directional=[DirectionalLight(direction=LIGHT, irradiance=IRRADIANCE)], shadows=False,
+                        environment=EnvironmentLight.from_map(default_environment(32, 16)), environment_samples=4)
+    plain = render(prepare_scene(scene, dtype=F64), camera, 24, 24, lighting).hdr
+    tinted = render(prepare_scene(film, dtype=F64), camera, 24, 24, lighting).hdr
+    changed = (tinted - plain).abs().sum(-1) > 1e-6
+    cols = torch.arange(24)[None, :].expand(24, 24)
+    assert bool(changed.any()) and bool((cols[changed] >= 10).all())  # only the right quad (material 1) has the film

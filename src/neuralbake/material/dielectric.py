@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from neuralbake.material.frame import as_scalar, check_direction_pair, check_directions, check_uniforms, dot, normalize, reflect
+from neuralbake.material.frame import as_colour, as_scalar, check_direction_pair, check_directions, check_uniforms, dot, normalize, reflect
 from neuralbake.material.fresnel import fresnel_dielectric
 from neuralbake.material.lobes import Lobe, Param, _alphas
 from neuralbake.material.microfacet import ggx_d, ggx_g1, ggx_sample_visible_normal
@@ -66,9 +66,12 @@ def _microfacet(wi: torch.Tensor, wo: torch.Tensor, ior: torch.Tensor) -> tuple[
     return m, reflected, eta, agree
 
 
-def dielectric_eval(wi: torch.Tensor, wo: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param = 1.5) -> torch.Tensor:
-    """``f(wi, wo) |cos_i|`` of the rough dielectric boundary, ``[N, 3]`` (grey): reflection where ``wi`` and
-    ``wo`` are on one side, refraction where they are on opposite sides (module docstring)."""
+def dielectric_eval(
+    wi: torch.Tensor, wo: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param = 1.5, color: Param = 1.0
+) -> torch.Tensor:
+    """``f(wi, wo) |cos_i|`` of the rough dielectric boundary, ``[N, 3]``: reflection where ``wi`` and ``wo`` are on
+    one side, refraction where they are on opposite sides (module docstring), the refraction tinted by ``color``
+    (RGB, broadcastable to ``[N, 3]``: a surface tint such as Standard Surface's ``transmission_color``)."""
     wi, wo = check_direction_pair(wi, wo)
     ior = as_scalar("ior", ior, wi)
     ax, ay = _alphas(alpha_x, alpha_y, wi)
@@ -80,11 +83,14 @@ def dielectric_eval(wi: torch.Tensor, wo: torch.Tensor, *, alpha_x: Param, alpha
     reflection = f * d * g / (4.0 * abs_cos_o)
     denominator = (dot(wo, m) + eta * dot(wi, m)) ** 2
     refraction = torch.abs((1.0 - f) * d * g * dot(wi, m) * dot(wo, m) / (abs_cos_o * denominator.clamp(min=torch.finfo(wo.dtype).tiny)))
-    value = torch.where(reflected, reflection, refraction)
-    return torch.where(agree, value, torch.zeros_like(value))[:, None].expand(-1, 3)
+    tint = torch.where(reflected[:, None], torch.ones_like(wo), as_colour("color", color, wi))
+    value = torch.where(agree, torch.where(reflected, reflection, refraction), torch.zeros_like(reflection))
+    return value[:, None] * tint
 
 
-def dielectric_pdf(wi: torch.Tensor, wo: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param = 1.5) -> torch.Tensor:
+def dielectric_pdf(
+    wi: torch.Tensor, wo: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param = 1.5, color: Param | None = None
+) -> torch.Tensor:
     """Solid-angle density of :func:`dielectric_sample`, ``[N]``: the visible-normal density of ``m`` seen from
     ``wo``, times the branch's probability (``F`` or ``1 - F``) and the Jacobian from ``m`` to ``wi``."""
     wi, wo = check_direction_pair(wi, wo)
@@ -105,7 +111,7 @@ def dielectric_pdf(wi: torch.Tensor, wo: torch.Tensor, *, alpha_x: Param, alpha_
 
 
 def dielectric_sample(
-    wo: torch.Tensor, u: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param = 1.5
+    wo: torch.Tensor, u: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param = 1.5, color: Param | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A visible GGX normal seen from ``wo``, then reflection (probability ``F``) or refraction: ``(wi [N, 3], pdf [N])``;
     ``pdf`` is 0 for a sample the model gives no value (the side tests)."""
@@ -131,5 +137,6 @@ def dielectric_sample(
 
 
 DIELECTRIC = Lobe("dielectric", dielectric_eval, dielectric_sample, dielectric_pdf)
-"""The rough dielectric behind the common lobe interface. Not in :data:`~neuralbake.material.lobes.LOBES`:
-the layered materials and the renderers shade the upper hemisphere only, so it is not yet selectable there."""
+"""The rough dielectric behind the common lobe interface, for ``layer(DIELECTRIC, params)``: the transmissive part
+of Standard Surface and OpenPBR (:mod:`~neuralbake.material.surfaces`). Not in :data:`~neuralbake.material.lobes.LOBES`
+(the lobes a JSON material graph names): the neural-material bake and the deferred renderer shade reflection only."""

@@ -50,6 +50,7 @@ from neuralbake.material.frame import (
 )
 from neuralbake.material.fresnel import fresnel_schlick
 from neuralbake.material.microfacet import clamp_alpha, ggx_d, ggx_reflection_pdf, ggx_reflection_sample
+from neuralbake.material.thin_film import thin_film_reflectance
 
 __all__ = ["DIELECTRIC_F0", "dielectric_f0", "dielectric_reflectance", "gltf_eval", "gltf_pdf", "gltf_sample", "gltf_visibility"]
 
@@ -85,7 +86,8 @@ def dielectric_reflectance(ior: float = 1.5, specular: float = 1.0, specular_col
 
 
 def gltf_eval(
-    wi: torch.Tensor, wo: torch.Tensor, *, base_color: Param, metallic: Param, roughness: Param, f0: Param = DIELECTRIC_F0, f90: Param = 1.0
+    wi: torch.Tensor, wo: torch.Tensor, *, base_color: Param, metallic: Param, roughness: Param, f0: Param = DIELECTRIC_F0, f90: Param = 1.0,
+    iridescence: Param = 0.0, iridescence_ior: Param = 1.3, iridescence_thickness: Param = 400.0,
 ) -> torch.Tensor:
     """Cosine-weighted glTF metal/rough BRDF ``f(wi, wo) cos_i``, ``[N, 3]``.
 
@@ -93,7 +95,10 @@ def gltf_eval(
     (perceptual, ``alpha = roughness^2``): broadcastable to ``[N]``. Zero unless both directions
     are above the surface. ``f0``, ``f90``: the dielectric's reflectance at normal and grazing incidence
     (:func:`dielectric_reflectance`: ``KHR_materials_ior`` and ``_specular``; the spec's 0.04 and 1 by default), ``f0``
-    broadcastable to ``[N, 3]`` and ``f90`` to ``[N]``.
+    broadcastable to ``[N, 3]`` and ``f90`` to ``[N]``. ``iridescence`` (``KHR_materials_iridescence``'s factor, 0: none),
+    ``iridescence_ior`` and ``iridescence_thickness`` (nm), broadcastable to ``[N]``: a thin film whose reflectance
+    (:func:`~neuralbake.material.thin_film.thin_film_reflectance` over the dielectric's ``f0``, or the metal's base
+    colour) replaces both Fresnel terms in proportion to the factor, as the extension specifies.
     """
     wi, wo = check_direction_pair(wi, wo)
     base = as_colour("base_color", base_color, wi)
@@ -107,8 +112,15 @@ def gltf_eval(
     f0_rgb, f90_n = as_colour("f0", f0, wi), as_scalar("f90", f90, wi)[:, None]
     grazing = torch.clamp(1.0 - torch.abs(v_dot_h), min=0.0) ** 5
     dielectric_fresnel = f0_rgb + (f90_n - f0_rgb) * grazing
+    metal_fresnel = fresnel_schlick(v_dot_h, base)
+    if isinstance(iridescence, torch.Tensor) or iridescence != 0.0:
+        factor = as_scalar("iridescence", iridescence, wi)[:, None]
+        film_ior, thickness = as_scalar("iridescence_ior", iridescence_ior, wi), as_scalar("iridescence_thickness", iridescence_thickness, wi)
+        cos = torch.abs(v_dot_h[:, 0])
+        dielectric_fresnel = torch.lerp(dielectric_fresnel, thin_film_reflectance(cos, film_ior, thickness, f0_rgb), factor)
+        metal_fresnel = torch.lerp(metal_fresnel, thin_film_reflectance(cos, film_ior, thickness, base), factor)
     dielectric = torch.lerp(base / math.pi, specular.expand_as(base), dielectric_fresnel)
-    metal = fresnel_schlick(v_dot_h, base) * specular
+    metal = metal_fresnel * specular
     f = dielectric + (metal - dielectric) * metallic
     return f * torch.where(valid, cos_i, torch.zeros_like(cos_i))[:, None]
 
@@ -119,10 +131,11 @@ def _specular_probability(metallic: Param, like: torch.Tensor) -> torch.Tensor:
 
 
 def gltf_pdf(
-    wi: torch.Tensor, wo: torch.Tensor, *, base_color: Param | None = None, metallic: Param, roughness: Param, f0: Param = DIELECTRIC_F0, f90: Param = 1.0
+    wi: torch.Tensor, wo: torch.Tensor, *, base_color: Param | None = None, metallic: Param, roughness: Param, f0: Param = DIELECTRIC_F0, f90: Param = 1.0,
+    **iridescence: Param,
 ) -> torch.Tensor:
     """Mixture density ``p_spec * pdf_GGX + (1 - p_spec) * cos_i / pi``, ``[N]`` (``base_color``, ``f0`` and ``f90`` do
-    not change it; they are accepted so every lobe operation takes the same parameters)."""
+    not change it, nor does the iridescence; they are accepted so every lobe operation takes the same parameters)."""
     wi, wo = check_direction_pair(wi, wo)
     p_spec = _specular_probability(metallic, wi)
     alpha = _alpha(roughness, wi)
@@ -132,7 +145,7 @@ def gltf_pdf(
 
 def gltf_sample(
     wo: torch.Tensor, u: torch.Tensor, *, base_color: Param | None = None, metallic: Param, roughness: Param, f0: Param = DIELECTRIC_F0,
-    f90: Param = 1.0,
+    f90: Param = 1.0, **iridescence: Param,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick GGX or cosine sampling with ``u[:, 0]``, reuse it rescaled; ``(wi [N, 3], pdf [N])`` (``base_color``,
     ``f0`` and ``f90`` do not change it)."""

@@ -315,10 +315,15 @@ class CoatLayer:
         return coat_albedo(cos, torch.clamp(alpha, min=MIN_ALPHA), self.ior, like=like)
 
     def base_weight(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
-        """What reaches the base and comes back out: ``(1 - E_i)(1 - E_o) T_absorption``, ``[N, 3]``."""
+        """What reaches the base and comes back out: ``(1 - E_i)(1 - E_o) T_absorption``, ``[N, 3]``. Light from
+        below the surface (a transmissive base) crosses the coat once, on the way out: ``(1 - E_o) sqrt(T(o, o))``."""
+        below = cos_theta(wi) < 0.0
         cos_i, cos_o = torch.clamp(cos_theta(wi), 0.0, 1.0), torch.clamp(cos_theta(wo), 0.0, 1.0)
-        scale = (1.0 - self._albedo(cos_i, wi)) * (1.0 - self._albedo(cos_o, wi))
-        return scale[:, None] * coat_transmittance(cos_i, cos_o, self.ior, self.absorption, self.thickness)
+        cos_i = torch.where(below, cos_o, cos_i)
+        through_i = torch.where(below, torch.ones_like(cos_i), 1.0 - self._albedo(cos_i, wi))
+        scale = through_i * (1.0 - self._albedo(cos_o, wi))
+        absorbed = coat_transmittance(cos_i, cos_o, self.ior, self.absorption, self.thickness)
+        return scale[:, None] * torch.where(below[:, None], torch.sqrt(absorbed), absorbed)
 
     def eval(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
         """``f_coat cos_i + f_base cos_i (1 - E_i)(1 - E_o) T``, ``[N, 3]``."""

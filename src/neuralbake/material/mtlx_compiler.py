@@ -215,6 +215,9 @@ class CompiledMaterial:
     fixed at compile time; so do the shader inputs checked by the refusals."""
     _program: _Program = field(repr=False)
     _inputs: dict[str, _Source] = field(repr=False)
+    transmissive: bool = False
+    """Whether light passes through the surface somewhere (a transmission weight above 0, or one a node drives): its
+    layers then have values for light directions below the surface, which a reflection-only bake cannot learn."""
 
     def __call__(
         self,
@@ -362,4 +365,6 @@ def compile_materialx(
             raise program.fail(where, "the shader input has no value.", "set a value or connect a node graph.")
         else:
             inputs[name] = program.constant(f"{shader.name}/{name}", ports[name].type, value, ports[name].colorspace)
-    return CompiledMaterial(chosen.name, document.path, shader.category, program.parameters, program, inputs)
+    weight = params.get("transmission" if shader.category == "standard_surface" else "transmission_weight")
+    transmissive = isinstance(weight, MaterialXConnection) or (isinstance(weight, (int, float)) and weight > 0.0)
+    return CompiledMaterial(chosen.name, document.path, shader.category, program.parameters, program, inputs, transmissive=transmissive)

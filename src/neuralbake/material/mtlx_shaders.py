@@ -5,12 +5,16 @@ inputs it refuses.
 colour and scalar inputs the closure (:mod:`~neuralbake.material.surfaces`) is built from, the
 geometry inputs that must not be driven by a node, and the refusals. Refused with an
 :class:`~neuralbake.errors.InputError` naming the input (:func:`refuse_unsupported_inputs`):
-transmission (``transmission`` / ``transmission_weight`` > 0), emission (``emission`` /
+a transmission volume (``transmission_depth`` > 0 or a ``transmission_scatter`` colour where the
+surface transmits) and thin-walled transmission, emission (``emission`` /
 ``emission_luminance`` > 0 with a non-black colour), cut-outs (``opacity`` / ``geometry_opacity``
 < 1), a tinted dielectric specular (``specular_color`` not white where the dielectric is
 visible), thin-walled subsurface, ``coat_darkening`` other than 1, and normal or tangent inputs
 driven by a node (normal maps). Inputs that only matter for refused features
-(``transmission_color``, ...) are not read. Thin film (``thin_film_*``) is read: it colours the
+are not read. Transmission (``transmission`` / ``transmission_weight``, ``transmission_color``,
+Standard Surface's ``transmission_extra_roughness``) is the rough dielectric boundary of
+:mod:`~neuralbake.material.dielectric`; OpenPBR's dispersion is ignored (one index for all
+wavelengths). Thin film (``thin_film_*``) is read: it colours the
 specular and metal Fresnel (:func:`~neuralbake.material.lobes.filmed`).
 """
 
@@ -77,6 +81,23 @@ def _thin_subsurface(weight: str) -> Callable[[Any, Callable[[str], Any]], bool]
     return check
 
 
+def _transmits(weight: str, constant_of: Callable[[str], Any]) -> bool:
+    w = constant_of(weight)
+    return w is None or w > 0.0
+
+
+def _volume(weight: str) -> Callable[[Any, Callable[[str], Any]], bool]:
+    return lambda value, constant_of: value > 0.0 and _transmits(weight, constant_of)
+
+
+def _scatters(weight: str) -> Callable[[Any, Callable[[str], Any]], bool]:
+    return lambda value, constant_of: not _black(value) and _transmits(weight, constant_of)
+
+
+def _thin_transmission(weight: str) -> Callable[[Any, Callable[[str], Any]], bool]:
+    return lambda value, constant_of: bool(value) and _transmits(weight, constant_of)
+
+
 _NOT_YET = "is not supported by the material compiler yet"
 
 
@@ -94,7 +115,7 @@ class ShaderModel:
 SHADERS: dict[str, ShaderModel] = {
     "standard_surface": ShaderModel(
         build=standard_surface_layers,
-        colours=("base_color", "specular_color", "subsurface_color", "sheen_color", "coat_color"),
+        colours=("base_color", "specular_color", "subsurface_color", "sheen_color", "coat_color", "transmission_color"),
         scalars=(
             "base",
             "metalness",
@@ -115,9 +136,15 @@ SHADERS: dict[str, ShaderModel] = {
             "coat_rotation",
             "thin_film_thickness",
             "thin_film_IOR",
+            "transmission",
+            "transmission_extra_roughness",
         ),
         refusals=(
-            _Refusal("transmission", _positive, f"transmission {_NOT_YET} (the layers are reflection-only)", "set transmission to 0."),
+            _Refusal("transmission_depth", _volume("transmission"), f"a transmission volume (absorption and scattering inside) {_NOT_YET}",
+                     "set transmission_depth to 0 (transmission_color then tints at the surface)."),
+            _Refusal("transmission_scatter", _scatters("transmission"), f"scattering inside a transmissive volume {_NOT_YET}",
+                     "set transmission_scatter to 0, 0, 0."),
+            _Refusal("thin_walled", _thin_transmission("transmission"), f"thin-walled transmission {_NOT_YET}", "set thin_walled to false."),
             _Refusal("emission", _emits("emission_color"), f"emission {_NOT_YET} (a BSDF layer emits nothing)", "set emission to 0."),
             _Refusal("opacity", lambda v, _: not _white(v), f"opacity below 1 (cut-outs) {_NOT_YET}", "set opacity to 1, 1, 1."),
             _Refusal(
@@ -137,7 +164,7 @@ SHADERS: dict[str, ShaderModel] = {
     ),
     "open_pbr_surface": ShaderModel(
         build=open_pbr_surface_layers,
-        colours=("base_color", "specular_color", "subsurface_color", "coat_color", "fuzz_color"),
+        colours=("base_color", "specular_color", "subsurface_color", "coat_color", "fuzz_color", "transmission_color"),
         scalars=(
             "base_weight",
             "base_metalness",
@@ -155,14 +182,15 @@ SHADERS: dict[str, ShaderModel] = {
             "thin_film_weight",
             "thin_film_thickness",
             "thin_film_ior",
+            "transmission_weight",
         ),
         refusals=(
-            _Refusal(
-                "transmission_weight",
-                _positive,
-                f"transmission {_NOT_YET} (the layers are reflection-only)",
-                "set transmission_weight to 0.",
-            ),
+            _Refusal("transmission_depth", _volume("transmission_weight"), f"a transmission volume (absorption and scattering inside) {_NOT_YET}",
+                     "set transmission_depth to 0 (transmission_color then tints at the surface)."),
+            _Refusal("transmission_scatter", _scatters("transmission_weight"), f"scattering inside a transmissive volume {_NOT_YET}",
+                     "set transmission_scatter to 0, 0, 0."),
+            _Refusal("geometry_thin_walled", _thin_transmission("transmission_weight"), f"thin-walled transmission {_NOT_YET}",
+                     "set geometry_thin_walled to false."),
             _Refusal(
                 "emission_luminance",
                 _emits("emission_color"),

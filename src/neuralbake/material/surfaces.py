@@ -64,6 +64,7 @@ from dataclasses import dataclass
 
 import torch
 
+from neuralbake.material.dielectric import DIELECTRIC
 from neuralbake.material.frame import check_direction_pair, check_directions, check_uniforms, cos_theta, square_to_cosine_hemisphere
 from neuralbake.material.fresnel import artistic_ior
 from neuralbake.material.layering import Layer, coat, layer, mix
@@ -97,7 +98,9 @@ class SheenLayer:
         """``w f_sheen cos_i + f_base cos_i (1 - a_i)(1 - a_o)``, ``[N, 3]``."""
         wi, wo = check_direction_pair(wi, wo)
         top = self.weight[:, None] * sheen_eval(wi, wo, color=self.color, roughness=self.roughness)
-        scale = (1.0 - self._albedo(cos_theta(wi))) * (1.0 - self._albedo(cos_theta(wo)))
+        # light from below the surface (a transmissive base) meets the sheen once, on the way out
+        through_i = torch.where(cos_theta(wi) < 0.0, torch.ones_like(wi[:, 2]), 1.0 - self._albedo(torch.clamp(cos_theta(wi), min=0.0)))
+        scale = through_i * (1.0 - self._albedo(cos_theta(wo)))
         return top + self.base.eval(wi, wo) * scale[:, None]
 
     def sample_direction(self, wo: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -176,6 +179,17 @@ def _film(covered: torch.Tensor, thickness_nm: torch.Tensor, ior: torch.Tensor) 
     return {"film_weight": weight, "film_thickness": torch.clamp(thickness_nm, min=0.0), "film_ior": torch.clamp(ior, min=1.0)}
 
 
+def _transmissive(opaque: Layer, weight: torch.Tensor, roughness: torch.Tensor, anisotropy: torch.Tensor, ior: torch.Tensor, tint: torch.Tensor) -> Layer:
+    """``opaque`` blended by ``weight`` with the rough dielectric boundary (reflection and refraction, the refraction
+    tinted by ``tint``); ``opaque`` itself where no point transmits."""
+    w = _unit(weight)
+    if not bool((w > 0.0).any()):
+        return opaque
+    ax, ay = roughness_anisotropy(roughness, anisotropy)
+    glass = layer(DIELECTRIC, {"alpha_x": ax, "alpha_y": ay, "ior": torch.clamp(ior, min=1.0), "color": torch.clamp(tint, 0.0, 1.0)})
+    return mix(opaque, glass, w)
+
+
 def standard_surface_layers(v: Mapping[str, torch.Tensor]) -> Layer:
     """The layer tree of a Standard Surface from its inputs at N points (colours ``[N, 3]``, scalars ``[N]``); see the module docstring."""
     coat_w = _unit(v["coat"])
@@ -191,6 +205,8 @@ def standard_surface_layers(v: Mapping[str, torch.Tensor]) -> Layer:
     film = _film(v["thin_film_thickness"] > 0.0, v["thin_film_thickness"], v["thin_film_IOR"])
     dielectric = coat(sheened, alpha_x=ax, alpha_y=ay, ior=torch.clamp(v["specular_IOR"], min=1.0), film=film)
     specular = mix(sheened, dielectric, _unit(v["specular"]))
+    rough_t = torch.clamp(rough + v["transmission_extra_roughness"], 0.0, 1.0)
+    specular = _transmissive(specular, v["transmission"], rough_t, v["specular_anisotropy"], v["specular_IOR"], v["transmission_color"])
     eta, k = artistic_ior(v["base"][:, None] * v["base_color"], v["specular"][:, None] * v["specular_color"])
     metal = layer("conductor", {"eta": eta, "k": k, "alpha_x": ax, "alpha_y": ay, **(film or {})})
     base = mix(specular, metal, _unit(v["metalness"]))
@@ -224,6 +240,8 @@ def open_pbr_surface_layers(v: Mapping[str, torch.Tensor]) -> Layer:
     film = _film(v["thin_film_weight"], 1000.0 * v["thin_film_thickness"], v["thin_film_ior"])
     dielectric = coat(diffuse, alpha_x=ax, alpha_y=ay, ior=torch.clamp(eta_s, min=1.0), film=film)
     specular = mix(diffuse, dielectric, _unit(v["specular_weight"]))
+    rough_t = r + coat_w * (coated_r - r)
+    specular = _transmissive(specular, v["transmission_weight"], rough_t, v["specular_roughness_anisotropy"], eta_s, v["transmission_color"])
     eta, k = artistic_ior(v["base_weight"][:, None] * v["base_color"], v["specular_weight"][:, None] * v["specular_color"])
     metal = layer("conductor", {"eta": eta, "k": k, "alpha_x": ax, "alpha_y": ay, **(film or {})})
     base = mix(specular, metal, _unit(v["base_metalness"]))

@@ -203,7 +203,7 @@ def _environment(scene: RenderScene, g: GBuffer, s: SurfaceParameters, lighting:
             above = above * (~scene.caster.occluded(rows(origin, 2 * k), wi_world)).to(dtype)
         radiance = env.eval(wi_world.to(env.pmf.dtype)).to(dtype)
         f = gltf_eval(wi, rows(wo, 2 * k), base_color=rows(s.base_color, 2 * k), metallic=rows(s.metallic, 2 * k), roughness=rows(s.roughness, 2 * k),
-                      f0=rows(s.f0, 2 * k), f90=rows(s.f90, 2 * k))
+                      **{key: rows(value, 2 * k) for key, value in s.brdf_extensions().items()})
         total = total + (over_pdf(f * radiance, pdf) * (weight * above)[:, None]).reshape(2 * k, n, 3).sum(0)
     return total * (s.occlusion[:, None] / spp)
 
@@ -256,7 +256,7 @@ def _direct_radiance(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting, s
     repeat = (lambda t: t) if count == 1 else (lambda t: t.repeat(count, *([1] * (t.dim() - 1))) if isinstance(t, torch.Tensor) else t)
     f = gltf_eval(
         s.to_local(l_world).reshape(count * n, 3), repeat(wo), base_color=repeat(s.base_color), metallic=repeat(s.metallic),
-        roughness=repeat(s.roughness), f0=repeat(s.f0), f90=repeat(s.f90),
+        roughness=repeat(s.roughness), **{k: repeat(v) for k, v in s.brdf_extensions().items()},
     )
     return s, radiance + (f.reshape(count, n, 3) * table[:, None, 3:] * lit[..., None]).sum(0)
 

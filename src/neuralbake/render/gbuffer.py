@@ -222,6 +222,18 @@ class SurfaceParameters:
     """``[N, 3]`` the dielectric's normal-incidence reflectance (``KHR_materials_ior`` and ``_specular``; 0.04 by default)."""
     f90: torch.Tensor | float = 1.0
     """``[N]`` its grazing reflectance (``KHR_materials_specular``'s factor; 1 by default)."""
+    iridescence: torch.Tensor | float = 0.0
+    """``[N]`` ``KHR_materials_iridescence``'s factor (0: no film)."""
+    iridescence_ior: torch.Tensor | float = 1.3
+    """``[N]`` the film's index."""
+    iridescence_thickness: torch.Tensor | float = 400.0
+    """``[N]`` the film's thickness in nanometres."""
+
+    def brdf_extensions(self) -> dict[str, torch.Tensor | float]:
+        """The keywords of :func:`~neuralbake.material.gltf.gltf_eval` beyond the core material inputs: the
+        dielectric's reflectance and the thin film (per row, or one value)."""
+        return {"f0": self.f0, "f90": self.f90, "iridescence": self.iridescence, "iridescence_ior": self.iridescence_ior,
+                "iridescence_thickness": self.iridescence_thickness}
 
     def to_local(self, w: torch.Tensor) -> torch.Tensor:
         """World directions ``[N, 3]`` in the shading frame (tangent, bitangent, normal) = (x, y, z)."""
@@ -347,6 +359,7 @@ def evaluate_materials(scene: RenderScene, gbuffer: GBuffer) -> SurfaceParameter
     unlit = torch.zeros(n, dtype=torch.bool, device=device)
     f0 = torch.full((n, 3), DIELECTRIC_F0, dtype=dtype, device=device)
     f90 = torch.ones(n, dtype=dtype, device=device)
+    film: torch.Tensor | None = None  # [N, 3]: factor, index, thickness; only where a material has a film
     single = len(scene.materials) == 1  # every hit is the one material's: no split, no host sync
     for index, mat in enumerate(scene.materials):
         rows = None if single else torch.nonzero(gbuffer.material_id == index).reshape(-1)
@@ -386,6 +399,10 @@ def evaluate_materials(scene: RenderScene, gbuffer: GBuffer) -> SurfaceParameter
             rgb, grazing = dielectric_reflectance(float(mat.ior), float(mat.specular), tuple(mat.specular_color))
             f0[everywhere] = torch.tensor(rgb, dtype=dtype, device=device)
             f90[everywhere] = grazing
+        if mat.iridescence > 0.0:
+            if film is None:
+                film = torch.tensor([0.0, 1.3, 400.0], dtype=dtype, device=device).repeat(n, 1)
+            film[everywhere] = torch.tensor([mat.iridescence, mat.iridescence_ior, mat.iridescence_thickness[1]], dtype=dtype, device=device)
     tangent, bitangent, normal, geometric = shading_frame(gbuffer, tangent_normal)
     return SurfaceParameters(
         base_color=base[:, :3],
@@ -401,4 +418,5 @@ def evaluate_materials(scene: RenderScene, gbuffer: GBuffer) -> SurfaceParameter
         geometric_normal=geometric,
         f0=f0,
         f90=f90,
+        **({} if film is None else {"iridescence": film[:, 0], "iridescence_ior": film[:, 1], "iridescence_thickness": film[:, 2]}),
     )

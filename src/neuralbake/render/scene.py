@@ -108,6 +108,12 @@ class MaterialParameters:
     """``KHR_materials_specular``'s factor (:func:`~neuralbake.material.gltf.dielectric_reflectance`)."""
     specular_color: tuple[float, float, float] = (1.0, 1.0, 1.0)
     """``KHR_materials_specular``'s colour factor."""
+    iridescence: float = 0.0
+    """``KHR_materials_iridescence``'s factor (0: no film)."""
+    iridescence_ior: float = 1.3
+    """The film's index."""
+    iridescence_thickness: tuple[float, float] = (100.0, 400.0)
+    """The film's thickness bounds in nanometres; shaded at the maximum (no thickness texture)."""
 
 
 @dataclass(eq=False)
@@ -242,6 +248,9 @@ class RenderScene:
                 ior=p.ior,
                 specular=p.specular,
                 specular_color=p.specular_color,
+                iridescence=p.iridescence,
+                iridescence_ior=p.iridescence_ior,
+                iridescence_thickness=p.iridescence_thickness,
             )
             for slot, (attr, srgb) in MATERIAL_SLOTS.items():
                 tex = p.textures.get(slot)
@@ -289,6 +298,9 @@ def _material_parameters(m: Material, device: torch.device, dtype: torch.dtype) 
         ior=float(m.ior),
         specular=float(m.specular),
         specular_color=tuple(float(c) for c in m.specular_color),
+        iridescence=float(m.iridescence),
+        iridescence_ior=float(m.iridescence_ior),
+        iridescence_thickness=tuple(float(t) for t in m.iridescence_thickness),
     )
 
 

@@ -87,6 +87,11 @@ class GltfLayer:
     """The dielectric's normal-incidence reflectance (``KHR_materials_ior`` and ``_specular``), ``[N, 3]`` or one value."""
     f90: torch.Tensor | float = 1.0
     """Its grazing reflectance (``KHR_materials_specular``'s factor), ``[N]`` or one value."""
+    iridescence: torch.Tensor | float = 0.0
+    """``KHR_materials_iridescence``'s factor, ``[N]`` or one value (0: no film)."""
+    iridescence_ior: torch.Tensor | float = 1.3
+    iridescence_thickness: torch.Tensor | float = 400.0
+    """The film's index and thickness (nm), ``[N]`` or one value each."""
 
     def __post_init__(self) -> None:
         self.normal = normalize(self.shading_normal)
@@ -100,7 +105,11 @@ class GltfLayer:
 
     def eval(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
         above = ((wi[:, 2] > 0) & (wo[:, 2] > 0)).to(wi.dtype)[:, None]
-        return gltf_eval(self._to_shading(wi), self._to_shading(wo), base_color=self.base_color, f0=self.f0, f90=self.f90, **self._params()) * above
+        return gltf_eval(self._to_shading(wi), self._to_shading(wo), base_color=self.base_color, **self._extensions(), **self._params()) * above
+
+    def _extensions(self) -> dict[str, torch.Tensor | float]:
+        return {"f0": self.f0, "f90": self.f90, "iridescence": self.iridescence, "iridescence_ior": self.iridescence_ior,
+                "iridescence_thickness": self.iridescence_thickness}
 
     def pdf(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
         above = ((wi[:, 2] > 0) & (wo[:, 2] > 0)).to(wi.dtype)
@@ -115,7 +124,8 @@ class GltfLayer:
 
     def rows(self, rows: torch.Tensor) -> GltfLayer:
         """The layer of the points ``rows`` only."""
-        return GltfLayer(self.base_color[rows], self.metallic[rows], self.roughness[rows], self.shading_normal[rows], _rows(self.f0, rows), _rows(self.f90, rows))
+        return GltfLayer(self.base_color[rows], self.metallic[rows], self.roughness[rows], self.shading_normal[rows],
+                         **{k: _rows(v, rows) for k, v in self._extensions().items()})
 
 
 def _rows(value: torch.Tensor | float, rows: torch.Tensor) -> torch.Tensor | float:
@@ -209,7 +219,8 @@ class AssetMaterial(AssetSurface):
 
     def render_layer(self, g: GBuffer, frame: VertexFrame, s: SurfaceParameters, rows: torch.Tensor) -> GltfLayer:
         """The reference layer of G-buffer rows ``rows`` (from the deferred renderer's material inputs ``s``)."""
-        return GltfLayer(s.base_color[rows], s.metallic[rows], s.roughness[rows], normalize(frame.local(s.normal)[rows]), _rows(s.f0, rows), _rows(s.f90, rows))
+        return GltfLayer(s.base_color[rows], s.metallic[rows], s.roughness[rows], normalize(frame.local(s.normal)[rows]),
+                         **{k: _rows(v, rows) for k, v in s.brdf_extensions().items()})
 
     def _slot(self, name: str, uv: torch.Tensor) -> torch.Tensor | None:
         tex = self.material.textures.get(name)
@@ -258,7 +269,8 @@ class AssetMaterial(AssetSurface):
         m = self.material
         rgb, grazing = dielectric_reflectance(float(m.ior), float(m.specular), tuple(m.specular_color))
         base = s["base_color"]
-        layer = GltfLayer(base, s["metallic"], s["roughness"], s["normal"], torch.tensor(rgb, dtype=base.dtype, device=base.device).expand_as(base), grazing)
+        layer = GltfLayer(base, s["metallic"], s["roughness"], s["normal"], torch.tensor(rgb, dtype=base.dtype, device=base.device).expand_as(base), grazing,
+                          float(m.iridescence), float(m.iridescence_ior), float(m.iridescence_thickness[1]))
         features = torch.cat([s["base_color"], s["metallic"][:, None], s["roughness"][:, None], s["normal"]], dim=1)
         return layer, features
 

@@ -44,7 +44,7 @@ from neuralbake.bakes.neural_material.sampling import fit_sampling_head, relativ
 from neuralbake.bakes.neural_material.verdict import NTCAtBytes, map_texels, ntc_at_bytes, verdict_block
 from neuralbake.bakes.ntc.bake import NTC
 from neuralbake.bakes.run import Bake, BakeOutcome, BakeRun
-from neuralbake.errors import ConfigError
+from neuralbake.errors import ConfigError, InputError
 from neuralbake.io.files import sha256_file
 from neuralbake.io.neural_material_bundle import decoder_input_layout
 from neuralbake.kernels import resolve_kernels, unsupported_reason
@@ -385,6 +385,14 @@ def load_reference(config: NeuralMaterialConfig, device: torch.device) -> Any:
             fix="leave --material out for .json and .mtlx materials, or give the asset with --asset.",
         )
     layered = load_material(config.material, device=device)
+    if getattr(layered, "transmissive", False):
+        raise InputError(
+            f"{Path(config.material).name} lets light through (transmission), and a neural material learns reflection only "
+            "(light directions above the surface): the baked result would be wrong behind the glass.",
+            path=config.material,
+            field="transmission",
+            fix="bake an opaque variant (transmission 0), or preview the glass itself with `neuralbake material preview`.",
+        )
     if not config.asset:
         return layered
     up = torch.nn.functional.normalize(torch.tensor(config.normal, dtype=torch.float32, device=device), dim=0)

@@ -77,6 +77,12 @@ class Material:
     """``KHR_materials_specular``'s ``specularFactor``: scales the dielectric's reflectance (1 without the extension)."""
     specular_color: tuple[float, float, float] = (1.0, 1.0, 1.0)
     """``KHR_materials_specular``'s ``specularColorFactor``: tints its normal-incidence reflectance (linear RGB)."""
+    iridescence: float = 0.0
+    """``KHR_materials_iridescence``'s ``iridescenceFactor``: how much a thin film's colours replace the Fresnel (0: none)."""
+    iridescence_ior: float = 1.3
+    """The film's index (``iridescenceIor``)."""
+    iridescence_thickness: tuple[float, float] = (100.0, 400.0)
+    """``iridescenceThicknessMinimum`` and ``Maximum`` in nanometres; without a thickness texture the film is the maximum thick."""
     double_sided: bool = False
     """Back faces are shaded with the flipped normal when true."""
     unlit: bool = False

@@ -82,6 +82,10 @@ SPECULAR_TEXTURES = ("specularTexture", "specularColorTexture")
 """``KHR_materials_specular``'s textures: not sampled yet, so a material with them keeps the extension among its
 unshaded ones (refused by the bakes); its factors alone are shaded."""
 
+IRIDESCENCE_TEXTURES = ("iridescenceTexture", "iridescenceThicknessTexture")
+"""``KHR_materials_iridescence``'s textures: not sampled yet, so a material with them keeps the extension among its
+unshaded ones (refused by the bakes); its factors alone are shaded (the film at its maximum thickness)."""
+
 _TRIANGLES = 4
 
 
@@ -157,6 +161,26 @@ def _specular(reader: GltfDocument, ext: dict, index: int) -> tuple[float, tuple
     return float(factor), (float(colour[0]), float(colour[1]), float(colour[2]))
 
 
+def _iridescence(reader: GltfDocument, ext: dict, index: int) -> tuple[float, float, tuple[float, float]]:
+    """A material's ``KHR_materials_iridescence`` factors: the factor in [0, 1], the film's index at least 1, thickness
+    bounds of at least 0 nm (the spec's defaults 0, 1.3, 100 and 400)."""
+    where = f"materials[{index}].extensions.KHR_materials_iridescence"
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
+    factor, ior = ext.get("iridescenceFactor", 0.0), ext.get("iridescenceIor", 1.3)
+    low, high = ext.get("iridescenceThicknessMinimum", 100.0), ext.get("iridescenceThicknessMaximum", 400.0)
+    if not (number(factor) and 0.0 <= factor <= 1.0):
+        raise InputError(f"iridescenceFactor is {factor!r}; it must be a number in [0, 1].", path=reader.path, field=f"{where}.iridescenceFactor",
+                         fix="set it to e.g. 1.0, or remove it.")
+    if not (number(ior) and ior >= 1.0):
+        raise InputError(f"iridescenceIor is {ior!r}; it must be a number of at least 1.", path=reader.path, field=f"{where}.iridescenceIor",
+                         fix="set it to e.g. 1.3, or remove it.")
+    for key, value in (("iridescenceThicknessMinimum", low), ("iridescenceThicknessMaximum", high)):
+        if not (number(value) and value >= 0.0):
+            raise InputError(f"{key} is {value!r}; it must be a thickness of at least 0 nm.", path=reader.path, field=f"{where}.{key}",
+                             fix="set it to e.g. 400, or remove it.")
+    return float(factor), float(ior), (float(low), float(high))
+
+
 def _read_materials(reader: GltfDocument) -> list[Material]:
     out = []
     cache: dict[int, np.ndarray] = {}
@@ -193,6 +217,10 @@ def _read_materials(reader: GltfDocument) -> list[Material]:
         if isinstance(specular, dict) and not any(key in specular for key in SPECULAR_TEXTURES):
             mat.specular, mat.specular_color = _specular(reader, specular, i)
             mat.unshaded_extensions = tuple(e for e in mat.unshaded_extensions if e != "KHR_materials_specular")
+        iridescence = (m.extensions or {}).get("KHR_materials_iridescence")
+        if isinstance(iridescence, dict) and not any(key in iridescence for key in IRIDESCENCE_TEXTURES):
+            mat.iridescence, mat.iridescence_ior, mat.iridescence_thickness = _iridescence(reader, iridescence, i)
+            mat.unshaded_extensions = tuple(e for e in mat.unshaded_extensions if e != "KHR_materials_iridescence")
         out.append(mat)
     return out
 

@@ -218,6 +218,10 @@ def write_gltf(path: str | Path, scene: Scene, *, texture_bits: int = 8) -> Path
                 extensions["KHR_materials_ior"] = {"ior": float(m.ior)}
             if m.specular != 1.0 or tuple(m.specular_color) != (1.0, 1.0, 1.0):
                 extensions["KHR_materials_specular"] = {"specularFactor": float(m.specular), "specularColorFactor": [float(c) for c in m.specular_color]}
+            if m.iridescence > 0.0:
+                low, high = (float(t) for t in m.iridescence_thickness)
+                extensions["KHR_materials_iridescence"] = {"iridescenceFactor": float(m.iridescence), "iridescenceIor": float(m.iridescence_ior),
+                                                           "iridescenceThicknessMinimum": low, "iridescenceThicknessMaximum": high}
             if extensions:
                 entry["extensions"] = extensions
         materials.append(entry)
