@@ -51,6 +51,7 @@ Mitsuba has no Charlie sheen lobe.
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import warnings
@@ -345,3 +346,23 @@ def test_dielectric_matches_roughdielectric_on_both_sides(variant: str, alpha_x:
     big = their_pdf > 1e-3
     assert max_relative_error(our_pdf[big], their_pdf[big]) < 5 * TOLERANCE
     assert (our_pdf[~big] - their_pdf[~big]).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("cos_o", [0.9, 0.5, 0.15])
+def test_thin_slab_reflectance_matches_thindielectric(cos_o: float) -> None:
+    """Mitsuba's ``thindielectric`` reflects when its branch uniform is below the slab's reflectance: find that
+    threshold by bisection on its sampler and compare with ours."""
+    from neuralbake.material.dielectric import slab_reflectance
+    from neuralbake.material.fresnel import fresnel_dielectric
+
+    mi.set_variant(SCALAR)
+    bsdf = mi.load_dict({"type": "thindielectric", "int_ior": 1.5, "ext_ior": 1.0})
+    si = mi.SurfaceInteraction3f()
+    si.wi = mi.Vector3f(math.sqrt(1 - cos_o**2), 0.0, cos_o)
+    low, high = 0.0, 1.0
+    for _ in range(40):
+        mid = 0.5 * (low + high)
+        bs, _ = bsdf.sample(mi.BSDFContext(), si, mid, mi.Point2f(0.5, 0.5))
+        low, high = (mid, high) if bs.wo[2] > 0 else (low, mid)
+    ours = float(slab_reflectance(fresnel_dielectric(torch.tensor(cos_o, dtype=torch.float64), torch.tensor(1.5, dtype=torch.float64))))
+    assert low == pytest.approx(ours, abs=1e-5)

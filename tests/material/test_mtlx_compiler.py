@@ -358,7 +358,6 @@ def test_missing_image_names_node_and_file(tmp_path: Path) -> None:
         ('<input name="transmission" type="float" value="1" /><input name="transmission_depth" type="float" value="0.5" />', "transmission_depth"),
         ('<input name="transmission" type="float" value="1" /><input name="transmission_scatter" type="color3" value="0.2, 0.1, 0" />',
          "transmission_scatter"),
-        ('<input name="transmission" type="float" value="1" /><input name="thin_walled" type="boolean" value="true" />', "thin_walled"),
         ('<input name="emission" type="float" value="1" />', "emission"),
         ('<input name="opacity" type="color3" value="1, 0.5, 1" />', "opacity"),
         ('<input name="specular_color" type="color3" value="1, 0.5, 1" />', "specular_color"),
@@ -516,3 +515,28 @@ def test_specular_rotation_turns_the_anisotropy(tmp_path: Path) -> None:
     assert torch.allclose(a, b, atol=1e-12) and not torch.allclose(a, straight(uv, normal).eval(wi, wo), atol=1e-3)
     sampled, pdf = turned(uv, normal).sample(wo, torch.rand(n, 2, generator=g, dtype=torch.float64))
     assert torch.allclose(pdf, turned(uv, normal).pdf(sampled, wo))
+
+
+def test_thin_walled_glass_passes_light_straight(tmp_path: Path) -> None:
+    """``thin_walled`` transmission is the thin slab: a smooth one sends light from behind on along its own direction."""
+    from neuralbake.material.dielectric import thin_dielectric_eval
+    from neuralbake.material.microfacet import roughness_anisotropy
+
+    inputs = ('<input name="transmission" type="float" value="1" /><input name="thin_walled" type="boolean" value="true" />'
+              '<input name="specular_roughness" type="float" value="0.25" />')
+    material = compile_materialx(_write(tmp_path, _surface(inputs)))
+    assert material.thin_walled and material.transmissive
+    g = torch.Generator().manual_seed(4)
+    n = 64
+    wo = hemisphere_directions(n, generator=g, dtype=torch.float32)
+    wi = hemisphere_directions(n, generator=g, dtype=torch.float32) * torch.tensor([1.0, 1.0, -1.0])
+    uv, normal, position = torch.rand(n, 2, generator=g), torch.tensor([[0.0, 0.0, 1.0]]).expand(n, 3), torch.zeros(n, 3)
+    alpha, _ = roughness_anisotropy(torch.full((n,), 0.25), torch.zeros(n))
+    torch.testing.assert_close(material(uv, normal, position).eval(wi, wo), thin_dielectric_eval(wi, wo, alpha_x=alpha, ior=1.5))
+    graph = """
+  <nodegraph name="NG">
+    <constant name="c" type="boolean"><input name="value" type="boolean" value="true" /></constant>
+    <output name="out" type="boolean" nodename="c" />
+  </nodegraph>"""
+    with pytest.raises(InputError, match="thin_walled.*driven by a node graph"):
+        compile_materialx(_write(tmp_path, _surface('<input name="thin_walled" type="boolean" nodegraph="NG" output="out" />', graph), "tw.mtlx"))

@@ -30,7 +30,20 @@ from neuralbake.material.fresnel import fresnel_dielectric
 from neuralbake.material.lobes import Lobe, Param, _alphas
 from neuralbake.material.microfacet import ggx_d, ggx_g1, ggx_sample_visible_normal
 
-__all__ = ["BRANCH_DIGITS", "DIELECTRIC", "dielectric_eval", "dielectric_pdf", "dielectric_sample", "fresnel_signed", "refract"]
+__all__ = [
+    "BRANCH_DIGITS",
+    "DIELECTRIC",
+    "THIN_DIELECTRIC",
+    "dielectric_eval",
+    "dielectric_pdf",
+    "dielectric_sample",
+    "fresnel_signed",
+    "refract",
+    "slab_reflectance",
+    "thin_dielectric_eval",
+    "thin_dielectric_pdf",
+    "thin_dielectric_sample",
+]
 
 
 BRANCH_DIGITS = 4096
@@ -140,3 +153,96 @@ DIELECTRIC = Lobe("dielectric", dielectric_eval, dielectric_sample, dielectric_p
 """The rough dielectric behind the common lobe interface, for ``layer(DIELECTRIC, params)``: the transmissive part
 of Standard Surface and OpenPBR (:mod:`~neuralbake.material.surfaces`). Not in :data:`~neuralbake.material.lobes.LOBES`
 (the lobes a JSON material graph names): the neural-material bake and the deferred renderer shade reflection only."""
+
+
+# --- thin-walled: a slab too thin to see, both faces rough -------------------------------------------------------
+
+
+def slab_reflectance(f: torch.Tensor) -> torch.Tensor:
+    """Reflectance of a clear slab whose faces each reflect ``f``, summed over its internal bounces:
+    ``f + (1 - f)^2 f / (1 - f^2) = 2 f / (1 + f)``; the slab transmits the rest, ``(1 - f) / (1 + f)``."""
+    return 2.0 * f / (1.0 + f)
+
+
+def _mirror(w: torch.Tensor) -> torch.Tensor:
+    return w * torch.tensor([1.0, 1.0, -1.0], dtype=w.dtype, device=w.device)
+
+
+def thin_dielectric_eval(
+    wi: torch.Tensor, wo: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param = 1.5, color: Param = 1.0
+) -> torch.Tensor:
+    """``f(wi, wo) |cos_i|`` of a thin-walled dielectric (a soap bubble, a window pane seen as a surface), ``[N, 3]``.
+
+    Light does not bend: what the slab transmits leaves on the far side along the direction it came in. Each face
+    reflects ``F(wo.m)`` (index ``ior``); summed over the bounces inside, the slab reflects ``R = 2F / (1 + F)`` and
+    transmits ``T = (1 - F) / (1 + F)`` (:func:`slab_reflectance`: no absorption, so ``R + T = 1``). Reflection is
+    the GGX reflection lobe ``R D G / (4 |cos_o|)`` about the half vector of ``wi`` and ``wo``; transmission is the
+    same lobe for ``wi`` mirrored through the surface plane, times ``T`` and the tint ``color``, so a smooth slab
+    passes light straight through and roughness blurs it as it blurs the reflection. Both sides of the surface are
+    alike (a viewer below sees the same slab). Smooth limit: Mitsuba 3's ``thindielectric``.
+    """
+    wi, wo = check_direction_pair(wi, wo)
+    ior = as_scalar("ior", ior, wi)
+    ax, ay = _alphas(alpha_x, alpha_y, wi)
+    side = torch.where(wo[:, 2] < 0.0, -1.0, 1.0).to(wo.dtype)[:, None]
+    up_o = wo * side  # the viewer's side as the upper one
+    up_i = wi * side
+    through = up_i[:, 2] < 0.0
+    lobe_i = torch.where(through[:, None], _mirror(up_i), up_i)
+    m = normalize(lobe_i + up_o)
+    d = ggx_d(m, ax, ay)
+    g = ggx_g1(lobe_i, m, ax, ay) * ggx_g1(up_o, m, ax, ay)
+    f = fresnel_dielectric(torch.abs(dot(up_o, m)), ior)
+    share = torch.where(through, 1.0 - slab_reflectance(f), slab_reflectance(f))
+    tiny = torch.finfo(wo.dtype).tiny
+    value = share * d * g / (4.0 * torch.abs(up_o[:, 2]).clamp(min=tiny))
+    value = torch.where((up_o[:, 2] > 0.0) & (lobe_i[:, 2] > 0.0), value, torch.zeros_like(value))
+    tint = torch.where(through[:, None], as_colour("color", color, wi), torch.ones_like(wo))
+    return value[:, None] * tint
+
+
+def thin_dielectric_pdf(
+    wi: torch.Tensor, wo: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param = 1.5, color: Param | None = None
+) -> torch.Tensor:
+    """Density of :func:`thin_dielectric_sample`: visible-normal GGX about the (mirrored) half vector, times the
+    branch's probability ``R`` or ``T``, ``[N]``."""
+    wi, wo = check_direction_pair(wi, wo)
+    ior = as_scalar("ior", ior, wi)
+    ax, ay = _alphas(alpha_x, alpha_y, wi)
+    side = torch.where(wo[:, 2] < 0.0, -1.0, 1.0).to(wo.dtype)[:, None]
+    up_o, up_i = wo * side, wi * side
+    through = up_i[:, 2] < 0.0
+    lobe_i = torch.where(through[:, None], _mirror(up_i), up_i)
+    m = normalize(lobe_i + up_o)
+    tiny = torch.finfo(wo.dtype).tiny
+    reflected = ggx_g1(up_o, m, ax, ay) * ggx_d(m, ax, ay) / (4.0 * torch.abs(up_o[:, 2]).clamp(min=tiny))
+    f = fresnel_dielectric(torch.abs(dot(up_o, m)), ior)
+    share = torch.where(through, 1.0 - slab_reflectance(f), slab_reflectance(f))
+    pdf = reflected * share
+    return torch.where((up_o[:, 2] > 0.0) & (lobe_i[:, 2] > 0.0), pdf, torch.zeros_like(pdf))
+
+
+def thin_dielectric_sample(
+    wo: torch.Tensor, u: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param = 1.5, color: Param | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A visible GGX normal, the mirror direction, and with probability ``T`` that direction passed through the slab
+    (mirrored through the surface plane); ``(wi [N, 3], pdf [N])``, the branch drawn from ``u1``'s low digits."""
+    wo = check_directions("wo", wo)
+    u = check_uniforms(u, wo)
+    ior = as_scalar("ior", ior, wo)
+    ax, ay = _alphas(alpha_x, alpha_y, wo)
+    side = torch.where(wo[:, 2] < 0.0, -1.0, 1.0).to(wo.dtype)[:, None]
+    up_o = wo * side
+    m = ggx_sample_visible_normal(up_o, u, ax, ay)
+    f = fresnel_dielectric(torch.abs(dot(up_o, m)), ior)
+    through = torch.remainder(u[:, 1] * float(BRANCH_DIGITS), 1.0) >= slab_reflectance(f)
+    up_i = reflect(up_o, m)
+    valid = up_i[:, 2] > 0.0
+    wi = torch.where(through[:, None], _mirror(up_i), up_i) * side
+    pdf = thin_dielectric_pdf(wi, wo, alpha_x=ax, alpha_y=ay, ior=ior)
+    return wi, torch.where(valid, pdf, torch.zeros_like(pdf))
+
+
+THIN_DIELECTRIC = Lobe("thin_dielectric", thin_dielectric_eval, thin_dielectric_sample, thin_dielectric_pdf)
+"""The thin-walled dielectric behind the common lobe interface (Standard Surface ``thin_walled`` and OpenPBR
+``geometry_thin_walled`` transmission)."""

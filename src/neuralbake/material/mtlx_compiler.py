@@ -215,6 +215,8 @@ class CompiledMaterial:
     fixed at compile time; so do the shader inputs checked by the refusals."""
     _program: _Program = field(repr=False)
     _inputs: dict[str, _Source] = field(repr=False)
+    thin_walled: bool = False
+    """The shader's ``thin_walled`` / ``geometry_thin_walled``: its transmission is a thin slab (light passes straight)."""
     transmissive: bool = False
     """Whether light passes through the surface somewhere (a transmission weight above 0, or one a node drives): its
     layers then have values for light directions below the surface, which a reflection-only bake cannot learn."""
@@ -247,7 +249,7 @@ class CompiledMaterial:
         A :class:`~neuralbake.material.layering.Layer` whose ``eval``/``sample``/``pdf`` take
         ``[N, 3]`` directions in the local shading frame (normal +z, tangent +x).
         """
-        return SHADERS[self.shader].build(self.shader_inputs(uv, normal, position, parameters=parameters))
+        return SHADERS[self.shader].build(self.shader_inputs(uv, normal, position, parameters=parameters), thin_walled=self.thin_walled)
 
     def layer_and_inputs(self, uv: torch.Tensor, normal: torch.Tensor, position: torch.Tensor | None = None) -> tuple[Layer, torch.Tensor]:
         """The layer tree and every shader input at the N points (sorted by name, ``[N, K]``), from one
@@ -255,7 +257,7 @@ class CompiledMaterial:
         inputs = self.shader_inputs(uv, normal, position)
         n = uv.shape[0]
         features = torch.cat([value.reshape(n, -1) for _, value in sorted(inputs.items())], dim=1)
-        return SHADERS[self.shader].build(inputs), features
+        return SHADERS[self.shader].build(inputs, thin_walled=self.thin_walled), features
 
     def shader_inputs(
         self,
@@ -367,4 +369,9 @@ def compile_materialx(
             inputs[name] = program.constant(f"{shader.name}/{name}", ports[name].type, value, ports[name].colorspace)
     weight = params.get("transmission" if shader.category == "standard_surface" else "transmission_weight")
     transmissive = isinstance(weight, MaterialXConnection) or (isinstance(weight, (int, float)) and weight > 0.0)
-    return CompiledMaterial(chosen.name, document.path, shader.category, program.parameters, program, inputs, transmissive=transmissive)
+    thin = params.get(model.thin_walled)
+    if isinstance(thin, MaterialXConnection):
+        raise program.fail(f"{shader.path}/{model.thin_walled}", f"'{model.thin_walled}' is driven by a node graph; it is read once, when compiling.",
+                           f"set {model.thin_walled} to true or false.")
+    return CompiledMaterial(chosen.name, document.path, shader.category, program.parameters, program, inputs, transmissive=transmissive,
+                            thin_walled=bool(thin))

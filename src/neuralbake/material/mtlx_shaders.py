@@ -6,14 +6,15 @@ colour and scalar inputs the closure (:mod:`~neuralbake.material.surfaces`) is b
 geometry inputs that must not be driven by a node, and the refusals. Refused with an
 :class:`~neuralbake.errors.InputError` naming the input (:func:`refuse_unsupported_inputs`):
 a transmission volume (``transmission_depth`` > 0 or a ``transmission_scatter`` colour where the
-surface transmits) and thin-walled transmission, emission (``emission`` /
+surface transmits), emission (``emission`` /
 ``emission_luminance`` > 0 with a non-black colour), cut-outs (``opacity`` / ``geometry_opacity``
 < 1), a tinted dielectric specular (``specular_color`` not white where the dielectric is
 visible), thin-walled subsurface, ``coat_darkening`` other than 1, and normal or tangent inputs
 driven by a node (normal maps). Inputs that only matter for refused features
 are not read. Transmission (``transmission`` / ``transmission_weight``, ``transmission_color``,
 Standard Surface's ``transmission_extra_roughness``) is the rough dielectric boundary of
-:mod:`~neuralbake.material.dielectric`; OpenPBR's dispersion is ignored (one index for all
+:mod:`~neuralbake.material.dielectric`, or its thin-walled slab where ``thin_walled`` /
+``geometry_thin_walled`` is set (:data:`ShaderModel.thin_walled`, a compile-time constant); OpenPBR's dispersion is ignored (one index for all
 wavelengths). Thin film (``thin_film_*``) is read: it colours the
 specular and metal Fresnel (:func:`~neuralbake.material.lobes.filmed`).
 """
@@ -23,8 +24,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-
-import torch
 
 from neuralbake.errors import InputError
 from neuralbake.io.materialx import DefaultGeomProp, MaterialXConnection, MaterialXNode
@@ -94,10 +93,6 @@ def _scatters(weight: str) -> Callable[[Any, Callable[[str], Any]], bool]:
     return lambda value, constant_of: not _black(value) and _transmits(weight, constant_of)
 
 
-def _thin_transmission(weight: str) -> Callable[[Any, Callable[[str], Any]], bool]:
-    return lambda value, constant_of: bool(value) and _transmits(weight, constant_of)
-
-
 _NOT_YET = "is not supported by the material compiler yet"
 
 
@@ -105,11 +100,14 @@ _NOT_YET = "is not supported by the material compiler yet"
 class ShaderModel:
     """What the compiler reads from one surface shader category, and what it refuses."""
 
-    build: Callable[[Mapping[str, torch.Tensor]], Layer]
+    build: Callable[..., Layer]
+    """``build(inputs, thin_walled=False)``: the layer tree from the shader inputs at N points."""
     colours: tuple[str, ...]
     scalars: tuple[str, ...]
     refusals: tuple[_Refusal, ...]
     geometry_inputs: tuple[str, ...]
+    thin_walled: str
+    """The boolean input that makes the surface a thin wall (read at compile time; a node may not drive it)."""
 
 
 SHADERS: dict[str, ShaderModel] = {
@@ -144,7 +142,6 @@ SHADERS: dict[str, ShaderModel] = {
                      "set transmission_depth to 0 (transmission_color then tints at the surface)."),
             _Refusal("transmission_scatter", _scatters("transmission"), f"scattering inside a transmissive volume {_NOT_YET}",
                      "set transmission_scatter to 0, 0, 0."),
-            _Refusal("thin_walled", _thin_transmission("transmission"), f"thin-walled transmission {_NOT_YET}", "set thin_walled to false."),
             _Refusal("emission", _emits("emission_color"), f"emission {_NOT_YET} (a BSDF layer emits nothing)", "set emission to 0."),
             _Refusal("opacity", lambda v, _: not _white(v), f"opacity below 1 (cut-outs) {_NOT_YET}", "set opacity to 1, 1, 1."),
             _Refusal(
@@ -161,6 +158,7 @@ SHADERS: dict[str, ShaderModel] = {
             ),
         ),
         geometry_inputs=("normal", "tangent", "coat_normal"),
+        thin_walled="thin_walled",
     ),
     "open_pbr_surface": ShaderModel(
         build=open_pbr_surface_layers,
@@ -189,8 +187,6 @@ SHADERS: dict[str, ShaderModel] = {
                      "set transmission_depth to 0 (transmission_color then tints at the surface)."),
             _Refusal("transmission_scatter", _scatters("transmission_weight"), f"scattering inside a transmissive volume {_NOT_YET}",
                      "set transmission_scatter to 0, 0, 0."),
-            _Refusal("geometry_thin_walled", _thin_transmission("transmission_weight"), f"thin-walled transmission {_NOT_YET}",
-                     "set geometry_thin_walled to false."),
             _Refusal(
                 "emission_luminance",
                 _emits("emission_color"),
@@ -218,6 +214,7 @@ SHADERS: dict[str, ShaderModel] = {
             ),
         ),
         geometry_inputs=("geometry_normal", "geometry_coat_normal", "geometry_tangent", "geometry_coat_tangent"),
+        thin_walled="geometry_thin_walled",
     ),
 }
 

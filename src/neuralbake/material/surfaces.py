@@ -64,7 +64,7 @@ from dataclasses import dataclass
 
 import torch
 
-from neuralbake.material.dielectric import DIELECTRIC
+from neuralbake.material.dielectric import DIELECTRIC, THIN_DIELECTRIC
 from neuralbake.material.frame import check_direction_pair, check_directions, check_uniforms, cos_theta, square_to_cosine_hemisphere
 from neuralbake.material.fresnel import artistic_ior
 from neuralbake.material.layering import Layer, coat, layer, mix
@@ -179,18 +179,21 @@ def _film(covered: torch.Tensor, thickness_nm: torch.Tensor, ior: torch.Tensor) 
     return {"film_weight": weight, "film_thickness": torch.clamp(thickness_nm, min=0.0), "film_ior": torch.clamp(ior, min=1.0)}
 
 
-def _transmissive(opaque: Layer, weight: torch.Tensor, roughness: torch.Tensor, anisotropy: torch.Tensor, ior: torch.Tensor, tint: torch.Tensor) -> Layer:
+def _transmissive(
+    opaque: Layer, weight: torch.Tensor, roughness: torch.Tensor, anisotropy: torch.Tensor, ior: torch.Tensor, tint: torch.Tensor, thin: bool
+) -> Layer:
     """``opaque`` blended by ``weight`` with the rough dielectric boundary (reflection and refraction, the refraction
-    tinted by ``tint``); ``opaque`` itself where no point transmits."""
+    tinted by ``tint``), or with the thin-walled slab (``thin``: light passes straight); ``opaque`` itself where no
+    point transmits."""
     w = _unit(weight)
     if not bool((w > 0.0).any()):
         return opaque
     ax, ay = roughness_anisotropy(roughness, anisotropy)
-    glass = layer(DIELECTRIC, {"alpha_x": ax, "alpha_y": ay, "ior": torch.clamp(ior, min=1.0), "color": torch.clamp(tint, 0.0, 1.0)})
+    glass = layer(THIN_DIELECTRIC if thin else DIELECTRIC, {"alpha_x": ax, "alpha_y": ay, "ior": torch.clamp(ior, min=1.0), "color": torch.clamp(tint, 0.0, 1.0)})
     return mix(opaque, glass, w)
 
 
-def standard_surface_layers(v: Mapping[str, torch.Tensor]) -> Layer:
+def standard_surface_layers(v: Mapping[str, torch.Tensor], *, thin_walled: bool = False) -> Layer:
     """The layer tree of a Standard Surface from its inputs at N points (colours ``[N, 3]``, scalars ``[N]``); see the module docstring."""
     coat_w = _unit(v["coat"])
     gamma = (1.0 + coat_w * v["coat_affect_color"])[:, None]
@@ -206,7 +209,7 @@ def standard_surface_layers(v: Mapping[str, torch.Tensor]) -> Layer:
     dielectric = coat(sheened, alpha_x=ax, alpha_y=ay, ior=torch.clamp(v["specular_IOR"], min=1.0), film=film)
     specular = mix(sheened, dielectric, _unit(v["specular"]))
     rough_t = torch.clamp(rough + v["transmission_extra_roughness"], 0.0, 1.0)
-    specular = _transmissive(specular, v["transmission"], rough_t, v["specular_anisotropy"], v["specular_IOR"], v["transmission_color"])
+    specular = _transmissive(specular, v["transmission"], rough_t, v["specular_anisotropy"], v["specular_IOR"], v["transmission_color"], thin_walled)
     eta, k = artistic_ior(v["base"][:, None] * v["base_color"], v["specular"][:, None] * v["specular_color"])
     metal = layer("conductor", {"eta": eta, "k": k, "alpha_x": ax, "alpha_y": ay, **(film or {})})
     base = mix(specular, metal, _unit(v["metalness"]))
@@ -224,7 +227,7 @@ def standard_surface_layers(v: Mapping[str, torch.Tensor]) -> Layer:
     return mix(RotatedLayer(base, turn_specular), RotatedLayer(coated, turn_coat), coat_w)
 
 
-def open_pbr_surface_layers(v: Mapping[str, torch.Tensor]) -> Layer:
+def open_pbr_surface_layers(v: Mapping[str, torch.Tensor], *, thin_walled: bool = False) -> Layer:
     """The layer tree of an OpenPBR surface from its inputs at N points (colours ``[N, 3]``, scalars ``[N]``); see the module docstring."""
     subsurface = _unit(v["subsurface_weight"])[:, None]
     albedo = (1.0 - subsurface) * v["base_weight"][:, None] * v["base_color"] + subsurface * v["subsurface_color"]
@@ -241,7 +244,7 @@ def open_pbr_surface_layers(v: Mapping[str, torch.Tensor]) -> Layer:
     dielectric = coat(diffuse, alpha_x=ax, alpha_y=ay, ior=torch.clamp(eta_s, min=1.0), film=film)
     specular = mix(diffuse, dielectric, _unit(v["specular_weight"]))
     rough_t = r + coat_w * (coated_r - r)
-    specular = _transmissive(specular, v["transmission_weight"], rough_t, v["specular_roughness_anisotropy"], eta_s, v["transmission_color"])
+    specular = _transmissive(specular, v["transmission_weight"], rough_t, v["specular_roughness_anisotropy"], eta_s, v["transmission_color"], thin_walled)
     eta, k = artistic_ior(v["base_weight"][:, None] * v["base_color"], v["specular_weight"][:, None] * v["specular_color"])
     metal = layer("conductor", {"eta": eta, "k": k, "alpha_x": ax, "alpha_y": ay, **(film or {})})
     base = mix(specular, metal, _unit(v["base_metalness"]))

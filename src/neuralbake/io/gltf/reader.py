@@ -34,7 +34,6 @@ triangles (repeated indices or zero area) are dropped and counted; the maths for
 
 from __future__ import annotations
 
-import math
 import warnings
 from pathlib import Path
 
@@ -43,6 +42,7 @@ import numpy as np
 from neuralbake.errors import InputError
 from neuralbake.io.gltf.document import COMPONENT_DTYPES, GltfDocument
 from neuralbake.io.gltf.draco import AccessorSpec, decode_draco_primitive
+from neuralbake.io.gltf.extensions import IRIDESCENCE_TEXTURES, SPECULAR_TEXTURES, read_ior, read_iridescence, read_specular
 from neuralbake.io.gltf.geometry import cofactor, drop_degenerate_triangles, generate_normals, generate_tangents, normalize
 from neuralbake.io.gltf.model import WRAP_CODES, Material, Mesh, Scene, TextureRef, check_opaque
 from neuralbake.io.gltf.rig import read_rig
@@ -78,14 +78,6 @@ UNSHADED_MATERIAL_EXTENSIONS = (
 """Material extensions that change a material's look and that the renderer does not shade: read, recorded on the
 material (:attr:`~neuralbake.io.gltf.model.Material.unshaded_extensions`) and refused by the bakes."""
 _KNOWN_EXTENSIONS = {"KHR_materials_unlit", "KHR_mesh_quantization", "KHR_materials_emissive_strength", "KHR_materials_ior", "KHR_draco_mesh_compression"}
-SPECULAR_TEXTURES = ("specularTexture", "specularColorTexture")
-"""``KHR_materials_specular``'s textures: not sampled yet, so a material with them keeps the extension among its
-unshaded ones (refused by the bakes); its factors alone are shaded."""
-
-IRIDESCENCE_TEXTURES = ("iridescenceTexture", "iridescenceThicknessTexture")
-"""``KHR_materials_iridescence``'s textures: not sampled yet, so a material with them keeps the extension among its
-unshaded ones (refused by the bakes); its factors alone are shaded (the film at its maximum thickness)."""
-
 _TRIANGLES = 4
 
 
@@ -136,51 +128,6 @@ def _texture_ref(reader: GltfDocument, info: object | None, field: str, material
     return TextureRef(cache[source], int(info.texCoord or 0), wrap_s, wrap_t, name)
 
 
-def _ior(reader: GltfDocument, value: object, index: int) -> float:
-    """A material's ``KHR_materials_ior.ior``: 0 (a mirror-like dielectric) or at least 1, as the extension requires."""
-    ior = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
-    if not (ior == 0.0 or (ior >= 1.0 and math.isfinite(ior))):
-        raise InputError(f"KHR_materials_ior.ior is {value!r}; the extension allows 0 or a finite number of at least 1.", path=reader.path,
-                         field=f"materials[{index}].extensions.KHR_materials_ior.ior", fix="set it to e.g. 1.5 (glass), 1.33 (water), or remove it.")
-    return ior
-
-
-def _specular(reader: GltfDocument, ext: dict, index: int) -> tuple[float, tuple[float, float, float]]:
-    """A material's ``KHR_materials_specular`` factors: ``specularFactor`` in [0, 1], ``specularColorFactor`` three
-    finite values of at least 0."""
-    where = f"materials[{index}].extensions.KHR_materials_specular"
-    factor = ext.get("specularFactor", 1.0)
-    colour = ext.get("specularColorFactor", [1.0, 1.0, 1.0])
-    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
-    if not (number(factor) and 0.0 <= factor <= 1.0):
-        raise InputError(f"specularFactor is {factor!r}; it must be a number in [0, 1].", path=reader.path, field=f"{where}.specularFactor",
-                         fix="set it to e.g. 1.0, or remove it.")
-    if not (isinstance(colour, list) and len(colour) == 3 and all(number(c) and c >= 0.0 for c in colour)):
-        raise InputError(f"specularColorFactor is {colour!r}; it must be three numbers of at least 0.", path=reader.path,
-                         field=f"{where}.specularColorFactor", fix="set it to e.g. [1, 1, 1], or remove it.")
-    return float(factor), (float(colour[0]), float(colour[1]), float(colour[2]))
-
-
-def _iridescence(reader: GltfDocument, ext: dict, index: int) -> tuple[float, float, tuple[float, float]]:
-    """A material's ``KHR_materials_iridescence`` factors: the factor in [0, 1], the film's index at least 1, thickness
-    bounds of at least 0 nm (the spec's defaults 0, 1.3, 100 and 400)."""
-    where = f"materials[{index}].extensions.KHR_materials_iridescence"
-    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
-    factor, ior = ext.get("iridescenceFactor", 0.0), ext.get("iridescenceIor", 1.3)
-    low, high = ext.get("iridescenceThicknessMinimum", 100.0), ext.get("iridescenceThicknessMaximum", 400.0)
-    if not (number(factor) and 0.0 <= factor <= 1.0):
-        raise InputError(f"iridescenceFactor is {factor!r}; it must be a number in [0, 1].", path=reader.path, field=f"{where}.iridescenceFactor",
-                         fix="set it to e.g. 1.0, or remove it.")
-    if not (number(ior) and ior >= 1.0):
-        raise InputError(f"iridescenceIor is {ior!r}; it must be a number of at least 1.", path=reader.path, field=f"{where}.iridescenceIor",
-                         fix="set it to e.g. 1.3, or remove it.")
-    for key, value in (("iridescenceThicknessMinimum", low), ("iridescenceThicknessMaximum", high)):
-        if not (number(value) and value >= 0.0):
-            raise InputError(f"{key} is {value!r}; it must be a thickness of at least 0 nm.", path=reader.path, field=f"{where}.{key}",
-                             fix="set it to e.g. 400, or remove it.")
-    return float(factor), float(ior), (float(low), float(high))
-
-
 def _read_materials(reader: GltfDocument) -> list[Material]:
     out = []
     cache: dict[int, np.ndarray] = {}
@@ -211,15 +158,15 @@ def _read_materials(reader: GltfDocument) -> list[Material]:
         mat.unlit = "KHR_materials_unlit" in (m.extensions or {})
         ior = ((m.extensions or {}).get("KHR_materials_ior") or {}).get("ior")
         if ior is not None:
-            mat.ior = _ior(reader, ior, i)
+            mat.ior = read_ior(reader.path, ior, i)
         mat.unshaded_extensions = tuple(e for e in UNSHADED_MATERIAL_EXTENSIONS if e in (m.extensions or {}))
         specular = (m.extensions or {}).get("KHR_materials_specular")
         if isinstance(specular, dict) and not any(key in specular for key in SPECULAR_TEXTURES):
-            mat.specular, mat.specular_color = _specular(reader, specular, i)
+            mat.specular, mat.specular_color = read_specular(reader.path, specular, i)
             mat.unshaded_extensions = tuple(e for e in mat.unshaded_extensions if e != "KHR_materials_specular")
         iridescence = (m.extensions or {}).get("KHR_materials_iridescence")
         if isinstance(iridescence, dict) and not any(key in iridescence for key in IRIDESCENCE_TEXTURES):
-            mat.iridescence, mat.iridescence_ior, mat.iridescence_thickness = _iridescence(reader, iridescence, i)
+            mat.iridescence, mat.iridescence_ior, mat.iridescence_thickness = read_iridescence(reader.path, iridescence, i)
             mat.unshaded_extensions = tuple(e for e in mat.unshaded_extensions if e != "KHR_materials_iridescence")
         out.append(mat)
     return out

@@ -1,0 +1,65 @@
+"""The factors of the glTF material extensions the renderer shades (``KHR_materials_ior``, ``_specular`` and
+``_iridescence``): each read and checked against the range its specification allows, with an
+:class:`~neuralbake.errors.InputError` naming the field otherwise. The textures of ``_specular`` and
+``_iridescence`` are not sampled yet: a material that has them keeps the extension among its unshaded ones."""
+
+from __future__ import annotations
+
+import math
+
+from neuralbake.errors import InputError
+
+__all__ = ["IRIDESCENCE_TEXTURES", "SPECULAR_TEXTURES", "read_ior", "read_iridescence", "read_specular"]
+
+SPECULAR_TEXTURES = ("specularTexture", "specularColorTexture")
+"""``KHR_materials_specular``'s textures: not sampled yet, so a material with them keeps the extension among its
+unshaded ones (refused by the bakes); its factors alone are shaded."""
+
+IRIDESCENCE_TEXTURES = ("iridescenceTexture", "iridescenceThicknessTexture")
+"""``KHR_materials_iridescence``'s textures: not sampled yet, so a material with them keeps the extension among its
+unshaded ones (refused by the bakes); its factors alone are shaded (the film at its maximum thickness)."""
+
+
+def read_ior(path: str, value: object, index: int) -> float:
+    """A material's ``KHR_materials_ior.ior``: 0 (a mirror-like dielectric) or at least 1, as the extension requires."""
+    ior = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    if not (ior == 0.0 or (ior >= 1.0 and math.isfinite(ior))):
+        raise InputError(f"KHR_materials_ior.ior is {value!r}; the extension allows 0 or a finite number of at least 1.", path=path,
+                         field=f"materials[{index}].extensions.KHR_materials_ior.ior", fix="set it to e.g. 1.5 (glass), 1.33 (water), or remove it.")
+    return ior
+
+
+def read_specular(path: str, ext: dict, index: int) -> tuple[float, tuple[float, float, float]]:
+    """A material's ``KHR_materials_specular`` factors: ``specularFactor`` in [0, 1], ``specularColorFactor`` three
+    finite values of at least 0."""
+    where = f"materials[{index}].extensions.KHR_materials_specular"
+    factor = ext.get("specularFactor", 1.0)
+    colour = ext.get("specularColorFactor", [1.0, 1.0, 1.0])
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
+    if not (number(factor) and 0.0 <= factor <= 1.0):
+        raise InputError(f"specularFactor is {factor!r}; it must be a number in [0, 1].", path=path, field=f"{where}.specularFactor",
+                         fix="set it to e.g. 1.0, or remove it.")
+    if not (isinstance(colour, list) and len(colour) == 3 and all(number(c) and c >= 0.0 for c in colour)):
+        raise InputError(f"specularColorFactor is {colour!r}; it must be three numbers of at least 0.", path=path,
+                         field=f"{where}.specularColorFactor", fix="set it to e.g. [1, 1, 1], or remove it.")
+    return float(factor), (float(colour[0]), float(colour[1]), float(colour[2]))
+
+
+def read_iridescence(path: str, ext: dict, index: int) -> tuple[float, float, tuple[float, float]]:
+    """A material's ``KHR_materials_iridescence`` factors: the factor in [0, 1], the film's index at least 1, thickness
+    bounds of at least 0 nm (the spec's defaults 0, 1.3, 100 and 400)."""
+    where = f"materials[{index}].extensions.KHR_materials_iridescence"
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
+    factor, ior = ext.get("iridescenceFactor", 0.0), ext.get("iridescenceIor", 1.3)
+    low, high = ext.get("iridescenceThicknessMinimum", 100.0), ext.get("iridescenceThicknessMaximum", 400.0)
+    if not (number(factor) and 0.0 <= factor <= 1.0):
+        raise InputError(f"iridescenceFactor is {factor!r}; it must be a number in [0, 1].", path=path, field=f"{where}.iridescenceFactor",
+                         fix="set it to e.g. 1.0, or remove it.")
+    if not (number(ior) and ior >= 1.0):
+        raise InputError(f"iridescenceIor is {ior!r}; it must be a number of at least 1.", path=path, field=f"{where}.iridescenceIor",
+                         fix="set it to e.g. 1.3, or remove it.")
+    for key, value in (("iridescenceThicknessMinimum", low), ("iridescenceThicknessMaximum", high)):
+        if not (number(value) and value >= 0.0):
+            raise InputError(f"{key} is {value!r}; it must be a thickness of at least 0 nm.", path=path, field=f"{where}.{key}",
+                             fix="set it to e.g. 400, or remove it.")
+    return float(factor), float(ior), (float(low), float(high))
