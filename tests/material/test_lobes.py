@@ -32,7 +32,11 @@ CASES = lobe_cases()
 IDS = [case[0] for case in CASES]
 
 
-@pytest.mark.parametrize(("case", "lobe", "params"), CASES, ids=IDS)
+NON_RECIPROCAL = {"gltf-clearcoat"}
+"""KHR_materials_clearcoat weighs its coat by Fresnel at the view angle (N.V), by specification: not reciprocal."""
+
+
+@pytest.mark.parametrize(("case", "lobe", "params"), [c for c in CASES if c[0] not in NON_RECIPROCAL], ids=[i for i in IDS if i not in NON_RECIPROCAL])
 def test_reciprocity(case: str, lobe: str, params: dict) -> None:
     wi = hemisphere_directions(64, seed=1)
     wo = hemisphere_directions(64, seed=2)
@@ -258,4 +262,25 @@ def test_gltf_iridescence_replaces_the_fresnel_by_the_film() -> None:
             torch.testing.assert_close(full / plain, fresnel / schlick)
         else:  # the dielectric: lerp(diffuse, specular, F), so F enters linearly
             assert not torch.allclose(full, plain)
-    assert LOBES["gltf"].parameters == ("base_color", "metallic", "roughness", "f0", "f90", "iridescence", "iridescence_ior", "iridescence_thickness")
+    assert LOBES["gltf"].parameters == ("base_color", "metallic", "roughness", "f0", "f90", "iridescence", "iridescence_ior", "iridescence_thickness",
+                                        "clearcoat", "clearcoat_roughness")
+
+
+def test_gltf_clearcoat_is_the_extensions_layer() -> None:
+    """``KHR_materials_clearcoat``: ``(1 - c F_c) f_base + c F_c D Vis`` with Schlick ``F_c`` (ior 1.5) at N.V."""
+    from neuralbake.material.frame import half_vector
+    from neuralbake.material.gltf import gltf_eval, gltf_visibility
+    from neuralbake.material.microfacet import ggx_d
+
+    from ._support import hemisphere_directions
+
+    wi, wo = hemisphere_directions(32, seed=11), hemisphere_directions(32, seed=12)
+    params = {"base_color": torch.tensor([0.2, 0.5, 0.8], dtype=torch.float64), "metallic": 0.4, "roughness": 0.7}
+    base = gltf_eval(wi, wo, **params)
+    coated = gltf_eval(wi, wo, **params, clearcoat=0.8, clearcoat_roughness=0.3)
+    fc = 0.04 + 0.96 * (1 - wo[:, 2]) ** 5
+    alpha = torch.full((32,), 0.09, dtype=torch.float64)
+    layer = ggx_d(half_vector(wi, wo), alpha, alpha) * gltf_visibility(wi[:, 2], wo[:, 2], alpha) * wi[:, 2]
+    expected = (1 - 0.8 * fc)[:, None] * base + (0.8 * fc * layer)[:, None]
+    torch.testing.assert_close(coated, expected)
+    torch.testing.assert_close(gltf_eval(wi, wo, **params, clearcoat=0.0, clearcoat_roughness=0.3), base)

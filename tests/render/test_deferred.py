@@ -389,14 +389,15 @@ def test_antialiased_render_has_silhouette_gradients_and_no_seams() -> None:
     assert grad[:, :2].abs().sum() > 0  # coverage grows as the outline moves outwards
 
 
-def test_iridescent_material_is_shaded_with_its_film() -> None:
-    """``KHR_materials_iridescence`` reaches the renderer: the film's colours change the quad that has it (direct and
-    environment light), not the other one."""
+@pytest.mark.parametrize("extension", [{"iridescence": 1.0, "iridescence_ior": 1.4, "iridescence_thickness": (100.0, 350.0)},
+                                       {"clearcoat": 1.0, "clearcoat_roughness": 0.2}], ids=["iridescence", "clearcoat"])
+def test_extension_material_is_shaded_with_it(extension: dict) -> None:
+    """``KHR_materials_iridescence`` and ``_clearcoat`` reach the renderer: they change the quad that has them (direct and
+    environment light, the coat sampled too), not the other one."""
     from dataclasses import replace
 
     scene = two_quads()
-    film = replace(scene, materials=[scene.materials[0], replace(scene.materials[1], iridescence=1.0, iridescence_ior=1.4,
-                                                                    iridescence_thickness=(100.0, 350.0))])
+    film = replace(scene, materials=[scene.materials[0], replace(scene.materials[1], **extension)])
     camera = look_at((0.3, -0.8, 2.0), (0.0, 0.0, 0.0), fov_y_deg=60.0)
     lighting = Lighting(directional=[DirectionalLight(direction=LIGHT, irradiance=IRRADIANCE)], shadows=False,
                         environment=EnvironmentLight.from_map(default_environment(32, 16)), environment_samples=4)

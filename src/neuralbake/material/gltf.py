@@ -88,6 +88,7 @@ def dielectric_reflectance(ior: float = 1.5, specular: float = 1.0, specular_col
 def gltf_eval(
     wi: torch.Tensor, wo: torch.Tensor, *, base_color: Param, metallic: Param, roughness: Param, f0: Param = DIELECTRIC_F0, f90: Param = 1.0,
     iridescence: Param = 0.0, iridescence_ior: Param = 1.3, iridescence_thickness: Param = 400.0,
+    clearcoat: Param = 0.0, clearcoat_roughness: Param = 0.0,
 ) -> torch.Tensor:
     """Cosine-weighted glTF metal/rough BRDF ``f(wi, wo) cos_i``, ``[N, 3]``.
 
@@ -98,7 +99,9 @@ def gltf_eval(
     broadcastable to ``[N, 3]`` and ``f90`` to ``[N]``. ``iridescence`` (``KHR_materials_iridescence``'s factor, 0: none),
     ``iridescence_ior`` and ``iridescence_thickness`` (nm), broadcastable to ``[N]``: a thin film whose reflectance
     (:func:`~neuralbake.material.thin_film.thin_film_reflectance` over the dielectric's ``f0``, or the metal's base
-    colour) replaces both Fresnel terms in proportion to the factor, as the extension specifies.
+    colour) replaces both Fresnel terms in proportion to the factor, as the extension specifies. ``clearcoat`` and
+    ``clearcoat_roughness`` (``KHR_materials_clearcoat``, broadcastable to ``[N]``): a clear GGX layer of index 1.5
+    on top, ``f = (1 - c F_c) f_base + c F_c D_c Vis_c`` with the extension's ``F_c`` (Schlick at ``N.V``).
     """
     wi, wo = check_direction_pair(wi, wo)
     base = as_colour("base_color", base_color, wi)
@@ -122,7 +125,28 @@ def gltf_eval(
     dielectric = torch.lerp(base / math.pi, specular.expand_as(base), dielectric_fresnel)
     metal = metal_fresnel * specular
     f = dielectric + (metal - dielectric) * metallic
+    if _coated(clearcoat):
+        weight = as_scalar("clearcoat", clearcoat, wi)[:, None] * _coat_fresnel(cos_o)[:, None]
+        coat_alpha = _alpha(clearcoat_roughness, wi)
+        coat = (ggx_d(h, coat_alpha, coat_alpha) * gltf_visibility(cos_i, cos_o, coat_alpha))[:, None]
+        f = f * (1.0 - weight) + coat * weight
     return f * torch.where(valid, cos_i, torch.zeros_like(cos_i))[:, None]
+
+
+def _coated(clearcoat: Param) -> bool:
+    return isinstance(clearcoat, torch.Tensor) or clearcoat != 0.0
+
+
+def _coat_fresnel(cos_o: torch.Tensor) -> torch.Tensor:
+    """The clear coat's Fresnel of ``KHR_materials_clearcoat``: Schlick for index 1.5 at the view angle, ``[N]``."""
+    return DIELECTRIC_F0 + (1.0 - DIELECTRIC_F0) * torch.clamp(1.0 - torch.abs(cos_o), min=0.0) ** 5
+
+
+def _coat_probability(clearcoat: Param, wo: torch.Tensor) -> torch.Tensor:
+    # sample the coat lobe as often as it weighs, at least a quarter of the time where there is a coat (its
+    # highlight is sharp, the base's sampler would rarely find it)
+    c = torch.clamp(as_scalar("clearcoat", clearcoat, wo), 0.0, 1.0)
+    return torch.where(c > 0.0, torch.clamp(c * _coat_fresnel(cos_theta(wo)), min=0.25), torch.zeros_like(c)).detach()
 
 
 def _specular_probability(metallic: Param, like: torch.Tensor) -> torch.Tensor:
@@ -132,7 +156,7 @@ def _specular_probability(metallic: Param, like: torch.Tensor) -> torch.Tensor:
 
 def gltf_pdf(
     wi: torch.Tensor, wo: torch.Tensor, *, base_color: Param | None = None, metallic: Param, roughness: Param, f0: Param = DIELECTRIC_F0, f90: Param = 1.0,
-    **iridescence: Param,
+    clearcoat: Param = 0.0, clearcoat_roughness: Param = 0.0, **iridescence: Param,
 ) -> torch.Tensor:
     """Mixture density ``p_spec * pdf_GGX + (1 - p_spec) * cos_i / pi``, ``[N]`` (``base_color``, ``f0`` and ``f90`` do
     not change it, nor does the iridescence; they are accepted so every lobe operation takes the same parameters)."""
@@ -140,17 +164,28 @@ def gltf_pdf(
     p_spec = _specular_probability(metallic, wi)
     alpha = _alpha(roughness, wi)
     diffuse = torch.where(cos_theta(wo) > 0.0, cosine_hemisphere_pdf(wi), torch.zeros_like(p_spec))
-    return p_spec * ggx_reflection_pdf(wi, wo, alpha, alpha) + (1.0 - p_spec) * diffuse
+    base = p_spec * ggx_reflection_pdf(wi, wo, alpha, alpha) + (1.0 - p_spec) * diffuse
+    if not _coated(clearcoat):
+        return base
+    p_coat = _coat_probability(clearcoat, wo)
+    coat_alpha = _alpha(clearcoat_roughness, wi)
+    return p_coat * ggx_reflection_pdf(wi, wo, coat_alpha, coat_alpha) + (1.0 - p_coat) * base
 
 
 def gltf_sample(
     wo: torch.Tensor, u: torch.Tensor, *, base_color: Param | None = None, metallic: Param, roughness: Param, f0: Param = DIELECTRIC_F0,
-    f90: Param = 1.0, **iridescence: Param,
+    f90: Param = 1.0, clearcoat: Param = 0.0, clearcoat_roughness: Param = 0.0, **iridescence: Param,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick GGX or cosine sampling with ``u[:, 0]``, reuse it rescaled; ``(wi [N, 3], pdf [N])`` (``base_color``,
     ``f0`` and ``f90`` do not change it)."""
     wo = check_directions("wo", wo)
     u = check_uniforms(u, wo)
+    coated = _coated(clearcoat)
+    if coated:  # the coat lobe first, with u0 rescaled for the rest
+        p_coat = _coat_probability(clearcoat, wo)
+        use_coat = u[:, 0] < p_coat
+        u0 = torch.where(use_coat, u[:, 0] / p_coat.clamp(min=torch.finfo(wo.dtype).eps), (u[:, 0] - p_coat) / torch.clamp(1.0 - p_coat, min=torch.finfo(wo.dtype).eps))
+        u = torch.stack((torch.clamp(u0, 0.0, 1.0 - torch.finfo(wo.dtype).eps), u[:, 1]), dim=-1)
     # The lobe choice is discrete, so it carries no gradient; detaching also keeps the rescaling's
     # division away from autograd where p_spec = 1.
     p = _specular_probability(metallic, wo).detach()
@@ -161,4 +196,7 @@ def gltf_sample(
     wi_specular, _ = ggx_reflection_sample(wo, u_rescaled, alpha, alpha)
     wi_diffuse = square_to_cosine_hemisphere(u_rescaled)
     wi = torch.where(use_specular[:, None], wi_specular, wi_diffuse)
-    return wi, gltf_pdf(wi, wo, metallic=metallic, roughness=roughness)
+    if coated:
+        coat_alpha = _alpha(clearcoat_roughness, wo)
+        wi = torch.where(use_coat[:, None], ggx_reflection_sample(wo, u, coat_alpha, coat_alpha)[0], wi)
+    return wi, gltf_pdf(wi, wo, metallic=metallic, roughness=roughness, clearcoat=clearcoat, clearcoat_roughness=clearcoat_roughness)

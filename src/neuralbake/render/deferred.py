@@ -188,10 +188,12 @@ def _environment(scene: RenderScene, g: GBuffer, s: SurfaceParameters, lighting:
         light_world, p_light_l = env.sample(u[..., 0:2].reshape(-1, 2))
         light_world = light_world.to(dtype).reshape(k, n, 3)
         light_local = local(light_world)
-        bsdf_local, p_bsdf_b = gltf_sample(rows(wo.detach(), k), u[..., 2:4].reshape(-1, 2).to(dtype), metallic=rows(metallic, k), roughness=rows(roughness, k))
+        coat = {key: rows(value.detach() if isinstance(value, torch.Tensor) else value, k) for key, value in s.sampling_extensions().items()}
+        bsdf_local, p_bsdf_b = gltf_sample(rows(wo.detach(), k), u[..., 2:4].reshape(-1, 2).to(dtype), metallic=rows(metallic, k), roughness=rows(roughness, k),
+                                           **coat)
         bsdf_local = bsdf_local.reshape(k, n, 3)
         bsdf_world = world(bsdf_local)
-        p_bsdf_l = gltf_pdf(light_local.reshape(-1, 3), rows(wo.detach(), k), metallic=rows(metallic, k), roughness=rows(roughness, k))
+        p_bsdf_l = gltf_pdf(light_local.reshape(-1, 3), rows(wo.detach(), k), metallic=rows(metallic, k), roughness=rows(roughness, k), **coat)
         p_light_b = env.pdf(bsdf_world.reshape(-1, 3).to(env.pmf.dtype)).to(dtype)
         p_light_l = p_light_l.to(dtype)
         weight = torch.cat((power_heuristic(p_light_l, p_bsdf_l), power_heuristic(p_bsdf_b, p_light_b)))

@@ -228,12 +228,20 @@ class SurfaceParameters:
     """``[N]`` the film's index."""
     iridescence_thickness: torch.Tensor | float = 400.0
     """``[N]`` the film's thickness in nanometres."""
+    clearcoat: torch.Tensor | float = 0.0
+    """``[N]`` ``KHR_materials_clearcoat``'s factor (0: no coat)."""
+    clearcoat_roughness: torch.Tensor | float = 0.0
+    """``[N]`` the coat's roughness."""
 
     def brdf_extensions(self) -> dict[str, torch.Tensor | float]:
         """The keywords of :func:`~neuralbake.material.gltf.gltf_eval` beyond the core material inputs: the
         dielectric's reflectance and the thin film (per row, or one value)."""
         return {"f0": self.f0, "f90": self.f90, "iridescence": self.iridescence, "iridescence_ior": self.iridescence_ior,
-                "iridescence_thickness": self.iridescence_thickness}
+                "iridescence_thickness": self.iridescence_thickness, "clearcoat": self.clearcoat, "clearcoat_roughness": self.clearcoat_roughness}
+
+    def sampling_extensions(self) -> dict[str, torch.Tensor | float]:
+        """What :func:`~neuralbake.material.gltf.gltf_sample` and ``gltf_pdf`` read beyond metallic and roughness: the coat."""
+        return {"clearcoat": self.clearcoat, "clearcoat_roughness": self.clearcoat_roughness}
 
     def to_local(self, w: torch.Tensor) -> torch.Tensor:
         """World directions ``[N, 3]`` in the shading frame (tangent, bitangent, normal) = (x, y, z)."""
@@ -360,6 +368,7 @@ def evaluate_materials(scene: RenderScene, gbuffer: GBuffer) -> SurfaceParameter
     f0 = torch.full((n, 3), DIELECTRIC_F0, dtype=dtype, device=device)
     f90 = torch.ones(n, dtype=dtype, device=device)
     film: torch.Tensor | None = None  # [N, 3]: factor, index, thickness; only where a material has a film
+    varnish: torch.Tensor | None = None  # [N, 2]: clear coat factor and roughness; only where a material has one
     single = len(scene.materials) == 1  # every hit is the one material's: no split, no host sync
     for index, mat in enumerate(scene.materials):
         rows = None if single else torch.nonzero(gbuffer.material_id == index).reshape(-1)
@@ -403,6 +412,10 @@ def evaluate_materials(scene: RenderScene, gbuffer: GBuffer) -> SurfaceParameter
             if film is None:
                 film = torch.tensor([0.0, 1.3, 400.0], dtype=dtype, device=device).repeat(n, 1)
             film[everywhere] = torch.tensor([mat.iridescence, mat.iridescence_ior, mat.iridescence_thickness[1]], dtype=dtype, device=device)
+        if mat.clearcoat > 0.0:
+            if varnish is None:
+                varnish = torch.zeros(n, 2, dtype=dtype, device=device)
+            varnish[everywhere] = torch.tensor([mat.clearcoat, mat.clearcoat_roughness], dtype=dtype, device=device)
     tangent, bitangent, normal, geometric = shading_frame(gbuffer, tangent_normal)
     return SurfaceParameters(
         base_color=base[:, :3],
@@ -419,4 +432,5 @@ def evaluate_materials(scene: RenderScene, gbuffer: GBuffer) -> SurfaceParameter
         f0=f0,
         f90=f90,
         **({} if film is None else {"iridescence": film[:, 0], "iridescence_ior": film[:, 1], "iridescence_thickness": film[:, 2]}),
+        **({} if varnish is None else {"clearcoat": varnish[:, 0], "clearcoat_roughness": varnish[:, 1]}),
     )

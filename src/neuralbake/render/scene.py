@@ -114,6 +114,10 @@ class MaterialParameters:
     """The film's index."""
     iridescence_thickness: tuple[float, float] = (100.0, 400.0)
     """The film's thickness bounds in nanometres; shaded at the maximum (no thickness texture)."""
+    clearcoat: float = 0.0
+    """``KHR_materials_clearcoat``'s factor (0: no coat)."""
+    clearcoat_roughness: float = 0.0
+    """The coat's roughness."""
 
 
 @dataclass(eq=False)
@@ -251,6 +255,8 @@ class RenderScene:
                 iridescence=p.iridescence,
                 iridescence_ior=p.iridescence_ior,
                 iridescence_thickness=p.iridescence_thickness,
+                clearcoat=p.clearcoat,
+                clearcoat_roughness=p.clearcoat_roughness,
             )
             for slot, (attr, srgb) in MATERIAL_SLOTS.items():
                 tex = p.textures.get(slot)
@@ -301,6 +307,8 @@ def _material_parameters(m: Material, device: torch.device, dtype: torch.dtype) 
         iridescence=float(m.iridescence),
         iridescence_ior=float(m.iridescence_ior),
         iridescence_thickness=tuple(float(t) for t in m.iridescence_thickness),
+        clearcoat=float(m.clearcoat),
+        clearcoat_roughness=float(m.clearcoat_roughness),
     )
 
 

@@ -92,6 +92,9 @@ class GltfLayer:
     iridescence_ior: torch.Tensor | float = 1.3
     iridescence_thickness: torch.Tensor | float = 400.0
     """The film's index and thickness (nm), ``[N]`` or one value each."""
+    clearcoat: torch.Tensor | float = 0.0
+    clearcoat_roughness: torch.Tensor | float = 0.0
+    """``KHR_materials_clearcoat``'s factor and roughness, ``[N]`` or one value each."""
 
     def __post_init__(self) -> None:
         self.normal = normalize(self.shading_normal)
@@ -100,8 +103,9 @@ class GltfLayer:
     def _to_shading(self, w: torch.Tensor) -> torch.Tensor:
         return torch.stack(((w * self.tangent).sum(-1), (w * self.bitangent).sum(-1), (w * self.normal).sum(-1)), dim=-1)
 
-    def _params(self) -> dict[str, torch.Tensor]:
-        return {"metallic": self.metallic, "roughness": self.roughness}
+    def _params(self) -> dict[str, torch.Tensor | float]:
+        """What every glTF lobe operation reads: metallic, roughness and the coat (which its sampler samples)."""
+        return {"metallic": self.metallic, "roughness": self.roughness, "clearcoat": self.clearcoat, "clearcoat_roughness": self.clearcoat_roughness}
 
     def eval(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
         above = ((wi[:, 2] > 0) & (wo[:, 2] > 0)).to(wi.dtype)[:, None]
@@ -110,6 +114,9 @@ class GltfLayer:
     def _extensions(self) -> dict[str, torch.Tensor | float]:
         return {"f0": self.f0, "f90": self.f90, "iridescence": self.iridescence, "iridescence_ior": self.iridescence_ior,
                 "iridescence_thickness": self.iridescence_thickness}
+
+    def _all(self) -> dict[str, torch.Tensor | float]:
+        return {**self._extensions(), "clearcoat": self.clearcoat, "clearcoat_roughness": self.clearcoat_roughness}
 
     def pdf(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
         above = ((wi[:, 2] > 0) & (wo[:, 2] > 0)).to(wi.dtype)
@@ -125,7 +132,7 @@ class GltfLayer:
     def rows(self, rows: torch.Tensor) -> GltfLayer:
         """The layer of the points ``rows`` only."""
         return GltfLayer(self.base_color[rows], self.metallic[rows], self.roughness[rows], self.shading_normal[rows],
-                         **{k: _rows(v, rows) for k, v in self._extensions().items()})
+                         **{k: _rows(v, rows) for k, v in self._all().items()})
 
 
 def _rows(value: torch.Tensor | float, rows: torch.Tensor) -> torch.Tensor | float:
@@ -270,7 +277,7 @@ class AssetMaterial(AssetSurface):
         rgb, grazing = dielectric_reflectance(float(m.ior), float(m.specular), tuple(m.specular_color))
         base = s["base_color"]
         layer = GltfLayer(base, s["metallic"], s["roughness"], s["normal"], torch.tensor(rgb, dtype=base.dtype, device=base.device).expand_as(base), grazing,
-                          float(m.iridescence), float(m.iridescence_ior), float(m.iridescence_thickness[1]))
+                          float(m.iridescence), float(m.iridescence_ior), float(m.iridescence_thickness[1]), float(m.clearcoat), float(m.clearcoat_roughness))
         features = torch.cat([s["base_color"], s["metallic"][:, None], s["roughness"][:, None], s["normal"]], dim=1)
         return layer, features
 

@@ -1,7 +1,7 @@
-"""The factors of the glTF material extensions the renderer shades (``KHR_materials_ior``, ``_specular`` and
-``_iridescence``): each read and checked against the range its specification allows, with an
-:class:`~neuralbake.errors.InputError` naming the field otherwise. The textures of ``_specular`` and
-``_iridescence`` are not sampled yet: a material that has them keeps the extension among its unshaded ones."""
+"""The factors of the glTF material extensions the renderer shades (``KHR_materials_ior``, ``_specular``,
+``_iridescence`` and ``_clearcoat``): each read and checked against the range its specification allows, with an
+:class:`~neuralbake.errors.InputError` naming the field otherwise. The textures of ``_specular``,
+``_iridescence`` and ``_clearcoat`` are not sampled yet: a material that has them keeps the extension among its unshaded ones."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 
 from neuralbake.errors import InputError
 
-__all__ = ["IRIDESCENCE_TEXTURES", "SPECULAR_TEXTURES", "read_ior", "read_iridescence", "read_specular"]
+__all__ = ["CLEARCOAT_TEXTURES", "IRIDESCENCE_TEXTURES", "SPECULAR_TEXTURES", "read_clearcoat", "read_ior", "read_iridescence", "read_specular"]
 
 SPECULAR_TEXTURES = ("specularTexture", "specularColorTexture")
 """``KHR_materials_specular``'s textures: not sampled yet, so a material with them keeps the extension among its
@@ -63,3 +63,20 @@ def read_iridescence(path: str, ext: dict, index: int) -> tuple[float, float, tu
             raise InputError(f"{key} is {value!r}; it must be a thickness of at least 0 nm.", path=path, field=f"{where}.{key}",
                              fix="set it to e.g. 400, or remove it.")
     return float(factor), float(ior), (float(low), float(high))
+
+
+CLEARCOAT_TEXTURES = ("clearcoatTexture", "clearcoatRoughnessTexture", "clearcoatNormalTexture")
+"""``KHR_materials_clearcoat``'s textures: not sampled yet (the extension stays unshaded, refused by the bakes)."""
+
+
+def read_clearcoat(path: str, ext: dict, index: int) -> tuple[float, float]:
+    """A material's ``KHR_materials_clearcoat`` factors: ``clearcoatFactor`` and ``clearcoatRoughnessFactor`` in [0, 1]."""
+    where = f"materials[{index}].extensions.KHR_materials_clearcoat"
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
+    out = []
+    for key in ("clearcoatFactor", "clearcoatRoughnessFactor"):
+        value = ext.get(key, 0.0)
+        if not (number(value) and 0.0 <= value <= 1.0):
+            raise InputError(f"{key} is {value!r}; it must be a number in [0, 1].", path=path, field=f"{where}.{key}", fix="set it to e.g. 0.5, or remove it.")
+        out.append(float(value))
+    return out[0], out[1]

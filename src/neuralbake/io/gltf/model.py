@@ -83,6 +83,10 @@ class Material:
     """The film's index (``iridescenceIor``)."""
     iridescence_thickness: tuple[float, float] = (100.0, 400.0)
     """``iridescenceThicknessMinimum`` and ``Maximum`` in nanometres; without a thickness texture the film is the maximum thick."""
+    clearcoat: float = 0.0
+    """``KHR_materials_clearcoat``'s ``clearcoatFactor``: a clear varnish layer's weight (0: none)."""
+    clearcoat_roughness: float = 0.0
+    """Its ``clearcoatRoughnessFactor``."""
     double_sided: bool = False
     """Back faces are shaded with the flipped normal when true."""
     unlit: bool = False

@@ -42,7 +42,15 @@ import numpy as np
 from neuralbake.errors import InputError
 from neuralbake.io.gltf.document import COMPONENT_DTYPES, GltfDocument
 from neuralbake.io.gltf.draco import AccessorSpec, decode_draco_primitive
-from neuralbake.io.gltf.extensions import IRIDESCENCE_TEXTURES, SPECULAR_TEXTURES, read_ior, read_iridescence, read_specular
+from neuralbake.io.gltf.extensions import (
+    CLEARCOAT_TEXTURES,
+    IRIDESCENCE_TEXTURES,
+    SPECULAR_TEXTURES,
+    read_clearcoat,
+    read_ior,
+    read_iridescence,
+    read_specular,
+)
 from neuralbake.io.gltf.geometry import cofactor, drop_degenerate_triangles, generate_normals, generate_tangents, normalize
 from neuralbake.io.gltf.model import WRAP_CODES, Material, Mesh, Scene, TextureRef, check_opaque
 from neuralbake.io.gltf.rig import read_rig
@@ -168,6 +176,10 @@ def _read_materials(reader: GltfDocument) -> list[Material]:
         if isinstance(iridescence, dict) and not any(key in iridescence for key in IRIDESCENCE_TEXTURES):
             mat.iridescence, mat.iridescence_ior, mat.iridescence_thickness = read_iridescence(reader.path, iridescence, i)
             mat.unshaded_extensions = tuple(e for e in mat.unshaded_extensions if e != "KHR_materials_iridescence")
+        clearcoat = (m.extensions or {}).get("KHR_materials_clearcoat")
+        if isinstance(clearcoat, dict) and not any(key in clearcoat for key in CLEARCOAT_TEXTURES):
+            mat.clearcoat, mat.clearcoat_roughness = read_clearcoat(reader.path, clearcoat, i)
+            mat.unshaded_extensions = tuple(e for e in mat.unshaded_extensions if e != "KHR_materials_clearcoat")
         out.append(mat)
     return out
 

@@ -222,6 +222,8 @@ def write_gltf(path: str | Path, scene: Scene, *, texture_bits: int = 8) -> Path
                 low, high = (float(t) for t in m.iridescence_thickness)
                 extensions["KHR_materials_iridescence"] = {"iridescenceFactor": float(m.iridescence), "iridescenceIor": float(m.iridescence_ior),
                                                            "iridescenceThicknessMinimum": low, "iridescenceThicknessMaximum": high}
+            if m.clearcoat > 0.0:
+                extensions["KHR_materials_clearcoat"] = {"clearcoatFactor": float(m.clearcoat), "clearcoatRoughnessFactor": float(m.clearcoat_roughness)}
             if extensions:
                 entry["extensions"] = extensions
         materials.append(entry)
