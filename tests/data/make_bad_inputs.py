@@ -468,7 +468,8 @@ def material_extension_cases() -> None:
                                     ("khr_specular_factor_above_one", {"KHR_materials_specular": {"specularFactor": 2.0}}, "specularFactor"),
                                     ("khr_iridescence_thickness_negative", {"KHR_materials_iridescence": {"iridescenceFactor": 1.0,
                                      "iridescenceThicknessMaximum": -50}}, "iridescenceThicknessMaximum"),
-                                    ("khr_clearcoat_factor_above_one", {"KHR_materials_clearcoat": {"clearcoatFactor": 3}}, "clearcoatFactor")):
+                                    ("khr_clearcoat_factor_above_one", {"KHR_materials_clearcoat": {"clearcoatFactor": 3}}, "clearcoatFactor"),
+                                    ("khr_sheen_roughness_negative", {"KHR_materials_sheen": {"sheenRoughnessFactor": -1}}, "sheenRoughnessFactor")):
         folder = case(name, ["fit", "{case}/glass.gltf", *small], expect)
         doc, blob = _triangle_gltf()
         doc["buffers"][0] = {"byteLength": len(blob), "uri": _data_uri(blob)}

@@ -345,7 +345,7 @@ def test_a_bake_input_that_would_cut_out_or_blend_is_refused_not_baked_solid(
     assert "materials[0].alphaMode" in str(error.value) and "'painted'" in str(error.value)
 
 
-@pytest.mark.parametrize("extension", ["KHR_materials_volume", "KHR_materials_transmission", "KHR_materials_sheen"])
+@pytest.mark.parametrize("extension", ["KHR_materials_volume", "KHR_materials_transmission", "KHR_materials_anisotropy"])
 def test_a_bake_input_whose_look_needs_an_unshaded_extension_is_refused_by_name(tmp_path: Path, extension: str) -> None:
     from neuralbake.io.gltf import load_bake_input
 
@@ -442,4 +442,26 @@ def test_khr_materials_clearcoat_factors_are_shaded_and_its_textures_refused(tmp
     doc["materials"][0]["extensions"]["KHR_materials_clearcoat"] = {"clearcoatRoughnessFactor": -0.5}
     path.write_text(json.dumps(doc))
     with pytest.raises(InputError, match="clearcoatRoughnessFactor"):
+        load_gltf(path)
+
+
+def test_khr_materials_sheen_factors_are_shaded_and_its_textures_refused(tmp_path: Path) -> None:
+    from neuralbake.io.gltf import load_bake_input
+
+    path = write_gltf(tmp_path / "velvet.gltf", two_material_scene())
+    doc = json.loads(path.read_text())
+    sheen = {"sheenColorFactor": [0.9, 0.5, 0.4], "sheenRoughnessFactor": 0.6}
+    doc["materials"][0]["extensions"] = {"KHR_materials_sheen": dict(sheen)}
+    path.write_text(json.dumps(doc))
+    scene = load_bake_input(path)
+    assert (scene.materials[0].sheen_color, scene.materials[0].sheen_roughness, scene.materials[0].unshaded_extensions) == ((0.9, 0.5, 0.4), 0.6, ())
+    again = json.loads(write_gltf(tmp_path / "again.gltf", scene).read_text())
+    assert again["materials"][0]["extensions"]["KHR_materials_sheen"] == sheen
+    doc["materials"][0]["extensions"]["KHR_materials_sheen"]["sheenRoughnessTexture"] = {"index": 0}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="KHR_materials_sheen"):
+        load_bake_input(path)
+    doc["materials"][0]["extensions"]["KHR_materials_sheen"] = {"sheenColorFactor": [2, 0, 0]}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="sheenColorFactor"):
         load_gltf(path)

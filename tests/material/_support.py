@@ -36,6 +36,7 @@ def lobe_cases(dtype: torch.dtype = torch.float64, device: torch.device | str = 
         ("gltf-dielectric", "gltf", {"base_color": t([0.9, 0.6, 0.3]), "metallic": 0.0, "roughness": 0.5}),
         ("gltf-metal", "gltf", {"base_color": t([0.95, 0.64, 0.54]), "metallic": 1.0, "roughness": 0.4}),
         ("gltf-mixed", "gltf", {"base_color": t([0.5, 0.7, 0.9]), "metallic": 0.5, "roughness": 0.7}),
+        ("gltf-sheen", "gltf", {"base_color": t([0.2, 0.2, 0.5]), "metallic": 0.0, "roughness": 0.8, "sheen_color": t([0.9, 0.7, 0.6]), "sheen_roughness": 0.5}),
         ("gltf-clearcoat", "gltf", {"base_color": t([0.6, 0.1, 0.1]), "metallic": 0.3, "roughness": 0.6, "clearcoat": 1.0, "clearcoat_roughness": 0.45}),
     ]
 

@@ -263,7 +263,7 @@ def test_gltf_iridescence_replaces_the_fresnel_by_the_film() -> None:
         else:  # the dielectric: lerp(diffuse, specular, F), so F enters linearly
             assert not torch.allclose(full, plain)
     assert LOBES["gltf"].parameters == ("base_color", "metallic", "roughness", "f0", "f90", "iridescence", "iridescence_ior", "iridescence_thickness",
-                                        "clearcoat", "clearcoat_roughness")
+                                        "clearcoat", "clearcoat_roughness", "sheen_color", "sheen_roughness")
 
 
 def test_gltf_clearcoat_is_the_extensions_layer() -> None:
@@ -284,3 +284,19 @@ def test_gltf_clearcoat_is_the_extensions_layer() -> None:
     expected = (1 - 0.8 * fc)[:, None] * base + (0.8 * fc * layer)[:, None]
     torch.testing.assert_close(coated, expected)
     torch.testing.assert_close(gltf_eval(wi, wo, **params, clearcoat=0.0, clearcoat_roughness=0.3), base)
+
+
+def test_gltf_sheen_is_the_extensions_layer() -> None:
+    """``KHR_materials_sheen``: the Charlie lobe plus the rest scaled by ``min(1 - max(c) E(N.V), 1 - max(c) E(N.L))``."""
+    from neuralbake.material.gltf import gltf_eval
+    from neuralbake.material.sheen import sheen_albedo, sheen_eval
+
+    from ._support import hemisphere_directions
+
+    wi, wo = hemisphere_directions(32, seed=13), hemisphere_directions(32, seed=14)
+    params = {"base_color": torch.tensor([0.3, 0.3, 0.6], dtype=torch.float64), "metallic": 0.0, "roughness": 0.8}
+    colour = torch.tensor([0.9, 0.4, 0.2], dtype=torch.float64)
+    r = torch.full((32,), 0.5, dtype=torch.float64)
+    scale = torch.minimum(1 - 0.9 * sheen_albedo(wo[:, 2], r), 1 - 0.9 * sheen_albedo(wi[:, 2], r))
+    expected = gltf_eval(wi, wo, **params) * scale[:, None] + sheen_eval(wi, wo, color=colour, roughness=0.5)
+    torch.testing.assert_close(gltf_eval(wi, wo, **params, sheen_color=colour, sheen_roughness=0.5), expected)

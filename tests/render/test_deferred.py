@@ -390,7 +390,8 @@ def test_antialiased_render_has_silhouette_gradients_and_no_seams() -> None:
 
 
 @pytest.mark.parametrize("extension", [{"iridescence": 1.0, "iridescence_ior": 1.4, "iridescence_thickness": (100.0, 350.0)},
-                                       {"clearcoat": 1.0, "clearcoat_roughness": 0.2}], ids=["iridescence", "clearcoat"])
+                                       {"clearcoat": 1.0, "clearcoat_roughness": 0.2},
+                                       {"sheen_color": (0.9, 0.6, 0.5), "sheen_roughness": 0.4}], ids=["iridescence", "clearcoat", "sheen"])
 def test_extension_material_is_shaded_with_it(extension: dict) -> None:
     """``KHR_materials_iridescence`` and ``_clearcoat`` reach the renderer: they change the quad that has them (direct and
     environment light, the coat sampled too), not the other one."""

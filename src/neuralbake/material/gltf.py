@@ -50,6 +50,7 @@ from neuralbake.material.frame import (
 )
 from neuralbake.material.fresnel import fresnel_schlick
 from neuralbake.material.microfacet import clamp_alpha, ggx_d, ggx_reflection_pdf, ggx_reflection_sample
+from neuralbake.material.sheen import sheen_albedo, sheen_eval
 from neuralbake.material.thin_film import thin_film_reflectance
 
 __all__ = ["DIELECTRIC_F0", "dielectric_f0", "dielectric_reflectance", "gltf_eval", "gltf_pdf", "gltf_sample", "gltf_visibility"]
@@ -88,7 +89,7 @@ def dielectric_reflectance(ior: float = 1.5, specular: float = 1.0, specular_col
 def gltf_eval(
     wi: torch.Tensor, wo: torch.Tensor, *, base_color: Param, metallic: Param, roughness: Param, f0: Param = DIELECTRIC_F0, f90: Param = 1.0,
     iridescence: Param = 0.0, iridescence_ior: Param = 1.3, iridescence_thickness: Param = 400.0,
-    clearcoat: Param = 0.0, clearcoat_roughness: Param = 0.0,
+    clearcoat: Param = 0.0, clearcoat_roughness: Param = 0.0, sheen_color: Param = 0.0, sheen_roughness: Param = 0.0,
 ) -> torch.Tensor:
     """Cosine-weighted glTF metal/rough BRDF ``f(wi, wo) cos_i``, ``[N, 3]``.
 
@@ -102,6 +103,9 @@ def gltf_eval(
     colour) replaces both Fresnel terms in proportion to the factor, as the extension specifies. ``clearcoat`` and
     ``clearcoat_roughness`` (``KHR_materials_clearcoat``, broadcastable to ``[N]``): a clear GGX layer of index 1.5
     on top, ``f = (1 - c F_c) f_base + c F_c D_c Vis_c`` with the extension's ``F_c`` (Schlick at ``N.V``).
+    ``sheen_color`` (RGB, broadcastable to ``[N, 3]``) and ``sheen_roughness`` (``KHR_materials_sheen``): the Charlie
+    sheen lobe (:func:`~neuralbake.material.sheen.sheen_eval`) over the rest, which is scaled by the extension's
+    ``min(1 - max(color) E(N.V), 1 - max(color) E(N.L))`` (``E``: the sheen's directional albedo), under the coat.
     """
     wi, wo = check_direction_pair(wi, wo)
     base = as_colour("base_color", base_color, wi)
@@ -125,6 +129,12 @@ def gltf_eval(
     dielectric = torch.lerp(base / math.pi, specular.expand_as(base), dielectric_fresnel)
     metal = metal_fresnel * specular
     f = dielectric + (metal - dielectric) * metallic
+    if _coated(sheen_color):
+        colour, sheen_r = as_colour("sheen_color", sheen_color, wi), as_scalar("sheen_roughness", sheen_roughness, wi)
+        peak = colour.max(dim=-1).values
+        scale = torch.minimum(1.0 - peak * sheen_albedo(torch.clamp(cos_o, 0.0, 1.0), sheen_r), 1.0 - peak * sheen_albedo(torch.clamp(cos_i, 0.0, 1.0), sheen_r))
+        cos_safe = torch.where(valid, cos_i, torch.ones_like(cos_i)).clamp(min=torch.finfo(cos_i.dtype).tiny)
+        f = f * scale[:, None] + sheen_eval(wi_s, wo_s, color=colour, roughness=sheen_r) / cos_safe[:, None]
     if _coated(clearcoat):
         weight = as_scalar("clearcoat", clearcoat, wi)[:, None] * _coat_fresnel(cos_o)[:, None]
         coat_alpha = _alpha(clearcoat_roughness, wi)
@@ -156,10 +166,11 @@ def _specular_probability(metallic: Param, like: torch.Tensor) -> torch.Tensor:
 
 def gltf_pdf(
     wi: torch.Tensor, wo: torch.Tensor, *, base_color: Param | None = None, metallic: Param, roughness: Param, f0: Param = DIELECTRIC_F0, f90: Param = 1.0,
-    clearcoat: Param = 0.0, clearcoat_roughness: Param = 0.0, **iridescence: Param,
+    clearcoat: Param = 0.0, clearcoat_roughness: Param = 0.0, **unsampled: Param,
 ) -> torch.Tensor:
     """Mixture density ``p_spec * pdf_GGX + (1 - p_spec) * cos_i / pi``, ``[N]`` (``base_color``, ``f0`` and ``f90`` do
-    not change it, nor does the iridescence; they are accepted so every lobe operation takes the same parameters)."""
+    not change it, nor do the iridescence and the sheen (the base's cosine lobe and MIS with the light cover the
+    sheen); they are accepted so every lobe operation takes the same parameters)."""
     wi, wo = check_direction_pair(wi, wo)
     p_spec = _specular_probability(metallic, wi)
     alpha = _alpha(roughness, wi)
@@ -174,7 +185,7 @@ def gltf_pdf(
 
 def gltf_sample(
     wo: torch.Tensor, u: torch.Tensor, *, base_color: Param | None = None, metallic: Param, roughness: Param, f0: Param = DIELECTRIC_F0,
-    f90: Param = 1.0, clearcoat: Param = 0.0, clearcoat_roughness: Param = 0.0, **iridescence: Param,
+    f90: Param = 1.0, clearcoat: Param = 0.0, clearcoat_roughness: Param = 0.0, **unsampled: Param,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick GGX or cosine sampling with ``u[:, 0]``, reuse it rescaled; ``(wi [N, 3], pdf [N])`` (``base_color``,
     ``f0`` and ``f90`` do not change it)."""

@@ -232,12 +232,17 @@ class SurfaceParameters:
     """``[N]`` ``KHR_materials_clearcoat``'s factor (0: no coat)."""
     clearcoat_roughness: torch.Tensor | float = 0.0
     """``[N]`` the coat's roughness."""
+    sheen_color: torch.Tensor | float = 0.0
+    """``[N, 3]`` ``KHR_materials_sheen``'s colour (0: no sheen)."""
+    sheen_roughness: torch.Tensor | float = 0.0
+    """``[N]`` the sheen's roughness."""
 
     def brdf_extensions(self) -> dict[str, torch.Tensor | float]:
         """The keywords of :func:`~neuralbake.material.gltf.gltf_eval` beyond the core material inputs: the
         dielectric's reflectance and the thin film (per row, or one value)."""
         return {"f0": self.f0, "f90": self.f90, "iridescence": self.iridescence, "iridescence_ior": self.iridescence_ior,
-                "iridescence_thickness": self.iridescence_thickness, "clearcoat": self.clearcoat, "clearcoat_roughness": self.clearcoat_roughness}
+                "iridescence_thickness": self.iridescence_thickness, "clearcoat": self.clearcoat, "clearcoat_roughness": self.clearcoat_roughness,
+                "sheen_color": self.sheen_color, "sheen_roughness": self.sheen_roughness}
 
     def sampling_extensions(self) -> dict[str, torch.Tensor | float]:
         """What :func:`~neuralbake.material.gltf.gltf_sample` and ``gltf_pdf`` read beyond metallic and roughness: the coat."""
@@ -369,6 +374,7 @@ def evaluate_materials(scene: RenderScene, gbuffer: GBuffer) -> SurfaceParameter
     f90 = torch.ones(n, dtype=dtype, device=device)
     film: torch.Tensor | None = None  # [N, 3]: factor, index, thickness; only where a material has a film
     varnish: torch.Tensor | None = None  # [N, 2]: clear coat factor and roughness; only where a material has one
+    fuzz: torch.Tensor | None = None  # [N, 4]: sheen colour and roughness; only where a material has a sheen
     single = len(scene.materials) == 1  # every hit is the one material's: no split, no host sync
     for index, mat in enumerate(scene.materials):
         rows = None if single else torch.nonzero(gbuffer.material_id == index).reshape(-1)
@@ -416,6 +422,10 @@ def evaluate_materials(scene: RenderScene, gbuffer: GBuffer) -> SurfaceParameter
             if varnish is None:
                 varnish = torch.zeros(n, 2, dtype=dtype, device=device)
             varnish[everywhere] = torch.tensor([mat.clearcoat, mat.clearcoat_roughness], dtype=dtype, device=device)
+        if any(c > 0.0 for c in mat.sheen_color):
+            if fuzz is None:
+                fuzz = torch.zeros(n, 4, dtype=dtype, device=device)
+            fuzz[everywhere] = torch.tensor([*mat.sheen_color, mat.sheen_roughness], dtype=dtype, device=device)
     tangent, bitangent, normal, geometric = shading_frame(gbuffer, tangent_normal)
     return SurfaceParameters(
         base_color=base[:, :3],
@@ -433,4 +443,5 @@ def evaluate_materials(scene: RenderScene, gbuffer: GBuffer) -> SurfaceParameter
         f90=f90,
         **({} if film is None else {"iridescence": film[:, 0], "iridescence_ior": film[:, 1], "iridescence_thickness": film[:, 2]}),
         **({} if varnish is None else {"clearcoat": varnish[:, 0], "clearcoat_roughness": varnish[:, 1]}),
+        **({} if fuzz is None else {"sheen_color": fuzz[:, :3], "sheen_roughness": fuzz[:, 3]}),
     )

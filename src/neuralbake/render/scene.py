@@ -118,6 +118,10 @@ class MaterialParameters:
     """``KHR_materials_clearcoat``'s factor (0: no coat)."""
     clearcoat_roughness: float = 0.0
     """The coat's roughness."""
+    sheen_color: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """``KHR_materials_sheen``'s colour (black: no sheen)."""
+    sheen_roughness: float = 0.0
+    """The sheen's roughness."""
 
 
 @dataclass(eq=False)
@@ -257,6 +261,8 @@ class RenderScene:
                 iridescence_thickness=p.iridescence_thickness,
                 clearcoat=p.clearcoat,
                 clearcoat_roughness=p.clearcoat_roughness,
+                sheen_color=p.sheen_color,
+                sheen_roughness=p.sheen_roughness,
             )
             for slot, (attr, srgb) in MATERIAL_SLOTS.items():
                 tex = p.textures.get(slot)
@@ -309,6 +315,8 @@ def _material_parameters(m: Material, device: torch.device, dtype: torch.dtype) 
         iridescence_thickness=tuple(float(t) for t in m.iridescence_thickness),
         clearcoat=float(m.clearcoat),
         clearcoat_roughness=float(m.clearcoat_roughness),
+        sheen_color=tuple(float(c) for c in m.sheen_color),
+        sheen_roughness=float(m.sheen_roughness),
     )
 
 

@@ -95,6 +95,9 @@ class GltfLayer:
     clearcoat: torch.Tensor | float = 0.0
     clearcoat_roughness: torch.Tensor | float = 0.0
     """``KHR_materials_clearcoat``'s factor and roughness, ``[N]`` or one value each."""
+    sheen_color: torch.Tensor | float = 0.0
+    sheen_roughness: torch.Tensor | float = 0.0
+    """``KHR_materials_sheen``'s colour (``[N, 3]`` or one value) and roughness (``[N]`` or one value)."""
 
     def __post_init__(self) -> None:
         self.normal = normalize(self.shading_normal)
@@ -113,7 +116,7 @@ class GltfLayer:
 
     def _extensions(self) -> dict[str, torch.Tensor | float]:
         return {"f0": self.f0, "f90": self.f90, "iridescence": self.iridescence, "iridescence_ior": self.iridescence_ior,
-                "iridescence_thickness": self.iridescence_thickness}
+                "iridescence_thickness": self.iridescence_thickness, "sheen_color": self.sheen_color, "sheen_roughness": self.sheen_roughness}
 
     def _all(self) -> dict[str, torch.Tensor | float]:
         return {**self._extensions(), "clearcoat": self.clearcoat, "clearcoat_roughness": self.clearcoat_roughness}
@@ -277,7 +280,9 @@ class AssetMaterial(AssetSurface):
         rgb, grazing = dielectric_reflectance(float(m.ior), float(m.specular), tuple(m.specular_color))
         base = s["base_color"]
         layer = GltfLayer(base, s["metallic"], s["roughness"], s["normal"], torch.tensor(rgb, dtype=base.dtype, device=base.device).expand_as(base), grazing,
-                          float(m.iridescence), float(m.iridescence_ior), float(m.iridescence_thickness[1]), float(m.clearcoat), float(m.clearcoat_roughness))
+                          float(m.iridescence), float(m.iridescence_ior), float(m.iridescence_thickness[1]), float(m.clearcoat), float(m.clearcoat_roughness),
+                          torch.tensor(m.sheen_color, dtype=base.dtype, device=base.device) if any(c > 0 for c in m.sheen_color) else 0.0,
+                          float(m.sheen_roughness))
         features = torch.cat([s["base_color"], s["metallic"][:, None], s["roughness"][:, None], s["normal"]], dim=1)
         return layer, features
 

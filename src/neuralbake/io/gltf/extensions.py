@@ -1,7 +1,7 @@
 """The factors of the glTF material extensions the renderer shades (``KHR_materials_ior``, ``_specular``,
-``_iridescence`` and ``_clearcoat``): each read and checked against the range its specification allows, with an
+``_iridescence``, ``_clearcoat`` and ``_sheen``): each read and checked against the range its specification allows, with an
 :class:`~neuralbake.errors.InputError` naming the field otherwise. The textures of ``_specular``,
-``_iridescence`` and ``_clearcoat`` are not sampled yet: a material that has them keeps the extension among its unshaded ones."""
+``_iridescence``, ``_clearcoat`` and ``_sheen`` are not sampled yet: a material that has them keeps the extension among its unshaded ones."""
 
 from __future__ import annotations
 
@@ -9,7 +9,17 @@ import math
 
 from neuralbake.errors import InputError
 
-__all__ = ["CLEARCOAT_TEXTURES", "IRIDESCENCE_TEXTURES", "SPECULAR_TEXTURES", "read_clearcoat", "read_ior", "read_iridescence", "read_specular"]
+__all__ = [
+    "CLEARCOAT_TEXTURES",
+    "IRIDESCENCE_TEXTURES",
+    "SHEEN_TEXTURES",
+    "SPECULAR_TEXTURES",
+    "read_clearcoat",
+    "read_ior",
+    "read_iridescence",
+    "read_sheen",
+    "read_specular",
+]
 
 SPECULAR_TEXTURES = ("specularTexture", "specularColorTexture")
 """``KHR_materials_specular``'s textures: not sampled yet, so a material with them keeps the extension among its
@@ -80,3 +90,21 @@ def read_clearcoat(path: str, ext: dict, index: int) -> tuple[float, float]:
             raise InputError(f"{key} is {value!r}; it must be a number in [0, 1].", path=path, field=f"{where}.{key}", fix="set it to e.g. 0.5, or remove it.")
         out.append(float(value))
     return out[0], out[1]
+
+
+SHEEN_TEXTURES = ("sheenColorTexture", "sheenRoughnessTexture")
+"""``KHR_materials_sheen``'s textures: not sampled yet (the extension stays unshaded, refused by the bakes)."""
+
+
+def read_sheen(path: str, ext: dict, index: int) -> tuple[tuple[float, float, float], float]:
+    """A material's ``KHR_materials_sheen`` factors: ``sheenColorFactor`` three numbers in [0, 1], ``sheenRoughnessFactor`` in [0, 1]."""
+    where = f"materials[{index}].extensions.KHR_materials_sheen"
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0.0 <= v <= 1.0  # noqa: E731
+    colour, roughness = ext.get("sheenColorFactor", [0.0, 0.0, 0.0]), ext.get("sheenRoughnessFactor", 0.0)
+    if not (isinstance(colour, list) and len(colour) == 3 and all(number(c) for c in colour)):
+        raise InputError(f"sheenColorFactor is {colour!r}; it must be three numbers in [0, 1].", path=path, field=f"{where}.sheenColorFactor",
+                         fix="set it to e.g. [0.5, 0.5, 0.5], or remove it.")
+    if not number(roughness):
+        raise InputError(f"sheenRoughnessFactor is {roughness!r}; it must be a number in [0, 1].", path=path, field=f"{where}.sheenRoughnessFactor",
+                         fix="set it to e.g. 0.5, or remove it.")
+    return (float(colour[0]), float(colour[1]), float(colour[2])), float(roughness)

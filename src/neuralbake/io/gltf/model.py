@@ -87,6 +87,10 @@ class Material:
     """``KHR_materials_clearcoat``'s ``clearcoatFactor``: a clear varnish layer's weight (0: none)."""
     clearcoat_roughness: float = 0.0
     """Its ``clearcoatRoughnessFactor``."""
+    sheen_color: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """``KHR_materials_sheen``'s ``sheenColorFactor`` (linear RGB; black: no sheen)."""
+    sheen_roughness: float = 0.0
+    """Its ``sheenRoughnessFactor``."""
     double_sided: bool = False
     """Back faces are shaded with the flipped normal when true."""
     unlit: bool = False

@@ -45,10 +45,12 @@ from neuralbake.io.gltf.draco import AccessorSpec, decode_draco_primitive
 from neuralbake.io.gltf.extensions import (
     CLEARCOAT_TEXTURES,
     IRIDESCENCE_TEXTURES,
+    SHEEN_TEXTURES,
     SPECULAR_TEXTURES,
     read_clearcoat,
     read_ior,
     read_iridescence,
+    read_sheen,
     read_specular,
 )
 from neuralbake.io.gltf.geometry import cofactor, drop_degenerate_triangles, generate_normals, generate_tangents, normalize
@@ -180,6 +182,10 @@ def _read_materials(reader: GltfDocument) -> list[Material]:
         if isinstance(clearcoat, dict) and not any(key in clearcoat for key in CLEARCOAT_TEXTURES):
             mat.clearcoat, mat.clearcoat_roughness = read_clearcoat(reader.path, clearcoat, i)
             mat.unshaded_extensions = tuple(e for e in mat.unshaded_extensions if e != "KHR_materials_clearcoat")
+        sheen = (m.extensions or {}).get("KHR_materials_sheen")
+        if isinstance(sheen, dict) and not any(key in sheen for key in SHEEN_TEXTURES):
+            mat.sheen_color, mat.sheen_roughness = read_sheen(reader.path, sheen, i)
+            mat.unshaded_extensions = tuple(e for e in mat.unshaded_extensions if e != "KHR_materials_sheen")
         out.append(mat)
     return out
 

@@ -224,6 +224,8 @@ def write_gltf(path: str | Path, scene: Scene, *, texture_bits: int = 8) -> Path
                                                            "iridescenceThicknessMinimum": low, "iridescenceThicknessMaximum": high}
             if m.clearcoat > 0.0:
                 extensions["KHR_materials_clearcoat"] = {"clearcoatFactor": float(m.clearcoat), "clearcoatRoughnessFactor": float(m.clearcoat_roughness)}
+            if any(c > 0.0 for c in m.sheen_color):
+                extensions["KHR_materials_sheen"] = {"sheenColorFactor": [float(c) for c in m.sheen_color], "sheenRoughnessFactor": float(m.sheen_roughness)}
             if extensions:
                 entry["extensions"] = extensions
         materials.append(entry)
