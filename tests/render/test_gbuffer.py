@@ -88,6 +88,9 @@ def test_gbuffer_rays_and_materials_match_slot_by_slot_sampling() -> None:
     with torch.no_grad():
         base.texels.mul_(0.5)
     torch.testing.assert_close(evaluate_materials(rs, g).base_color[rows], colour[:, :3] * 0.5)
+    # and new texels in place of the old (a new tensor, whatever id it gets) are seen too
+    base.texels = base.texels * 2.0
+    torch.testing.assert_close(evaluate_materials(rs, g).base_color[rows], colour[:, :3])
 
 
 def test_single_material_scene_needs_no_split() -> None:

@@ -31,6 +31,7 @@ mixture density.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -44,6 +45,8 @@ from neuralbake.material.frame import (
     cosine_hemisphere_pdf,
     dot,
     half_vector,
+    normalize,
+    orthonormal_basis,
     safe_sqrt,
     square_to_cosine_hemisphere,
     upper_pair,
@@ -89,7 +92,8 @@ def dielectric_reflectance(ior: float = 1.5, specular: float = 1.0, specular_col
 def gltf_eval(
     wi: torch.Tensor, wo: torch.Tensor, *, base_color: Param, metallic: Param, roughness: Param, f0: Param = DIELECTRIC_F0, f90: Param = 1.0,
     iridescence: Param = 0.0, iridescence_ior: Param = 1.3, iridescence_thickness: Param = 400.0,
-    clearcoat: Param = 0.0, clearcoat_roughness: Param = 0.0, sheen_color: Param = 0.0, sheen_roughness: Param = 0.0,
+    clearcoat: Param = 0.0, clearcoat_roughness: Param = 0.0, clearcoat_normal: torch.Tensor | None = None, sheen_color: Param = 0.0,
+    sheen_roughness: Param = 0.0,
 ) -> torch.Tensor:
     """Cosine-weighted glTF metal/rough BRDF ``f(wi, wo) cos_i``, ``[N, 3]``.
 
@@ -102,7 +106,9 @@ def gltf_eval(
     (:func:`~neuralbake.material.thin_film.thin_film_reflectance` over the dielectric's ``f0``, or the metal's base
     colour) replaces both Fresnel terms in proportion to the factor, as the extension specifies. ``clearcoat`` and
     ``clearcoat_roughness`` (``KHR_materials_clearcoat``, broadcastable to ``[N]``): a clear GGX layer of index 1.5
-    on top, ``f = (1 - c F_c) f_base + c F_c D_c Vis_c`` with the extension's ``F_c`` (Schlick at ``N.V``).
+    on top, ``f = (1 - c F_c) f_base + c F_c D_c Vis_c`` with the extension's ``F_c`` (Schlick at ``N.V``), about
+    ``clearcoat_normal`` (``[N, 3]`` unit, in the same local frame; ``None``: the shading normal +z): the extension
+    does not normal-map the coat unless it has its own normal texture, so a renderer passes the vertex normal.
     ``sheen_color`` (RGB, broadcastable to ``[N, 3]``) and ``sheen_roughness`` (``KHR_materials_sheen``): the Charlie
     sheen lobe (:func:`~neuralbake.material.sheen.sheen_eval`) over the rest, which is scaled by the extension's
     ``min(1 - max(color) E(N.V), 1 - max(color) E(N.L))`` (``E``: the sheen's directional albedo), under the coat.
@@ -135,12 +141,26 @@ def gltf_eval(
         scale = torch.minimum(1.0 - peak * sheen_albedo(torch.clamp(cos_o, 0.0, 1.0), sheen_r), 1.0 - peak * sheen_albedo(torch.clamp(cos_i, 0.0, 1.0), sheen_r))
         cos_safe = torch.where(valid, cos_i, torch.ones_like(cos_i)).clamp(min=torch.finfo(cos_i.dtype).tiny)
         f = f * scale[:, None] + sheen_eval(wi_s, wo_s, color=colour, roughness=sheen_r) / cos_safe[:, None]
-    if _coated(clearcoat):
-        weight = as_scalar("clearcoat", clearcoat, wi)[:, None] * _coat_fresnel(cos_o)[:, None]
-        coat_alpha = _alpha(clearcoat_roughness, wi)
-        coat = (ggx_d(h, coat_alpha, coat_alpha) * gltf_visibility(cos_i, cos_o, coat_alpha))[:, None]
-        f = f * (1.0 - weight) + coat * weight
-    return f * torch.where(valid, cos_i, torch.zeros_like(cos_i))[:, None]
+    value = f * torch.where(valid, cos_i, torch.zeros_like(cos_i))[:, None]
+    if not _coated(clearcoat):
+        return value
+    to_coat, _ = _coat_frame(clearcoat_normal, wi)
+    coat_valid, wi_c, wo_c = upper_pair(to_coat(wi), to_coat(wo))
+    cos_ic, cos_oc = cos_theta(wi_c), cos_theta(wo_c)
+    weight = (as_scalar("clearcoat", clearcoat, wi) * _coat_fresnel(torch.where(coat_valid, cos_oc, torch.ones_like(cos_oc))))[:, None]
+    coat_alpha = _alpha(clearcoat_roughness, wi)
+    coat = ggx_d(half_vector(wi_c, wo_c), coat_alpha, coat_alpha) * gltf_visibility(cos_ic, cos_oc, coat_alpha) * cos_ic
+    return value * (1.0 - weight) + (torch.where(coat_valid, coat, torch.zeros_like(coat))[:, None] * weight)
+
+
+def _coat_frame(normal: torch.Tensor | None, like: torch.Tensor) -> tuple[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]:
+    """Maps from the local frame into the coat's (its normal +z) and back; the identity without a coat normal."""
+    if normal is None:
+        return (lambda w: w), (lambda w: w)
+    n = normalize(torch.as_tensor(normal, dtype=like.dtype, device=like.device).expand_as(like))
+    t, b = orthonormal_basis(n)
+    return (lambda w: torch.stack(((w * t).sum(-1), (w * b).sum(-1), (w * n).sum(-1)), dim=-1),
+            lambda w: w[:, 0:1] * t + w[:, 1:2] * b + w[:, 2:3] * n)
 
 
 def _coated(clearcoat: Param) -> bool:
@@ -166,11 +186,14 @@ def _specular_probability(metallic: Param, like: torch.Tensor) -> torch.Tensor:
 
 def gltf_pdf(
     wi: torch.Tensor, wo: torch.Tensor, *, base_color: Param | None = None, metallic: Param, roughness: Param, f0: Param = DIELECTRIC_F0, f90: Param = 1.0,
-    clearcoat: Param = 0.0, clearcoat_roughness: Param = 0.0, **unsampled: Param,
+    iridescence: Param = 0.0, iridescence_ior: Param = 1.3, iridescence_thickness: Param = 400.0,
+    clearcoat: Param = 0.0, clearcoat_roughness: Param = 0.0, clearcoat_normal: torch.Tensor | None = None, sheen_color: Param = 0.0,
+    sheen_roughness: Param = 0.0,
 ) -> torch.Tensor:
     """Mixture density ``p_spec * pdf_GGX + (1 - p_spec) * cos_i / pi``, ``[N]`` (``base_color``, ``f0`` and ``f90`` do
     not change it, nor do the iridescence and the sheen (the base's cosine lobe and MIS with the light cover the
-    sheen); they are accepted so every lobe operation takes the same parameters)."""
+    sheen); they are accepted so every lobe operation takes the same parameters). With a clear coat, its GGX lobe
+    about ``clearcoat_normal`` is mixed in."""
     wi, wo = check_direction_pair(wi, wo)
     p_spec = _specular_probability(metallic, wi)
     alpha = _alpha(roughness, wi)
@@ -178,14 +201,17 @@ def gltf_pdf(
     base = p_spec * ggx_reflection_pdf(wi, wo, alpha, alpha) + (1.0 - p_spec) * diffuse
     if not _coated(clearcoat):
         return base
-    p_coat = _coat_probability(clearcoat, wo)
+    to_coat, _ = _coat_frame(clearcoat_normal, wi)
+    wi_c, wo_c = to_coat(wi), to_coat(wo)
+    p_coat = _coat_probability(clearcoat, wo_c)
     coat_alpha = _alpha(clearcoat_roughness, wi)
-    return p_coat * ggx_reflection_pdf(wi, wo, coat_alpha, coat_alpha) + (1.0 - p_coat) * base
+    return p_coat * ggx_reflection_pdf(wi_c, wo_c, coat_alpha, coat_alpha) + (1.0 - p_coat) * base
 
 
 def gltf_sample(
     wo: torch.Tensor, u: torch.Tensor, *, base_color: Param | None = None, metallic: Param, roughness: Param, f0: Param = DIELECTRIC_F0,
-    f90: Param = 1.0, clearcoat: Param = 0.0, clearcoat_roughness: Param = 0.0, **unsampled: Param,
+    f90: Param = 1.0, iridescence: Param = 0.0, iridescence_ior: Param = 1.3, iridescence_thickness: Param = 400.0, clearcoat: Param = 0.0,
+    clearcoat_roughness: Param = 0.0, clearcoat_normal: torch.Tensor | None = None, sheen_color: Param = 0.0, sheen_roughness: Param = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick GGX or cosine sampling with ``u[:, 0]``, reuse it rescaled; ``(wi [N, 3], pdf [N])`` (``base_color``,
     ``f0`` and ``f90`` do not change it)."""
@@ -193,7 +219,9 @@ def gltf_sample(
     u = check_uniforms(u, wo)
     coated = _coated(clearcoat)
     if coated:  # the coat lobe first, with u0 rescaled for the rest
-        p_coat = _coat_probability(clearcoat, wo)
+        to_coat, from_coat = _coat_frame(clearcoat_normal, wo)
+        wo_c = to_coat(wo)
+        p_coat = _coat_probability(clearcoat, wo_c)
         use_coat = u[:, 0] < p_coat
         u0 = torch.where(use_coat, u[:, 0] / p_coat.clamp(min=torch.finfo(wo.dtype).eps), (u[:, 0] - p_coat) / torch.clamp(1.0 - p_coat, min=torch.finfo(wo.dtype).eps))
         u = torch.stack((torch.clamp(u0, 0.0, 1.0 - torch.finfo(wo.dtype).eps), u[:, 1]), dim=-1)
@@ -209,5 +237,6 @@ def gltf_sample(
     wi = torch.where(use_specular[:, None], wi_specular, wi_diffuse)
     if coated:
         coat_alpha = _alpha(clearcoat_roughness, wo)
-        wi = torch.where(use_coat[:, None], ggx_reflection_sample(wo, u, coat_alpha, coat_alpha)[0], wi)
-    return wi, gltf_pdf(wi, wo, metallic=metallic, roughness=roughness, clearcoat=clearcoat, clearcoat_roughness=clearcoat_roughness)
+        wi = torch.where(use_coat[:, None], from_coat(ggx_reflection_sample(wo_c, u, coat_alpha, coat_alpha)[0]), wi)
+    return wi, gltf_pdf(wi, wo, metallic=metallic, roughness=roughness, clearcoat=clearcoat, clearcoat_roughness=clearcoat_roughness,
+                        clearcoat_normal=clearcoat_normal)

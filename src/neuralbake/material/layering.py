@@ -323,7 +323,8 @@ class CoatLayer:
         through_i = torch.where(below, torch.ones_like(cos_i), 1.0 - self._albedo(cos_i, wi))
         scale = through_i * (1.0 - self._albedo(cos_o, wi))
         absorbed = coat_transmittance(cos_i, cos_o, self.ior, self.absorption, self.thickness)
-        return scale[:, None] * torch.where(below[:, None], torch.sqrt(absorbed), absorbed)
+        one_way = torch.sqrt(torch.clamp(absorbed, min=torch.finfo(absorbed.dtype).tiny))  # clamped: no NaN gradient at 0
+        return scale[:, None] * torch.where(below[:, None], one_way, absorbed)
 
     def eval(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
         """``f_coat cos_i + f_base cos_i (1 - E_i)(1 - E_o) T``, ``[N, 3]``."""

@@ -147,7 +147,7 @@ def conductor_eval(
 
 def conductor_pdf(
     wi: torch.Tensor, wo: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, eta: Param | None = None, k: Param | None = None,
-    **film: Param,
+    film_weight: Param = 0.0, film_thickness: Param = 0.0, film_ior: Param = 1.5,
 ) -> torch.Tensor:
     """Visible-normal sampling density ``G1(wo) D(h) / (4 cos_o)``, ``[N]``."""
     wi, wo = check_direction_pair(wi, wo)
@@ -156,7 +156,7 @@ def conductor_pdf(
 
 def conductor_sample(
     wo: torch.Tensor, u: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, eta: Param | None = None, k: Param | None = None,
-    **film: Param,
+    film_weight: Param = 0.0, film_thickness: Param = 0.0, film_ior: Param = 1.5,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Visible-normal GGX sample: ``wi`` ``[N, 3]`` and pdf ``[N]`` (0 for invalid samples)."""
     wo = check_directions("wo", wo)
@@ -191,7 +191,8 @@ def coating_eval(
 
 
 def coating_pdf(
-    wi: torch.Tensor, wo: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param | None = None, **film: Param
+    wi: torch.Tensor, wo: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param | None = None,
+    film_weight: Param = 0.0, film_thickness: Param = 0.0, film_ior: Param = 1.5,
 ) -> torch.Tensor:
     """Visible-normal sampling density, as :func:`conductor_pdf`, ``[N]``."""
     wi, wo = check_direction_pair(wi, wo)
@@ -199,7 +200,8 @@ def coating_pdf(
 
 
 def coating_sample(
-    wo: torch.Tensor, u: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param | None = None, **film: Param
+    wo: torch.Tensor, u: torch.Tensor, *, alpha_x: Param, alpha_y: Param | None = None, ior: Param | None = None,
+    film_weight: Param = 0.0, film_thickness: Param = 0.0, film_ior: Param = 1.5,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Visible-normal GGX sample, as :func:`conductor_sample`."""
     wo = check_directions("wo", wo)

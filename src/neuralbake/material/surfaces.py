@@ -189,7 +189,10 @@ def _transmissive(
     if not bool((w > 0.0).any()):
         return opaque
     ax, ay = roughness_anisotropy(roughness, anisotropy)
-    glass = layer(THIN_DIELECTRIC if thin else DIELECTRIC, {"alpha_x": ax, "alpha_y": ay, "ior": torch.clamp(ior, min=1.0), "color": torch.clamp(tint, 0.0, 1.0)})
+    # an index of exactly 1 has no refraction half vector (wi = -wo): keep it just above (OpenPBR's glass under a coat of
+    # the same index gives eta_s = 1), which is visually the same
+    ior = torch.clamp(ior, min=1.0 + 1e-3)
+    glass = layer(THIN_DIELECTRIC if thin else DIELECTRIC, {"alpha_x": ax, "alpha_y": ay, "ior": ior, "color": torch.clamp(tint, 0.0, 1.0)})
     return mix(opaque, glass, w)
 
 

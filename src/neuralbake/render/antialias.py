@@ -167,7 +167,7 @@ def antialias(
     return (flat + delta).reshape(height, width, channels)
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=4)
 def _adjacent_pairs(height: int, width: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Flat indices of every horizontally, then every vertically adjacent pixel pair of an image (made once per size)."""
     index = torch.arange(height * width, device=device).reshape(height, width)

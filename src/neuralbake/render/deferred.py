@@ -188,7 +188,8 @@ def _environment(scene: RenderScene, g: GBuffer, s: SurfaceParameters, lighting:
         light_world, p_light_l = env.sample(u[..., 0:2].reshape(-1, 2))
         light_world = light_world.to(dtype).reshape(k, n, 3)
         light_local = local(light_world)
-        coat = {key: rows(value.detach() if isinstance(value, torch.Tensor) else value, k) for key, value in s.sampling_extensions().items()}
+        coat = {key: None if value is None else rows(value.detach() if isinstance(value, torch.Tensor) else value, k)
+                for key, value in s.sampling_extensions().items()}
         bsdf_local, p_bsdf_b = gltf_sample(rows(wo.detach(), k), u[..., 2:4].reshape(-1, 2).to(dtype), metallic=rows(metallic, k), roughness=rows(roughness, k),
                                            **coat)
         bsdf_local = bsdf_local.reshape(k, n, 3)
@@ -205,7 +206,7 @@ def _environment(scene: RenderScene, g: GBuffer, s: SurfaceParameters, lighting:
             above = above * (~scene.caster.occluded(rows(origin, 2 * k), wi_world)).to(dtype)
         radiance = env.eval(wi_world.to(env.pmf.dtype)).to(dtype)
         f = gltf_eval(wi, rows(wo, 2 * k), base_color=rows(s.base_color, 2 * k), metallic=rows(s.metallic, 2 * k), roughness=rows(s.roughness, 2 * k),
-                      **{key: rows(value, 2 * k) for key, value in s.brdf_extensions().items()})
+                      **{key: None if value is None else rows(value, 2 * k) for key, value in s.brdf_extensions().items()})
         total = total + (over_pdf(f * radiance, pdf) * (weight * above)[:, None]).reshape(2 * k, n, 3).sum(0)
     return total * (s.occlusion[:, None] / spp)
 
@@ -258,7 +259,7 @@ def _direct_radiance(scene: RenderScene, gbuffer: GBuffer, lighting: Lighting, s
     repeat = (lambda t: t) if count == 1 else (lambda t: t.repeat(count, *([1] * (t.dim() - 1))) if isinstance(t, torch.Tensor) else t)
     f = gltf_eval(
         s.to_local(l_world).reshape(count * n, 3), repeat(wo), base_color=repeat(s.base_color), metallic=repeat(s.metallic),
-        roughness=repeat(s.roughness), **{k: repeat(v) for k, v in s.brdf_extensions().items()},
+        roughness=repeat(s.roughness), **{k: None if v is None else repeat(v) for k, v in s.brdf_extensions().items()},
     )
     return s, radiance + (f.reshape(count, n, 3) * table[:, None, 3:] * lit[..., None]).sum(0)
 

@@ -232,6 +232,8 @@ class SurfaceParameters:
     """``[N]`` ``KHR_materials_clearcoat``'s factor (0: no coat)."""
     clearcoat_roughness: torch.Tensor | float = 0.0
     """``[N]`` the coat's roughness."""
+    clearcoat_normal: torch.Tensor | None = None
+    """``[N, 3]`` the coat's normal in the shading frame: the vertex normal, which no normal map reaches (None: no coat)."""
     sheen_color: torch.Tensor | float = 0.0
     """``[N, 3]`` ``KHR_materials_sheen``'s colour (0: no sheen)."""
     sheen_roughness: torch.Tensor | float = 0.0
@@ -241,12 +243,12 @@ class SurfaceParameters:
         """The keywords of :func:`~neuralbake.material.gltf.gltf_eval` beyond the core material inputs: the
         dielectric's reflectance and the thin film (per row, or one value)."""
         return {"f0": self.f0, "f90": self.f90, "iridescence": self.iridescence, "iridescence_ior": self.iridescence_ior,
-                "iridescence_thickness": self.iridescence_thickness, "clearcoat": self.clearcoat, "clearcoat_roughness": self.clearcoat_roughness,
-                "sheen_color": self.sheen_color, "sheen_roughness": self.sheen_roughness}
+                "iridescence_thickness": self.iridescence_thickness, **self.sampling_extensions(), "sheen_color": self.sheen_color,
+                "sheen_roughness": self.sheen_roughness}
 
     def sampling_extensions(self) -> dict[str, torch.Tensor | float]:
         """What :func:`~neuralbake.material.gltf.gltf_sample` and ``gltf_pdf`` read beyond metallic and roughness: the coat."""
-        return {"clearcoat": self.clearcoat, "clearcoat_roughness": self.clearcoat_roughness}
+        return {"clearcoat": self.clearcoat, "clearcoat_roughness": self.clearcoat_roughness, "clearcoat_normal": self.clearcoat_normal}
 
     def to_local(self, w: torch.Tensor) -> torch.Tensor:
         """World directions ``[N, 3]`` in the shading frame (tangent, bitangent, normal) = (x, y, z)."""
@@ -301,14 +303,14 @@ _GROUPS: weakref.WeakKeyDictionary[TextureSlot, tuple[tuple[Any, ...], PackedPyr
 def _packed_group(slots: list[TextureSlot]) -> PackedPyramid:
     """Slots with the same uv set, addressing, size and dtype as one packed pyramid, their channels side by
     side (box filtering works per channel, so each slot's channels are its own pyramid). Cached while no
-    texel changes or needs gradients; each slot's own pyramid then becomes a view into the packed texels,
-    so the textures are held once."""
-    key = tuple((id(s.texels), s.texels._version) for s in slots)
+    texel changes or needs gradients; each slot's own cached pyramid then becomes a view into the packed
+    texels, so the mip levels are held once (the slots' level-0 texels stay as they are, besides)."""
     fixed = not any(s.texels.requires_grad for s in slots)
     if fixed:
         hit = _GROUPS.get(slots[0])
-        if hit is not None and hit[0] == key:
+        if hit is not None and len(hit[0]) == len(slots) and all(s.cache_valid(k) for s, k in zip(slots, hit[0], strict=True)):
             return hit[1]
+    key = tuple(s.cache_key() for s in slots)
     pyramids = [s.pyramid() for s in slots]
     levels = [parts[0] if len(parts) == 1 else torch.cat(parts, -1) for parts in zip(*pyramids, strict=True)]
     if not fixed:
@@ -427,6 +429,11 @@ def evaluate_materials(scene: RenderScene, gbuffer: GBuffer) -> SurfaceParameter
                 fuzz = torch.zeros(n, 4, dtype=dtype, device=device)
             fuzz[everywhere] = torch.tensor([*mat.sheen_color, mat.sheen_roughness], dtype=dtype, device=device)
     tangent, bitangent, normal, geometric = shading_frame(gbuffer, tangent_normal)
+    coat_normal = None
+    if varnish is not None:  # the vertex normal (facing the viewer) in the shading frame: the coat is not normal-mapped
+        flip = torch.where((gbuffer.geometric_normal * gbuffer.view).sum(-1, keepdim=True) < 0.0, -1.0, 1.0).to(dtype)
+        vertex = gbuffer.normal * flip
+        coat_normal = normalize(torch.stack(((vertex * tangent).sum(-1), (vertex * bitangent).sum(-1), (vertex * normal).sum(-1)), dim=-1))
     return SurfaceParameters(
         base_color=base[:, :3],
         alpha=base[:, 3],
@@ -442,6 +449,6 @@ def evaluate_materials(scene: RenderScene, gbuffer: GBuffer) -> SurfaceParameter
         f0=f0,
         f90=f90,
         **({} if film is None else {"iridescence": film[:, 0], "iridescence_ior": film[:, 1], "iridescence_thickness": film[:, 2]}),
-        **({} if varnish is None else {"clearcoat": varnish[:, 0], "clearcoat_roughness": varnish[:, 1]}),
+        **({} if varnish is None else {"clearcoat": varnish[:, 0], "clearcoat_roughness": varnish[:, 1], "clearcoat_normal": coat_normal}),
         **({} if fuzz is None else {"sheen_color": fuzz[:, :3], "sheen_roughness": fuzz[:, 3]}),
     )

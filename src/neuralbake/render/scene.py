@@ -12,6 +12,7 @@ shading work in linear space; :meth:`RenderScene.to_gltf_scene` encodes them bac
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -54,23 +55,30 @@ class TextureSlot:
     """Addressing along v."""
     name: str = ""
     """Source image name."""
-    _cache: tuple[int, int, list[torch.Tensor]] | None = field(default=None, repr=False)
+    _cache: tuple[weakref.ref, int, list[torch.Tensor]] | None = field(default=None, repr=False)
+
+    def cache_key(self) -> tuple[weakref.ref, int]:
+        """What a cache built from :attr:`texels` is valid for: that very tensor (not merely its id, which a new tensor
+        may reuse) at its current version."""
+        return weakref.ref(self.texels), self.texels._version
+
+    def cache_valid(self, key: tuple[weakref.ref, int] | None) -> bool:
+        return key is not None and key[0]() is self.texels and key[1] == self.texels._version
 
     def pyramid(self) -> list[torch.Tensor]:
         """Mip levels of :attr:`texels`; cached while the texels neither change nor need gradients."""
         t = self.texels
         if t.requires_grad:
             return build_mip_pyramid(t)
-        key = (id(t), t._version)
-        if self._cache is None or self._cache[:2] != key:
+        if self._cache is None or not self.cache_valid(self._cache[:2]):
             with torch.no_grad():
-                self._cache = (*key, build_mip_pyramid(t))
+                self._cache = (*self.cache_key(), build_mip_pyramid(t))
         return self._cache[2]
 
     def adopt_pyramid(self, levels: list[torch.Tensor]) -> None:
         """Use ``levels`` (equal to :meth:`pyramid`'s, e.g. views into a packed table holding several slots) as the
         cached pyramid of the current texels."""
-        self._cache = (id(self.texels), self.texels._version, levels)
+        self._cache = (*self.cache_key(), levels)
 
 
 @dataclass(eq=False)

@@ -20,7 +20,7 @@ from neuralbake.core.metrics import psnr, psnr_from_mse, ssim
 from neuralbake.material.texture import linear_to_srgb, srgb_to_linear
 from neuralbake.nn.quantize import quantize_hard, quantize_soft, quantize_ste
 from neuralbake.render.gbuffer import interpolate
-from neuralbake.render.mip import build_mip_pyramid, sample_trilinear
+from neuralbake.render.mip import PackedPyramid, build_mip_pyramid, pack_pyramid, sample_trilinear
 from neuralbake.render.tonemap import InverseToneMap, tone_map
 from neuralbake.render.transparency import ALPHA_MODES, coverage
 
@@ -47,14 +47,14 @@ class LodAppearance(torch.nn.Module):
         self.tonemap = InverseToneMap(config.tonemap_order).to(device=device, dtype=torch.float32) if config.tonemap == "fit" else None
         self.temperature = float(config.soft_temperature[0])
         self.alpha_mode = "OPAQUE"
-        self._alpha_pyramid: list[torch.Tensor] | None = None
+        self._alpha_pyramid: PackedPyramid | None = None
 
     def cut_out(self, alpha: torch.Tensor, mode: str) -> None:
         """Ship the uv1 alpha texels ``[n, n, 1]`` (fixed) with glTF ``alphaMode`` ``mode`` (``MASK``: cutoff 0.5, or
         ``BLEND``); views with layers composite through them."""
         self.register_buffer("alpha", alpha.detach().to(self.faces.device, torch.float32).contiguous())
         self.alpha_mode = mode
-        self._alpha_pyramid = build_mip_pyramid(self.alpha)
+        self._alpha_pyramid = pack_pyramid(build_mip_pyramid(self.alpha))  # packed once: it never changes
 
     def coverage(self, view: View) -> torch.Tensor:
         """``[F]`` how much of what lies behind each of the view's rows the LOD covers (1 without alpha)."""

@@ -41,18 +41,7 @@ from neuralbake.render.scene import RenderScene, prepare_scene
 from neuralbake.render.skinning import pose_scene
 from neuralbake.render.uv_raster import rasterize_uv
 
-__all__ = [
-    "ASSET_SUFFIXES",
-    "BAKED_SLOTS",
-    "AssetMaterial",
-    "AssetSurface",
-    "GltfLayer",
-    "PlacedMaterial",
-    "is_asset",
-    "load_asset_bundle",
-    "load_asset_material",
-    "place_material",
-]
+__all__ = ["ASSET_SUFFIXES", "AssetMaterial", "AssetSurface", "BAKED_SLOTS", "GltfLayer", "PlacedMaterial", "is_asset", "layer_extensions", "load_asset_bundle", "load_asset_material", "place_material"]
 
 ASSET_SUFFIXES = (".gltf", ".glb")
 """Files :func:`load_asset_material` reads (a material bake's input is an asset when it has one of these)."""
@@ -106,9 +95,13 @@ class GltfLayer:
     def _to_shading(self, w: torch.Tensor) -> torch.Tensor:
         return torch.stack(((w * self.tangent).sum(-1), (w * self.bitangent).sum(-1), (w * self.normal).sum(-1)), dim=-1)
 
-    def _params(self) -> dict[str, torch.Tensor | float]:
-        """What every glTF lobe operation reads: metallic, roughness and the coat (which its sampler samples)."""
-        return {"metallic": self.metallic, "roughness": self.roughness, "clearcoat": self.clearcoat, "clearcoat_roughness": self.clearcoat_roughness}
+    def _params(self) -> dict[str, torch.Tensor | float | None]:
+        """What every glTF lobe operation reads: metallic, roughness and the coat (which its sampler samples), about the
+        vertex normal (+z of this layer's frame) seen in the shading frame: the coat is not normal-mapped."""
+        coated = isinstance(self.clearcoat, torch.Tensor) or self.clearcoat != 0.0
+        coat_normal = torch.stack((self.tangent[:, 2], self.bitangent[:, 2], self.normal[:, 2]), dim=-1) if coated else None
+        return {"metallic": self.metallic, "roughness": self.roughness, "clearcoat": self.clearcoat, "clearcoat_roughness": self.clearcoat_roughness,
+                "clearcoat_normal": coat_normal}
 
     def eval(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
         above = ((wi[:, 2] > 0) & (wo[:, 2] > 0)).to(wi.dtype)[:, None]
@@ -136,6 +129,13 @@ class GltfLayer:
         """The layer of the points ``rows`` only."""
         return GltfLayer(self.base_color[rows], self.metallic[rows], self.roughness[rows], self.shading_normal[rows],
                          **{k: _rows(v, rows) for k, v in self._all().items()})
+
+
+def layer_extensions(s: SurfaceParameters, rows: torch.Tensor | None = None) -> dict[str, torch.Tensor | float]:
+    """A renderer's material inputs beyond the core ones, as :class:`GltfLayer` takes them (at ``rows``; the coat normal
+    is the layer's own vertex frame's, not the renderer's)."""
+    out = {k: v for k, v in s.brdf_extensions().items() if k != "clearcoat_normal"}
+    return out if rows is None else {k: _rows(v, rows) for k, v in out.items()}
 
 
 def _rows(value: torch.Tensor | float, rows: torch.Tensor) -> torch.Tensor | float:
@@ -229,8 +229,7 @@ class AssetMaterial(AssetSurface):
 
     def render_layer(self, g: GBuffer, frame: VertexFrame, s: SurfaceParameters, rows: torch.Tensor) -> GltfLayer:
         """The reference layer of G-buffer rows ``rows`` (from the deferred renderer's material inputs ``s``)."""
-        return GltfLayer(s.base_color[rows], s.metallic[rows], s.roughness[rows], normalize(frame.local(s.normal)[rows]),
-                         **{k: _rows(v, rows) for k, v in s.brdf_extensions().items()})
+        return GltfLayer(s.base_color[rows], s.metallic[rows], s.roughness[rows], normalize(frame.local(s.normal)[rows]), **layer_extensions(s, rows))
 
     def _slot(self, name: str, uv: torch.Tensor) -> torch.Tensor | None:
         tex = self.material.textures.get(name)
