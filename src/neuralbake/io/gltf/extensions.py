@@ -14,9 +14,11 @@ __all__ = [
     "IRIDESCENCE_TEXTURES",
     "SHEEN_TEXTURES",
     "SPECULAR_TEXTURES",
+    "SHADED_FACTORS",
     "read_clearcoat",
     "read_ior",
     "read_iridescence",
+    "read_shaded_factors",
     "read_sheen",
     "read_specular",
 ]
@@ -108,3 +110,23 @@ def read_sheen(path: str, ext: dict, index: int) -> tuple[tuple[float, float, fl
         raise InputError(f"sheenRoughnessFactor is {roughness!r}; it must be a number in [0, 1].", path=path, field=f"{where}.sheenRoughnessFactor",
                          fix="set it to e.g. 0.5, or remove it.")
     return (float(colour[0]), float(colour[1]), float(colour[2])), float(roughness)
+
+
+SHADED_FACTORS = {
+    "KHR_materials_specular": (SPECULAR_TEXTURES, read_specular, ("specular", "specular_color")),
+    "KHR_materials_iridescence": (IRIDESCENCE_TEXTURES, read_iridescence, ("iridescence", "iridescence_ior", "iridescence_thickness")),
+    "KHR_materials_clearcoat": (CLEARCOAT_TEXTURES, read_clearcoat, ("clearcoat", "clearcoat_roughness")),
+    "KHR_materials_sheen": (SHEEN_TEXTURES, read_sheen, ("sheen_color", "sheen_roughness")),
+}
+"""Extension -> (its textures, the reader of its factors, the :class:`~neuralbake.io.gltf.model.Material` fields they fill)."""
+
+
+def read_shaded_factors(path: str, material: object, extensions: dict, index: int) -> None:
+    """Fill ``material``'s fields from the :data:`SHADED_FACTORS` extensions in ``extensions`` that have no textures, and
+    drop those from its ``unshaded_extensions`` (the renderer shades them); one with textures stays unshaded."""
+    for name, (textures, read, fields) in SHADED_FACTORS.items():
+        ext = extensions.get(name)
+        if isinstance(ext, dict) and not any(key in ext for key in textures):
+            for field, value in zip(fields, read(path, ext, index), strict=True):
+                setattr(material, field, value)
+            material.unshaded_extensions = tuple(e for e in material.unshaded_extensions if e != name)

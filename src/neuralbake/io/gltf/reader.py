@@ -42,17 +42,7 @@ import numpy as np
 from neuralbake.errors import InputError
 from neuralbake.io.gltf.document import COMPONENT_DTYPES, GltfDocument
 from neuralbake.io.gltf.draco import AccessorSpec, decode_draco_primitive
-from neuralbake.io.gltf.extensions import (
-    CLEARCOAT_TEXTURES,
-    IRIDESCENCE_TEXTURES,
-    SHEEN_TEXTURES,
-    SPECULAR_TEXTURES,
-    read_clearcoat,
-    read_ior,
-    read_iridescence,
-    read_sheen,
-    read_specular,
-)
+from neuralbake.io.gltf.extensions import read_ior, read_shaded_factors
 from neuralbake.io.gltf.geometry import cofactor, drop_degenerate_triangles, generate_normals, generate_tangents, normalize
 from neuralbake.io.gltf.model import WRAP_CODES, Material, Mesh, Scene, TextureRef, check_opaque
 from neuralbake.io.gltf.rig import read_rig
@@ -170,22 +160,7 @@ def _read_materials(reader: GltfDocument) -> list[Material]:
         if ior is not None:
             mat.ior = read_ior(reader.path, ior, i)
         mat.unshaded_extensions = tuple(e for e in UNSHADED_MATERIAL_EXTENSIONS if e in (m.extensions or {}))
-        specular = (m.extensions or {}).get("KHR_materials_specular")
-        if isinstance(specular, dict) and not any(key in specular for key in SPECULAR_TEXTURES):
-            mat.specular, mat.specular_color = read_specular(reader.path, specular, i)
-            mat.unshaded_extensions = tuple(e for e in mat.unshaded_extensions if e != "KHR_materials_specular")
-        iridescence = (m.extensions or {}).get("KHR_materials_iridescence")
-        if isinstance(iridescence, dict) and not any(key in iridescence for key in IRIDESCENCE_TEXTURES):
-            mat.iridescence, mat.iridescence_ior, mat.iridescence_thickness = read_iridescence(reader.path, iridescence, i)
-            mat.unshaded_extensions = tuple(e for e in mat.unshaded_extensions if e != "KHR_materials_iridescence")
-        clearcoat = (m.extensions or {}).get("KHR_materials_clearcoat")
-        if isinstance(clearcoat, dict) and not any(key in clearcoat for key in CLEARCOAT_TEXTURES):
-            mat.clearcoat, mat.clearcoat_roughness = read_clearcoat(reader.path, clearcoat, i)
-            mat.unshaded_extensions = tuple(e for e in mat.unshaded_extensions if e != "KHR_materials_clearcoat")
-        sheen = (m.extensions or {}).get("KHR_materials_sheen")
-        if isinstance(sheen, dict) and not any(key in sheen for key in SHEEN_TEXTURES):
-            mat.sheen_color, mat.sheen_roughness = read_sheen(reader.path, sheen, i)
-            mat.unshaded_extensions = tuple(e for e in mat.unshaded_extensions if e != "KHR_materials_sheen")
+        read_shaded_factors(reader.path, mat, m.extensions or {}, i)
         out.append(mat)
     return out
 
