@@ -49,6 +49,8 @@ INPUTS: dict[str, dict[str, Any]] = {
     "fit": {"asset": str(CRATE / "crate.gltf")},
     "simplify": {"asset": str(CRATE / "crate.gltf"), "ratio": 0.2},
     "lod": {"asset": str(EXAMPLES / "arm" / "arm.gltf"), "ratio": 0.25},
+    # the lod chain's middle stage on its own: the arm as its own (skinned) LOD
+    "skin": {"lod": str(EXAMPLES / "arm" / "arm.gltf"), "reference": str(EXAMPLES / "arm" / "arm.gltf")},
 }
 """Each kind's input, as the README's commands give it (sizes and steps left to the device defaults)."""
 
@@ -56,7 +58,7 @@ DEVICE_FIELD = {"material-pack": "bake.device"}
 """Where a kind keeps its device (dotted), where it is not ``device``."""
 KERNELS_FIELD = {"texture": "kernels", "material": "kernels", "material-pack": "bake.kernels", "ntc": "kernels"}
 """The kinds with fused kernels and the field that picks the path."""
-STEPS_FIELD = {"material-pack": "bake.train.steps", "fit": "epochs", "simplify": "epochs"}
+STEPS_FIELD = {"material-pack": "bake.train.steps", "fit": "epochs", "simplify": "epochs", "skin": "steps"}
 """Where ``--profile-steps`` goes, where it is not ``train.steps`` (fit and simplify count epochs over their views)."""
 
 
@@ -233,6 +235,7 @@ def main() -> None:
             elif path in ("triton", "auto") and not args.no_warm:
                 with tempfile.TemporaryDirectory() as cache:  # an empty kernel cache, then the same one warm
                     env["TRITON_CACHE_DIR"] = cache
+                    env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(cache) / "inductor")  # the compiled steps' (NTC's) FX graphs too
                     cold = _spawn(kind, args.device, path, out, env, [], args.overrides)
                     row = _spawn(kind, args.device, path, out, env, [], args.overrides) if "error" not in cold else cold
                     if "error" not in row:

@@ -58,6 +58,17 @@ def test_skinning_is_exact_for_rigid_joints_and_checks_its_inputs() -> None:
         skin_positions(positions, index[:, :2], weights, rigid)
 
 
+def test_several_frames_skin_at_once_as_one_at_a_time() -> None:
+    positions, index, weights, _ = _random_skin(vertices=7, joints=4, seed=3)
+    frames = torch.stack([_random_skin(vertices=7, joints=4, seed=10 + f)[3] for f in range(3)])  # [F, J, 4, 4]
+    together = skin_positions(positions, index, weights, frames)
+    assert together.shape == (3, 7, 3)
+    for f in range(3):
+        torch.testing.assert_close(together[f], skin_positions(positions, index, weights, frames[f]))
+    inputs = (weights.clone().requires_grad_(), frames.clone().requires_grad_())
+    assert torch.autograd.gradcheck(lambda w, m: skin_positions(positions, index, w, m), inputs)
+
+
 # --- clip sampling -------------------------------------------------------------------------------
 
 

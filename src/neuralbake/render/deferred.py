@@ -41,7 +41,9 @@ using :attr:`GBuffer.visibility` (triangle ids and depth). Move vertices with
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
 import torch
 
 from neuralbake.errors import InputError
@@ -108,20 +110,28 @@ class Lighting:
         if isinstance(self.background, str) and self.background != "environment":
             raise InputError(f"unknown background {self.background!r}.", field="background", fix="use 'environment' or an RGB tuple.")
         for i, light in enumerate(self.directional):
-            d = torch.as_tensor(light.direction, dtype=torch.float64).reshape(-1)
-            e = torch.as_tensor(light.irradiance, dtype=torch.float64).reshape(-1)
-            if d.numel() != 3 or float(d.norm()) == 0.0 or not bool(torch.isfinite(d).all()):
+            # numpy, not torch: this runs on every render, and as tensor ops it was 42 of a skin step's operations
+            d = _host_values(light.direction)
+            e = _host_values(light.irradiance)
+            if d.size != 3 or float(np.linalg.norm(d)) == 0.0 or not np.isfinite(d).all():
                 raise InputError(
                     f"light direction {light.direction!r} is not a non-zero 3-vector.",
                     field=f"directional[{i}].direction",
                     fix="pass e.g. (-0.45, 0.75, 0.5).",
                 )
-            if e.numel() not in (1, 3) or bool((e < 0).any()) or not bool(torch.isfinite(e).all()):
+            if e.size not in (1, 3) or (e < 0).any() or not np.isfinite(e).all():
                 raise InputError(
                     f"irradiance {light.irradiance!r} must be 1 or 3 finite values >= 0.",
                     field=f"directional[{i}].irradiance",
                     fix="pass e.g. 1.5.",
                 )
+
+
+def _host_values(value: Any) -> np.ndarray:
+    """A light's direction or irradiance (numbers or a tensor) as a flat float64 array."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value, dtype=np.float64).reshape(-1)
 
 
 @dataclass(eq=False)

@@ -26,21 +26,27 @@ __all__ = ["blend_matrices", "pose_scene", "skin_normals", "skin_positions", "sk
 
 
 def blend_matrices(joints: torch.Tensor, weights: torch.Tensor, joint_matrices: torch.Tensor) -> torch.Tensor:
-    """``[V, 4, 4]`` per-vertex blends ``sum_i weights[:, i] * joint_matrices[joints[:, i]]``."""
+    """``[..., V, 4, 4]`` per-vertex blends ``sum_i weights[:, i] * joint_matrices[..., joints[:, i]]``.
+
+    ``joint_matrices`` is ``[J, 4, 4]``, or ``[..., J, 4, 4]`` for several frames at once (one
+    gather and one sum for all of them). The joint indices are range-checked on the CPU only: on a
+    GPU the check would wait for the device on every call of a fit's step, and the indices come from
+    the reader (checked against the skin) or a top-k over its joints.
+    """
     if joints.shape != weights.shape or joints.ndim != 2:
         raise ValueError(f"blend_matrices: joints {tuple(joints.shape)} and weights {tuple(weights.shape)} must both be [V, K]")
-    if joint_matrices.ndim != 3 or joint_matrices.shape[1:] != (4, 4):
-        raise ValueError(f"blend_matrices: joint_matrices must be [J, 4, 4], got {tuple(joint_matrices.shape)}")
-    if joints.numel() and (int(joints.min()) < 0 or int(joints.max()) >= joint_matrices.shape[0]):
-        raise ValueError(f"blend_matrices: a joint index lies outside the {joint_matrices.shape[0]} joints")
-    picked = joint_matrices[joints.long()]  # [V, K, 4, 4]
-    return (weights.to(picked.dtype)[..., None, None] * picked).sum(1)
+    if joint_matrices.ndim < 3 or joint_matrices.shape[-2:] != (4, 4):
+        raise ValueError(f"blend_matrices: joint_matrices must be [..., J, 4, 4], got {tuple(joint_matrices.shape)}")
+    if joints.device.type == "cpu" and joints.numel() and (int(joints.min()) < 0 or int(joints.max()) >= joint_matrices.shape[-3]):
+        raise ValueError(f"blend_matrices: a joint index lies outside the {joint_matrices.shape[-3]} joints")
+    picked = joint_matrices[..., joints.long(), :, :]  # [..., V, K, 4, 4]
+    return (weights.to(picked.dtype)[..., None, None] * picked).sum(-3)
 
 
 def skin_positions(positions: torch.Tensor, joints: torch.Tensor, weights: torch.Tensor, joint_matrices: torch.Tensor) -> torch.Tensor:
-    """``[V, 3]`` skinned positions of bind-pose ``positions`` ``[V, 3]``."""
+    """``[..., V, 3]`` skinned positions of bind-pose ``positions`` ``[V, 3]`` (``joint_matrices`` ``[..., J, 4, 4]``)."""
     m = blend_matrices(joints, weights, joint_matrices)
-    return (m[:, :3, :3] @ positions.to(m.dtype)[..., None])[..., 0] + m[:, :3, 3]
+    return (m[..., :3, :3] @ positions.to(m.dtype)[..., None])[..., 0] + m[..., :3, 3]
 
 
 def _cofactor(m: torch.Tensor) -> torch.Tensor:

@@ -110,9 +110,10 @@ def _candidates(reference: Posable, dense: torch.Tensor, count: int) -> tuple[to
     return index, values
 
 
-def _vertex_error(bind: torch.Tensor, joints: torch.Tensor, weights: torch.Tensor, matrices: list[torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
-    """Mean distance of the skinned LOD vertices from their targets over frames (``[F]``)."""
-    return torch.stack([(skin_positions(bind, joints, weights, m) - t).norm(dim=1).mean() for m, t in zip(matrices, targets)])
+def _vertex_error(bind: torch.Tensor, joints: torch.Tensor, weights: torch.Tensor, matrices: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean distance of the skinned LOD vertices from their targets ``[F, V, 3]`` over frames (``[F]``;
+    ``matrices`` ``[F, J, 4, 4]``: every frame skinned at once)."""
+    return (skin_positions(bind, joints, weights, matrices) - targets).norm(dim=-1).mean(-1)
 
 
 def _body(run: BakeRun) -> BakeOutcome:
@@ -136,14 +137,14 @@ def _body(run: BakeRun) -> BakeOutcome:
     rest_blend = blend_matrices(transferred_joints, transferred_weights, reference.matrices(None).float())
     bind = (torch.linalg.inv(rest_blend.double()) @ torch.cat((rest.double(), torch.ones_like(rest[:, :1]).double()), 1)[..., None])[:, :3, 0].float()
 
-    def targets_at(times: list[float | None]) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def targets_at(times: list[float | None]) -> tuple[torch.Tensor, torch.Tensor]:
         matrices, targets = [], []
         for t in times:
             matrices.append(reference.matrices(t).float())
             with torch.no_grad():  # positions only: no BVH refit, no normals
                 posed = skin_positions(reference.bind, reference.joints, reference.weights, reference.matrices(t)).float()
             targets.append(interpolate(posed, reference.rs.faces, triangle, bary.float()))
-        return matrices, torch.stack(targets)
+        return torch.stack(matrices), torch.stack(targets)
 
     train_times = [None] + [clip.duration * k / config.frames for k in range(config.frames)]
     held_times = [clip.duration * (k + 0.5) / config.held_out_frames for k in range(config.held_out_frames)]
@@ -220,8 +221,9 @@ def _body(run: BakeRun) -> BakeOutcome:
                 loss = loss + config.image_weight * image_term(index, weights) / image_start[index]
             loss.backward()
             optimiser.step()
-            curve.append(float(loss.detach()))
+            curve.append(loss.detach())  # kept on the device: a float() here would wait for every step
             advance(1)
+    curve = torch.stack(curve).tolist() if curve else []
     fit_seconds = time.perf_counter() - fit_started
 
     with torch.no_grad():
