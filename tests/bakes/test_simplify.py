@@ -168,6 +168,31 @@ def test_the_shape_fit_grows_a_shrunk_mesh_back_to_the_original() -> None:
     assert error < 0.4 * (original.positions - shrunk).norm(dim=1).mean()  # the vertices went most of the way back
 
 
+def test_a_fit_with_nothing_to_gain_stops_after_its_patience() -> None:
+    """The crate fitted against its own renders: every pass can only make it worse, so each is undone; with patience 2
+    the fit stops after two of its eight epochs and keeps the starting shape."""
+    import torch
+
+    from neuralbake.bakes.simplify.decimate import weld
+    from neuralbake.bakes.simplify.shape import fit_shape
+    from neuralbake.render.camera import fibonacci_orbit
+    from neuralbake.render.deferred import DirectionalLight, Lighting
+    from neuralbake.render.scene import prepare_scene
+
+    crate = _load(ROOT / "examples" / "crate" / "crate.gltf")
+    lighting = Lighting(directional=[DirectionalLight(direction=(-0.45, 0.75, 0.5), irradiance=2.0)], shadows=False)
+    exact = prepare_scene(crate)
+    views = _crate_views(exact, fibonacci_orbit(4, 3.5), 32, lighting)
+    start = exact.positions.clone()
+    group = torch.from_numpy(weld(start.numpy())[0])
+    fit, best = fit_shape(exact, group, group[exact.faces], views, lighting, epochs=8, learning_rate=0.1, lam=2.0, patience=2)
+    assert fit.stopped_by == "patience" and fit.backtracks == 2, fit.losses
+    assert fit.steps == 2 * len(views) and len(fit.losses) == 3
+    assert torch.allclose(best, start, atol=1e-5)  # the undone passes left the shape where it was
+    full, _ = fit_shape(prepare_scene(crate), group, group[exact.faces], views, lighting, epochs=3, learning_rate=0.1, lam=2.0)
+    assert full.stopped_by == "epochs" and full.steps == 3 * len(views)  # patience 0: every epoch runs
+
+
 # --- the bake and its command --------------------------------------------------------------------
 
 

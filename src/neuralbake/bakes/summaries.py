@@ -149,8 +149,16 @@ def simplify_summary(report: dict[str, Any], out: Path) -> str:
     return (
         f"{report['triangles_original']:,} -> {report['triangles']:,} triangles in {m('seconds', '.1f')} s on {report['device']['name']}: "
         f"held-out PSNR {m('psnr_db', unit=' dB')}, FLIP {m('flip', '.4f')} ({report['start']} alone: {m('start_psnr_db', unit=' dB')}, "
-        f"{m('start_flip', '.4f')}) -> {out}"
+        f"{m('start_flip', '.4f')}){_shape_stop(report)} -> {out}"
     )
+
+
+def _shape_stop(report: dict[str, Any]) -> str:
+    """Where simplify's shape fit stopped early: after which epoch, and why."""
+    if report.get("shape_stopped_by") != "patience" or not report.get("views"):
+        return ""
+    return (f"; the shape fit stopped after epoch {report['steps'] // report['views']} of {report['epochs']} "
+            f"({report.get('patience')} passes in a row raised the loss and were undone)")
 
 
 def skin_summary(report: dict[str, Any], out: Path) -> str:

@@ -13,6 +13,7 @@ matrices, for a rasterizer.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -70,6 +71,15 @@ class Camera:
         right = right / np.linalg.norm(right)
         return right, np.cross(right, forward), forward
 
+    def frame_tensor(self, dtype: torch.dtype, device: torch.device | str | None) -> torch.Tensor:
+        """``[4, 3]`` rows right, up, forward and position as one tensor on ``device``: made once per camera, dtype
+        and device and then reused, so a fit's renders do not copy the basis to the GPU (four small uploads) each time.
+        Read-only: callers must not modify it in place."""
+        try:
+            return _frame_tensor(self, dtype, str(torch.device(device if device is not None else "cpu")))
+        except TypeError:  # a camera built with unhashable fields (lists): made afresh
+            return torch.as_tensor(np.stack((*self.basis(), np.asarray(self.position, np.float64))), dtype=dtype, device=device)
+
     def generate_rays(
         self,
         width: int,
@@ -85,15 +95,14 @@ class Camera:
         ``(1.5, 0.5)`` is the neighbour to the right, which ray differentials use).
         """
         _check_size(width, height)
-        right, up, forward = (torch.as_tensor(v, dtype=dtype, device=device) for v in self.basis())
+        right, up, forward, position = self.frame_tensor(dtype, device)
         tan_half = math.tan(math.radians(self.fov_y_deg) / 2.0)
         x = (torch.arange(width, dtype=dtype, device=device) + offset[0]) * (2.0 / width) - 1.0
         y = 1.0 - (torch.arange(height, dtype=dtype, device=device) + offset[1]) * (2.0 / height)
         aspect = width / height
         d = forward + tan_half * (aspect * x[None, :, None] * right + y[:, None, None] * up)
         d = d / torch.linalg.vector_norm(d, dim=-1, keepdim=True)
-        o = torch.as_tensor(self.position, dtype=dtype, device=device).expand(height, width, 3)
-        return o, d
+        return position.expand(height, width, 3), d
 
     def pixel_directions(
         self, pixel: torch.Tensor, width: int, height: int, offsets: Sequence[tuple[float, float]], dtype: torch.dtype = torch.float32
@@ -103,7 +112,7 @@ class Camera:
         same values), computed for those pixels only."""
         _check_size(width, height)
         device = pixel.device
-        right, up, forward = torch.as_tensor(np.stack(self.basis()), dtype=dtype, device=device)
+        right, up, forward, _ = self.frame_tensor(dtype, device)
         off = torch.as_tensor(offsets, dtype=dtype, device=device).reshape(-1, 2)
         tan_half = math.tan(math.radians(self.fov_y_deg) / 2.0)
         col = (pixel % width).to(dtype)
@@ -122,8 +131,8 @@ class Camera:
         meaningless pixel coordinates).
         """
         _check_size(width, height)
-        right, up, forward = (torch.as_tensor(v, dtype=points.dtype, device=points.device) for v in self.basis())
-        rel = points - torch.as_tensor(self.position, dtype=points.dtype, device=points.device)
+        right, up, forward, position = self.frame_tensor(points.dtype, points.device)
+        rel = points - position
         z = rel @ forward
         tan_half = math.tan(math.radians(self.fov_y_deg) / 2.0)
         safe_z = torch.where(z > 1e-9, z, torch.ones_like(z))
@@ -148,6 +157,12 @@ class Camera:
         m[2, 2], m[2, 3] = (far + near) / (near - far), 2.0 * far * near / (near - far)
         m[3, 2] = -1.0
         return m
+
+
+@functools.lru_cache(maxsize=512)
+def _frame_tensor(camera: Camera, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """:meth:`Camera.frame_tensor`, kept per camera, dtype and device (cameras are frozen, so the values cannot go stale)."""
+    return torch.as_tensor(np.stack((*camera.basis(), np.asarray(camera.position, np.float64))), dtype=dtype, device=device)
 
 
 def _check_size(width: int, height: int) -> None:

@@ -221,6 +221,7 @@ def _body(run: BakeRun) -> BakeOutcome:
             fitted, best = fit_shape(
                 lod.rs, group, group[lod.rs.faces], train_views, lighting, epochs=config.epochs, learning_rate=config.learning_rate * diagonal,
                 lam=config.smoothness, seed=config.seed, advance=advance, start=rest, deform=None if lod.rig is None else (lambda positions, view: lod.deform(positions, view.time)),
+                patience=config.patience,
             )
     shape_seconds = time.perf_counter() - shape_started
     ours_scores, ours_images = _judge(lod, held_views, lighting, best)
@@ -267,6 +268,8 @@ def _body(run: BakeRun) -> BakeOutcome:
         "epochs": config.epochs,
         "steps": 0 if fitted is None else fitted.steps,
         "backtracks": 0 if fitted is None else fitted.backtracks,
+        "shape_stopped_by": None if fitted is None else fitted.stopped_by,
+        "patience": config.patience,
         "train_loss_curve": [] if fitted is None else fitted.losses,
         # the kept state is the best so far (an epoch that raised the loss is undone), so convergence reads that curve
         "training": {"converged": None} if fitted is None else curve_record(

@@ -43,6 +43,9 @@ class SimplifyConfig(SeededConfig):
     """Held-out views (a seeded random orbit) on which QEM alone and the fitted LOD are judged."""
     epochs: int | None = None
     """Passes of shape optimisation over the training views, one step per view (unset: 30 on a GPU, 12 on a CPU; 0 = QEM only)."""
+    patience: int = 3
+    """Consecutive undone epochs (each raised the loss, so the step was halved) after which the shape fit stops: the
+    decimated shape is then as good as these views can tell (0 runs every epoch)."""
     learning_rate: float = 0.003
     """Uniform-Adam step size of the large-steps (differential) coordinates, as a fraction of the asset's bounding-box diagonal."""
     smoothness: float = 2.0
@@ -81,7 +84,7 @@ class SimplifyConfig(SeededConfig):
             raise bad("ratio", f"ratio must be in (0, 1], got {self.ratio!r}.", "pass e.g. 0.25 to keep a quarter of the triangles.")
         if isinstance(self.triangles, bool) or not isinstance(self.triangles, int) or self.triangles < 0:
             raise bad("triangles", f"triangles must be 0 (use ratio) or a positive integer, got {self.triangles!r}.", "pass e.g. 5000.")
-        for name, low, top in (("render_size", 16, 4096), ("views", 1, 1024), ("held_out_views", 1, 64), ("epochs", 0, 100_000), ("environment_samples", 1, 1024)):
+        for name, low, top in (("render_size", 16, 4096), ("views", 1, 1024), ("held_out_views", 1, 64), ("epochs", 0, 100_000), ("patience", 0, 100_000), ("environment_samples", 1, 1024)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= top:
                 raise bad(name, f"{name} must be an integer in [{low}, {top}], got {v!r}.", f"pass e.g. {max(low, 8)}.")

@@ -22,7 +22,9 @@ original over its animation, not only at rest.
 
 Steps are taken one view at a time; after every pass over the views (an epoch) the loss over all
 of them is measured, and a pass that made it worse is undone (backtracking: the best positions are
-restored and the learning rate halved).
+restored and the learning rate halved). After ``patience`` undone passes in a row the fit stops: on
+the crate (a box, which QEM already keeps exact) every one of 12 passes was undone, and the 12 cost
+31 of the bake's 36 s on a CPU.
 """
 
 from __future__ import annotations
@@ -99,6 +101,8 @@ class ShapeFit:
     """Loss over all views after each epoch (the first entry: before any step)."""
     backtracks: int = 0
     """Epochs undone because they raised the loss."""
+    stopped_by: str = "epochs"
+    """``epochs`` (all of them ran) or ``patience`` (that many epochs in a row were undone)."""
     steps: int = 0
     best_loss: float = float("inf")
 
@@ -125,8 +129,11 @@ def fit_shape(
     advance: Callable[[int], None] | None = None,
     start: torch.Tensor | None = None,
     deform: Deform | None = None,
+    patience: int = 0,
 ) -> tuple[ShapeFit, torch.Tensor]:
     """Move the mesh's vertices (split vertex ``i`` follows welded vertex ``group[i]``) to match ``views``.
+
+    ``patience`` > 0 stops after that many epochs in a row were undone (0: every epoch runs).
 
     ``start``: the split positions to optimise (default ``rs.positions``; a skinned mesh passes its
     bind pose and a ``deform`` that skins it for each view). Returns the loss history and the best
@@ -165,7 +172,7 @@ def fit_shape(
                 out += float(view_loss(rs, v, lighting, tone_map=tone_map))
             return out / len(views)
 
-    best_u, rate = steps.u.detach().clone(), learning_rate
+    best_u, rate, undone = steps.u.detach().clone(), learning_rate, 0
     result.best_loss = total()
     result.losses.append(result.best_loss)
     try:
@@ -182,13 +189,17 @@ def fit_shape(
             current = total()
             result.losses.append(current)
             if current <= result.best_loss:
-                result.best_loss, best_u = current, steps.u.detach().clone()
+                result.best_loss, best_u, undone = current, steps.u.detach().clone(), 0
             else:  # the pass made things worse: undo it and take smaller steps from the best state
                 result.backtracks += 1
+                undone += 1
                 rate *= 0.5
                 with torch.no_grad():
                     steps.u.copy_(best_u)
                 optimiser = AdamUniform([steps.u], lr=rate)
+                if patience and undone >= patience:
+                    result.stopped_by = "patience"
+                    break
         with torch.no_grad():
             steps.u.copy_(best_u)
             best = place().detach()
