@@ -13,12 +13,12 @@ from neuralbake.nn.compiled import CompiledForwardBackward
 from neuralbake.nn.precision import compute_dtype
 from neuralbake.nn.trainer import AutogradForwardBackward, cast_model
 
-DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
+DEVICES = [pytest.param("cpu", marks=pytest.mark.slow), *(["cuda"] if torch.cuda.is_available() else [])]  # cpu: a C++ compile, ~20 s
 
 
-def _ntc(device: str) -> tuple[NTCModel, TexelSampler]:
+def _ntc(device: str, hidden: tuple[int, ...] = (16,)) -> tuple[NTCModel, TexelSampler]:
     groups = (ChannelGroup("base_color", ("r", "g", "b"), "color"),)
-    layout = choose_layout(32, 32, groups, 16.0, hidden=(16,), pe_frequencies=2)
+    layout = choose_layout(32, 32, groups, 16.0, hidden=hidden, pe_frequencies=2)
     torch.manual_seed(0)  # the decoder's layers initialise from the global generator
     model = NTCModel(layout, generator=torch.Generator().manual_seed(0)).to(device)
     levels = [torch.rand(h, w, 3, generator=torch.Generator().manual_seed(i)).numpy() for i, (w, h) in enumerate(layout.level_sizes)]
@@ -77,19 +77,36 @@ def test_a_step_that_does_not_compile_falls_back_to_autograd_when_allowed() -> N
     params = dict(model.named_parameters())
 
     def host_loss(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        if float(prediction.sum()) != 0.0:  # a host read: no whole graph to compile
+        if model.quant_mode == "none" and float(prediction.sum()) != 0.0:  # a host read: no whole graph to compile
             return F.mse_loss(prediction, target)
-        return F.l1_loss(prediction, target)
+        return F.mse_loss(prediction, target)
 
     reasons: list[str] = []
     step = CompiledForwardBackward(model, host_loss, fall_back=reasons.append)
+    step(params, batch, 1.0)  # this variant compiles
+    assert not step.fell_back and not reasons
+    model.quant_mode = "none"  # the next phase's variant does not
     loss, grads = step(params, batch, 1.0)
     assert step.fell_back and len(reasons) == 1 and reasons[0]
-    reference_loss, reference = AutogradForwardBackward(model, F.mse_loss)(params, batch, 1.0)
+    reference_loss, reference = AutogradForwardBackward(model, F.mse_loss)(params, batch, 1.0)  # quant_mode none
     torch.testing.assert_close(loss, reference_loss)
     for got, want in zip(grads, reference):
         torch.testing.assert_close(got, want)
+    model.quant_mode = "round"
     step(params, batch, 1.0)
-    assert len(reasons) == 1  # said once
+    assert len(reasons) == 1  # said once; the reference runs from then on
+    model.quant_mode = "none"
     with pytest.raises(Exception):  # without a fall-back the compiler's error stands
         CompiledForwardBackward(model, host_loss)(params, batch, 1.0)
+
+
+@pytest.mark.slow
+def test_each_step_keeps_its_own_compiled_variants(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dynamo caps the variants kept per code object (8 by default); one shared by every step would stop a sweep of
+    five rates. With the cap at one, two steps of differently shaped decoders (one variant each) still both compile."""
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    for hidden in ((16,), (24,)):
+        model, sampler = _ntc("cpu", hidden)
+        model.quant_mode = "round"
+        params = dict(model.named_parameters())
+        CompiledForwardBackward(model, F.mse_loss)(params, sampler.sample(torch.Generator().manual_seed(3)), 1.0)

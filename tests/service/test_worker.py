@@ -169,7 +169,7 @@ def test_a_cancel_reaches_every_stage_of_a_lod_chain(settings: WorkerSettings) -
     """A lod job cancelled while its simplify stage runs ends cancelled there: no fit stage starts."""
     arm = Path(__file__).resolve().parents[2] / "examples" / "arm"
     store = Store(settings.db)
-    small = {"simplify": {"views": 4, "held_out_views": 2, "render_size": 48, "epochs": 200}, "fit": {"views": 4, "render_size": 48, "epochs": 2}}
+    small = {"simplify": {"views": 4, "held_out_views": 2, "render_size": 48, "epochs": 200, "patience": 0}, "fit": {"views": 4, "render_size": 48, "epochs": 2}}
     job = store.create_job("lod", {"asset": uploaded(settings.data, arm / "arm.gltf", arm / "arm.bin"), "ratio": 0.3, "device": "cpu",
                                    "skin": False, "shadows": False, "stage_options": small})
     watcher = _cancel_when(store, job.id, lambda events: any(e.type == "stage" and e.data.get("stage") == "simplify" for e in events)

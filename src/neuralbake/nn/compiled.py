@@ -16,6 +16,7 @@ and Triton caches (``TORCHINDUCTOR_CACHE_DIR``, by default under the system's te
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 
 import torch
@@ -36,10 +37,11 @@ class CompiledForwardBackward:
     fails at the first step instead. Attributes the forward reads (NTC's ``quant_mode``) are guarded:
     changing one compiles the other variant once.
 
-    ``fall_back(why)``: where given, a first step that fails to compile (no working compiler or
-    Triton here) is reported through it and this and every later step run the autograd reference
-    (or it raises its own error, for a run that insisted on the compiled path); without it the
-    compiler's error stands. The first step is the trainer's warm-up, before any CUDA graph.
+    ``fall_back(why)``: where given, a step that fails to compile (no working compiler or Triton
+    here; each variant compiles on its first call, which is a warm-up step outside the trainer's
+    CUDA graph) is reported through it once, and this and every later step run the autograd
+    reference; or it raises its own error, for a run that insisted on the compiled path. Without
+    it the compiler's error stands.
     """
 
     capturable = True
@@ -50,12 +52,16 @@ class CompiledForwardBackward:
         self._own = dict(model.named_parameters())
         self._reference = AutogradForwardBackward(model, loss_fn)
         self._fall_back = fall_back
-        self._state = "untried"  # then "compiled" or "eager"
+        self._state = "untried"  # then "compiled", or "eager" for good after a failed compile
 
         def loss_of(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
             return loss_fn(model(inputs).float(), targets)
 
-        self._loss = torch.compile(loss_of, fullgraph=True, dynamic=False)
+        # Dynamo keeps compiled variants on the function's code object, at most 8 a process, and every instance's
+        # loss_of shares one: a sweep of five rates (two variants each) would hit the limit. A code object of its own
+        # per instance keeps each step's variants apart.
+        own = types.FunctionType(loss_of.__code__.replace(), loss_of.__globals__, loss_of.__name__, loss_of.__defaults__, loss_of.__closure__)
+        self._loss = torch.compile(own, fullgraph=True, dynamic=False)
 
     @property
     def fell_back(self) -> bool:
@@ -68,17 +74,21 @@ class CompiledForwardBackward:
                                 field="precision", fix="train in fp32, or use --kernels torch.")
         if self._state == "eager":
             return self._reference(params, batch, loss_scale)
-        if self._state == "untried" and self._fall_back is not None:
-            try:
-                result = self._compiled(params, batch, loss_scale)
-            except Exception as exc:  # noqa: BLE001  (whatever stops the compiler here, the reference computes the same step)
-                self._state = "eager"
-                first_line = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-                self._fall_back(f"{type(exc).__name__}: {first_line}")
-                return self._reference(params, batch, loss_scale)
-            self._state = "compiled"
-            return result
-        return self._compiled(params, batch, loss_scale)
+        if self._fall_back is None:
+            return self._compiled(params, batch, loss_scale)
+        try:  # every call: a later phase's variant (another quant_mode) compiles on its own first call
+            result = self._compiled(params, batch, loss_scale)
+        except torch.cuda.OutOfMemoryError:
+            raise  # not the compiler's failure: the reference would run out of memory too
+        except Exception as exc:  # noqa: BLE001  (whatever stops the compiler here, the reference computes the same step)
+            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                raise  # compiles happen in the trainer's warm-up, outside capture: this is not one
+            self._state = "eager"
+            first_line = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            self._fall_back(f"{type(exc).__name__}: {first_line}")
+            return self._reference(params, batch, loss_scale)
+        self._state = "compiled"
+        return result
 
     def _compiled(self, params: dict[str, torch.Tensor], batch: Batch, loss_scale: float | torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         loss = self._loss(batch.inputs, batch.targets)

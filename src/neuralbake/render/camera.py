@@ -75,8 +75,11 @@ class Camera:
         """``[4, 3]`` rows right, up, forward and position as one tensor on ``device``: made once per camera, dtype
         and device and then reused, so a fit's renders do not copy the basis to the GPU (four small uploads) each time.
         Read-only: callers must not modify it in place."""
+        where = torch.device(device if device is not None else "cpu")
+        if where.type == "cuda" and where.index is None:  # one key per GPU: "cuda" means the current one
+            where = torch.device("cuda", torch.cuda.current_device())
         try:
-            return _frame_tensor(self, dtype, str(torch.device(device if device is not None else "cpu")))
+            return _frame_tensor(self, dtype, str(where))
         except TypeError:  # a camera built with unhashable fields (lists): made afresh
             return torch.as_tensor(np.stack((*self.basis(), np.asarray(self.position, np.float64))), dtype=dtype, device=device)
 
@@ -102,7 +105,7 @@ class Camera:
         aspect = width / height
         d = forward + tan_half * (aspect * x[None, :, None] * right + y[:, None, None] * up)
         d = d / torch.linalg.vector_norm(d, dim=-1, keepdim=True)
-        return position.expand(height, width, 3), d
+        return position.clone().expand(height, width, 3), d  # a copy: callers may write their origins
 
     def pixel_directions(
         self, pixel: torch.Tensor, width: int, height: int, offsets: Sequence[tuple[float, float]], dtype: torch.dtype = torch.float32
@@ -161,8 +164,10 @@ class Camera:
 
 @functools.lru_cache(maxsize=512)
 def _frame_tensor(camera: Camera, dtype: torch.dtype, device: str) -> torch.Tensor:
-    """:meth:`Camera.frame_tensor`, kept per camera, dtype and device (cameras are frozen, so the values cannot go stale)."""
-    return torch.as_tensor(np.stack((*camera.basis(), np.asarray(camera.position, np.float64))), dtype=dtype, device=device)
+    """:meth:`Camera.frame_tensor`, kept per camera, dtype and device (cameras are frozen, so the values cannot go stale);
+    made outside inference mode, so a later render with autograd can save it."""
+    with torch.inference_mode(False):
+        return torch.as_tensor(np.stack((*camera.basis(), np.asarray(camera.position, np.float64))), dtype=dtype, device=device)
 
 
 def _check_size(width: int, height: int) -> None:

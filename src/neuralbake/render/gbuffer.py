@@ -157,7 +157,7 @@ def render_gbuffer(scene: Scene | RenderScene, camera: Camera, width: int, heigh
     attributes = torch.cat((rs.positions, rs.uv0, rs.uv1, rs.normals, rs.tangents, rs.colors), 1).to(dtype)
     corners = attributes.index_select(0, f.reshape(-1)).reshape(n, 3, attributes.shape[1])
     p0, p1, p2 = corners[:, 0, 0:3], corners[:, 1, 0:3], corners[:, 2, 0:3]
-    eye = torch.as_tensor(camera.position, dtype=dtype, device=origin.device).expand_as(origin)
+    eye = camera.frame_tensor(dtype, origin.device)[3].expand_as(origin)
     barycentrics, _ = plane_barycentrics(p0, p1 - p0, p2 - p0, torch.stack((origin, eye, eye)), rays)
     weights = torch.cat((1.0 - barycentrics.sum(-1, keepdim=True), barycentrics), -1)  # [3, N, 3]
     own = (weights[0, :, :, None] * corners).sum(1)  # [N, 18]

@@ -28,10 +28,12 @@ __all__ = ["blend_matrices", "pose_scene", "skin_normals", "skin_positions", "sk
 def blend_matrices(joints: torch.Tensor, weights: torch.Tensor, joint_matrices: torch.Tensor) -> torch.Tensor:
     """``[..., V, 4, 4]`` per-vertex blends ``sum_i weights[:, i] * joint_matrices[..., joints[:, i]]``.
 
-    ``joint_matrices`` is ``[J, 4, 4]``, or ``[..., J, 4, 4]`` for several frames at once (one
-    gather and one sum for all of them). The joint indices are range-checked on the CPU only: on a
-    GPU the check would wait for the device on every call of a fit's step, and the indices come from
-    the reader (checked against the skin) or a top-k over its joints.
+    ``joint_matrices`` is ``[J, 4, 4]``, or ``[..., J, 4, 4]`` for several frames at once. The
+    weights are scattered into a dense ``[V, J]`` table and multiplied with the matrices, so many
+    frames take one product of ``[..., V, 16]`` rather than a gathered ``[..., V, K, 4, 4]``. The
+    joint indices are range-checked on the CPU only: on a GPU the check would wait for the device
+    on every call of a fit's step, and the indices come from the reader (checked against the skin)
+    or a top-k over its joints.
     """
     if joints.shape != weights.shape or joints.ndim != 2:
         raise ValueError(f"blend_matrices: joints {tuple(joints.shape)} and weights {tuple(weights.shape)} must both be [V, K]")
@@ -39,8 +41,11 @@ def blend_matrices(joints: torch.Tensor, weights: torch.Tensor, joint_matrices: 
         raise ValueError(f"blend_matrices: joint_matrices must be [..., J, 4, 4], got {tuple(joint_matrices.shape)}")
     if joints.device.type == "cpu" and joints.numel() and (int(joints.min()) < 0 or int(joints.max()) >= joint_matrices.shape[-3]):
         raise ValueError(f"blend_matrices: a joint index lies outside the {joint_matrices.shape[-3]} joints")
-    picked = joint_matrices[..., joints.long(), :, :]  # [..., V, K, 4, 4]
-    return (weights.to(picked.dtype)[..., None, None] * picked).sum(-3)
+    count = joint_matrices.shape[-3]
+    dense = torch.zeros(joints.shape[0], count, dtype=joint_matrices.dtype, device=joint_matrices.device)
+    dense = dense.scatter_add(1, joints.long(), weights.to(joint_matrices.dtype))  # repeated joints add up, as in the sum
+    flat = joint_matrices.reshape(*joint_matrices.shape[:-3], count, 16)
+    return (dense @ flat).reshape(*joint_matrices.shape[:-3], joints.shape[0], 4, 4)
 
 
 def skin_positions(positions: torch.Tensor, joints: torch.Tensor, weights: torch.Tensor, joint_matrices: torch.Tensor) -> torch.Tensor:

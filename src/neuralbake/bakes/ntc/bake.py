@@ -159,6 +159,9 @@ def _training_step(run: BakeRun, model: NTCModel) -> CompiledForwardBackward | N
     reason = None if precision == "fp32" else f"the compiled step trains in fp32 and this run trains in {precision}"
     if run.kernels("train", config.kernels, reason) != "triton":
         return None
+    if run.device.type != "cuda":  # Triton's interpreter (tests) on a CPU: Inductor would compile C++ here, not Triton
+        run.kernel_paths["train"] = {"path": "torch", "why": "the compiled step trains on a CUDA GPU; this run is on the CPU"}
+        return None
     run.kernel_paths["train"]["why"] = (f"{'auto' if config.kernels == 'auto' else '--kernels triton'}: {COMPILED_STEP_GAIN}; "
                                         "TorchInductor compiles it once per machine and caches it")
 

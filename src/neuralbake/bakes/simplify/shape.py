@@ -176,7 +176,7 @@ def fit_shape(
     result.best_loss = total()
     result.losses.append(result.best_loss)
     try:
-        for _ in range(epochs):
+        for epoch in range(epochs):
             for index in torch.randperm(len(views), generator=generator).tolist():
                 optimiser.zero_grad()
                 show(place(), views[index])
@@ -197,8 +197,10 @@ def fit_shape(
                 with torch.no_grad():
                     steps.u.copy_(best_u)
                 optimiser = AdamUniform([steps.u], lr=rate)
-                if patience and undone >= patience:
+                if patience and undone >= patience and epoch + 1 < epochs:
                     result.stopped_by = "patience"
+                    if advance is not None:  # the progress bar ends where the fit did
+                        advance((epochs - epoch - 1) * len(views))
                     break
         with torch.no_grad():
             steps.u.copy_(best_u)
