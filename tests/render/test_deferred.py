@@ -351,6 +351,24 @@ def test_round_trip_of_a_render_scene(tmp_path: Path) -> None:
     torch.testing.assert_close(a, b, atol=2e-3, rtol=0)  # 8-bit texture quantisation only
 
 
+def test_the_shaded_extension_factors_survive_the_render_scene() -> None:
+    """Every factor of :data:`SHADED_FACTOR_FIELDS` goes into the renderer's material and back out unchanged."""
+    from dataclasses import replace
+
+    from neuralbake.io.gltf.extensions import SHADED_FACTOR_FIELDS
+
+    factors = {"ior": 1.7, "specular": 0.6, "specular_color": (0.9, 0.8, 0.7), "iridescence": 0.5, "iridescence_ior": 1.4,
+               "iridescence_thickness": (120.0, 380.0), "clearcoat": 0.8, "clearcoat_roughness": 0.3, "sheen_color": (0.2, 0.3, 0.4),
+               "sheen_roughness": 0.6}
+    assert set(factors) == set(SHADED_FACTOR_FIELDS)
+    scene = two_quads()
+    scene = replace(scene, materials=[replace(scene.materials[0], **factors), scene.materials[1]])
+    rs = prepare_scene(scene)
+    for holder in (rs.materials[0], rs.to_gltf_scene().materials[0]):
+        for name, value in factors.items():
+            assert getattr(holder, name) == pytest.approx(value), name
+
+
 @pytest.mark.needs_shared
 def test_damaged_helmet_renders(shared_dir: Path) -> None:
     with warnings.catch_warnings():

@@ -21,6 +21,7 @@ import torch
 
 from neuralbake.errors import InputError
 from neuralbake.io.gltf import Material, Mesh, Scene, TextureRef, generate_normals, generate_tangents
+from neuralbake.io.gltf.extensions import SHADED_FACTOR_FIELDS
 from neuralbake.material.texture import linear_to_srgb, srgb_to_linear
 from neuralbake.render.antialias import edge_neighbours as find_edge_neighbours
 from neuralbake.render.mip import build_mip_pyramid
@@ -261,16 +262,7 @@ class RenderScene:
                 unlit=p.unlit,
                 alpha_mode=p.alpha_mode,
                 alpha_cutoff=p.alpha_cutoff,
-                ior=p.ior,
-                specular=p.specular,
-                specular_color=p.specular_color,
-                iridescence=p.iridescence,
-                iridescence_ior=p.iridescence_ior,
-                iridescence_thickness=p.iridescence_thickness,
-                clearcoat=p.clearcoat,
-                clearcoat_roughness=p.clearcoat_roughness,
-                sheen_color=p.sheen_color,
-                sheen_roughness=p.sheen_roughness,
+                **_shaded_factors(p),
             )
             for slot, (attr, srgb) in MATERIAL_SLOTS.items():
                 tex = p.textures.get(slot)
@@ -315,17 +307,15 @@ def _material_parameters(m: Material, device: torch.device, dtype: torch.dtype) 
         double_sided=m.double_sided,
         alpha_mode=m.alpha_mode,
         alpha_cutoff=float(m.alpha_cutoff),
-        ior=float(m.ior),
-        specular=float(m.specular),
-        specular_color=tuple(float(c) for c in m.specular_color),
-        iridescence=float(m.iridescence),
-        iridescence_ior=float(m.iridescence_ior),
-        iridescence_thickness=tuple(float(t) for t in m.iridescence_thickness),
-        clearcoat=float(m.clearcoat),
-        clearcoat_roughness=float(m.clearcoat_roughness),
-        sheen_color=tuple(float(c) for c in m.sheen_color),
-        sheen_roughness=float(m.sheen_roughness),
+        **_shaded_factors(m),
     )
+
+
+def _shaded_factors(material: Material | MaterialParameters) -> dict[str, float | tuple[float, ...]]:
+    """The shaded extensions' factors (:data:`~neuralbake.io.gltf.extensions.SHADED_FACTOR_FIELDS`) as plain floats and
+    tuples of floats: both material records carry them under the same names."""
+    plain = lambda v: tuple(float(c) for c in v) if isinstance(v, (tuple, list, np.ndarray)) else float(v)  # noqa: E731
+    return {name: plain(getattr(material, name)) for name in SHADED_FACTOR_FIELDS}
 
 
 def _complete(mesh: Mesh, material: Material) -> dict[str, np.ndarray]:

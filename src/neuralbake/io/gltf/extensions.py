@@ -15,6 +15,7 @@ __all__ = [
     "SHEEN_TEXTURES",
     "SPECULAR_TEXTURES",
     "SHADED_FACTORS",
+    "SHADED_FACTOR_FIELDS",
     "read_clearcoat",
     "read_ior",
     "read_iridescence",
@@ -119,6 +120,11 @@ SHADED_FACTORS = {
     "KHR_materials_sheen": (SHEEN_TEXTURES, read_sheen, ("sheen_color", "sheen_roughness")),
 }
 """Extension -> (its textures, the reader of its factors, the :class:`~neuralbake.io.gltf.model.Material` fields they fill)."""
+
+
+SHADED_FACTOR_FIELDS = ("ior", *(name for _, _, fields in SHADED_FACTORS.values() for name in fields))
+"""Every :class:`~neuralbake.io.gltf.model.Material` field a shaded extension fills (``KHR_materials_ior``'s too): the
+renderer's :class:`~neuralbake.render.scene.MaterialParameters` carries the same fields, copied by these names."""
 
 
 def read_shaded_factors(path: str, material: object, extensions: dict, index: int) -> None:
