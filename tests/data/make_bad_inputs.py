@@ -295,7 +295,8 @@ def simplify_cases() -> None:
     """``neuralbake simplify``: budgets out of range, a mesh with no usable triangle."""
     simplify = ["simplify", "{case}/model.gltf", "--out", "{out}", "--render-size", "16", "--views", "2", "--held-out", "1", "--epochs", "1", "-q"]
     for name, extra, expect in (("simplify_ratio_zero", ["--ratio", "0"], "ratio"), ("simplify_ratio_two", ["--ratio", "2"], "ratio"),
-                                ("simplify_triangles_negative", ["--triangles", "-5"], "triangles")):
+                                ("simplify_triangles_negative", ["--triangles", "-5"], "triangles"),
+                                ("simplify_patience_negative", ["--patience", "-1"], "patience")):
         doc, blob = _triangle_gltf()
         doc["buffers"][0]["uri"] = _data_uri(blob)
         (case(name, simplify + extra, expect) / "model.gltf").write_text(json.dumps(doc))
