@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import inspect
 import sys
 import tempfile
 from pathlib import Path
@@ -38,7 +39,7 @@ def main() -> None:
     class Count(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if state["counting"]:
-                frame, where = sys._getframe(1), "(outside neuralbake)"
+                frame, where = inspect.currentframe(), "(outside neuralbake)"
                 while frame is not None:
                     name = frame.f_code.co_filename
                     if "/neuralbake/" in name and "/nn/" not in name:
