@@ -221,7 +221,7 @@ def test_fused_training_kernel_bakes_and_the_report_says_so(tiny_png, tmp_path):
     pytest.importorskip("triton")
     if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("needs a GPU or TRITON_INTERPRET=1")
-    common = ["--steps", "60", "--hidden", "16", "--layers", "2", "--batch-size", "256", "--lr", "0.02", "--device", "cpu", "--quiet"]
+    common = ["--steps", "60", "--hidden", "16", "--layers", "2", "--batch-size", "256", "--lr", "0.02", "--schedule", "cosine", "--device", "cpu", "--quiet"]
     result = runner.invoke(app, ["texture", str(tiny_png), "--out", str(tmp_path / "fused"), "--kernels", "triton", *common])
     assert result.exit_code == 0, result.output
     fused = json.loads((tmp_path / "fused" / "report.json").read_text())

@@ -253,6 +253,7 @@ def option_cases() -> None:
         ("option_lr_1e30", ["texture", "bake", image, "--out", "{out}", "--steps", "20", "--lr", "1e30", "--precision", "fp32", "-q"], "diverged"),
         ("option_out_empty", ["texture", "bake", image, "--out", "", "-q"], "--out"),
         ("option_size_too_big", ["texture", "bake", image, "--out", "{out}", "--size", "100000x100000", "-q"], "size"),
+        ("option_decay_fraction_zero", ["texture", "bake", image, "--out", "{out}", "--decay-fraction", "0", "-q"], "decay_fraction"),
         ("option_latent_5", ["material", "bake", "{case}/material.json", "--out", "{out}", "--latent", "5", "-q"], "latent"),
         ("option_markup_path", ["texture", "bake", "{case}/a[red]b/x[/y].png", "--out", "{out}", "-q"], "a[red]b/x[/y].png"),
         # values the command line parses itself: one `error:` line naming the option, never a usage box

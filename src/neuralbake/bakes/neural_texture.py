@@ -48,6 +48,7 @@ from neuralbake.io.files import prepare_output_dir
 from neuralbake.io.images import ImageInfo, load_image, resize_image, save_png
 from neuralbake.io.limits import MAX_IMAGE_PIXELS, TooManyPixelsError, check_memory
 from neuralbake.kernels import KERNEL_MODES, resolve_kernels, try_kernels, unsupported_reason
+from neuralbake.nn.half_run import HalfRun
 from neuralbake.nn.mlp import MAX_LAYERS, CoordinateNetwork, CoordinateNetworkConfig
 from neuralbake.nn.precision import compute_dtype
 from neuralbake.nn.serialize import MAX_FREQUENCIES, load_coordinate_network, save_coordinate_network
@@ -76,27 +77,31 @@ minutes (a 12000 x 12000 image ran past 400 s before its first step). Larger ima
 before they are decoded, with the fix: ``--size`` resamples them first."""
 
 
-CPU_STEPS = 3000
-"""Steps on a CPU: the RTX Neural Shaders sample's scale of run, a minute or two on 2 cores."""
-GPU_STEPS = 1_000_000
-"""Steps on a GPU. On an H200 (2026-11-29, grace_hopper_256.png, fused kernels) 3,000 steps took 0.1 s of training and
-reached 23.7 dB, still rising 1 dB over their last quarter; 100,000 take 9 s for 29.8 dB, 300,000 for 30.8 dB and
-1,000,000 24 s for 31.35 dB (the wall time of that run with today's evaluation and checkpoint spacing is not
-measured yet; its 4,000 evaluations and 2,000 checkpoints at the old spacing took under 300 s, so 200 evaluations
-should add well under 20 s). The tiny network keeps gaining slowly for far longer (about 1 dB per last quarter at
-every length measured), so the report says it stopped while still improving and ``--steps`` buys more."""
+CPU_STEPS, CPU_LR = 3000, 0.01
+"""Steps and peak learning rate on a CPU: the RTX Neural Shaders sample's scale of run, a minute or two on 2 cores
+(grace_hopper_256.png, 2026-11-29: 24.13 dB on the wsd schedule against 23.42 on cosine, and 23.16 at a rate of
+0.005); the report says it stopped while still improving (the same bake at 1,500 steps is 1.8 dB lower)."""
+GPU_STEPS, GPU_LR = 1_000_000, 0.005
+"""Steps and peak learning rate on a GPU. On an H200 (2026-11-29, grace_hopper_256.png, fused kernels, wsd schedule with
+half the run decaying) a million steps take 24 s of training for 32.27 dB (cosine at 0.01, the default until then:
+31.40 dB, and 31.81 dB at 4,000,000 steps); the run of half the steps reaches 31.91 dB, so doubling bought 0.36 dB and
+the report says converged (:data:`~neuralbake.nn.convergence.DOUBLING_GAIN`); 2,000,000 steps buy 0.25 dB more. At a
+rate of 0.01 the stable stretch is noisier and ends lower (31.12 dB), at 0.003 it learns slower (32.16 dB)."""
 
 
 def _default_train() -> TrainerConfig:
-    # steps None: the device's (device_defaults). Evaluations spaced by the run's length (200 a run, at least 250 steps
-    # apart) and checkpoints by time (every checkpoint_seconds): a million steps evaluated every 250 and checkpointed
-    # every 500 spent over 300 s around 24 s of training on an H200
-    return TrainerConfig(steps=None, learning_rate=0.01, eval_every=None, checkpoint_every=0)
+    # steps and rate None: the device's (device_defaults). Evaluations spaced by the run's length (200 a run, at least 250
+    # steps apart) and checkpoints by time (every checkpoint_seconds): a million steps evaluated every 250 and
+    # checkpointed every 500 spent over 300 s around 24 s of training on an H200. The wsd schedule's half-length twin
+    # (a quarter more steps) says whether doubling the run would still pay (neuralbake.nn.half_run).
+    return TrainerConfig(steps=None, learning_rate=None, schedule="wsd", decay_fraction=0.5, eval_every=None, checkpoint_every=0)
 
 
 def device_defaults(config: NeuralTextureConfig, device: torch.device) -> dict[str, Any]:
-    """The step count for ``device``: :data:`GPU_STEPS` on a GPU, :data:`CPU_STEPS` elsewhere."""
-    return {"train.steps": GPU_STEPS if device.type == "cuda" else CPU_STEPS}
+    """Steps and peak learning rate for ``device``: :data:`GPU_STEPS` and :data:`GPU_LR` on a GPU, :data:`CPU_STEPS` and
+    :data:`CPU_LR` elsewhere."""
+    gpu = device.type == "cuda"
+    return {"train.steps": GPU_STEPS if gpu else CPU_STEPS, "train.learning_rate": GPU_LR if gpu else CPU_LR}
 
 
 @dataclass
@@ -148,8 +153,9 @@ class NeuralTextureConfig(KernelsConfig):
             self.network.mlp_config().validate()
         except ValueError as exc:
             raise ConfigError(str(exc), field="network", fix="see `neuralbake texture bake --help` for valid values.") from exc
-        # steps left out (None) are the device's to choose; the runner fills them before the bake starts
-        dataclasses.replace(self.train, steps=1).validate() if self.train.steps is None else self.train.validate()
+        # steps and the rate left out (None) are the device's to choose; the runner fills them before the bake starts
+        train = self.train
+        dataclasses.replace(train, steps=1 if train.steps is None else train.steps, learning_rate=1.0 if train.learning_rate is None else train.learning_rate).validate()
 
 
 def _check_size(size: tuple[int, int], name: str) -> None:
@@ -382,7 +388,9 @@ def neural_texture_footprint(config: NeuralTextureConfig, device: torch.device) 
     total = lambda c, d: sum(estimated_memory(c, d).values())  # noqa: E731
     knobs = {"batch_size": 1024, "network.hidden": 64, "network.layers": 4, "network.frequencies": 3, "texture_size": None}
     field = dominant_field(total, config, device, knobs, fallback=max(terms, key=lambda k: terms[k]))
-    return footprint(terms, steps=config.train.steps or 0, steps_field="train.steps", base=PROCESS_BYTES, field=field)
+    steps = config.train.steps or 0  # and a wsd run's half-length twin
+    return footprint(terms, steps=steps + HalfRun(dataclasses.replace(config.train, steps=steps)).extra_steps, steps_field="train.steps",
+                     base=PROCESS_BYTES, field=field)
 
 
 NEURAL_TEXTURE = Bake("neural_texture", NeuralTextureConfig, _bake_body, device_defaults=device_defaults, title="neural texture",

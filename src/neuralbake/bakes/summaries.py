@@ -222,6 +222,9 @@ def still_improving(report: dict[str, Any]) -> str:
         more, where = f"--set {stage}.{'steps' if stage == 'skin' else 'epochs'}", f"its {stage} stage was "
     else:
         more, where = LONGER.get(str(report.get("bake")), "--steps (or --seconds)"), ""
+    doubling, half = training.get("doubling_gain"), training.get("half_run_steps")
+    if isinstance(doubling, (int, float)) and half:  # a wsd run, judged against its half-length twin
+        return f"  [{where}still improving when it stopped: +{doubling:.2f}{unit} over the same bake at {half:,} steps; twice the {more} would gain more]"
     return (
         f"  [{where}still improving when it stopped: +{gain:.2f}{unit} over its last quarter; more {more} would gain more]"
         if isinstance(gain, (int, float)) else ""

@@ -29,7 +29,7 @@ __all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "RESUME_FREE_FIELDS", "Sto
 CHECKPOINT_FORMAT = "neuralbake.checkpoint"
 CHECKPOINT_VERSION = 1
 
-RESUME_FREE_FIELDS = {"steps", "log_every", "eval_every", "checkpoint_every", "checkpoint_seconds", "max_nonfinite_steps", "cuda_graph"}
+RESUME_FREE_FIELDS = {"steps", "half_run", "log_every", "eval_every", "checkpoint_every", "checkpoint_seconds", "max_nonfinite_steps", "cuda_graph"}
 """Config fields that change only how a run is watched, not what it computes; a resumed run may
 change these (and ``steps``, which extends or shortens the run) without breaking bit-exactness."""
 

@@ -12,6 +12,10 @@ them apart, and a bake gives a ``rate_tolerance`` too: the run also counts as co
 last quarter gained less than that per 1,000 steps. The neural material's held-out figure is such a
 case: its last quarter gained 0.35-0.75 dB at 10,000 to 100,000 steps on the copper tray, while the
 preview renders stopped improving at 30,000 (docs/benchmarks.md).
+
+A run on the ``wsd`` schedule trains its half-length twin (:mod:`neuralbake.nn.half_run`) and is judged
+by what doubling its steps bought instead: converged when its figure beats the twin's by less than
+:data:`DOUBLING_GAIN`.
 """
 
 from __future__ import annotations
@@ -23,11 +27,18 @@ from typing import Any
 
 from neuralbake.nn.trainer import TrainResult
 
-__all__ = ["CONVERGED_GAIN", "convergence", "curve_record", "training_record"]
+__all__ = ["CONVERGED_GAIN", "DOUBLING_GAIN", "convergence", "curve_record", "training_record"]
 
 CONVERGED_GAIN = 0.25
 """The most a run's last quarter may raise its quality figure (dB for a PSNR) for the run to count
 as converged: a quarter more of the same schedule would buy about that again."""
+
+
+DOUBLING_GAIN = 0.5
+"""The most the second half of a ``wsd`` run's steps may have raised its quality figure over its half-length twin (dB for
+a PSNR) for the run to count as converged. Doubling the steps doubles the time, and under half a decibel (about 11 %
+of the mean squared error) the next doubling, which buys less again, is not worth it for a shipped asset; the
+failures this verdict exists for gained several decibels per doubling (issue 42: a material bake 10 dB in two)."""
 
 
 RATE_GAIN_CAP = 4.0
@@ -68,7 +79,9 @@ def convergence(history: Sequence[dict[str, Any]], key: str, *, tolerance: float
     dict
         ``converged`` (bool, or None with fewer than three evaluations), ``last_quarter_gain``
         (the figure's gain over the last quarter of the steps), ``gain_per_1000_steps`` (that
-        gain per 1,000 steps) and ``evaluations`` (how many were used).
+        gain per 1,000 steps), ``doubling_gain`` (a ``wsd`` run's figure over its half-length twin's,
+        which then decides against :data:`DOUBLING_GAIN`; None without a twin), ``half_run_steps``
+        and ``evaluations`` (how many were used).
     """
     # the training curve itself: an evaluation of restored best weights (``keep_best``) is not a point on it
     evals = [e for e in history if e.get("event") == "eval" and "restored_from_step" not in e]
@@ -76,17 +89,24 @@ def convergence(history: Sequence[dict[str, Any]], key: str, *, tolerance: float
     # evaluations at the same step (a resumed run's start): keep the last
     points = list({step: (step, value) for step, value in points}.values())
     if len(points) < 3 or points[-1][0] <= points[0][0]:
-        return {"converged": None, "last_quarter_gain": None, "gain_per_1000_steps": None, "evaluations": len(points)}
+        return {"converged": None, "last_quarter_gain": None, "gain_per_1000_steps": None, "doubling_gain": None, "half_run_steps": None,
+                "evaluations": len(points)}
+    twin = next((e for e in reversed(history) if e.get("event") == "half_run" and isinstance(e.get(key), (int, float))), None)
+    doubling = None if twin is None else (points[-1][1] - float(twin[key])) * (1.0 if higher_is_better else -1.0)
     first, last = points[0][0], points[-1][0]
     quarter_start = last - 0.25 * (last - first)
     gain = points[-1][1] - _value_at(points, quarter_start)
     gain = gain if higher_is_better else -gain
     span = last - quarter_start
     rate = 1000.0 * gain / span
+    converged = (doubling < DOUBLING_GAIN if doubling is not None
+                 else gain < tolerance or (rate_tolerance is not None and rate < rate_tolerance and gain < RATE_GAIN_CAP * tolerance))
     return {
-        "converged": bool(gain < tolerance or (rate_tolerance is not None and rate < rate_tolerance and gain < RATE_GAIN_CAP * tolerance)),
+        "converged": bool(converged),
         "last_quarter_gain": round(gain, 4),
         "gain_per_1000_steps": round(rate, 4),
+        "doubling_gain": None if doubling is None else round(doubling, 4),
+        "half_run_steps": None if twin is None else int(twin["steps"]),
         "evaluations": len(points),
     }
 
@@ -109,7 +129,10 @@ def training_record(phases: Sequence[tuple[str, Any]], key: str | None, *, highe
         "stopped_by": main.get("stopped_by"),
         "last_quarter_gain": main.get("last_quarter_gain"),
         "gain_per_1000_steps": main.get("gain_per_1000_steps"),
+        "doubling_gain": main.get("doubling_gain"),
+        "half_run_steps": main.get("half_run_steps"),
         "tolerance": CONVERGED_GAIN,
+        **({"doubling_tolerance": DOUBLING_GAIN} if main.get("doubling_gain") is not None else {}),
         **({"rate_tolerance": rate_tolerance} if rate_tolerance is not None else {}),
         "quality_key": key,
         "phases": records,

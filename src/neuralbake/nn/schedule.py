@@ -11,7 +11,7 @@ from neuralbake.errors import TrainingError
 
 __all__ = ["SCHEDULES", "learning_rate_at", "parameter_groups"]
 
-SCHEDULES = ("constant", "cosine")
+SCHEDULES = ("constant", "cosine", "wsd")
 
 
 def learning_rate_at(
@@ -22,12 +22,16 @@ def learning_rate_at(
     schedule: str = "cosine",
     warmup_steps: int = 0,
     final_fraction: float = 0.05,
+    decay_fraction: float = 0.2,
 ) -> float:
     """Learning rate for 0-based ``step``.
 
     Linear warm-up from ``base / warmup_steps`` to ``base`` over ``warmup_steps``, then either
-    ``constant`` at ``base`` or ``cosine`` decay from ``base`` to ``base * final_fraction`` at the
-    last step.
+    ``constant`` at ``base``, ``cosine`` decay from ``base`` to ``base * final_fraction`` at the
+    last step, or ``wsd`` (warm-up, stable, decay): ``base`` until the last ``decay_fraction`` of
+    the steps, then the same cosine decay over those. A ``wsd`` run's figure at the end of its
+    stable stretch is comparable across run lengths (no anneal has lifted it yet), which is what
+    :func:`neuralbake.nn.convergence.convergence` judges such a run by.
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
@@ -35,8 +39,11 @@ def learning_rate_at(
         return base * (step + 1) / warmup_steps
     if schedule == "constant":
         return base
-    span = max(total_steps - warmup_steps - 1, 1)
-    progress = min(max((step - warmup_steps) / span, 0.0), 1.0)
+    start = warmup_steps if schedule == "cosine" else max(warmup_steps, round(total_steps * (1.0 - decay_fraction)))
+    if step < start:
+        return base
+    span = max(total_steps - start - 1, 1)
+    progress = min(max((step - start) / span, 0.0), 1.0)
     final = base * final_fraction
     return final + (base - final) * 0.5 * (1.0 + math.cos(math.pi * progress))
 

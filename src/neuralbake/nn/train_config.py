@@ -26,12 +26,18 @@ class TrainerConfig:
     whichever is further along. None: steps only."""
     learning_rate: float | None = 0.01
     """Peak Adam learning rate (a bake may leave it to its device default)."""
-    schedule: Literal["constant", "cosine"] = "cosine"
-    """Learning-rate schedule after warm-up: constant, or cosine decay to final_lr_fraction."""
+    schedule: Literal["constant", "cosine", "wsd"] = "cosine"
+    """Learning-rate schedule after warm-up: constant, cosine decay to final_lr_fraction, or wsd (warm-up, stable at the
+    peak, then a cosine decay to final_lr_fraction over the last decay_fraction of the run)."""
     warmup_steps: int = 0
     """Steps of linear learning-rate warm-up."""
     final_lr_fraction: float = 0.05
-    """Cosine schedule: learning rate at the last step as a fraction of the peak."""
+    """Cosine and wsd schedules: learning rate at the last step as a fraction of the peak."""
+    decay_fraction: float = 0.2
+    """wsd schedule: the share of the run (its last steps) over which the rate decays."""
+    half_run: bool = True
+    """wsd schedule: after the run, also train the run of half its steps from their shared stable stretch (decay_fraction
+    x steps / 2 more steps) and judge convergence by what the second half of the steps bought."""
     precision: Literal["fp32", "fp16", "bf16"] = "fp16"
     """Forward/backward precision; weights and Adam moments stay fp32 either way."""
     loss_scale: Literal["dynamic", "static", "none"] = "dynamic"
@@ -104,7 +110,9 @@ class TrainerConfig:
                 raise ConfigError(f"out of range, got {value}.", field=name, fix="use a value in [0, 1).")
         if self.precision not in ("fp32", "fp16", "bf16"):
             raise ConfigError(f"unknown precision {self.precision!r}.", field="precision", fix="use fp32, fp16 or bf16.")
-        if self.schedule not in ("constant", "cosine"):
-            raise ConfigError(f"unknown schedule {self.schedule!r}.", field="schedule", fix="use constant or cosine.")
+        if self.schedule not in ("constant", "cosine", "wsd"):
+            raise ConfigError(f"unknown schedule {self.schedule!r}.", field="schedule", fix="use constant, cosine or wsd.")
+        if not 0.0 < self.decay_fraction <= 1.0:
+            raise ConfigError(f"out of range, got {self.decay_fraction}.", field="decay_fraction", fix="use a share of the run in (0, 1], e.g. 0.2.")
         if self.loss_scale not in ("dynamic", "static", "none"):
             raise ConfigError(f"unknown loss scaling {self.loss_scale!r}.", field="loss_scale", fix="use dynamic, static or none.")

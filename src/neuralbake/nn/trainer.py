@@ -26,6 +26,7 @@ from torch.func import functional_call
 from neuralbake.core.events import EventWriter
 from neuralbake.errors import ConfigError, TrainingError
 from neuralbake.nn.checkpoint import StopOnSignals, load_checkpoint, save_checkpoint
+from neuralbake.nn.half_run import HalfRun
 from neuralbake.nn.precision import LossScaler, compute_dtype
 from neuralbake.nn.schedule import learning_rate_at, parameter_groups
 from neuralbake.nn.train_config import TrainerConfig
@@ -297,6 +298,8 @@ class Trainer:
         self.started_at = 0
         """The step the last ``fit`` began at (a resumed one: its checkpoint's)."""
         self._saved_at_time = time.monotonic()
+        self.half_run = HalfRun(config)
+        """A ``wsd`` run's half-length twin (:mod:`neuralbake.nn.half_run`): what the second half of the steps bought."""
 
     @property
     def learning_rate(self) -> float:
@@ -327,14 +330,10 @@ class Trainer:
         return max(self.step, min(int(spent * self.config.steps), self.config.steps - 1))
 
     def _set_learning_rate(self) -> None:
-        self._lr = learning_rate_at(
-            self._schedule_step(),
-            base=self.config.learning_rate,
-            total_steps=self.config.steps,
-            schedule=self.config.schedule,
-            warmup_steps=self.config.warmup_steps,
-            final_fraction=self.config.final_lr_fraction,
-        )
+        cfg = self.config
+        step, total = self.half_run.position(self) if self.half_run.running else (self._schedule_step(), cfg.steps)
+        self._lr = learning_rate_at(step, base=cfg.learning_rate, total_steps=total, schedule=cfg.schedule,
+                                    warmup_steps=cfg.warmup_steps, final_fraction=cfg.final_lr_fraction, decay_fraction=cfg.decay_fraction)
         for lr_t, scale in self._lr_groups:
             lr_t.fill_(self._lr * scale)
 
@@ -434,6 +433,7 @@ class Trainer:
         restored = False
         if self.evaluate is not None:
             self._run_eval()
+            self.half_run.train(self)
             restored = self.config.keep_best and self._restore_best()
         if self._saved_at_step != self.step or restored:
             self._save_checkpoint()  # a finished phase resumes as finished (multi-phase bakes)
@@ -463,10 +463,8 @@ class Trainer:
                     f"stopped at step {self.step} of {cfg.steps}; checkpoint saved{where}.",
                     fix="run the same command with --resume to continue." if self.checkpoint_path else None,
                 )
-            if self.use_cuda_graph:
-                self.graphed_step()
-            else:
-                self.train_step()
+            self.half_run.keep_branch(self)
+            self.graphed_step() if self.use_cuda_graph else self.train_step()
             at_end = self.step == cfg.steps
             log_now = (cfg.log_every and self.step % cfg.log_every == 0) or at_end
             # Graphed steps are checked for divergence when the host reads the device anyway.

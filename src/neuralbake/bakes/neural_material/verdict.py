@@ -162,6 +162,7 @@ def ntc_at_bytes(
     config.bpp = [asked]
     config.train.steps = steps or VERDICT_STEPS.get(device.type, VERDICT_STEPS["cuda"])
     config.train.seed = seed
+    config.train.half_run = False  # the comparison needs NTC's figure, not whether doubling its steps would pay
     default_steps = ntc_device_defaults(config, device)["train.steps"]
     report = _finished(folder, config) if reuse else None
     if report is None:

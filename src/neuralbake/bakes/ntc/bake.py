@@ -138,7 +138,7 @@ def _train(run: BakeRun, model: NTCModel, sampler: TexelSampler, compatibility: 
     steps = finetune_steps(config, noise.steps)
     if steps > 0:
         finetune = replace(
-            config.train, steps=steps, seconds=None, plateau_evals=0, learning_rate=config.train.learning_rate * config.finetune_lr_fraction, warmup_steps=0,
+            config.train, steps=steps, seconds=None, plateau_evals=0, learning_rate=config.train.learning_rate * config.finetune_lr_fraction, warmup_steps=0, half_run=False,
             eval_every=max(1, min(config.train.eval_every or steps, steps // 4)),
         )
         model.quant_mode = "round"
