@@ -1,17 +1,21 @@
 """The wsd schedule and its half-length twin: the twin is the run of half the steps, and the run itself is unchanged by it."""
 
+import io
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from rich.console import Console
+
 from neuralbake.bakes.summaries import still_improving
+from neuralbake.core.events import EventWriter, ListSink, ProgressSink
 from neuralbake.errors import ConfigError
 from neuralbake.nn.convergence import DOUBLING_GAIN, convergence, training_record
 from neuralbake.nn.mlp import CoordinateNetwork, CoordinateNetworkConfig
 from neuralbake.nn.schedule import learning_rate_at
-from neuralbake.nn.trainer import Batch, Trainer, TrainerConfig
+from neuralbake.nn.trainer import Batch, Trainer, TrainerConfig, TrainingInterrupted
 
 
 class FixedSampler:
@@ -29,7 +33,7 @@ class FixedSampler:
         return self.batch
 
 
-def run(device, steps, **overrides):
+def run(device, steps, checkpoint=None, stop_at=None, resume=False, events=None, on_step=None, **overrides):
     torch.manual_seed(0)
     network = CoordinateNetwork(CoordinateNetworkConfig(frequencies=2, hidden=16, layers=2, outputs=2)).to(device)
     sampler = FixedSampler(device)
@@ -41,8 +45,12 @@ def run(device, steps, **overrides):
     settings = dict(steps=steps, learning_rate=0.02, schedule="wsd", decay_fraction=0.5, precision="fp32", log_every=5,
                     eval_every=5, checkpoint_every=0)
     trainer = Trainer(network, sampler, F.mse_loss, TrainerConfig(**{**settings, **overrides}), device=device, evaluate=evaluate,
-                      quality_key="psnr_db")
-    return trainer, trainer.fit()
+                      quality_key="psnr_db", checkpoint_path=checkpoint, events=events)
+    if stop_at is not None:
+        trainer.on_step = lambda t, step: t.request_stop() if step == stop_at else None
+    if on_step is not None:
+        trainer.on_step = on_step
+    return trainer, trainer.fit(resume=resume)
 
 
 def test_wsd_schedule_is_stable_then_decays():
@@ -118,3 +126,72 @@ def test_a_wsd_run_is_judged_by_its_twin_not_its_last_quarter(final, twin, conve
     assert (warning == "") is converged
     if not converged:
         assert "+1.00 dB over the same bake at 500 steps" in warning and "--steps" in warning
+
+
+def test_a_run_resumed_past_its_branch_has_no_twin_and_says_so_by_its_last_quarter(tmp_path):
+    cpu = torch.device("cpu")
+    with pytest.raises(TrainingInterrupted):
+        run(cpu, 40, checkpoint=tmp_path / "ckpt.pt", stop_at=15)  # the branch is step 10
+    _, result = run(cpu, 40, checkpoint=tmp_path / "ckpt.pt", resume=True)
+    assert not [e for e in result.history if e["event"] == "half_run"]
+    # its last quarter is mostly the anneal, so with no twin a wsd run is not judged at all
+    record = training_record([("train", result)], "psnr_db")
+    assert record["converged"] is None and record["doubling_gain"] is None and record["last_quarter_gain"] is not None
+    assert still_improving({"bake": "neural_texture", "training": record}) == ""
+    # stopped before the branch, the resumed run keeps its twin
+    with pytest.raises(TrainingInterrupted):
+        run(cpu, 40, checkpoint=tmp_path / "early.pt", stop_at=5)
+    _, result = run(cpu, 40, checkpoint=tmp_path / "early.pt", resume=True)
+    assert len([e for e in result.history if e["event"] == "half_run"]) == 1
+
+
+def test_the_twin_has_a_progress_bar_of_its_own():
+    screen = io.StringIO()
+    sink = ListSink()
+    run(torch.device("cpu"), 400, events=EventWriter([sink, ProgressSink("texture", console=Console(file=screen, width=120))]))
+    kinds = [e["event"] for e in sink.events]
+    assert kinds.index("half_run_start") < kinds.index("half_run_train") < kinds.index("half_run") < kinds.index("end")
+    assert 1 <= kinds.count("half_run_train") <= 100  # a service stores every one of them
+    assert "texture at half the steps" in screen.getvalue() and "100/100" in screen.getvalue()
+
+
+def test_a_stop_during_the_twin_keeps_the_finished_run_and_its_resume_has_no_twin(tmp_path):
+    cpu = torch.device("cpu")
+
+    def stop_in_the_twin(trainer, step):  # as a service's hook does when its job is cancelled
+        if trainer.half_run.running and step == 13:
+            trainer.request_stop()
+
+    with pytest.raises(TrainingInterrupted, match="half-length twin"):
+        run(cpu, 40, checkpoint=tmp_path / "ckpt.pt", on_step=stop_in_the_twin)
+    resumed, result = run(cpu, 40, checkpoint=tmp_path / "ckpt.pt", resume=True)
+    alone, _ = run(cpu, 40, half_run=False)
+    assert result.steps == 40 and not [e for e in result.history if e["event"] == "half_run"]
+    for name, param in alone.master.items():  # the run's own final state was saved, not the twin's
+        assert torch.equal(param, resumed.master[name]), name
+
+
+def test_an_extended_run_is_not_judged_by_its_shorter_self(tmp_path):
+    cpu = torch.device("cpu")
+    run(cpu, 40, checkpoint=tmp_path / "ckpt.pt")
+    _, result = run(cpu, 80, checkpoint=tmp_path / "ckpt.pt", resume=True)
+    assert len([e for e in result.history if e["event"] == "half_run"]) == 1  # the 40-step run's, at its step 40
+    assert training_record([("train", result)], "psnr_db")["doubling_gain"] is None
+
+
+def test_keep_best_is_judged_on_the_run_not_the_twin():
+    _, result = run(torch.device("cpu"), 40, keep_best=True)
+    assert [e for e in result.history if e["event"] == "half_run"]
+    assert not [e for e in result.history if "restored_from_step" in e]  # the run's last evaluation is its best here
+
+
+def test_a_time_budget_records_the_steps_the_twin_trained():
+    _, result = run(torch.device("cpu"), 100_000, seconds=0.5, eval_every=20)
+    twin = [e for e in result.history if e["event"] == "half_run"][0]
+    assert result.stopped_by == "seconds" and twin["steps"] == twin["branch_step"] + twin["taken_steps"] < result.steps
+
+
+def test_a_plateau_stop_is_refused_with_wsd():
+    with pytest.raises(ConfigError) as caught:
+        TrainerConfig(schedule="wsd", plateau_evals=3).validate()
+    assert caught.value.field == "plateau_evals" and "--schedule cosine" in caught.value.fix

@@ -364,9 +364,9 @@ class BakeRun:
         skips the work): the picture is written as ``.neuralbake/previews/<name>.<number>.png``
         (shrunk to at most ``max_side`` pixels a side; the newest :data:`PREVIEW_VERSIONS` per
         name are kept) and announced by a ``preview`` event naming the file, the phase and the
-        step. Returns the file name, or ``None`` when previews are off.
+        step. Returns the file name, or ``None`` when previews are off (and for a run's half-length twin's evaluation).
         """
-        if self.previews is None:
+        if self.previews is None or (self._trainer is not None and self._trainer.half_run.running):
             return None
         _check_preview_name(name)
         import numpy as np

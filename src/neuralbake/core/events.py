@@ -88,7 +88,8 @@ class ListSink:
 
 
 class ProgressSink:
-    """A rich progress bar driven by ``start``/``train``/``eval``/``end`` events."""
+    """A rich progress bar driven by ``start``/``train``/``eval``/``end`` events (and a second one for a run's
+    half-length twin: ``half_run_start``/``half_run_train``/``half_run``)."""
 
     def __init__(self, description: str = "training", console: Console | None = None) -> None:
         self._progress = Progress(
@@ -103,6 +104,7 @@ class ProgressSink:
         )
         self._description = description
         self._task: Any = None
+        self._main_task: Any = None
         self._metrics: dict[str, str] = {}
 
     def write(self, event: dict[str, Any]) -> None:
@@ -114,6 +116,15 @@ class ProgressSink:
             )
             return
         if self._task is None:
+            return
+        if kind == "half_run_start":  # a wsd run's half-length twin (neuralbake.nn.half_run): a bar of its own
+            self._main_task = self._task
+            self._task = self._progress.add_task(f"{self._description} at half the steps", total=event["total_steps"], completed=0, metrics="")
+            return
+        if kind == "half_run":
+            twin = {key: f"{key} {value:.2f}" for key, value in event.items() if key.endswith("_db") and isinstance(value, (int, float))}
+            self._progress.update(self._task, completed=event.get("taken_steps", 0), metrics="  ".join(twin.values()))
+            self._task = self._main_task if self._main_task is not None else self._task
             return
         if kind == "train":
             self._metrics["loss"] = f"loss {event['loss']:.2e}"

@@ -55,7 +55,7 @@ def _value_at(points: Sequence[tuple[int, float]], step: float) -> float:
 
 
 def convergence(history: Sequence[dict[str, Any]], key: str, *, tolerance: float, higher_is_better: bool = True,
-                rate_tolerance: float | None = None) -> dict[str, Any]:
+                rate_tolerance: float | None = None, schedule: str = "cosine") -> dict[str, Any]:
     """The verdict on one run from its ``eval`` events.
 
     Parameters
@@ -73,6 +73,9 @@ def convergence(history: Sequence[dict[str, Any]], key: str, *, tolerance: float
         Also converged when the last quarter gained less than this per 1,000 steps and less than
         :data:`RATE_GAIN_CAP` times ``tolerance`` (for a bake whose anneal lifts its last quarter by about
         ``tolerance`` whatever the run's length).
+    schedule : str
+        The run's learning-rate schedule: a ``wsd`` run is judged by its twin alone (its last quarter is mostly its
+        anneal), so without one (resumed past its branch, extended, twin turned off) its verdict is None.
 
     Returns
     -------
@@ -91,18 +94,25 @@ def convergence(history: Sequence[dict[str, Any]], key: str, *, tolerance: float
     if len(points) < 3 or points[-1][0] <= points[0][0]:
         return {"converged": None, "last_quarter_gain": None, "gain_per_1000_steps": None, "doubling_gain": None, "half_run_steps": None,
                 "evaluations": len(points)}
+    # the twin of this very run's end (an extended run's older twin is of another length)
     twin = next((e for e in reversed(history) if e.get("event") == "half_run" and isinstance(e.get(key), (int, float))), None)
+    twin = twin if twin is not None and int(twin.get("step", -1)) == points[-1][0] else None
     doubling = None if twin is None else (points[-1][1] - float(twin[key])) * (1.0 if higher_is_better else -1.0)
+    doubling = doubling if doubling is not None and math.isfinite(doubling) else None
     first, last = points[0][0], points[-1][0]
     quarter_start = last - 0.25 * (last - first)
     gain = points[-1][1] - _value_at(points, quarter_start)
     gain = gain if higher_is_better else -gain
     span = last - quarter_start
     rate = 1000.0 * gain / span
-    converged = (doubling < DOUBLING_GAIN if doubling is not None
-                 else gain < tolerance or (rate_tolerance is not None and rate < rate_tolerance and gain < RATE_GAIN_CAP * tolerance))
+    if doubling is not None:
+        converged: bool | None = doubling < DOUBLING_GAIN
+    elif schedule == "wsd":
+        converged = None
+    else:
+        converged = gain < tolerance or (rate_tolerance is not None and rate < rate_tolerance and gain < RATE_GAIN_CAP * tolerance)
     return {
-        "converged": bool(converged),
+        "converged": None if converged is None else bool(converged),
         "last_quarter_gain": round(gain, 4),
         "gain_per_1000_steps": round(rate, 4),
         "doubling_gain": None if doubling is None else round(doubling, 4),
@@ -119,8 +129,8 @@ def training_record(phases: Sequence[tuple[str, Any]], key: str | None, *, highe
     ``last_quarter_gain`` its gain. ``rate_tolerance``: see :func:`convergence`."""
     records = []
     for name, result in phases:
-        verdict = (convergence(result.history, key, tolerance=CONVERGED_GAIN, higher_is_better=higher_is_better, rate_tolerance=rate_tolerance)
-                   if key else {"converged": None})
+        verdict = (convergence(result.history, key, tolerance=CONVERGED_GAIN, higher_is_better=higher_is_better, rate_tolerance=rate_tolerance,
+                               schedule=getattr(result, "schedule", "cosine")) if key else {"converged": None})
         records.append({"phase": name, "steps": result.steps, "train_seconds": round(result.train_seconds, 3), "stopped_by": result.stopped_by, **verdict})
     main = max(records, key=lambda r: r["steps"]) if records else {}
     return {

@@ -16,8 +16,10 @@ own state back. The run's figure minus the twin's is what doubling the steps fro
 annealed; :func:`neuralbake.nn.convergence.convergence` judges a ``wsd`` run by it.
 
 State is copied and put back in place (``copy_``), so a captured CUDA graph, a compiled step and a fused kernel's flat
-buffers (whose views the masters and moments are) go on working on the same tensors. The twin draws batches of its
-own: the random streams are not rewound. Like :mod:`neuralbake.nn.checkpoint`, this is the trainer's own machinery
+buffers (whose views the masters and moments are) go on working on the same tensors. A fused kernel's own batch draws
+follow the step count, so the twin draws those of the half run's steps; a sampler's random stream is not rewound (the
+twin draws batches of its own, and whatever follows the run draws on after them). The bake's ``on_step`` hooks run
+after each of the twin's steps as after the run's, and Ctrl-C stops the twin as it stops the run. Like :mod:`neuralbake.nn.checkpoint`, this is the trainer's own machinery
 split out of its module, and reads its private counters.
 """
 
@@ -28,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from neuralbake.nn.checkpoint import checkpointed_buffers
+from neuralbake.nn.checkpoint import StopOnSignals, checkpointed_buffers
 
 if TYPE_CHECKING:
     from neuralbake.nn.train_config import TrainerConfig
@@ -73,13 +75,21 @@ class HalfRun:
         self.running = False
         """True while the twin trains: the trainer's schedule then follows :meth:`position`."""
         self._saved: tuple[int, int, list[torch.Tensor]] | None = None
+        self._open = False
         self._done = 0
         self._started = 0.0
         self._budget: float | None = None
 
     def keep_branch(self, trainer: Trainer) -> None:
-        """Copy the training state when the run's schedule reaches :attr:`branch` (once; a run resumed past it keeps none)."""
-        if self.enabled and self._saved is None and trainer.step > 0 and trainer._schedule_step() >= self.branch:
+        """Copy the training state when the run's schedule crosses :attr:`branch`: once, and only in a fit that began at
+        or before it (a run resumed past it has no state of its branch, so it gets no twin)."""
+        if not self.enabled or self._saved is not None or trainer.evaluate is None:
+            return
+        at = trainer._schedule_step()
+        if trainer.step == trainer.started_at:  # this fit's first step
+            self._open = at <= self.branch
+        if self._open and at >= self.branch:
+            self._open = False
             self._saved = (trainer.step, trainer.samples_seen, [t.detach().clone() for t in training_state(trainer)])
 
     def position(self, trainer: Trainer) -> tuple[int, int]:
@@ -95,35 +105,54 @@ class HalfRun:
             return True
         return self._budget is not None and time.perf_counter() - self._started >= self._budget
 
-    def train(self, trainer: Trainer) -> None:
-        """Train the twin's decay from the kept state, evaluate it into a ``half_run`` event, and put the run's state back."""
-        if self._saved is None or trainer.evaluate is None or trainer.stopped_by == "plateau":
-            return
-        at_step, at_samples, kept = self._saved
-        self._saved = None
+    def train(self, trainer: Trainer) -> bool:
+        """Train the twin's decay from the kept state, evaluate it into a ``half_run`` event, and put the run's state
+        back; True when it added the event. A stop request (Ctrl-C, SIGTERM, a service's ``on_step`` hook) abandons the
+        twin, puts the state back and raises :class:`~neuralbake.nn.trainer.TrainingInterrupted` (the finished run's
+        checkpoint is already saved)."""
+        saved, self._saved = self._saved, None
+        if saved is None or trainer.evaluate is None or trainer.stopped_by == "plateau":
+            return False
+        at_step, at_samples, kept = saved
         state = training_state(trainer)
         final = [t.detach().clone() for t in state]
         step, samples, last_loss = trainer.step, trainer.samples_seen, trainer._last_loss
         seconds = trainer.config.seconds
         self._budget = None if seconds is None else seconds * (self.steps - self.branch) / trainer.config.steps
+        every = max(trainer.config.log_every, (self.steps - self.branch) // 100) if trainer.config.log_every else 0  # events a service stores
         try:
             with torch.no_grad():
                 torch._foreach_copy_(state, kept)
             _seek(trainer, at_step, at_samples, last_loss)
             self.running, self._done, self._started = True, 0, time.perf_counter()
-            while not self._finished():
-                trainer.graphed_step() if trainer.use_cuda_graph else trainer.train_step()
-                self._done += 1
+            trainer.events.emit("half_run_start", step=0, total_steps=self.steps - self.branch)
+            with StopOnSignals(trainer):
+                while not self._finished() and not trainer._stop_requested:
+                    trainer.graphed_step() if trainer.use_cuda_graph else trainer.train_step()
+                    self._done += 1
+                    if trainer.on_step is not None:  # the bake's own hooks (projections, a service's stop check)
+                        trainer.on_step(trainer, trainer.step)
+                    if every and self._done % every == 0:
+                        trainer.events.emit("half_run_train", step=self._done)
+            stopped = trainer._stop_requested
             trainer._sync()
             took = time.perf_counter() - self._started
             with torch.no_grad():
-                metrics = trainer.evaluate(trainer.model)
+                metrics = {} if stopped else trainer.evaluate(trainer.model)
         finally:
             self.running = False
             with torch.no_grad():
                 torch._foreach_copy_(state, final)
             _seek(trainer, step, samples, last_loss)
-        record: dict[str, Any] = {"event": "half_run", "step": step, "steps": self.steps, "branch_step": at_step,
+        if stopped:
+            from neuralbake.nn.trainer import TrainingInterrupted  # the trainer's module imports this one
+
+            trainer.events.emit("interrupted", step=step)
+            raise TrainingInterrupted(f"stopped while training the run's half-length twin, after all {step} steps of the run; its checkpoint is saved.",
+                                      fix="run the same command with --resume to go on (the twin is skipped).")
+        # under a time budget the twin's length is what it trained, not half the step cap
+        record: dict[str, Any] = {"event": "half_run", "step": step, "steps": at_step + self._done, "branch_step": at_step,
                                   "taken_steps": self._done, "train_seconds": round(took, 4), **metrics}
         trainer.history.append(record)
         trainer.events.emit(**record)
+        return True

@@ -112,6 +112,9 @@ class TrainerConfig:
             raise ConfigError(f"unknown precision {self.precision!r}.", field="precision", fix="use fp32, fp16 or bf16.")
         if self.schedule not in ("constant", "cosine", "wsd"):
             raise ConfigError(f"unknown schedule {self.schedule!r}.", field="schedule", fix="use constant, cosine or wsd.")
+        if self.plateau_evals and self.schedule == "wsd":
+            raise ConfigError("stopping on a plateau would end a wsd run on its stable stretch, before its rate decays.", field="plateau_evals",
+                              fix="pass --schedule cosine with --plateau-evals, or leave plateau_evals at 0.")
         if not 0.0 < self.decay_fraction <= 1.0:
             raise ConfigError(f"out of range, got {self.decay_fraction}.", field="decay_fraction", fix="use a share of the run in (0, 1], e.g. 0.2.")
         if self.loss_scale not in ("dynamic", "static", "none"):

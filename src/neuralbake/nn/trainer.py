@@ -25,6 +25,7 @@ from torch.func import functional_call
 
 from neuralbake.core.events import EventWriter
 from neuralbake.errors import ConfigError, TrainingError
+from neuralbake.nn.batches import Batch, Sampler, TexelDraws
 from neuralbake.nn.checkpoint import StopOnSignals, load_checkpoint, save_checkpoint
 from neuralbake.nn.half_run import HalfRun
 from neuralbake.nn.precision import LossScaler, compute_dtype
@@ -43,47 +44,6 @@ __all__ = [
     "TrainingInterrupted",
     "cast_model",
 ]
-
-@dataclass
-class Batch:
-    """One training batch: network inputs and the reference values they should produce."""
-
-    inputs: torch.Tensor
-    """Network inputs, ``[samples, input_dim]``."""
-    targets: torch.Tensor
-    """Reference outputs, ``[samples, output_dim]`` (fp32)."""
-
-
-class Sampler(Protocol):
-    """Draws training batches from the reference.
-
-    A sampler whose batches are uniform random uv and nearest texels of an image may also say so
-    (``texel_draws() -> TexelDraws``): a fused training step that can draw such batches itself then
-    does, and :meth:`sample` is not called (see :class:`TexelDraws`).
-    """
-
-    batch_size: int
-    """Samples per batch (counted into ``samples_seen``)."""
-
-    def sample(self, generator: torch.Generator) -> Batch: ...
-
-
-@dataclass(frozen=True)
-class TexelDraws:
-    """What a sampler's batches are, for a fused step that draws them in its kernel: ``batch_size`` rows of uniform
-    random ``(u, v)`` in [0, 1)^2 (the inputs) and the nearest texel of ``image`` (``[H, W, C]`` fp32, on the training
-    device) at ``(u, v)`` mapped by ``transform`` (the targets): ``identity``, ``flip`` (u and v swapped) or ``zoom``
-    (``uv * 0.5 + 0.25``), as :func:`neuralbake.bakes.neural_texture.transform_uv` and ``texel_lookup`` do.
-
-    The kernel draws from its own counter-based generator (Philox keyed by the run's seed, one counter per step), so
-    its batches follow the same distribution as the sampler's but are not the same numbers.
-    """
-
-    image: torch.Tensor
-    transform: str
-    batch_size: int
-
-    TRANSFORMS = ("identity", "flip", "zoom")
 
 
 class ForwardBackward(Protocol):
@@ -153,6 +113,8 @@ class TrainResult:
     """Every train/eval event of the run (resumed runs included)."""
     stopped_by: str = "steps"
     """What ended the run: ``steps``, ``seconds`` (the time budget) or ``plateau`` (no gain over ``plateau_evals`` evaluations)."""
+    schedule: str = "cosine"
+    """The learning-rate schedule it ran (a ``wsd`` run is judged by its half-length twin alone)."""
 
 
 class TrainingInterrupted(TrainingError):
@@ -433,10 +395,11 @@ class Trainer:
         restored = False
         if self.evaluate is not None:
             self._run_eval()
-            self.half_run.train(self)
             restored = self.config.keep_best and self._restore_best()
         if self._saved_at_step != self.step or restored:
             self._save_checkpoint()  # a finished phase resumes as finished (multi-phase bakes)
+        if self.half_run.train(self):  # a wsd run's half-length twin, then kept in the checkpoint's history too
+            self._save_checkpoint()
         self.events.emit("end", step=self.step, train_seconds=self.train_seconds, skipped_steps=self.skipped_steps)
         return TrainResult(
             steps=self.step,
@@ -447,6 +410,7 @@ class Trainer:
             loss_scale=self.scaler.scale,
             history=list(self.history),
             stopped_by=self.stopped_by or "steps",
+            schedule=self.config.schedule,
         )
 
     def _loop(self) -> None:

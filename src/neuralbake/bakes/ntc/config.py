@@ -98,7 +98,8 @@ class NTCConfig(KernelsConfig):
     tenth of the main phase's steps, however it ended (--steps, --seconds or a plateau)."""
     finetune_lr_fraction: float = 0.05
     """Peak learning rate of the hard-rounding phase as a fraction of train.learning_rate (the
-    main phase's own schedule ends at train.final_lr_fraction of it)."""
+    main phase's own schedule ends at train.final_lr_fraction of it). The phase follows train.schedule: on wsd it holds
+    this rate for its first 65 % and then decays (the 200,000-step default was measured so)."""
     weight_clip: float | None = WEIGHT_CLIP
     """Clamp each decoder layer's weights to this many times their RMS after every update, which
     bounds the stored int8 scale (max|w| / 127) and keeps long runs improving; null in a --config
