@@ -117,7 +117,7 @@ def test_a_wsd_run_is_judged_by_its_twin_not_its_last_quarter(final, twin, conve
     assert verdict["last_quarter_gain"] > 0.25  # the last quarter alone would have said "still improving"
 
     class Result:
-        steps, train_seconds, stopped_by = 1000, 1.0, "steps"
+        steps, train_seconds, stopped_by, schedule = 1000, 1.0, "steps", "wsd"
 
     Result.history = history(final, twin)
     record = training_record([("train", Result)], "psnr_db")

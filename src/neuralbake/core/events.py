@@ -87,6 +87,11 @@ class ListSink:
         pass
 
 
+def _decibels(event: dict[str, Any]) -> dict[str, str]:
+    """An evaluation's figures in dB (``*_db``), as a progress bar shows them."""
+    return {key: f"{key} {value:.2f}" for key, value in event.items() if key.endswith("_db") and isinstance(value, (int, float))}
+
+
 class ProgressSink:
     """A rich progress bar driven by ``start``/``train``/``eval``/``end`` events (and a second one for a run's
     half-length twin: ``half_run_start``/``half_run_train``/``half_run``)."""
@@ -122,8 +127,7 @@ class ProgressSink:
             self._task = self._progress.add_task(f"{self._description} at half the steps", total=event["total_steps"], completed=0, metrics="")
             return
         if kind == "half_run":
-            twin = {key: f"{key} {value:.2f}" for key, value in event.items() if key.endswith("_db") and isinstance(value, (int, float))}
-            self._progress.update(self._task, completed=event.get("taken_steps", 0), metrics="  ".join(twin.values()))
+            self._progress.update(self._task, completed=event.get("taken_steps", 0), metrics="  ".join(_decibels(event).values()))
             self._task = self._main_task if self._main_task is not None else self._task
             return
         if kind == "train":
@@ -131,7 +135,7 @@ class ProgressSink:
             if event.get("loss_scale") is not None:
                 self._metrics["scale"] = f"scale {event['loss_scale']:g}"
         elif kind == "eval":
-            self._metrics.update({key: f"{key} {value:.2f}" for key, value in event.items() if key.endswith("_db")})
+            self._metrics.update(_decibels(event))
         self._progress.update(self._task, completed=event.get("step", 0), metrics="  ".join(self._metrics.values()))
         if kind == "end":
             self._progress.stop()

@@ -130,7 +130,7 @@ def training_record(phases: Sequence[tuple[str, Any]], key: str | None, *, highe
     records = []
     for name, result in phases:
         verdict = (convergence(result.history, key, tolerance=CONVERGED_GAIN, higher_is_better=higher_is_better, rate_tolerance=rate_tolerance,
-                               schedule=getattr(result, "schedule", "cosine")) if key else {"converged": None})
+                               schedule=result.schedule) if key else {"converged": None})
         records.append({"phase": name, "steps": result.steps, "train_seconds": round(result.train_seconds, 3), "stopped_by": result.stopped_by, **verdict})
     main = max(records, key=lambda r: r["steps"]) if records else {}
     return {

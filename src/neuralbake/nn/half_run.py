@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from neuralbake.nn.checkpoint import StopOnSignals, checkpointed_buffers
+from neuralbake.nn.schedule import decay_start
 
 if TYPE_CHECKING:
     from neuralbake.nn.train_config import TrainerConfig
@@ -67,7 +68,7 @@ class HalfRun:
     def __init__(self, config: TrainerConfig) -> None:
         self.steps = (config.steps or 0) // 2
         """The twin's length in steps (of the schedule: with a time budget, its share of the budget)."""
-        self.branch = round(self.steps * (1.0 - config.decay_fraction))
+        self.branch = decay_start(self.steps, config.warmup_steps, config.decay_fraction)
         """The step where the twin's decay begins (``learning_rate_at``'s, for a run of :attr:`steps`)."""
         self.enabled = config.schedule == "wsd" and config.half_run and config.warmup_steps < self.branch < self.steps
         self.extra_steps = self.steps - self.branch if self.enabled else 0

@@ -9,7 +9,7 @@ import torch
 
 from neuralbake.errors import TrainingError
 
-__all__ = ["SCHEDULES", "learning_rate_at", "parameter_groups"]
+__all__ = ["SCHEDULES", "decay_start", "learning_rate_at", "parameter_groups"]
 
 SCHEDULES = ("constant", "cosine", "wsd")
 
@@ -29,9 +29,9 @@ def learning_rate_at(
     Linear warm-up from ``base / warmup_steps`` to ``base`` over ``warmup_steps``, then either
     ``constant`` at ``base``, ``cosine`` decay from ``base`` to ``base * final_fraction`` at the
     last step, or ``wsd`` (warm-up, stable, decay): ``base`` until the last ``decay_fraction`` of
-    the steps, then the same cosine decay over those. A ``wsd`` run's figure at the end of its
-    stable stretch is comparable across run lengths (no anneal has lifted it yet), which is what
-    :func:`neuralbake.nn.convergence.convergence` judges such a run by.
+    the steps (from :func:`decay_start`), then the same cosine decay over those. Two ``wsd`` runs of
+    different lengths take the same rate until the shorter one decays, which is what a run's
+    half-length twin (:mod:`neuralbake.nn.half_run`) is trained from.
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
@@ -39,13 +39,19 @@ def learning_rate_at(
         return base * (step + 1) / warmup_steps
     if schedule == "constant":
         return base
-    start = warmup_steps if schedule == "cosine" else max(warmup_steps, round(total_steps * (1.0 - decay_fraction)))
+    start = warmup_steps if schedule == "cosine" else decay_start(total_steps, warmup_steps, decay_fraction)
     if step < start:
         return base
     span = max(total_steps - start - 1, 1)
     progress = min(max((step - start) / span, 0.0), 1.0)
     final = base * final_fraction
     return final + (base - final) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def decay_start(total_steps: int, warmup_steps: int, decay_fraction: float) -> int:
+    """The step where a ``wsd`` run of ``total_steps`` leaves its peak rate: ``decay_fraction`` of the run before its end,
+    not before the warm-up has ended."""
+    return max(warmup_steps, round(total_steps * (1.0 - decay_fraction)))
 
 
 def parameter_groups(master: dict[str, torch.Tensor], lr_scales: dict[str, float]) -> dict[float, list[torch.Tensor]]:

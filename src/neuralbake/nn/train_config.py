@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from neuralbake.errors import ConfigError
+from neuralbake.nn.schedule import SCHEDULES
 
 __all__ = ["AUTO_EVALUATIONS", "TrainerConfig"]
 
@@ -110,8 +111,8 @@ class TrainerConfig:
                 raise ConfigError(f"out of range, got {value}.", field=name, fix="use a value in [0, 1).")
         if self.precision not in ("fp32", "fp16", "bf16"):
             raise ConfigError(f"unknown precision {self.precision!r}.", field="precision", fix="use fp32, fp16 or bf16.")
-        if self.schedule not in ("constant", "cosine", "wsd"):
-            raise ConfigError(f"unknown schedule {self.schedule!r}.", field="schedule", fix="use constant, cosine or wsd.")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"unknown schedule {self.schedule!r}.", field="schedule", fix=f"use one of {', '.join(SCHEDULES)}.")
         if self.plateau_evals and self.schedule == "wsd":
             raise ConfigError("stopping on a plateau would end a wsd run on its stable stretch, before its rate decays.", field="plateau_evals",
                               fix="pass --schedule cosine with --plateau-evals, or leave plateau_evals at 0.")

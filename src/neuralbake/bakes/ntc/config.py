@@ -225,7 +225,8 @@ def estimated_memory(config: NTCConfig, device: torch.device) -> dict[str, float
     # the four high cells, the four low cells and their blend, fake-quantised, kept for the backward pass
     per_sample = 4 * (10 * features) * 3
     # a wsd run's half-length twin keeps two more copies of the masters and Adam's moments
-    trained = TRAINED_PARAMETER_BYTES + (HALF_RUN_PARAMETER_BYTES if config.train.schedule == "wsd" and config.train.half_run else 0)
+    twin = HalfRun(replace(config.train, steps=config.train.steps or (GPU_STEPS if device.type == "cuda" else CPU_STEPS))).enabled
+    trained = TRAINED_PARAMETER_BYTES + (HALF_RUN_PARAMETER_BYTES if twin else 0)
     return {
         "texture_size": texels * (ASSUMED_CHANNELS * 4 * copies + 3 * 4 + 3 * 8),
         "bpp": latents * trained,
