@@ -233,15 +233,26 @@ def test_device_defaults_fill_only_what_is_left_out() -> None:
     gpu = apply_defaults(NEURAL_MATERIAL, NeuralMaterialConfig(material="m.json"), torch.device("cuda"))
     assert gpu == {"train.steps": 30_000, "batch_size": 16_384}  # a layered material converges there (44.8 dB on an H200)
     asset = apply_defaults(NEURAL_MATERIAL, NeuralMaterialConfig(material="helmet.GLB"), torch.device("cuda"))
-    assert asset == {"train.steps": 10_000, "batch_size": 16_384}  # the README's asset run (29.0 dB on an H100)
+    assert asset == gpu  # a glTF asset's material likewise (the crate's: still rising at 10,000 steps, flat at 30,000)
     from neuralbake.bakes.material_pack import MATERIAL_PACK, MaterialPackConfig
 
     scenes = apply_defaults(MATERIAL_PACK, MaterialPackConfig(materials=["a.glb", "b.gltf"]), torch.device("cuda"))
-    layered = apply_defaults(MATERIAL_PACK, MaterialPackConfig(materials=["a.glb", "m.json"]), torch.device("cuda"))
-    assert scenes["bake.train.steps"] == 10_000 and layered["bake.train.steps"] == 30_000
+    assert scenes == {"bake.train.steps": 30_000, "bake.batch_size": 16_384}
     given = NeuralMaterialConfig(material="m.json", batch_size=256)
     given.train.steps = 7
     assert apply_defaults(NEURAL_MATERIAL, given, torch.device("cuda")) == {} and (given.train.steps, given.batch_size) == (7, 256)
+
+
+def test_footprint_counts_a_chosen_wsd_runs_twin() -> None:
+    from neuralbake.bakes.neural_material.config import material_memory, material_steps
+
+    cosine = NeuralMaterialConfig(material="m.json", batch_size=256)
+    cosine.train.steps = 1000
+    wsd = NeuralMaterialConfig(material="m.json", batch_size=256)
+    wsd.train.steps, wsd.train.schedule = 1000, "wsd"
+    assert material_steps(cosine) == 1000 and material_steps(wsd) == 1100  # the twin decays a fifth of 500 steps (decay_fraction 0.2)
+    weights = lambda c: material_memory(c, torch.device("cpu"))["decoder_hidden"]  # noqa: E731
+    assert weights(wsd) > weights(cosine)  # its copies of the masters and Adam's moments
 
 
 @pytest.fixture(scope="module")

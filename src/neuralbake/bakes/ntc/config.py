@@ -47,13 +47,14 @@ about 2 minutes (README)."""
 CPU_STEPS, CPU_BATCH, CPU_LR = 3000, 8192, 0.01
 """A CPU bake's noise-phase steps, texels per step and learning rate: about 2 minutes for the crate
 on 2 cores; a higher rate than a GPU's, which a short run needs."""
-GPU_STEPS, GPU_BATCH, GPU_LR = 200_000, 32_768, 0.005
-"""A GPU bake's. On an H200 (2026-11-29, the crate at 4 bpp, training compiled) 200,000 steps on the wsd schedule (the
-last 35 % decaying) reach 42.04 dB in 114 s of training, against 41.34 dB for 100,000 steps on cosine (the default
-until then, 59 s), 41.47 for 200,000 on cosine and 41.65 with the last 20 % decaying; the run of 100,000 reaches
-41.31, so the report says it is still improving (+0.73 dB per doubling). With the weights clamped
-(:data:`WEIGHT_CLIP`) 100,000 steps gained 0.6-1.8 dB over 30,000 on DamagedHelmet and the crate:
-``bench/ntc_convergence.py``, docs/benchmarks.md."""
+GPU_STEPS, GPU_BATCH, GPU_LR = 400_000, 32_768, 0.005
+"""A GPU bake's. On an H200 (2026-11-29, training compiled, wsd with the last 35 % decaying, each alone on the GPU),
+400,000 steps are the shortest measured run the report calls converged on both sets: the crate at 4 bpp reaches 41.76 dB
+in 240 s of training (its half-length twin 0.40 dB less), DamagedHelmet at 2048² 35.48 dB in 282 s (433 s wall; twin
+0.10 dB less). At 200,000 steps the crate was still improving (42.04 dB, 0.73 dB over a 100,000-step run; crate runs
+differ by up to 0.7 dB run to run) and the helmet gave 35.06 dB. Cosine at 100,000 steps, the default until then,
+gave 41.34 and 34.93 dB. With the weights clamped (:data:`WEIGHT_CLIP`) 100,000 steps gained 0.6-1.8 dB over 30,000 on
+DamagedHelmet and the crate: ``bench/ntc_convergence.py``, docs/benchmarks.md."""
 WEIGHT_CLIP = 3.0
 """The default :attr:`NTCConfig.weight_clip`. Unclamped, a layer's largest weight grew to 6-18x its
 RMS in long runs, coarsening the int8 steps of all the others, and 100,000 steps ended below 30,000
@@ -99,7 +100,7 @@ class NTCConfig(KernelsConfig):
     finetune_lr_fraction: float = 0.05
     """Peak learning rate of the hard-rounding phase as a fraction of train.learning_rate (the
     main phase's own schedule ends at train.final_lr_fraction of it). The phase follows train.schedule: on wsd it holds
-    this rate for its first 65 % and then decays (the 200,000-step default was measured so)."""
+    this rate for its first 65 % and then decays (the 200,000- and 400,000-step runs were measured so)."""
     weight_clip: float | None = WEIGHT_CLIP
     """Clamp each decoder layer's weights to this many times their RMS after every update, which
     bounds the stored int8 scale (max|w| / 127) and keeps long runs improving; null in a --config
