@@ -21,7 +21,7 @@ from neuralbake.errors import BundleError, ConfigError, InputError
 from neuralbake.io.bcn import mip_chain_bytes
 from neuralbake.io.gltf import Material, Mesh, Scene, TextureRef, write_gltf
 from neuralbake.material.frame import normalize
-from neuralbake.material.gltf import gltf_eval
+from neuralbake.material.gltf import BrdfExtensions, gltf_eval
 from neuralbake.render.envmap import EnvironmentLight
 from neuralbake.render.gbuffer import evaluate_materials, render_gbuffer
 from neuralbake.render.layer_shading import SUN, shade_layer, vertex_frame
@@ -62,6 +62,26 @@ def test_gltf_layer_is_the_gltf_brdf_in_the_normal_mapped_frame() -> None:
         params["base_color"], params["metallic"], params["roughness"], torch.tensor([[0.0, 0.0, 1.0]], dtype=torch.float64).expand(256, 3)
     )
     torch.testing.assert_close(flat.eval(wi_s, wo_s), gltf_eval(wi_s, wo_s, **params), rtol=1e-9, atol=1e-12)
+
+
+def test_gltf_layer_carries_every_extension_and_keeps_it_per_row() -> None:
+    count = 64
+    wi_s, wo_s = _directions(count, 3), _directions(count, 4)
+    up = torch.tensor([[0.0, 0.0, 1.0]], dtype=torch.float64).expand(count, 3)
+    ramp = torch.linspace(0.1, 0.9, count, dtype=torch.float64)
+    extensions = BrdfExtensions(f0=torch.stack((ramp * 0.1, ramp * 0.05, ramp * 0.02), dim=1), f90=0.8, iridescence=ramp, iridescence_ior=1.4,
+                                iridescence_thickness=300.0, clearcoat=1.0 - ramp, clearcoat_roughness=0.2, sheen_color=0.5, sheen_roughness=ramp)
+    core = {"base_color": torch.tensor([[0.6, 0.3, 0.2]], dtype=torch.float64).expand(count, 3),
+            "metallic": 0.2 * ramp, "roughness": 0.3 + 0.5 * ramp}
+    layer = GltfLayer(core["base_color"], core["metallic"], core["roughness"], up, extensions)
+    # a flat normal: the coat's normal is the shading normal, +z
+    expected = gltf_eval(wi_s, wo_s, **core, **extensions.keywords(), clearcoat_normal=up)
+    torch.testing.assert_close(layer.eval(wi_s, wo_s), expected, rtol=1e-9, atol=1e-12)
+    assert not torch.allclose(expected, gltf_eval(wi_s, wo_s, **core))  # the extensions change the value
+    rows = torch.tensor([5, 17, 40])
+    part = layer.rows(rows)
+    torch.testing.assert_close(part.eval(wi_s[rows], wo_s[rows]), expected[rows], rtol=1e-9, atol=1e-12)
+    assert part.extensions.f90 == 0.8 and part.extensions.iridescence.shape == (3,)  # one values kept, per-row ones picked
 
 
 @pytest.mark.parametrize("normal", [(0.0, 0.0, 1.0), (0.35, 0.2, 0.9)])

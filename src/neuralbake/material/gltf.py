@@ -30,6 +30,7 @@ mixture density.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -56,12 +57,56 @@ from neuralbake.material.microfacet import clamp_alpha, ggx_d, ggx_reflection_pd
 from neuralbake.material.sheen import sheen_albedo, sheen_eval
 from neuralbake.material.thin_film import thin_film_reflectance
 
-__all__ = ["DIELECTRIC_F0", "dielectric_f0", "dielectric_reflectance", "gltf_eval", "gltf_pdf", "gltf_sample", "gltf_visibility"]
+__all__ = ["DIELECTRIC_F0", "BrdfExtensions", "dielectric_f0", "dielectric_reflectance", "gltf_eval", "gltf_pdf", "gltf_sample", "gltf_visibility"]
 
 DIELECTRIC_F0 = 0.04
 """Normal-incidence reflectance of the spec's fixed dielectric ``ior = 1.5``: ``((1 - 1.5) / (1 + 1.5))^2``."""
 
 Param = torch.Tensor | float
+
+
+@dataclasses.dataclass(eq=False)
+class BrdfExtensions:
+    """The glTF BRDF's inputs beyond base colour, metallic and roughness (the ``KHR_materials_*`` extensions), as
+    :func:`gltf_eval` takes them: each per point (a tensor, one row per point) or one value for every point. A
+    renderer's hits (:class:`~neuralbake.render.gbuffer.SurfaceParameters`) and a neural material bake's reference
+    layer (``GltfLayer``) carry one; the defaults are a plain metal/rough material's."""
+
+    f0: Param = DIELECTRIC_F0
+    """The dielectric's normal-incidence reflectance (``KHR_materials_ior`` and ``_specular``), ``[N, 3]``."""
+    f90: Param = 1.0
+    """Its grazing reflectance (``KHR_materials_specular``'s factor), ``[N]``."""
+    iridescence: Param = 0.0
+    """``KHR_materials_iridescence``'s factor, ``[N]`` (0: no film)."""
+    iridescence_ior: Param = 1.3
+    """The film's index, ``[N]``."""
+    iridescence_thickness: Param = 400.0
+    """The film's thickness in nanometres, ``[N]``."""
+    clearcoat: Param = 0.0
+    """``KHR_materials_clearcoat``'s factor, ``[N]`` (0: no coat)."""
+    clearcoat_roughness: Param = 0.0
+    """The coat's roughness, ``[N]``."""
+    sheen_color: Param = 0.0
+    """``KHR_materials_sheen``'s colour, ``[N, 3]`` (0: no sheen)."""
+    sheen_roughness: Param = 0.0
+    """The sheen's roughness, ``[N]``."""
+
+    def keywords(self) -> dict[str, Param]:
+        """:func:`gltf_eval`'s keywords for these inputs."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def coat(self) -> dict[str, Param]:
+        """What :func:`gltf_sample` and :func:`gltf_pdf` read of them: the coat (with the caller's ``clearcoat_normal``)."""
+        return {"clearcoat": self.clearcoat, "clearcoat_roughness": self.clearcoat_roughness}
+
+    @property
+    def coated(self) -> bool:
+        """Whether some point has a coat."""
+        return isinstance(self.clearcoat, torch.Tensor) or self.clearcoat != 0.0
+
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> BrdfExtensions:
+        """These inputs with ``fn`` applied to each per-point one (rows picked, repeated, detached); one values kept."""
+        return BrdfExtensions(**{k: fn(v) if isinstance(v, torch.Tensor) else v for k, v in self.keywords().items()})
 
 
 def gltf_visibility(cos_i: torch.Tensor, cos_o: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:

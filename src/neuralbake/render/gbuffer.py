@@ -14,7 +14,7 @@ differentiable in the texels) on the pixels whose material id selects it and ret
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -22,7 +22,7 @@ import torch
 from neuralbake.errors import InputError
 from neuralbake.io.gltf import Scene
 from neuralbake.material.frame import normalize
-from neuralbake.material.gltf import DIELECTRIC_F0, dielectric_reflectance
+from neuralbake.material.gltf import DIELECTRIC_F0, BrdfExtensions, dielectric_reflectance
 from neuralbake.material.texture import decode_normal_map
 from neuralbake.render.camera import Camera
 from neuralbake.render.mip import PackedPyramid, pack_pyramid, sample_trilinear
@@ -218,37 +218,18 @@ class SurfaceParameters:
     """``[N, 3]`` unit shading normal (normal mapped), on the viewer's side of the surface."""
     geometric_normal: torch.Tensor
     """``[N, 3]`` unit face normal flipped to the viewer's side."""
-    f0: torch.Tensor | float = DIELECTRIC_F0
-    """``[N, 3]`` the dielectric's normal-incidence reflectance (``KHR_materials_ior`` and ``_specular``; 0.04 by default)."""
-    f90: torch.Tensor | float = 1.0
-    """``[N]`` its grazing reflectance (``KHR_materials_specular``'s factor; 1 by default)."""
-    iridescence: torch.Tensor | float = 0.0
-    """``[N]`` ``KHR_materials_iridescence``'s factor (0: no film)."""
-    iridescence_ior: torch.Tensor | float = 1.3
-    """``[N]`` the film's index."""
-    iridescence_thickness: torch.Tensor | float = 400.0
-    """``[N]`` the film's thickness in nanometres."""
-    clearcoat: torch.Tensor | float = 0.0
-    """``[N]`` ``KHR_materials_clearcoat``'s factor (0: no coat)."""
-    clearcoat_roughness: torch.Tensor | float = 0.0
-    """``[N]`` the coat's roughness."""
+    extensions: BrdfExtensions = field(default_factory=BrdfExtensions)
+    """The BRDF's ``KHR_materials_*`` inputs (ior, specular, iridescence, clearcoat, sheen), per hit or one value each."""
     clearcoat_normal: torch.Tensor | None = None
     """``[N, 3]`` the coat's normal in the shading frame: the vertex normal, which no normal map reaches (None: no coat)."""
-    sheen_color: torch.Tensor | float = 0.0
-    """``[N, 3]`` ``KHR_materials_sheen``'s colour (0: no sheen)."""
-    sheen_roughness: torch.Tensor | float = 0.0
-    """``[N]`` the sheen's roughness."""
 
-    def brdf_extensions(self) -> dict[str, torch.Tensor | float]:
-        """The keywords of :func:`~neuralbake.material.gltf.gltf_eval` beyond the core material inputs: the
-        dielectric's reflectance and the thin film (per row, or one value)."""
-        return {"f0": self.f0, "f90": self.f90, "iridescence": self.iridescence, "iridescence_ior": self.iridescence_ior,
-                "iridescence_thickness": self.iridescence_thickness, **self.sampling_extensions(), "sheen_color": self.sheen_color,
-                "sheen_roughness": self.sheen_roughness}
+    def brdf_extensions(self) -> dict[str, torch.Tensor | float | None]:
+        """The keywords of :func:`~neuralbake.material.gltf.gltf_eval` beyond the core material inputs."""
+        return {**self.extensions.keywords(), "clearcoat_normal": self.clearcoat_normal}
 
-    def sampling_extensions(self) -> dict[str, torch.Tensor | float]:
+    def sampling_extensions(self) -> dict[str, torch.Tensor | float | None]:
         """What :func:`~neuralbake.material.gltf.gltf_sample` and ``gltf_pdf`` read beyond metallic and roughness: the coat."""
-        return {"clearcoat": self.clearcoat, "clearcoat_roughness": self.clearcoat_roughness, "clearcoat_normal": self.clearcoat_normal}
+        return {**self.extensions.coat(), "clearcoat_normal": self.clearcoat_normal}
 
     def to_local(self, w: torch.Tensor) -> torch.Tensor:
         """World directions ``[N, 3]`` in the shading frame (tangent, bitangent, normal) = (x, y, z)."""
@@ -446,9 +427,12 @@ def evaluate_materials(scene: RenderScene, gbuffer: GBuffer) -> SurfaceParameter
         bitangent=bitangent,
         normal=normal,
         geometric_normal=geometric,
-        f0=f0,
-        f90=f90,
-        **({} if film is None else {"iridescence": film[:, 0], "iridescence_ior": film[:, 1], "iridescence_thickness": film[:, 2]}),
-        **({} if varnish is None else {"clearcoat": varnish[:, 0], "clearcoat_roughness": varnish[:, 1], "clearcoat_normal": coat_normal}),
-        **({} if fuzz is None else {"sheen_color": fuzz[:, :3], "sheen_roughness": fuzz[:, 3]}),
+        extensions=BrdfExtensions(
+            f0=f0,
+            f90=f90,
+            **({} if film is None else {"iridescence": film[:, 0], "iridescence_ior": film[:, 1], "iridescence_thickness": film[:, 2]}),
+            **({} if varnish is None else {"clearcoat": varnish[:, 0], "clearcoat_roughness": varnish[:, 1]}),
+            **({} if fuzz is None else {"sheen_color": fuzz[:, :3], "sheen_roughness": fuzz[:, 3]}),
+        ),
+        clearcoat_normal=coat_normal,
     )

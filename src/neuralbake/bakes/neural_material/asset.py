@@ -21,7 +21,7 @@ The bake is scored on renders of the asset by :mod:`neuralbake.bakes.neural_mate
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from neuralbake.errors import InputError
 from neuralbake.io.bundle import read_bundle
 from neuralbake.io.gltf import Scene, load_bake_input
 from neuralbake.material.frame import normalize, orthonormal_basis
-from neuralbake.material.gltf import DIELECTRIC_F0, dielectric_reflectance, gltf_eval, gltf_pdf, gltf_sample
+from neuralbake.material.gltf import BrdfExtensions, dielectric_reflectance, gltf_eval, gltf_pdf, gltf_sample
 from neuralbake.material.texture import decode_normal_map
 from neuralbake.render.gbuffer import GBuffer, SurfaceParameters, interpolate
 from neuralbake.render.layer_shading import VertexFrame
@@ -41,7 +41,7 @@ from neuralbake.render.scene import RenderScene, prepare_scene
 from neuralbake.render.skinning import pose_scene
 from neuralbake.render.uv_raster import rasterize_uv
 
-__all__ = ["ASSET_SUFFIXES", "AssetMaterial", "AssetSurface", "BAKED_SLOTS", "GltfLayer", "PlacedMaterial", "is_asset", "layer_extensions", "load_asset_bundle", "load_asset_material", "place_material"]
+__all__ = ["ASSET_SUFFIXES", "AssetMaterial", "AssetSurface", "BAKED_SLOTS", "GltfLayer", "PlacedMaterial", "is_asset", "load_asset_bundle", "load_asset_material", "place_material"]
 
 ASSET_SUFFIXES = (".gltf", ".glb")
 """Files :func:`load_asset_material` reads (a material bake's input is an asset when it has one of these)."""
@@ -72,21 +72,8 @@ class GltfLayer:
     metallic: torch.Tensor
     roughness: torch.Tensor
     shading_normal: torch.Tensor
-    f0: torch.Tensor | float = DIELECTRIC_F0
-    """The dielectric's normal-incidence reflectance (``KHR_materials_ior`` and ``_specular``), ``[N, 3]`` or one value."""
-    f90: torch.Tensor | float = 1.0
-    """Its grazing reflectance (``KHR_materials_specular``'s factor), ``[N]`` or one value."""
-    iridescence: torch.Tensor | float = 0.0
-    """``KHR_materials_iridescence``'s factor, ``[N]`` or one value (0: no film)."""
-    iridescence_ior: torch.Tensor | float = 1.3
-    iridescence_thickness: torch.Tensor | float = 400.0
-    """The film's index and thickness (nm), ``[N]`` or one value each."""
-    clearcoat: torch.Tensor | float = 0.0
-    clearcoat_roughness: torch.Tensor | float = 0.0
-    """``KHR_materials_clearcoat``'s factor and roughness, ``[N]`` or one value each."""
-    sheen_color: torch.Tensor | float = 0.0
-    sheen_roughness: torch.Tensor | float = 0.0
-    """``KHR_materials_sheen``'s colour (``[N, 3]`` or one value) and roughness (``[N]`` or one value)."""
+    extensions: BrdfExtensions = field(default_factory=BrdfExtensions)
+    """The BRDF's ``KHR_materials_*`` inputs, per point or one value each."""
 
     def __post_init__(self) -> None:
         self.normal = normalize(self.shading_normal)
@@ -98,21 +85,12 @@ class GltfLayer:
     def _params(self) -> dict[str, torch.Tensor | float | None]:
         """What every glTF lobe operation reads: metallic, roughness and the coat (which its sampler samples), about the
         vertex normal (+z of this layer's frame) seen in the shading frame: the coat is not normal-mapped."""
-        coated = isinstance(self.clearcoat, torch.Tensor) or self.clearcoat != 0.0
-        coat_normal = torch.stack((self.tangent[:, 2], self.bitangent[:, 2], self.normal[:, 2]), dim=-1) if coated else None
-        return {"metallic": self.metallic, "roughness": self.roughness, "clearcoat": self.clearcoat, "clearcoat_roughness": self.clearcoat_roughness,
-                "clearcoat_normal": coat_normal}
+        coat_normal = torch.stack((self.tangent[:, 2], self.bitangent[:, 2], self.normal[:, 2]), dim=-1) if self.extensions.coated else None
+        return {"metallic": self.metallic, "roughness": self.roughness, **self.extensions.coat(), "clearcoat_normal": coat_normal}
 
     def eval(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
         above = ((wi[:, 2] > 0) & (wo[:, 2] > 0)).to(wi.dtype)[:, None]
-        return gltf_eval(self._to_shading(wi), self._to_shading(wo), base_color=self.base_color, **self._extensions(), **self._params()) * above
-
-    def _extensions(self) -> dict[str, torch.Tensor | float]:
-        return {"f0": self.f0, "f90": self.f90, "iridescence": self.iridescence, "iridescence_ior": self.iridescence_ior,
-                "iridescence_thickness": self.iridescence_thickness, "sheen_color": self.sheen_color, "sheen_roughness": self.sheen_roughness}
-
-    def _all(self) -> dict[str, torch.Tensor | float]:
-        return {**self._extensions(), "clearcoat": self.clearcoat, "clearcoat_roughness": self.clearcoat_roughness}
+        return gltf_eval(self._to_shading(wi), self._to_shading(wo), base_color=self.base_color, **{**self.extensions.keywords(), **self._params()}) * above
 
     def pdf(self, wi: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
         above = ((wi[:, 2] > 0) & (wo[:, 2] > 0)).to(wi.dtype)
@@ -127,20 +105,7 @@ class GltfLayer:
 
     def rows(self, rows: torch.Tensor) -> GltfLayer:
         """The layer of the points ``rows`` only."""
-        return GltfLayer(self.base_color[rows], self.metallic[rows], self.roughness[rows], self.shading_normal[rows],
-                         **{k: _rows(v, rows) for k, v in self._all().items()})
-
-
-def layer_extensions(s: SurfaceParameters, rows: torch.Tensor | None = None) -> dict[str, torch.Tensor | float]:
-    """A renderer's material inputs beyond the core ones, as :class:`GltfLayer` takes them (at ``rows``; the coat normal
-    is the layer's own vertex frame's, not the renderer's)."""
-    out = {k: v for k, v in s.brdf_extensions().items() if k != "clearcoat_normal"}
-    return out if rows is None else {k: _rows(v, rows) for k, v in out.items()}
-
-
-def _rows(value: torch.Tensor | float, rows: torch.Tensor) -> torch.Tensor | float:
-    """``value`` at ``rows`` when it is per point (a tensor: one row per point), else the one value."""
-    return value[rows] if isinstance(value, torch.Tensor) else value
+        return GltfLayer(self.base_color[rows], self.metallic[rows], self.roughness[rows], self.shading_normal[rows], self.extensions.map(lambda v: v[rows]))
 
 
 class AssetSurface:
@@ -229,7 +194,7 @@ class AssetMaterial(AssetSurface):
 
     def render_layer(self, g: GBuffer, frame: VertexFrame, s: SurfaceParameters, rows: torch.Tensor) -> GltfLayer:
         """The reference layer of G-buffer rows ``rows`` (from the deferred renderer's material inputs ``s``)."""
-        return GltfLayer(s.base_color[rows], s.metallic[rows], s.roughness[rows], normalize(frame.local(s.normal)[rows]), **layer_extensions(s, rows))
+        return GltfLayer(s.base_color[rows], s.metallic[rows], s.roughness[rows], normalize(frame.local(s.normal)[rows]), s.extensions.map(lambda v: v[rows]))
 
     def _slot(self, name: str, uv: torch.Tensor) -> torch.Tensor | None:
         tex = self.material.textures.get(name)
@@ -278,10 +243,13 @@ class AssetMaterial(AssetSurface):
         m = self.material
         rgb, grazing = dielectric_reflectance(float(m.ior), float(m.specular), tuple(m.specular_color))
         base = s["base_color"]
-        layer = GltfLayer(base, s["metallic"], s["roughness"], s["normal"], torch.tensor(rgb, dtype=base.dtype, device=base.device).expand_as(base), grazing,
-                          float(m.iridescence), float(m.iridescence_ior), float(m.iridescence_thickness[1]), float(m.clearcoat), float(m.clearcoat_roughness),
-                          torch.tensor(m.sheen_color, dtype=base.dtype, device=base.device) if any(c > 0 for c in m.sheen_color) else 0.0,
-                          float(m.sheen_roughness))
+        sheen = torch.tensor(m.sheen_color, dtype=base.dtype, device=base.device) if any(c > 0 for c in m.sheen_color) else 0.0
+        extensions = BrdfExtensions(
+            f0=torch.tensor(rgb, dtype=base.dtype, device=base.device).expand_as(base), f90=grazing, iridescence=float(m.iridescence),
+            iridescence_ior=float(m.iridescence_ior), iridescence_thickness=float(m.iridescence_thickness[1]), clearcoat=float(m.clearcoat),
+            clearcoat_roughness=float(m.clearcoat_roughness), sheen_color=sheen, sheen_roughness=float(m.sheen_roughness),
+        )
+        layer = GltfLayer(base, s["metallic"], s["roughness"], s["normal"], extensions)
         features = torch.cat([s["base_color"], s["metallic"][:, None], s["roughness"][:, None], s["normal"]], dim=1)
         return layer, features
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from neuralbake.bakes.neural_material.asset import AssetMaterial, AssetSurface, GltfLayer, PlacedMaterial, layer_extensions
+from neuralbake.bakes.neural_material.asset import AssetMaterial, AssetSurface, GltfLayer, PlacedMaterial
 from neuralbake.core.metrics import psnr
 from neuralbake.io.bcn import bc_roundtrip, mip_chain_bytes, pad_to_blocks
 from neuralbake.io.gltf import Scene
@@ -180,7 +180,7 @@ def view_radiance(
     rs, index = reference.render_scene, reference.index
     frame = vertex_frame(g)
     s = evaluate_materials(rs, g)
-    gltf = GltfLayer(s.base_color, s.metallic, s.roughness, normalize(frame.local(s.normal)), **layer_extensions(s))
+    gltf = GltfLayer(s.base_color, s.metallic, s.roughness, normalize(frame.local(s.normal)), s.extensions)
     mine = torch.nonzero(g.material_id == index).reshape(-1)
     others = torch.nonzero(g.material_id != index).reshape(-1)
     occlusion, emissive = s.occlusion.clone(), s.emissive.clone()
@@ -200,7 +200,7 @@ def view_radiance(
     sets: dict[str, torch.Tensor] = {}
     for name, scene in (compressed or {}).items():
         c = evaluate_materials(scene, g)
-        sets[name] = shade(every, GltfLayer(c.base_color, c.metallic, c.roughness, normalize(frame.local(c.normal)), **layer_extensions(c)), c.occlusion, c.emissive)
+        sets[name] = shade(every, GltfLayer(c.base_color, c.metallic, c.roughness, normalize(frame.local(c.normal)), c.extensions), c.occlusion, c.emissive)
         if name == "bc":
             occlusion, emissive = c.occlusion, c.emissive  # the neural material ships them block-compressed
     if mine.numel():
