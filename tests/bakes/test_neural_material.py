@@ -74,6 +74,35 @@ def test_tiny_bake_learns_and_round_trips(tmp_path):
     assert (a - b).abs().max() < 0.05 * max(float(a.abs().max()), 1e-3) + 1e-3
 
 
+def test_held_out_evaluation_reports_a_display_figure_beside_the_relative_one() -> None:
+    from neuralbake.bakes.neural_material.bake import HELD_OUT_DISPLAY, HELD_OUT_QUALITY, held_out_evaluation
+    from neuralbake.nn.batches import Batch
+
+    g = torch.Generator().manual_seed(0)
+    f_cos = torch.cat((0.5 + 1.5 * torch.rand(512, 3, generator=g), 0.02 + 0.03 * torch.rand(512, 3, generator=g)))  # bright, then dim samples
+
+    class Draws:
+        def draw(self, count: int, generator: torch.Generator) -> Batch:
+            return Batch(inputs=torch.zeros(len(f_cos), 1), targets=torch.log1p(f_cos))
+
+    class Fixed(torch.nn.Module):
+        def __init__(self, values: torch.Tensor) -> None:
+            super().__init__()
+            self.values = values
+
+        def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+            return torch.log1p(self.values)
+
+    evaluate = held_out_evaluation(Draws(), torch.device("cpu"), seed=0)
+    assert evaluate(Fixed(f_cos))[HELD_OUT_DISPLAY] == 120.0  # exact: the figures' ceiling
+    dim_off, bright_off = f_cos.clone(), f_cos.clone()
+    dim_off[512:] *= 1.1  # every dim sample 10 % too bright
+    bright_off[:512] *= 1.05  # every bright one 5 %
+    dim, bright = evaluate(Fixed(dim_off)), evaluate(Fixed(bright_off))
+    # the relative figure weighs the dim samples' error most, the display-mapped one the bright samples'
+    assert dim[HELD_OUT_QUALITY] < bright[HELD_OUT_QUALITY] and dim[HELD_OUT_DISPLAY] > bright[HELD_OUT_DISPLAY]
+
+
 def test_u8_latents_within_half_a_step():
     latent = torch.randn(6, 5, 8) * torch.linspace(0.1, 3.0, 8)
     codes, scale, offset = quantize_latents_affine_u8(latent)
