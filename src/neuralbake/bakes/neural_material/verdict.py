@@ -63,7 +63,7 @@ RULE = (
 """The rule :func:`recommend` applies, as the report states it (``verdict.rule``)."""
 VERDICT_STEPS = {"cpu": 1000, "cuda": 30_000}
 """NTC's main-phase steps for the verdict by device type (``ntc compress`` trains 3,000 on a CPU,
-400,000 on a GPU). On the crate on a 2-core CPU, 1,000 steps took 30 s (39.3 dB on its renders); on
+400,000 on a GPU). On the crate on a 2-core CPU, 1,000 steps took 29 s (45.3 dB on its renders, 2026-11-29); on
 DamagedHelmet (H200, 3.69 bpp) 30,000 steps gave 34.26 dB against 35.00 dB at 100,000
 (docs/benchmarks.md), well inside :data:`MARGIN_DB`."""
 _SLOTS_OF_GROUP = {"base_color": ("base_color",), "normal": ("normal",), "orm": ("occlusion", "metallic_roughness"), "emissive": ("emissive",)}
