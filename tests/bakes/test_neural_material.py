@@ -101,6 +101,8 @@ def test_held_out_evaluation_reports_a_display_figure_beside_the_relative_one() 
     dim, bright = evaluate(Fixed(dim_off)), evaluate(Fixed(bright_off))
     # the relative figure weighs the dim samples' error most, the display-mapped one the bright samples'
     assert dim[HELD_OUT_QUALITY] < bright[HELD_OUT_QUALITY] and dim[HELD_OUT_DISPLAY] > bright[HELD_OUT_DISPLAY]
+    diverged = evaluate(Fixed(torch.full_like(f_cos, 1e30)))  # log1p 69: an f cos whose square overflows in float32
+    assert math.isfinite(diverged[HELD_OUT_DISPLAY]) and diverged[HELD_OUT_DISPLAY] < 10.0
 
 
 def test_u8_latents_within_half_a_step():

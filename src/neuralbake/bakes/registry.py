@@ -105,7 +105,7 @@ BAKES: dict[str, Registered] = {
             summaries.material_summary,
             arguments=(Arg("material", "A neuralbake material (.json), a MaterialX document (.mtlx) or a glTF asset (.gltf, .glb)."),),
             rename={"texture_size": "size", "material_name": "material"},
-            notes={"train.steps": "Left out: 10,000 on a GPU, 2,000 on a CPU.", "train.precision": "fp32 by default, as in the paper.",
+            notes={"train.steps": "Left out: 30,000 on a GPU, 2,000 on a CPU.", "train.precision": "fp32 by default, as in the paper.",
                    "kernels": "They decode the comparison renders and the throughput figure (fp32, latent fetch included) and train the "
                               "encoder and decoder. Here auto takes PyTorch (fused fp16 training measured 1.0-1.5x the CUDA-graph step "
                               "on an H100; in fp32 the Triton kernels compile for minutes)."},
@@ -119,7 +119,7 @@ BAKES: dict[str, Registered] = {
                            "or baked neural material folders; material ids follow this order.", many=True),),
             rename={"latent_format": "latents", "bake.texture_size": "size", "bake.train.precision": "train-precision"},
             skip=("bake.material", "bake.material_name", "bake.shared_decoder"),
-            notes={"bake.train.steps": "Left out: 10,000 on a GPU, 2,000 on a CPU.", "bake.verdict": "Off in a pack unless given."},
+            notes={"bake.train.steps": "Left out: 30,000 on a GPU, 2,000 on a CPU.", "bake.verdict": "Off in a pack unless given."},
             out_help="Output folder: materials/<name>/ bakes, shader/ (Slang, HLSL, buffers, manifest), pack.json.",
         ),
         Registered(

@@ -128,15 +128,20 @@ def held_out_evaluation(sampler: Any, device: torch.device, seed: int) -> Callab
     generator = torch.Generator(device=device).manual_seed(seed + 0x5EED)
     batch = sampler.draw(HELD_OUT_SAMPLES.get(device.type, HELD_OUT_SAMPLES["cpu"]), generator)
 
-    reference = torch.expm1(batch.targets.float())  # f cos of each sample (the targets are log1p of it)
+    reference = torch.expm1(batch.targets.double())  # f cos of each sample (the targets are log1p of it)
     exposure = 0.18 / float(reference.mean().clamp(min=1e-8))
-    shown = tone_map(reference * exposure)
+
+    def shown_of(y: torch.Tensor) -> torch.Tensor:
+        # in float64, a diverging prediction clamped: the tone map's squares stay finite
+        return tone_map(torch.expm1(y.double().clamp(max=50.0)) * exposure)
+
+    shown = shown_of(batch.targets)
 
     def evaluate(model: torch.nn.Module) -> dict[str, float]:
         with torch.no_grad():
             prediction = model(batch.inputs).float()
             loss = float(relative_l1(prediction, batch.targets))
-            display = min(psnr(tone_map(torch.expm1(prediction) * exposure), shown), 120.0)  # the held-out figure's ceiling too
+            display = min(psnr(shown_of(prediction), shown), 120.0)  # the held-out figure's ceiling too
         return {"held_out_loss": loss, HELD_OUT_QUALITY: -10.0 * math.log10(max(loss, 1e-12)), HELD_OUT_DISPLAY: display}
 
     return evaluate

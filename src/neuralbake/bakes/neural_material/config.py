@@ -39,7 +39,7 @@ MAX_TEXTURE_SIZE = 8192
 
 def _default_train() -> TrainerConfig:
     # steps None: the device's (device_defaults). Cosine, judged on the held-out figure's rate (HELD_OUT_RATE): on the
-    # wsd schedule (H200, 2026-11-29, 30,000 steps) the copper tray's previews lost 0.43 dB (44.39 dB against 44.82) and
+    # wsd schedule with half the run decaying (H200, 2026-11-29, 30,000 steps) the copper tray's previews lost 0.43 dB (44.39 dB against 44.82) and
     # the crate's material 0.20, velvet gained 1.27 and the nail 0.15, and every run's held-out figure still gained
     # 0.6-1.7 dB over its half-length twin (docs/benchmarks.md)
     return TrainerConfig(steps=None, learning_rate=0.005, precision="fp32", eval_every=500, checkpoint_every=500)
