@@ -163,22 +163,6 @@ def test_the_training_record_judges_the_longest_phase_and_the_warning_follows_it
     assert still_improving({}) == ""
 
 
-def test_a_phase_whose_shipped_renders_are_past_an_8_bit_displays_precision_counts_as_converged() -> None:
-    from neuralbake.bakes.summaries import still_improving
-    from neuralbake.nn.convergence import DISPLAY_PRECISION_DB, training_record
-    from neuralbake.nn.trainer import TrainResult
-
-    assert DISPLAY_PRECISION_DB == pytest.approx(58.92, abs=0.005)  # 10 log10(12 x 255^2)
-    rising = TrainResult(400, 0, 0, 1.0, 0.0, 1.0, history=_evals([10, 20, 25, 28, 30]))
-    below = training_record([("velvet", rising)], "psnr_db", shipped={"velvet": 58.9})
-    past = training_record([("velvet", rising), ("nail", rising)], "psnr_db", shipped={"velvet": 62.3, "nail": 51.6})
-    assert below["converged"] is False and "converged_by" not in below and below["display_precision_db"] == 58.92
-    assert (past["converged"], past["converged_by"]) == (True, "display_precision") and still_improving({"training": past}) == ""
-    assert [p["converged"] for p in past["phases"]] == [True, False]  # each phase by its own renders
-    assert "display_precision_db" not in training_record([("velvet", rising)], "psnr_db")  # a bake without such a figure
-    assert training_record([("velvet", rising)], "psnr_db", shipped={"velvet": None})["converged"] is False
-
-
 def test_a_loss_curve_is_judged_like_an_evaluation_history_and_the_warning_names_the_flag() -> None:
     from neuralbake.bakes.summaries import still_improving
     from neuralbake.nn.convergence import curve_record

@@ -207,7 +207,7 @@ def _write_material(run: BakeRun, config: NeuralMaterialConfig, folder: Path, ph
     if result.history:
         plot_loss_curve(folder / "loss.png", result.history, title=title, quality_key=HELD_OUT_QUALITY)
     report = write_report(folder / "report.json", bake="neural_material", device=run.device, metrics=run.shown(metrics), **run.shown(fields), pack_phase=phase,
-                          training=training_record([(phase, result)], HELD_OUT_QUALITY, rate_tolerance=HELD_OUT_RATE, shipped={phase: metrics.get("psnr_db")}))
+                          training=training_record([(phase, result)], HELD_OUT_QUALITY, rate_tolerance=HELD_OUT_RATE))
     write_bake_manifest(folder, bake="neural_material")
     return report
 
@@ -237,8 +237,7 @@ def _pack_body(run: BakeRun) -> BakeOutcome:
         reports[material_name] = {k: report[k] for k in ("psnr_db", "flip", "seconds", "decoder_params", "decoder_trained_params")}
         bundles.append(folder)
         first = first or folder
-    shipped = {name: report["psnr_db"] for name, report in reports.items()}  # each material trained as a phase of its name
-    return _export_pack(run, config, names, bundles, reports, {"shared_first_layers": config.bake.shared_layers if config.share else 0}, shipped)
+    return _export_pack(run, config, names, bundles, reports, {"shared_first_layers": config.bake.shared_layers if config.share else 0})
 
 
 def _joint_body(run: BakeRun, config: MaterialPackConfig, entries: list[tuple[Path, str]], names: list[str]) -> BakeOutcome:
@@ -260,14 +259,10 @@ def _joint_body(run: BakeRun, config: MaterialPackConfig, entries: list[tuple[Pa
             report = _write_material(run, material, folder, "joint", metrics, fields, f"material pack, one decoder: {', '.join(joint)}")
             reports[names[i]] = {k: report[k] for k in ("psnr_db", "flip", "seconds", "decoder_params", "decoder_trained_params")}
             bundles[i] = folder
-    figures = [report["psnr_db"] for report in reports.values()]
-    shipped = {"joint": min(figures) if figures and None not in figures else None}  # one phase: its worst material
-    return _export_pack(run, config, names, bundles, reports, {"shared_decoder": "one decoder trained with every baked material", "shared_first_layers": 0},
-                        shipped)
+    return _export_pack(run, config, names, bundles, reports, {"shared_decoder": "one decoder trained with every baked material", "shared_first_layers": 0})
 
 
-def _export_pack(run: BakeRun, config: MaterialPackConfig, names: list[str], bundles: list[Path], reports: dict[str, Any], sharing: dict[str, Any],
-                 shipped: dict[str, float | None]) -> BakeOutcome:
+def _export_pack(run: BakeRun, config: MaterialPackConfig, names: list[str], bundles: list[Path], reports: dict[str, Any], sharing: dict[str, Any]) -> BakeOutcome:
 
     shader = run.stage / "shader"
     export = export_material_pack_shader(bundles, shader, precision=config.precision, latent_format=config.latent_format, name=config.name)
@@ -279,8 +274,7 @@ def _export_pack(run: BakeRun, config: MaterialPackConfig, names: list[str], bun
         "shader": {key: _final(run, value) if isinstance(value, Path) else str(value) for key, value in dataclasses.asdict(export).items()},
     }
     atomic_write_json(run.stage / "pack.json", run.shown(summary))
-    return BakeOutcome({}, summary, curve_title=f"material pack: {', '.join(reports) or 'no bakes'}" if reports else None, quality_key=HELD_OUT_QUALITY, rate_tolerance=HELD_OUT_RATE,
-                       shipped_quality=shipped)
+    return BakeOutcome({}, summary, curve_title=f"material pack: {', '.join(reports) or 'no bakes'}" if reports else None, quality_key=HELD_OUT_QUALITY, rate_tolerance=HELD_OUT_RATE)
 
 
 def _record_final_bundles(run: BakeRun, manifest: Path) -> None:

@@ -107,9 +107,6 @@ class BakeOutcome:
     rate_tolerance: float | None = None
     """Gain of ``quality_key`` per 1,000 steps under which the run also counts as converged
     (:func:`~neuralbake.nn.convergence.convergence`); ``None``: the last quarter's gain alone decides."""
-    shipped_quality: dict[str, float | None] | None = None
-    """Per training phase, the display-referred PSNR of what it shipped (a material's renders), for the display-precision
-    rule of :func:`~neuralbake.nn.convergence.training_record`; ``None``: the bake has no such figure."""
 
 
 @dataclass(frozen=True)
@@ -555,7 +552,7 @@ def _run_locked(
     history = run.history()
     if outcome.curve_title is not None and history:
         plot_loss_curve(stage / "loss.png", history, title=outcome.curve_title, quality_key=outcome.quality_key)
-    training = {"training": training_record(run.phases, outcome.quality_key, rate_tolerance=outcome.rate_tolerance, shipped=outcome.shipped_quality)} if run.phases and "training" not in outcome.fields else {}
+    training = {"training": training_record(run.phases, outcome.quality_key, rate_tolerance=outcome.rate_tolerance)} if run.phases and "training" not in outcome.fields else {}
     report = write_report(
         stage / "report.json",
         bake=bake.name,

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from neuralbake.nn.trainer import TrainResult
 
-__all__ = ["CONVERGED_GAIN", "DISPLAY_PRECISION_DB", "DOUBLING_GAIN", "convergence", "curve_record", "training_record"]
+__all__ = ["CONVERGED_GAIN", "DOUBLING_GAIN", "convergence", "curve_record", "training_record"]
 
 CONVERGED_GAIN = 0.25
 """The most a run's last quarter may raise its quality figure (dB for a PSNR) for the run to count
@@ -39,14 +39,6 @@ DOUBLING_GAIN = 0.5
 a PSNR) for the run to count as converged. Doubling the steps doubles the time, and under half a decibel (about 11 %
 of the mean squared error) the next doubling, which buys less again, is not worth it for a shipped asset; the
 failures this verdict exists for gained several decibels per doubling (issue 42: a material bake 10 dB in two)."""
-
-
-DISPLAY_PRECISION_DB = 10.0 * math.log10(12 * 255**2)
-"""58.92 dB: the PSNR of an 8-bit image's own rounding (an error uniform over one step, mean square ``1 / (12 x 255^2)``).
-A bake whose shipped figure is a display-referred PSNR (a material's tone-mapped renders against its reference) and is
-above this has an error an 8-bit display cannot show, so its run counts as converged whatever its curve still does
-(``converged_by: "display_precision"``): the material pack's velvet reached 62.3 dB on an H200 at its defaults while its
-held-out figure rose 2.4-2.7 dB in the anneal of every run length (docs/benchmarks.md)."""
 
 
 RATE_GAIN_CAP = 4.0
@@ -130,24 +122,19 @@ def convergence(history: Sequence[dict[str, Any]], key: str, *, tolerance: float
 
 
 def training_record(phases: Sequence[tuple[str, Any]], key: str | None, *, higher_is_better: bool = True,
-                    rate_tolerance: float | None = None, shipped: Mapping[str, float | None] | None = None) -> dict[str, Any]:
+                    rate_tolerance: float | None = None) -> dict[str, Any]:
     """A report's ``training`` block from a bake's phases (``(name, TrainResult)``): per phase its
     steps, seconds, what stopped it and its :func:`convergence`; ``converged`` is the verdict of the
     longest phase (a bake's main one; fine-tuning phases are short by design) and
-    ``last_quarter_gain`` its gain. ``rate_tolerance``: see :func:`convergence`. ``shipped``: per phase, the display-referred
-    PSNR of what it shipped, for :data:`DISPLAY_PRECISION_DB`."""
+    ``last_quarter_gain`` its gain. ``rate_tolerance``: see :func:`convergence`."""
     records = []
     for name, result in phases:
         verdict = (convergence(result.history, key, tolerance=CONVERGED_GAIN, higher_is_better=higher_is_better, rate_tolerance=rate_tolerance,
                                schedule=result.schedule) if key else {"converged": None})
-        figure = (shipped or {}).get(name)
-        if verdict["converged"] is False and isinstance(figure, (int, float)) and figure >= DISPLAY_PRECISION_DB:
-            verdict = {**verdict, "converged": True, "converged_by": "display_precision"}
         records.append({"phase": name, "steps": result.steps, "train_seconds": round(result.train_seconds, 3), "stopped_by": result.stopped_by, **verdict})
     main = max(records, key=lambda r: r["steps"]) if records else {}
     return {
         "converged": main.get("converged"),
-        **({"converged_by": main["converged_by"]} if "converged_by" in main else {}),
         "main_phase": main.get("phase"),
         "stopped_by": main.get("stopped_by"),
         "last_quarter_gain": main.get("last_quarter_gain"),
@@ -157,7 +144,6 @@ def training_record(phases: Sequence[tuple[str, Any]], key: str | None, *, highe
         "tolerance": CONVERGED_GAIN,
         **({"doubling_tolerance": DOUBLING_GAIN} if main.get("doubling_gain") is not None else {}),
         **({"rate_tolerance": rate_tolerance} if rate_tolerance is not None else {}),
-        **({"display_precision_db": round(DISPLAY_PRECISION_DB, 2)} if shipped is not None else {}),
         "quality_key": key,
         "phases": records,
     }
