@@ -128,8 +128,7 @@ def held_out_evaluation(sampler: Any, device: torch.device, seed: int) -> Callab
     generator = torch.Generator(device=device).manual_seed(seed + 0x5EED)
     batch = sampler.draw(HELD_OUT_SAMPLES.get(device.type, HELD_OUT_SAMPLES["cpu"]), generator)
 
-    reference = torch.expm1(batch.targets.double())  # f cos of each sample (the targets are log1p of it)
-    exposure = 0.18 / float(reference.mean().clamp(min=1e-8))
+    exposure = 0.18 / float(torch.expm1(batch.targets.double()).mean().clamp(min=1e-8))  # the targets are log1p(f cos)
 
     def shown_of(y: torch.Tensor) -> torch.Tensor:
         # in float64, a diverging prediction clamped: the tone map's squares stay finite

@@ -162,13 +162,22 @@ class NTCConfig(KernelsConfig):
             raise ConfigError(f"rates repeat: {', '.join(names)}.", field="bpp", fix="give each rate once.")
 
 
+def _default_steps(config: NTCConfig, device: torch.device) -> int:
+    """The main phase's steps when ``--steps`` is left out (:func:`device_defaults`)."""
+    return TIME_BUDGET_STEPS if config.train.seconds is not None else GPU_STEPS if device.type == "cuda" else CPU_STEPS
+
+
+def _main_steps(config: NTCConfig, device: torch.device) -> int:
+    """The main phase's steps: the config's, or the device's default."""
+    return config.train.steps or _default_steps(config, device)
+
+
 def device_defaults(config: NTCConfig, device: torch.device) -> dict[str, Any]:
     """On a GPU the set's own size and :data:`GPU_STEPS` (batch, learning rate); on a CPU at most
     :data:`CPU_TEXTURE_SIZE` texels a side and :data:`CPU_STEPS`. With ``--seconds`` and no
     ``--steps``, the time decides."""
     gpu = device.type == "cuda"
-    steps = TIME_BUDGET_STEPS if config.train.seconds is not None else GPU_STEPS if gpu else CPU_STEPS
-    chosen: dict[str, Any] = {"train.steps": steps, "train.learning_rate": GPU_LR if gpu else CPU_LR, "batch_size": GPU_BATCH if gpu else CPU_BATCH}
+    chosen: dict[str, Any] = {"train.steps": _default_steps(config, device), "train.learning_rate": GPU_LR if gpu else CPU_LR, "batch_size": GPU_BATCH if gpu else CPU_BATCH}
     return chosen if gpu else {"texture_size": CPU_TEXTURE_SIZE, **chosen}
 
 
@@ -226,7 +235,7 @@ def estimated_memory(config: NTCConfig, device: torch.device) -> dict[str, float
     # the four high cells, the four low cells and their blend, fake-quantised, kept for the backward pass
     per_sample = 4 * (10 * features) * 3
     # a wsd run's half-length twin keeps two more copies of the masters and Adam's moments
-    twin = HalfRun(replace(config.train, steps=config.train.steps or (GPU_STEPS if device.type == "cuda" else CPU_STEPS))).enabled
+    twin = HalfRun(replace(config.train, steps=_main_steps(config, device))).enabled
     trained = TRAINED_PARAMETER_BYTES + (HALF_RUN_PARAMETER_BYTES if twin else 0)
     return {
         "texture_size": texels * (ASSUMED_CHANNELS * 4 * copies + 3 * 4 + 3 * 8),
@@ -245,7 +254,7 @@ def ntc_footprint(config: NTCConfig, device: torch.device) -> Footprint:
     knobs = {"batch_size": GPU_BATCH if gpu else CPU_BATCH, "texture_size": None if gpu else CPU_TEXTURE_SIZE, "hidden": (64, 48, 32), "bpp": [4.0]}
     field = dominant_field(total, config, device, knobs, fallback=max(terms, key=lambda k: terms[k]))
     rates = max(1, len(config.bpp)) if isinstance(config.bpp, (list, tuple)) else 1
-    main = config.train.steps or (GPU_STEPS if device.type == "cuda" else CPU_STEPS)
+    main = _main_steps(config, device)
     finetune = config.finetune_steps if config.finetune_steps is not None else main // 10
     steps_field = "finetune_steps" if finetune > main else "train.steps"
     steps = rates * (main + finetune + HalfRun(replace(config.train, steps=main)).extra_steps)
